@@ -1,0 +1,434 @@
+//! The VM configuration: one serde type per section of the JSON file, shared with the API.
+//!
+//! Parsing names the JSON path of a bad field (`machine-config.vcpu_count: invalid type …`);
+//! [`VmConfig::validate`] checks values and files before any KVM resource exists. Field names
+//! follow Firecracker (`machine-config`, `boot-source`, `drives`) and add Osprey's `iothreads`.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// Smallest guest memory we boot (MiB).
+pub const MIN_MEM_MIB: u64 = 16;
+/// Largest vCPU count (the MP table and the APIC id space of a single package).
+pub const MAX_VCPUS: u8 = 64;
+
+/// Errors in a VM config: each names the file or JSON path at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The config file could not be read.
+    #[error("{path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The JSON is malformed, has an unknown field or a value of the wrong type.
+    #[error("{file}: {path}: {message}")]
+    Parse {
+        /// The file (or `<inline>`).
+        file: String,
+        /// JSON path of the bad field (`.` for the document).
+        path: String,
+        /// What serde said.
+        message: String,
+    },
+    /// A value is out of range or inconsistent.
+    #[error("{field}: {reason}")]
+    Invalid {
+        /// JSON path of the field.
+        field: String,
+        /// What is wrong and what is expected.
+        reason: String,
+    },
+}
+
+fn invalid(field: impl Into<String>, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        field: field.into(),
+        reason: reason.into(),
+    }
+}
+
+/// The whole VM: the JSON file's shape.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VmConfig {
+    /// vCPUs and memory.
+    #[serde(rename = "machine-config", default)]
+    pub machine: MachineConfig,
+    /// Kernel, initrd and command line.
+    #[serde(rename = "boot-source")]
+    pub boot: BootSourceConfig,
+    /// Block devices.
+    #[serde(default)]
+    pub drives: Vec<DriveConfig>,
+    /// Dataplane threads.
+    #[serde(default)]
+    pub iothreads: Vec<IoThreadConfig>,
+    /// The REST API socket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api: Option<ApiConfig>,
+}
+
+/// `machine-config`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MachineConfig {
+    /// Number of vCPUs (1 to 64).
+    #[serde(default = "default_vcpus")]
+    pub vcpu_count: u8,
+    /// Guest memory in MiB.
+    #[serde(default = "default_mem")]
+    pub mem_size_mib: u64,
+}
+
+fn default_vcpus() -> u8 {
+    1
+}
+fn default_mem() -> u64 {
+    128
+}
+
+impl Default for MachineConfig {
+    fn default() -> Self {
+        Self {
+            vcpu_count: default_vcpus(),
+            mem_size_mib: default_mem(),
+        }
+    }
+}
+
+/// `boot-source`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BootSourceConfig {
+    /// An ELF (with or without a PVH note) or a bzImage.
+    pub kernel_image_path: PathBuf,
+    /// Optional initramfs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initrd_path: Option<PathBuf>,
+    /// The guest's command line.
+    #[serde(default)]
+    pub boot_args: String,
+}
+
+/// The I/O engine a drive uses.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum IoEngineKind {
+    /// Blocking preadv/pwritev on the dataplane thread.
+    #[default]
+    Sync,
+    /// io_uring.
+    IoUring,
+    /// Linux native AIO.
+    LinuxAio,
+    /// Completes at once without touching the file.
+    Null,
+}
+
+/// One entry of `drives`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DriveConfig {
+    /// Unique id; also the virtio-blk serial.
+    pub drive_id: String,
+    /// The backing file or block device.
+    pub path_on_host: PathBuf,
+    /// Open read-only and offer VIRTIO_BLK_F_RO.
+    #[serde(default)]
+    pub is_read_only: bool,
+    /// Open with O_DIRECT.
+    #[serde(default)]
+    pub direct: bool,
+    /// The I/O engine.
+    #[serde(default)]
+    pub io_engine: IoEngineKind,
+    /// Number of virtqueues.
+    #[serde(default = "default_queues")]
+    pub num_queues: u16,
+    /// Size of each virtqueue (a power of two).
+    #[serde(default = "default_queue_size")]
+    pub queue_size: u16,
+    /// The iothread serving this drive's queues (default: the first one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iothread: Option<String>,
+}
+
+fn default_queues() -> u16 {
+    1
+}
+fn default_queue_size() -> u16 {
+    256
+}
+
+/// One entry of `iothreads`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IoThreadConfig {
+    /// Unique id drives refer to.
+    pub id: String,
+    /// Longest poll window in ns (0 disables polling).
+    #[serde(default = "default_poll_max_ns")]
+    pub poll_max_ns: u64,
+    /// Window growth factor (0 means 2).
+    #[serde(default)]
+    pub poll_grow: u64,
+    /// Window shrink divisor (policy-defined meaning for 0).
+    #[serde(default)]
+    pub poll_shrink: u64,
+    /// Requests per submission call.
+    #[serde(default = "default_max_batch")]
+    pub max_batch: u32,
+    /// Host CPUs to pin the thread to.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cpu_affinity: Vec<usize>,
+}
+
+fn default_poll_max_ns() -> u64 {
+    32768
+}
+fn default_max_batch() -> u32 {
+    32
+}
+
+/// `api`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiConfig {
+    /// Path of the Unix socket.
+    pub socket: PathBuf,
+}
+
+impl VmConfig {
+    /// Reads and parses a config file; the error names the file and the bad field.
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::from_json(&text, &path.display().to_string())
+    }
+
+    /// Parses JSON text; `origin` names it in errors.
+    pub fn from_json(text: &str, origin: &str) -> Result<Self, ConfigError> {
+        let de = &mut serde_json::Deserializer::from_str(text);
+        serde_path_to_error::deserialize(de).map_err(|e| {
+            let path = e.path().to_string();
+            let mut message = e.into_inner().to_string();
+            // serde_json appends " at line L column C"; keep it, it helps find the spot.
+            if message.is_empty() {
+                message = "invalid value".into();
+            }
+            ConfigError::Parse {
+                file: origin.to_owned(),
+                path,
+                message,
+            }
+        })
+    }
+
+    /// Checks every value and that every named file can be opened. `host_mem_mib` bounds the
+    /// guest memory.
+    pub fn validate(&self, host_mem_mib: u64) -> Result<(), ConfigError> {
+        let m = &self.machine;
+        if m.vcpu_count == 0 || m.vcpu_count > MAX_VCPUS {
+            return Err(invalid(
+                "machine-config.vcpu_count",
+                format!("must be between 1 and {MAX_VCPUS}, got {}", m.vcpu_count),
+            ));
+        }
+        if m.mem_size_mib < MIN_MEM_MIB {
+            return Err(invalid(
+                "machine-config.mem_size_mib",
+                format!("must be at least {MIN_MEM_MIB} MiB, got {}", m.mem_size_mib),
+            ));
+        }
+        if m.mem_size_mib > host_mem_mib {
+            return Err(invalid(
+                "machine-config.mem_size_mib",
+                format!(
+                    "{} MiB is more than the host's {host_mem_mib} MiB",
+                    m.mem_size_mib
+                ),
+            ));
+        }
+        check_readable(
+            "boot-source.kernel_image_path",
+            &self.boot.kernel_image_path,
+        )?;
+        if let Some(initrd) = &self.boot.initrd_path {
+            check_readable("boot-source.initrd_path", initrd)?;
+        }
+        if self.boot.boot_args.len() >= crate::layout::CMDLINE_MAX_SIZE {
+            return Err(invalid(
+                "boot-source.boot_args",
+                format!(
+                    "{} bytes is longer than the {}-byte limit",
+                    self.boot.boot_args.len(),
+                    crate::layout::CMDLINE_MAX_SIZE - 1
+                ),
+            ));
+        }
+        if self.boot.boot_args.contains('\0') {
+            return Err(invalid("boot-source.boot_args", "contains a NUL byte"));
+        }
+        let mut ids = std::collections::HashSet::new();
+        for (i, t) in self.iothreads.iter().enumerate() {
+            if t.id.is_empty() {
+                return Err(invalid(format!("iothreads[{i}].id"), "must not be empty"));
+            }
+            if !ids.insert(t.id.as_str()) {
+                return Err(invalid(
+                    format!("iothreads[{i}].id"),
+                    format!("duplicate id `{}`", t.id),
+                ));
+            }
+        }
+        if !self.drives.is_empty() {
+            return Err(invalid(
+                "drives",
+                "virtio-blk drives are not supported by this build yet; remove the section",
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn check_readable(field: &str, path: &Path) -> Result<(), ConfigError> {
+    if path.as_os_str().is_empty() {
+        return Err(invalid(field, "must name a file"));
+    }
+    match std::fs::File::open(path) {
+        Ok(f) => match f.metadata() {
+            Ok(md) if md.is_dir() => Err(invalid(
+                field,
+                format!("{}: is a directory", path.display()),
+            )),
+            _ => Ok(()),
+        },
+        Err(e) => Err(invalid(field, format!("{}: {e}", path.display()))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(json: &str) -> Result<VmConfig, ConfigError> {
+        VmConfig::from_json(json, "vm.json")
+    }
+
+    #[test]
+    fn defaults_fill_in() {
+        let c = parse(r#"{"boot-source":{"kernel_image_path":"/k"}}"#).expect("parse");
+        assert_eq!(
+            c.machine,
+            MachineConfig {
+                vcpu_count: 1,
+                mem_size_mib: 128
+            }
+        );
+        assert_eq!(c.boot.kernel_image_path, PathBuf::from("/k"));
+        assert!(c.drives.is_empty() && c.iothreads.is_empty() && c.api.is_none());
+    }
+
+    #[test]
+    fn unknown_field_names_its_path() {
+        let e = parse(r#"{"boot-source":{"kernel_image_path":"/k"},"machine-config":{"vcpus":2}}"#)
+            .expect_err("must fail");
+        let msg = e.to_string();
+        assert!(
+            msg.starts_with("vm.json: machine-config: unknown field `vcpus`"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn wrong_type_names_its_path() {
+        let e = parse(
+            r#"{"boot-source":{"kernel_image_path":"/k"},"machine-config":{"vcpu_count":"2"}}"#,
+        )
+        .expect_err("must fail");
+        assert!(
+            e.to_string()
+                .starts_with("vm.json: machine-config.vcpu_count: invalid type"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn bad_enum_lists_variants() {
+        let e = parse(
+            r#"{"boot-source":{"kernel_image_path":"/k"},"drives":[{"drive_id":"a","path_on_host":"/x","io_engine":"iouring"}]}"#,
+        )
+        .expect_err("must fail");
+        let msg = e.to_string();
+        assert!(
+            msg.contains("drives[0].io_engine: unknown variant `iouring`"),
+            "{msg}"
+        );
+        assert!(msg.contains("`IoUring`"), "{msg}");
+    }
+
+    #[test]
+    fn missing_boot_source_is_named() {
+        let e = parse(r#"{}"#).expect_err("must fail");
+        assert!(e.to_string().contains("missing field `boot-source`"), "{e}");
+    }
+
+    #[test]
+    fn validation_names_fields() {
+        let kernel = std::env::current_exe().expect("exe");
+        let mut c = parse(r#"{"boot-source":{"kernel_image_path":"/k"}}"#).expect("parse");
+        c.boot.kernel_image_path = kernel;
+        assert!(c.validate(1024).is_ok());
+
+        let mut z = c.clone();
+        z.machine.vcpu_count = 0;
+        assert_eq!(
+            z.validate(1024).expect_err("zero").to_string(),
+            "machine-config.vcpu_count: must be between 1 and 64, got 0"
+        );
+        let mut small = c.clone();
+        small.machine.mem_size_mib = 4;
+        assert_eq!(
+            small.validate(1024).expect_err("small").to_string(),
+            "machine-config.mem_size_mib: must be at least 16 MiB, got 4"
+        );
+        let mut big = c.clone();
+        big.machine.mem_size_mib = 2048;
+        assert!(big
+            .validate(1024)
+            .expect_err("big")
+            .to_string()
+            .contains("more than the host"));
+        let mut missing = c.clone();
+        missing.boot.kernel_image_path = "/nonexistent/vmlinux".into();
+        assert_eq!(
+            missing.validate(1024).expect_err("missing").to_string(),
+            "boot-source.kernel_image_path: /nonexistent/vmlinux: No such file or directory (os error 2)"
+        );
+        let mut dup = c.clone();
+        let t: IoThreadConfig = serde_json::from_str(r#"{"id":"io0"}"#).expect("iothread");
+        assert_eq!(t.poll_max_ns, 32768);
+        assert_eq!(t.max_batch, 32);
+        dup.iothreads = vec![t.clone(), t];
+        assert_eq!(
+            dup.validate(1024).expect_err("dup").to_string(),
+            "iothreads[1].id: duplicate id `io0`"
+        );
+    }
+
+    #[test]
+    fn serialises_back_to_the_file_shape() {
+        let c =
+            parse(r#"{"boot-source":{"kernel_image_path":"/k","boot_args":"x"}}"#).expect("parse");
+        let v = serde_json::to_value(&c).expect("to json");
+        assert_eq!(v["machine-config"]["vcpu_count"], 1);
+        assert_eq!(v["boot-source"]["boot_args"], "x");
+        let again: VmConfig = serde_json::from_value(v).expect("round trip");
+        assert_eq!(again, c);
+    }
+}

@@ -1,0 +1,16 @@
+//! Osprey's VMM: configuration, KVM set-up, boot, vCPUs and device wiring.
+//!
+//! The `osprey` binary (`main.rs`) is a thin shell over [`vm::run`]. Module map: `docs/ARCHITECTURE.md`.
+
+pub mod boot;
+pub mod cli;
+pub mod config;
+pub mod cpuid;
+pub mod host;
+pub mod layout;
+pub mod mptable;
+pub mod msr;
+pub mod regs;
+pub mod stop;
+pub mod vcpu;
+pub mod vm;

@@ -1,0 +1,48 @@
+//! The `osprey` binary: parse the command line, validate the config, run the VM, and turn the
+//! reason it stopped into the exit status.
+
+use clap::Parser;
+use vmm::cli::Cli;
+
+/// Exit status for configuration and command-line errors.
+const EXIT_CONFIG: i32 = 2;
+/// Exit status when the VM could not be built or run.
+const EXIT_VMM: i32 = 1;
+
+fn main() {
+    let cli = Cli::parse();
+    env_logger::Builder::new()
+        .filter_level(cli.log_level)
+        .parse_env("RUST_LOG")
+        .format_target(false)
+        .format_timestamp_millis()
+        .init();
+
+    let config = match cli
+        .vm_config()
+        .and_then(|c| c.validate(vmm::host::host_mem_mib()).map(|()| c))
+    {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("osprey: error: {e}");
+            std::process::exit(EXIT_CONFIG);
+        }
+    };
+    if cli.check_config {
+        match serde_json::to_string_pretty(&config) {
+            Ok(text) => println!("{text}"),
+            Err(e) => {
+                eprintln!("osprey: error: {e}");
+                std::process::exit(EXIT_VMM);
+            }
+        }
+        return;
+    }
+    match vmm::vm::run(&config) {
+        Ok(stop) => std::process::exit(stop.exit_status()),
+        Err(e) => {
+            eprintln!("osprey: error: {e}");
+            std::process::exit(EXIT_VMM);
+        }
+    }
+}

@@ -1,0 +1,390 @@
+//! Building and running a VM: KVM objects, guest memory, legacy devices, boot state and vCPU
+//! threads, then the control loop that waits for the reason to stop.
+
+use std::io::Read;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use devices::bus::{Bus, BusError};
+use devices::debug_exit::{DebugExit, DEBUG_EXIT_PORT};
+use devices::i8042::{I8042, I8042_BASE, I8042_LEN};
+use devices::serial::{SerialConsole, COM1_IRQ, COM1_LEN, COM1_PORT};
+use devices::{ExitRequest, ExitRequester};
+use kvm_bindings::{
+    kvm_pit_config, kvm_userspace_memory_region, KVM_MAX_CPUID_ENTRIES, KVM_PIT_SPEAKER_DUMMY,
+};
+use kvm_ioctls::{Kvm, VcpuFd, VmFd};
+use vm_memory::{GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion, MemoryRegionAddress};
+use vmm_sys_util::eventfd::EventFd;
+use vmm_sys_util::signal::{register_signal_handler, Killable, SIGRTMIN};
+
+use crate::boot::{self, BootEntry, BootError, BootSpec};
+use crate::config::VmConfig;
+use crate::host::KvmFlavor;
+use crate::layout::ram_regions;
+use crate::regs::{self, RegsError};
+use crate::stop::StopReason;
+use crate::vcpu::VcpuRunner;
+use crate::{cpuid, mptable, msr};
+
+/// Errors building or starting the VM.
+#[derive(Debug, thiserror::Error)]
+pub enum VmError {
+    /// A KVM ioctl failed.
+    #[error("KVM: {what}: {source}")]
+    Kvm {
+        /// The operation.
+        what: &'static str,
+        /// The ioctl's error.
+        source: kvm_ioctls::Error,
+    },
+    /// Allocating guest memory failed.
+    #[error("Allocating {mib} MiB of guest memory failed: {reason}")]
+    Memory {
+        /// Requested size.
+        mib: u64,
+        /// Why.
+        reason: String,
+    },
+    /// Loading the kernel or initrd failed.
+    #[error(transparent)]
+    Boot(#[from] BootError),
+    /// Writing the MP table failed.
+    #[error(transparent)]
+    Mptable(#[from] mptable::MptableError),
+    /// Writing boot registers' memory failed.
+    #[error(transparent)]
+    Regs(#[from] RegsError),
+    /// Device registration failed.
+    #[error("Registering a device: {0}")]
+    Bus(#[from] BusError),
+    /// Creating an eventfd or thread failed.
+    #[error("{what}: {source}")]
+    Os {
+        /// The operation.
+        what: &'static str,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
+fn kvm_err(what: &'static str) -> impl FnOnce(kvm_ioctls::Error) -> VmError {
+    move |source| VmError::Kvm { what, source }
+}
+
+/// Set by the SIGINT/SIGTERM handler; read by the control loop.
+static STOP_SIGNAL: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_stop_signal(num: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    STOP_SIGNAL.store(num, Ordering::SeqCst);
+}
+
+extern "C" fn on_kick(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {}
+
+/// Forwards device exit requests to the control loop.
+struct ChannelExit(Mutex<Sender<StopReason>>);
+
+impl ExitRequester for ChannelExit {
+    fn request_exit(&self, why: ExitRequest) {
+        let tx = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let _ = tx.send(StopReason::Guest(why));
+    }
+}
+
+/// A VM whose vCPUs are running.
+pub struct RunningVm {
+    vcpus: Vec<JoinHandle<()>>,
+    stop: Arc<AtomicBool>,
+    events: Receiver<StopReason>,
+    started: Instant,
+    // Kept alive for the VM's lifetime.
+    _vm: VmFd,
+    _mem: GuestMemoryMmap,
+    _serial: Arc<Mutex<SerialConsole>>,
+}
+
+impl std::fmt::Debug for RunningVm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunningVm")
+            .field("vcpus", &self.vcpus.len())
+            .finish()
+    }
+}
+
+/// Builds the VM described by `config` (already validated) and starts its vCPUs.
+pub fn start(config: &VmConfig) -> Result<RunningVm, VmError> {
+    let started = Instant::now();
+    let flavor = KvmFlavor::detect();
+    log::info!("KVM: {}", flavor.describe());
+
+    let kvm = Kvm::new().map_err(kvm_err("opening /dev/kvm"))?;
+    let vm = kvm.create_vm().map_err(kvm_err("creating the VM"))?;
+    vm.set_tss_address(0xfffb_d000)
+        .map_err(kvm_err("KVM_SET_TSS_ADDR"))?;
+    let mem_bytes = config.machine.mem_size_mib << 20;
+    let mem = create_memory(&vm, mem_bytes, config.machine.mem_size_mib)?;
+    vm.create_irq_chip()
+        .map_err(kvm_err("creating the in-kernel irqchip"))?;
+    let pit = kvm_pit_config {
+        flags: KVM_PIT_SPEAKER_DUMMY,
+        ..Default::default()
+    };
+    vm.create_pit2(pit).map_err(kvm_err("creating the PIT"))?;
+
+    let (tx, events) = mpsc::channel();
+    let exit: Arc<dyn ExitRequester> = Arc::new(ChannelExit(Mutex::new(tx.clone())));
+    let serial_irq = EventFd::new(libc::EFD_NONBLOCK).map_err(|source| VmError::Os {
+        what: "serial eventfd",
+        source,
+    })?;
+    vm.register_irqfd(&serial_irq, COM1_IRQ)
+        .map_err(kvm_err("serial irqfd"))?;
+    let serial = Arc::new(Mutex::new(SerialConsole::new(
+        serial_irq,
+        Box::new(std::io::stdout()),
+    )));
+    let mut pio = Bus::new();
+    pio.insert(serial.clone(), u64::from(COM1_PORT), COM1_LEN)?;
+    pio.insert(
+        Arc::new(Mutex::new(I8042::new(exit.clone()))),
+        u64::from(I8042_BASE),
+        I8042_LEN,
+    )?;
+    pio.insert(
+        Arc::new(Mutex::new(DebugExit::new(exit))),
+        u64::from(DEBUG_EXIT_PORT),
+        1,
+    )?;
+    let pio = Arc::new(pio);
+    let mmio = Arc::new(Bus::new());
+
+    let spec = BootSpec {
+        kernel: &config.boot.kernel_image_path,
+        initrd: config.boot.initrd_path.as_deref(),
+        cmdline: &config.boot.boot_args,
+        mem_bytes,
+    };
+    let entry = boot::load(&mem, &spec)?;
+    log::info!(
+        "Loaded {} ({:?}, {:?} entry at {:#x})",
+        spec.kernel.display(),
+        entry.format,
+        entry.mode,
+        entry.entry
+    );
+    mptable::write(&mem, config.machine.vcpu_count)?;
+
+    let supported = kvm
+        .get_supported_cpuid(KVM_MAX_CPUID_ENTRIES)
+        .map_err(kvm_err("KVM_GET_SUPPORTED_CPUID"))?;
+    register_signal_handler(SIGRTMIN(), on_kick).map_err(|e| VmError::Os {
+        what: "vCPU kick signal",
+        source: e.into(),
+    })?;
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        register_signal_handler(sig, on_stop_signal).map_err(|e| VmError::Os {
+            what: "SIGINT/SIGTERM handler",
+            source: e.into(),
+        })?;
+    }
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let count = config.machine.vcpu_count;
+    let mut vcpus = Vec::with_capacity(count.into());
+    for id in 0..count {
+        let fd = vm
+            .create_vcpu(u64::from(id))
+            .map_err(kvm_err("creating a vCPU"))?;
+        configure_vcpu(&fd, &mem, &supported, id, count, entry)?;
+        let runner = VcpuRunner {
+            id,
+            fd,
+            pio: pio.clone(),
+            mmio: mmio.clone(),
+            events: tx.clone(),
+            stop: stop.clone(),
+        };
+        let handle = std::thread::Builder::new()
+            .name(format!("vcpu{id}"))
+            .spawn(move || runner.run())
+            .map_err(|source| VmError::Os {
+                what: "spawning a vCPU thread",
+                source,
+            })?;
+        vcpus.push(handle);
+    }
+    spawn_stdin_reader(serial.clone());
+    log::info!(
+        "Started {count} vCPU(s), {} MiB in {:.1} ms",
+        config.machine.mem_size_mib,
+        started.elapsed().as_secs_f64() * 1e3
+    );
+    Ok(RunningVm {
+        vcpus,
+        stop,
+        events,
+        started,
+        _vm: vm,
+        _mem: mem,
+        _serial: serial,
+    })
+}
+
+fn create_memory(vm: &VmFd, mem_bytes: u64, mib: u64) -> Result<GuestMemoryMmap, VmError> {
+    let mem =
+        GuestMemoryMmap::from_ranges(&ram_regions(mem_bytes)).map_err(|e| VmError::Memory {
+            mib,
+            reason: e.to_string(),
+        })?;
+    for (slot, region) in mem.iter().enumerate() {
+        let host = region
+            .get_host_address(MemoryRegionAddress(0))
+            .map_err(|e| VmError::Memory {
+                mib,
+                reason: e.to_string(),
+            })?;
+        let desc = kvm_userspace_memory_region {
+            slot: slot as u32,
+            guest_phys_addr: region.start_addr().0,
+            memory_size: region.len(),
+            userspace_addr: host as u64,
+            flags: 0,
+        };
+        // SAFETY: `host` is the start of a live mapping of `region.len()` bytes owned by `mem`,
+        // which the returned `RunningVm` keeps alive for as long as the VM (and its vCPUs) run.
+        unsafe { vm.set_user_memory_region(desc) }.map_err(kvm_err("registering guest memory"))?;
+    }
+    Ok(mem)
+}
+
+fn configure_vcpu(
+    fd: &VcpuFd,
+    mem: &GuestMemoryMmap,
+    supported: &kvm_bindings::CpuId,
+    id: u8,
+    count: u8,
+    entry: BootEntry,
+) -> Result<(), VmError> {
+    fd.set_cpuid2(&cpuid::for_vcpu(supported, id, count))
+        .map_err(kvm_err("KVM_SET_CPUID2"))?;
+    let pairs = msr::boot_msrs();
+    let msrs = msr::to_kvm(&pairs).map_err(|_| VmError::Kvm {
+        what: "packing MSRs",
+        source: kvm_ioctls::Error::new(libc::EINVAL),
+    })?;
+    let set = fd.set_msrs(&msrs).map_err(kvm_err("KVM_SET_MSRS"))?;
+    if set != pairs.len() {
+        log::warn!(
+            "KVM accepted {set} of {} boot MSRs; first refused: {:#x}",
+            pairs.len(),
+            pairs[set].0
+        );
+    }
+    let mut lapic = fd.get_lapic().map_err(kvm_err("KVM_GET_LAPIC"))?;
+    set_lint(&mut lapic);
+    fd.set_lapic(&lapic).map_err(kvm_err("KVM_SET_LAPIC"))?;
+    let sregs = fd.get_sregs().map_err(kvm_err("KVM_GET_SREGS"))?;
+    fd.set_sregs(&regs::boot_sregs(mem, entry.mode, sregs)?)
+        .map_err(kvm_err("KVM_SET_SREGS"))?;
+    fd.set_regs(&regs::boot_regs(entry.mode, entry.entry))
+        .map_err(kvm_err("KVM_SET_REGS"))?;
+    fd.set_fpu(&regs::boot_fpu())
+        .map_err(kvm_err("KVM_SET_FPU"))?;
+    Ok(())
+}
+
+const APIC_LVT0: usize = 0x350;
+const APIC_LVT1: usize = 0x360;
+const APIC_MODE_NMI: u32 = 0x4;
+const APIC_MODE_EXTINT: u32 = 0x7;
+
+/// LINT0 delivers the PIC's interrupts (ExtINT), LINT1 delivers NMI, as firmware would set them.
+fn set_lint(lapic: &mut kvm_bindings::kvm_lapic_state) {
+    let mut update = |offset: usize, mode: u32| {
+        let mut raw = [0u8; 4];
+        for (i, b) in raw.iter_mut().enumerate() {
+            *b = lapic.regs[offset + i] as u8;
+        }
+        let v = u32::from_le_bytes(raw);
+        let v = (v & !0x700) | (mode << 8);
+        for (i, b) in v.to_le_bytes().iter().enumerate() {
+            lapic.regs[offset + i] = *b as _;
+        }
+    };
+    update(APIC_LVT0, APIC_MODE_EXTINT);
+    update(APIC_LVT1, APIC_MODE_NMI);
+}
+
+fn spawn_stdin_reader(serial: Arc<Mutex<SerialConsole>>) {
+    let spawned = std::thread::Builder::new()
+        .name("stdin".into())
+        .spawn(move || {
+            let mut buf = [0u8; 64];
+            let mut stdin = std::io::stdin();
+            while let Ok(n) = stdin.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                let mut uart = serial.lock().unwrap_or_else(|p| p.into_inner());
+                uart.enqueue_input(&buf[..n]);
+            }
+        });
+    if let Err(e) = spawned {
+        log::warn!("No console input: {e}");
+    }
+}
+
+impl RunningVm {
+    /// Waits for the reason the VM stops, then stops every vCPU.
+    pub fn wait(self) -> StopReason {
+        let reason = loop {
+            match self.events.recv_timeout(Duration::from_millis(50)) {
+                Ok(reason) => break reason,
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => {
+                    break StopReason::Shutdown {
+                        vcpu: 0,
+                        reason: "all vCPUs ended".into(),
+                    }
+                }
+            }
+            let sig = STOP_SIGNAL.load(Ordering::SeqCst);
+            if sig != 0 {
+                break StopReason::Signal(sig);
+            }
+        };
+        self.stop_vcpus();
+        log::info!(
+            "VM stopped after {:.3} s: {}",
+            self.started.elapsed().as_secs_f64(),
+            reason.describe()
+        );
+        reason
+    }
+
+    fn stop_vcpus(&self) {
+        self.stop.store(true, Ordering::Release);
+        let deadline = Instant::now() + Duration::from_secs(2);
+        // A vCPU blocked in KVM_RUN (halted, or waiting for SIPI) leaves it on a signal; repeat the
+        // kick until it has noticed `stop`, since a kick that lands just before KVM_RUN is lost.
+        while Instant::now() < deadline {
+            let running: Vec<_> = self.vcpus.iter().filter(|h| !h.is_finished()).collect();
+            if running.is_empty() {
+                return;
+            }
+            for h in running {
+                let _ = h.kill(SIGRTMIN());
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        log::warn!("Some vCPU threads did not stop within 2 s");
+    }
+}
+
+/// Builds, runs and waits for the VM.
+pub fn run(config: &VmConfig) -> Result<StopReason, VmError> {
+    Ok(start(config)?.wait())
+}

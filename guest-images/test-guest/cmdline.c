@@ -1,0 +1,109 @@
+/*
+ * cmdline.c - kernel command line parsing.
+ *
+ * Owns: splitting the command line into whitespace-separated tokens and
+ * interpreting `mode=` and `exit=`. Unknown tokens are ignored; an unknown
+ * mode or a malformed exit value prints an error line and fails (the caller
+ * exits with status 2). Later tokens override earlier ones.
+ */
+#include "guest.h"
+
+static int is_space(char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+/* Does token [t, t+n) start with key (NUL-terminated)? */
+static size_t prefix_len(const char *t, size_t n, const char *key)
+{
+    size_t k = 0;
+    while (key[k]) {
+        if (k >= n || t[k] != key[k])
+            return 0;
+        k++;
+    }
+    return k;
+}
+
+static int token_eq(const char *t, size_t n, const char *s)
+{
+    size_t k = prefix_len(t, n, s);
+    return k && k == n;
+}
+
+static void put_token(const char *t, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        putc_serial(t[i]);
+}
+
+static int parse_mode(const char *v, size_t n, enum guest_mode *mode)
+{
+    if (token_eq(v, n, "report"))
+        *mode = MODE_REPORT;
+    else if (token_eq(v, n, "user"))
+        *mode = MODE_USER;
+    else if (token_eq(v, n, "triple-fault"))
+        *mode = MODE_TRIPLE_FAULT;
+    else if (token_eq(v, n, "reset"))
+        *mode = MODE_RESET;
+    else if (token_eq(v, n, "halt"))
+        *mode = MODE_HALT;
+    else if (token_eq(v, n, "exception"))
+        *mode = MODE_EXCEPTION;
+    else
+        return -1;
+    return 0;
+}
+
+static int parse_u8_decimal(const char *v, size_t n, u8 *out)
+{
+    u32 x = 0;
+    if (n == 0 || n > 3)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        if (v[i] < '0' || v[i] > '9')
+            return -1;
+        x = x * 10 + (u32)(v[i] - '0');
+    }
+    if (x > 255)
+        return -1;
+    *out = (u8)x;
+    return 0;
+}
+
+int cmdline_parse(const char *s, size_t len, struct cmdline_opts *out)
+{
+    out->mode = MODE_REPORT;
+    out->exit_status = EXIT_OK;
+
+    size_t i = 0;
+    while (i < len) {
+        while (i < len && is_space(s[i]))
+            i++;
+        size_t start = i;
+        while (i < len && !is_space(s[i]))
+            i++;
+        const char *t = s + start;
+        size_t n = i - start, k;
+        if (n == 0)
+            break;
+        if ((k = prefix_len(t, n, "mode="))) {
+            if (parse_mode(t + k, n - k, &out->mode)) {
+                puts_serial("osprey-test-guest: error: unknown mode '");
+                put_token(t + k, n - k);
+                puts_serial("'\n");
+                return -1;
+            }
+        } else if ((k = prefix_len(t, n, "exit="))) {
+            if (parse_u8_decimal(t + k, n - k, &out->exit_status)) {
+                puts_serial("osprey-test-guest: error: bad exit status '");
+                put_token(t + k, n - k);
+                puts_serial("' (want decimal 0-255)\n");
+                return -1;
+            }
+        }
+        /* anything else: ignored, Linux-style */
+    }
+    return 0;
+}

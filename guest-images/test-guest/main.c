@@ -1,0 +1,85 @@
+/*
+ * main.c - kmain(): the test guest's top-level flow.
+ *
+ * Owns: the ready line, start_info validation, reading the command line,
+ * dispatching on mode= (report, user, triple-fault, reset, halt,
+ * exception) and the debug exit (final `osprey-test-guest: exit N` line,
+ * then outb to 0xf4).
+ */
+#include "guest.h"
+
+#define CMDLINE_MAX 4096
+#define USER_ITERATIONS 1000000
+
+static struct mp_info mp;
+
+NORETURN void guest_exit(u8 status)
+{
+    ensure_line_start();
+    puts_serial("osprey-test-guest: exit ");
+    put_u64(status);
+    putc_serial('\n');
+    outb(PORT_DEBUG_EXIT, status);
+    halt_forever();
+}
+
+static NORETURN void fail(const char *msg, u8 status)
+{
+    ensure_line_start();
+    puts_serial("osprey-test-guest: error: ");
+    puts_serial(msg);
+    putc_serial('\n');
+    guest_exit(status);
+}
+
+void kmain(u64 start_info_paddr)
+{
+    puts_serial("osprey-test-guest: ready\n");
+    cpu_init();
+
+    if (start_info_paddr == 0 ||
+        start_info_paddr + sizeof(struct hvm_start_info) > 0x100000000ULL)
+        fail("no start_info", EXIT_INTERNAL);
+    const struct hvm_start_info *si = (const void *)start_info_paddr;
+    if (si->magic != HVM_START_MAGIC)
+        fail("bad start_info magic", EXIT_INTERNAL);
+
+    const char *cmdline = "";
+    size_t cmdline_len = 0;
+    if (si->cmdline_paddr && si->cmdline_paddr < 0x100000000ULL) {
+        u64 room = 0x100000000ULL - si->cmdline_paddr;
+        cmdline = (const char *)si->cmdline_paddr;
+        cmdline_len = strnlen(cmdline, room < CMDLINE_MAX ? room : CMDLINE_MAX);
+    }
+
+    struct cmdline_opts opts;
+    if (cmdline_parse(cmdline, cmdline_len, &opts))
+        guest_exit(EXIT_BAD_ARG);
+
+    struct user_bench ub, *ubp = NULL;
+    switch (opts.mode) {
+    case MODE_TRIPLE_FAULT:
+        trigger_triple_fault();
+    case MODE_RESET:
+        outb(PORT_I8042_CMD, 0xfe);
+        halt_forever();
+    case MODE_HALT:
+        halt_forever();
+    case MODE_EXCEPTION:
+        __asm__ volatile("ud2");    /* -> EXCEPTION vector=6, exit 3 */
+        halt_forever();
+    case MODE_USER:
+        ub.iterations = USER_ITERATIONS;
+        ub.cycles = ub.result = 0;
+        if (run_in_user(user_bench, &ub) != USER_BENCH_MAGIC)
+            fail("run_in_user returned a wrong value", EXIT_INTERNAL);
+        ubp = &ub;
+        break;
+    case MODE_REPORT:
+        break;
+    }
+
+    mp_scan(&mp);
+    print_report(si, cmdline, cmdline_len, &mp, ubp);
+    guest_exit(opts.exit_status);
+}
