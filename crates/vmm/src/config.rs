@@ -340,7 +340,7 @@ mod tests {
             .expect_err("must fail");
         let msg = e.to_string();
         assert!(
-            msg.starts_with("vm.json: machine-config: unknown field `vcpus`"),
+            msg.starts_with("vm.json: machine-config.vcpus: unknown field `vcpus`, expected `vcpu_count` or `mem_size_mib`"),
             "{msg}"
         );
     }
