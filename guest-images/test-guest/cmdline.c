@@ -51,6 +51,8 @@ static int parse_mode(const char *v, size_t n, enum guest_mode *mode)
         *mode = MODE_HALT;
     else if (token_eq(v, n, "exception"))
         *mode = MODE_EXCEPTION;
+    else if (token_eq(v, n, "mmio-exec"))
+        *mode = MODE_MMIO_EXEC;
     else
         return -1;
     return 0;

@@ -69,7 +69,8 @@ static inline long run_in_user(user_fn fn, void *arg)
 
 /* cmdline.c */
 enum guest_mode {
-    MODE_REPORT, MODE_USER, MODE_TRIPLE_FAULT, MODE_RESET, MODE_HALT, MODE_EXCEPTION
+    MODE_REPORT, MODE_USER, MODE_TRIPLE_FAULT, MODE_RESET, MODE_HALT, MODE_EXCEPTION,
+    MODE_MMIO_EXEC
 };
 struct cmdline_opts {
     enum guest_mode mode;

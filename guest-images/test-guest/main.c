@@ -3,13 +3,14 @@
  *
  * Owns: the ready line, start_info validation, reading the command line,
  * dispatching on mode= (report, user, triple-fault, reset, halt,
- * exception) and the debug exit (final `osprey-test-guest: exit N` line,
+ * exception, mmio-exec) and the debug exit (final `osprey-test-guest: exit N` line,
  * then outb to 0xf4).
  */
 #include "guest.h"
 
 #define CMDLINE_MAX 4096
 #define USER_ITERATIONS 1000000
+#define MMIO_EXEC_ADDR 0xd0000000ULL
 
 static struct mp_info mp;
 
@@ -67,6 +68,11 @@ void kmain(u64 start_info_paddr)
         halt_forever();
     case MODE_EXCEPTION:
         __asm__ volatile("ud2");    /* -> EXCEPTION vector=6, exit 3 */
+        halt_forever();
+    case MODE_MMIO_EXEC:
+        /* Jump into the MMIO gap, where no RAM backs the address: KVM cannot fetch the
+         * instruction and stops the vCPU with an internal error on every KVM flavour. */
+        ((void (*)(void))MMIO_EXEC_ADDR)();
         halt_forever();
     case MODE_USER:
         ub.iterations = USER_ITERATIONS;

@@ -130,6 +130,8 @@ pub struct BootSpec<'a> {
     pub cmdline: &'a str,
     /// Guest memory size in bytes.
     pub mem_bytes: u64,
+    /// Address of the ACPI RSDP, handed to the guest by PVH or the zero page.
+    pub rsdp: u64,
 }
 
 /// Loads kernel, initrd and command line and writes the boot information.
@@ -196,8 +198,15 @@ pub fn load(mem: &GuestMemoryMmap, spec: &BootSpec<'_>) -> Result<BootEntry, Boo
     };
     let map = memory_map(spec.mem_bytes);
     match entry.mode {
-        EntryMode::Pvh => write_pvh_start_info(mem, &map, initrd)?,
-        EntryMode::Linux64 => write_zero_page(mem, &map, setup_header, spec.cmdline.len(), initrd)?,
+        EntryMode::Pvh => write_pvh_start_info(mem, &map, initrd, spec.rsdp)?,
+        EntryMode::Linux64 => write_zero_page(
+            mem,
+            &map,
+            setup_header,
+            spec.cmdline.len(),
+            initrd,
+            spec.rsdp,
+        )?,
     }
     Ok(entry)
 }
@@ -251,6 +260,7 @@ fn write_pvh_start_info(
     mem: &GuestMemoryMmap,
     map: &[MemoryMapEntry],
     initrd: Option<(u64, u64)>,
+    rsdp: u64,
 ) -> Result<(), BootError> {
     let w = |what| move |source| BootError::Write { what, source };
     let mut info = hvm_start_info {
@@ -259,6 +269,7 @@ fn write_pvh_start_info(
         cmdline_paddr: CMDLINE_START,
         memmap_paddr: PVH_MEMMAP_START,
         memmap_entries: map.len() as u32,
+        rsdp_paddr: rsdp,
         ..Default::default()
     };
     if let Some((paddr, size)) = initrd {
@@ -293,8 +304,12 @@ fn write_zero_page(
     setup_header: Option<linux_loader::loader::bootparam::setup_header>,
     cmdline_len: usize,
     initrd: Option<(u64, u64)>,
+    rsdp: u64,
 ) -> Result<(), BootError> {
-    let mut params = boot_params::default();
+    let mut params = boot_params {
+        acpi_rsdp_addr: rsdp,
+        ..Default::default()
+    };
     if let Some(h) = setup_header {
         params.hdr = h;
     }
@@ -365,12 +380,13 @@ mod tests {
     fn pvh_start_info_and_memmap_are_written() {
         let m = mem(64 << 20);
         let map = memory_map(64 << 20);
-        write_pvh_start_info(&m, &map, Some((0x200_0000, 0x1000))).expect("write");
+        write_pvh_start_info(&m, &map, Some((0x200_0000, 0x1000)), 0xe_0000).expect("write");
         let info: hvm_start_info = m.read_obj(GuestAddress(PVH_INFO_START)).expect("read");
         assert_eq!(info.magic, XEN_HVM_START_MAGIC);
         assert_eq!(info.memmap_entries as usize, map.len());
         assert_eq!(info.cmdline_paddr, CMDLINE_START);
         assert_eq!(info.nr_modules, 1);
+        assert_eq!(info.rsdp_paddr, 0xe_0000);
         let module: hvm_modlist_entry = m.read_obj(GuestAddress(PVH_MODLIST_START)).expect("mod");
         assert_eq!((module.paddr, module.size), (0x200_0000, 0x1000));
         let last: hvm_memmap_table_entry = m
@@ -385,12 +401,13 @@ mod tests {
         let m = mem(64 << 20);
         let map = memory_map(64 << 20);
         write_cmdline(&m, "console=ttyS0").expect("cmdline");
-        write_zero_page(&m, &map, None, 13, Some((0x300_0000, 77))).expect("zero page");
+        write_zero_page(&m, &map, None, 13, Some((0x300_0000, 77)), 0xe_0000).expect("zero page");
         let p: boot_params = m.read_obj(GuestAddress(ZERO_PAGE_START)).expect("read");
         assert_eq!(p.hdr.cmd_line_ptr as u64, CMDLINE_START);
         assert_eq!({ p.hdr.cmdline_size }, 14);
         assert_eq!((p.hdr.ramdisk_image, p.hdr.ramdisk_size), (0x300_0000, 77));
         assert_eq!(p.e820_entries as usize, map.len());
+        assert_eq!({ p.acpi_rsdp_addr }, 0xe_0000);
         assert_eq!({ p.hdr.boot_flag }, BOOT_FLAG);
         let mut buf = [0u8; 14];
         m.read_slice(&mut buf, GuestAddress(CMDLINE_START))

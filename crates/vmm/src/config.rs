@@ -215,7 +215,12 @@ impl VmConfig {
     pub fn from_json(text: &str, origin: &str) -> Result<Self, ConfigError> {
         let de = &mut serde_json::Deserializer::from_str(text);
         serde_path_to_error::deserialize(de).map_err(|e| {
-            let path = e.path().to_string();
+            // serde_path_to_error marks a position it could not name with `?`: drop it.
+            let raw = e.path().to_string();
+            let path = match raw.trim_end_matches(".?") {
+                "?" | "" => ".".to_string(),
+                p => p.to_string(),
+            };
             let mut message = e.into_inner().to_string();
             // serde_json appends " at line L column C"; keep it, it helps find the spot.
             if message.is_empty() {

@@ -2,6 +2,7 @@
 //!
 //! The `osprey` binary (`main.rs`) is a thin shell over [`vm::run`]. Module map: `docs/ARCHITECTURE.md`.
 
+pub mod acpi;
 pub mod boot;
 pub mod cli;
 pub mod config;

@@ -39,7 +39,12 @@ fn main() {
         return;
     }
     match vmm::vm::run(&config) {
-        Ok(stop) => std::process::exit(stop.exit_status()),
+        Ok(stop) => {
+            if let vmm::stop::StopReason::Failed { .. } = stop {
+                eprintln!("osprey: error: {}", stop.describe());
+            }
+            std::process::exit(stop.exit_status())
+        }
         Err(e) => {
             eprintln!("osprey: error: {e}");
             std::process::exit(EXIT_VMM);

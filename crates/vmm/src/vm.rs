@@ -28,7 +28,7 @@ use crate::layout::ram_regions;
 use crate::regs::{self, RegsError};
 use crate::stop::StopReason;
 use crate::vcpu::VcpuRunner;
-use crate::{cpuid, mptable, msr};
+use crate::{acpi, cpuid, mptable, msr};
 
 /// Errors building or starting the VM.
 #[derive(Debug, thiserror::Error)]
@@ -52,6 +52,9 @@ pub enum VmError {
     /// Loading the kernel or initrd failed.
     #[error(transparent)]
     Boot(#[from] BootError),
+    /// Writing the ACPI tables failed.
+    #[error(transparent)]
+    Acpi(#[from] acpi::AcpiError),
     /// Writing the MP table failed.
     #[error(transparent)]
     Mptable(#[from] mptable::MptableError),
@@ -161,11 +164,14 @@ pub fn start(config: &VmConfig) -> Result<RunningVm, VmError> {
     let pio = Arc::new(pio);
     let mmio = Arc::new(Bus::new());
 
+    mptable::write(&mem, config.machine.vcpu_count)?;
+    let rsdp = acpi::write(&mem, config.machine.vcpu_count)?;
     let spec = BootSpec {
         kernel: &config.boot.kernel_image_path,
         initrd: config.boot.initrd_path.as_deref(),
         cmdline: &config.boot.boot_args,
         mem_bytes,
+        rsdp,
     };
     let entry = boot::load(&mem, &spec)?;
     log::info!(
@@ -175,7 +181,6 @@ pub fn start(config: &VmConfig) -> Result<RunningVm, VmError> {
         entry.mode,
         entry.entry
     );
-    mptable::write(&mem, config.machine.vcpu_count)?;
 
     let supported = kvm
         .get_supported_cpuid(KVM_MAX_CPUID_ENTRIES)

@@ -1,0 +1,41 @@
+# Osprey's build entry points. `make run` boots the sample VM; `make test` runs every test.
+
+CARGO ?= cargo
+GUEST := guest-images/build/test-guest.elf
+
+.PHONY: all build guest kernel run test test-unit test-guest-check lint fmt clean help
+
+help:
+	@echo "make run     build everything and boot examples/test-guest.json (the main job)"
+	@echo "make test    run every test: unit, guest-booting integration, Linux milestones"
+	@echo "make lint    rustfmt check and clippy (warnings are errors)"
+	@echo "make guest   build Osprey's test guest ($(GUEST))"
+	@echo "make kernel  fetch the Debian cloud kernel into guest-images/cache/linux"
+
+all: build guest
+
+build:
+	$(CARGO) build --release --bin osprey
+
+guest:
+	$(MAKE) -C guest-images test-guest
+
+kernel:
+	bash guest-images/linux/fetch-kernel.sh
+
+run: build guest
+	./target/release/osprey --config examples/test-guest.json
+
+test-guest-check: guest
+	$(MAKE) -C guest-images check
+
+test: guest test-guest-check
+	$(CARGO) test --workspace -- --test-threads=2
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+clean:
+	$(CARGO) clean
+	$(MAKE) -C guest-images clean

@@ -1,0 +1,246 @@
+//! ACPI tables: how a modern guest (Linux built without `CONFIG_X86_MPPARSE`, like Debian's cloud
+//! kernel) learns its CPUs and IOAPIC.
+//!
+//! A hardware-reduced ACPI 6 set: RSDP → XSDT → FADT (→ an empty DSDT) and MADT. Built as one
+//! byte blob by a pure function ([`build`]) and written at [`ACPI_START`], inside the reserved
+//! BIOS area where Linux also finds the RSDP by scanning; PVH and the zero page point at it too.
+
+use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+
+use crate::layout::{APIC_DEFAULT_PHYS_BASE, IOAPIC_DEFAULT_PHYS_BASE};
+
+/// Where the RSDP (and the tables after it) live.
+pub const ACPI_START: u64 = 0x000e_0000;
+/// The end of the area the tables may use (the BIOS area ends at 1 MiB).
+pub const ACPI_END: u64 = 0x0010_0000;
+
+const HEADER_LEN: usize = 36;
+const OEM_ID: &[u8; 6] = b"OSPREY";
+const OEM_TABLE_ID: &[u8; 8] = b"OSPREYVM";
+const CREATOR_ID: &[u8; 4] = b"OSPR";
+const FADT_LEN: usize = 276;
+const FADT_REVISION: u8 = 6;
+const FADT_MINOR_REVISION: u8 = 5;
+const FADT_FLAGS_HW_REDUCED_ACPI: u32 = 1 << 20;
+const IAPC_BOOT_ARCH_VGA_NOT_PRESENT: u16 = 1 << 2;
+const IAPC_BOOT_ARCH_CMOS_RTC_NOT_PRESENT: u16 = 1 << 5;
+const MADT_PCAT_COMPAT: u32 = 1;
+const MADT_LOCAL_APIC: u8 = 0;
+const MADT_IOAPIC: u8 = 1;
+const MADT_LOCAL_APIC_NMI: u8 = 4;
+const LAPIC_ENABLED: u32 = 1;
+
+/// Errors writing the ACPI tables.
+#[derive(Debug, thiserror::Error)]
+pub enum AcpiError {
+    /// The tables do not fit below 1 MiB.
+    #[error("ACPI tables of {0} bytes do not fit in the BIOS area")]
+    TooBig(usize),
+    /// Writing to guest memory failed.
+    #[error("Writing the ACPI tables failed: {0}")]
+    Write(vm_memory::GuestMemoryError),
+}
+
+fn checksum(bytes: &[u8]) -> u8 {
+    0u8.wrapping_sub(bytes.iter().fold(0u8, |a, b| a.wrapping_add(*b)))
+}
+
+/// A System Description Table: the standard 36-byte header, then `body`, checksummed.
+fn sdt(signature: &[u8; 4], revision: u8, body: &[u8]) -> Vec<u8> {
+    let len = (HEADER_LEN + body.len()) as u32;
+    let mut t = Vec::with_capacity(len as usize);
+    t.extend_from_slice(signature);
+    t.extend_from_slice(&len.to_le_bytes());
+    t.push(revision);
+    t.push(0); // checksum, below
+    t.extend_from_slice(OEM_ID);
+    t.extend_from_slice(OEM_TABLE_ID);
+    t.extend_from_slice(&1u32.to_le_bytes()); // OEM revision
+    t.extend_from_slice(CREATOR_ID);
+    t.extend_from_slice(&1u32.to_le_bytes()); // creator revision
+    t.extend_from_slice(body);
+    t[9] = checksum(&t);
+    t
+}
+
+fn madt(num_cpus: u8) -> Vec<u8> {
+    let mut body = Vec::new();
+    body.extend_from_slice(&APIC_DEFAULT_PHYS_BASE.to_le_bytes());
+    body.extend_from_slice(&MADT_PCAT_COMPAT.to_le_bytes());
+    for cpu in 0..num_cpus {
+        body.extend_from_slice(&[MADT_LOCAL_APIC, 8, cpu, cpu]);
+        body.extend_from_slice(&LAPIC_ENABLED.to_le_bytes());
+    }
+    // The IOAPIC's id follows the CPUs', as in the MP table; its pins start at GSI 0.
+    body.extend_from_slice(&[MADT_IOAPIC, 12, num_cpus, 0]);
+    body.extend_from_slice(&IOAPIC_DEFAULT_PHYS_BASE.to_le_bytes());
+    body.extend_from_slice(&0u32.to_le_bytes());
+    // LINT1 of every processor (uid 0xff) is NMI.
+    body.extend_from_slice(&[MADT_LOCAL_APIC_NMI, 6, 0xff, 0, 0, 1]);
+    sdt(b"APIC", 6, &body)
+}
+
+fn fadt(dsdt_addr: u64) -> Vec<u8> {
+    let mut body = vec![0u8; FADT_LEN - HEADER_LEN];
+    let at = |off: usize| off - HEADER_LEN;
+    body[at(40)..at(44)].copy_from_slice(&(dsdt_addr as u32).to_le_bytes());
+    let boot_arch = IAPC_BOOT_ARCH_VGA_NOT_PRESENT | IAPC_BOOT_ARCH_CMOS_RTC_NOT_PRESENT;
+    body[at(109)..at(111)].copy_from_slice(&boot_arch.to_le_bytes());
+    body[at(112)..at(116)].copy_from_slice(&FADT_FLAGS_HW_REDUCED_ACPI.to_le_bytes());
+    body[at(131)] = FADT_MINOR_REVISION;
+    body[at(140)..at(148)].copy_from_slice(&dsdt_addr.to_le_bytes());
+    body[at(268)..at(276)].copy_from_slice(b"OSPREYVM"); // hypervisor vendor identity
+    sdt(b"FACP", FADT_REVISION, &body)
+}
+
+fn align16(n: usize) -> usize {
+    (n + 15) & !15
+}
+
+/// Builds RSDP, XSDT, FADT, DSDT and MADT for `num_cpus`, laid out from `base`.
+pub fn build(num_cpus: u8, base: u64) -> Vec<u8> {
+    const RSDP_LEN: usize = 36;
+    let xsdt_off = align16(RSDP_LEN);
+    let xsdt_len = HEADER_LEN + 2 * 8;
+    let dsdt_off = align16(xsdt_off + xsdt_len);
+    let dsdt = sdt(b"DSDT", 2, &[]);
+    let fadt_off = align16(dsdt_off + dsdt.len());
+    let fadt = fadt(base + dsdt_off as u64);
+    let madt_off = align16(fadt_off + fadt.len());
+    let madt = madt(num_cpus);
+
+    let mut xsdt_body = Vec::new();
+    xsdt_body.extend_from_slice(&(base + fadt_off as u64).to_le_bytes());
+    xsdt_body.extend_from_slice(&(base + madt_off as u64).to_le_bytes());
+    let xsdt = sdt(b"XSDT", 1, &xsdt_body);
+
+    let mut rsdp = Vec::with_capacity(RSDP_LEN);
+    rsdp.extend_from_slice(b"RSD PTR ");
+    rsdp.push(0); // checksum of the first 20 bytes
+    rsdp.extend_from_slice(OEM_ID);
+    rsdp.push(2); // revision: ACPI 2.0+
+    rsdp.extend_from_slice(&0u32.to_le_bytes()); // no RSDT
+    rsdp.extend_from_slice(&(RSDP_LEN as u32).to_le_bytes());
+    rsdp.extend_from_slice(&(base + xsdt_off as u64).to_le_bytes());
+    rsdp.extend_from_slice(&[0, 0, 0, 0]); // extended checksum, reserved
+    rsdp[8] = checksum(&rsdp[..20]);
+    rsdp[32] = checksum(&rsdp);
+
+    let mut blob = vec![0u8; madt_off + madt.len()];
+    for (off, table) in [
+        (0, &rsdp),
+        (xsdt_off, &xsdt),
+        (dsdt_off, &dsdt),
+        (fadt_off, &fadt),
+        (madt_off, &madt),
+    ] {
+        blob[off..off + table.len()].copy_from_slice(table);
+    }
+    blob
+}
+
+/// Writes the tables for `num_cpus` at [`ACPI_START`]; returns the RSDP's address.
+pub fn write(mem: &GuestMemoryMmap, num_cpus: u8) -> Result<u64, AcpiError> {
+    let blob = build(num_cpus, ACPI_START);
+    if ACPI_START + blob.len() as u64 > ACPI_END {
+        return Err(AcpiError::TooBig(blob.len()));
+    }
+    mem.write_slice(&blob, GuestAddress(ACPI_START))
+        .map_err(AcpiError::Write)?;
+    Ok(ACPI_START)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sum(b: &[u8]) -> u8 {
+        b.iter().fold(0u8, |a, x| a.wrapping_add(*x))
+    }
+
+    fn u32_at(b: &[u8], off: usize) -> u32 {
+        u32::from_le_bytes(b[off..off + 4].try_into().expect("4 bytes"))
+    }
+
+    fn u64_at(b: &[u8], off: usize) -> u64 {
+        u64::from_le_bytes(b[off..off + 8].try_into().expect("8 bytes"))
+    }
+
+    /// Follows RSDP → XSDT → tables in `blob` (placed at `base`) and returns them by signature.
+    fn tables(blob: &[u8], base: u64) -> Vec<([u8; 4], Vec<u8>)> {
+        assert_eq!(&blob[0..8], b"RSD PTR ");
+        assert_eq!(sum(&blob[..20]), 0, "RSDP checksum");
+        assert_eq!(sum(&blob[..36]), 0, "RSDP extended checksum");
+        let xsdt_at = (u64_at(blob, 24) - base) as usize;
+        let xsdt_len = u32_at(blob, xsdt_at + 4) as usize;
+        let xsdt = &blob[xsdt_at..xsdt_at + xsdt_len];
+        assert_eq!(&xsdt[0..4], b"XSDT");
+        assert_eq!(sum(xsdt), 0, "XSDT checksum");
+        (HEADER_LEN..xsdt_len)
+            .step_by(8)
+            .map(|off| {
+                let at = (u64_at(xsdt, off) - base) as usize;
+                let len = u32_at(blob, at + 4) as usize;
+                let t = blob[at..at + len].to_vec();
+                assert_eq!(
+                    sum(&t),
+                    0,
+                    "checksum of {:?}",
+                    String::from_utf8_lossy(&t[0..4])
+                );
+                (t[0..4].try_into().expect("sig"), t)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn tables_chain_and_checksum() {
+        let blob = build(4, ACPI_START);
+        let t = tables(&blob, ACPI_START);
+        let sigs: Vec<&[u8; 4]> = t.iter().map(|(s, _)| s).collect();
+        assert_eq!(sigs, vec![b"FACP", b"APIC"]);
+        let fadt = &t[0].1;
+        assert_eq!(fadt.len(), FADT_LEN);
+        assert_ne!(u32_at(fadt, 112) & FADT_FLAGS_HW_REDUCED_ACPI, 0);
+        let dsdt_at = (u64_at(fadt, 140) - ACPI_START) as usize;
+        assert_eq!(u32_at(fadt, 40) as u64, u64_at(fadt, 140));
+        assert_eq!(&blob[dsdt_at..dsdt_at + 4], b"DSDT");
+        assert_eq!(sum(&blob[dsdt_at..dsdt_at + HEADER_LEN]), 0);
+    }
+
+    #[test]
+    fn madt_lists_every_cpu_and_the_ioapic() {
+        for cpus in [1u8, 2, 4, 64] {
+            let blob = build(cpus, ACPI_START);
+            let madt = tables(&blob, ACPI_START).remove(1).1;
+            assert_eq!(u32_at(&madt, 36), APIC_DEFAULT_PHYS_BASE);
+            let mut off = 44;
+            let (mut lapics, mut ioapics) = (Vec::new(), 0);
+            while off < madt.len() {
+                let (kind, len) = (madt[off], madt[off + 1] as usize);
+                assert!(len >= 2 && off + len <= madt.len(), "entry bounds");
+                match kind {
+                    MADT_LOCAL_APIC => {
+                        assert_eq!(u32_at(&madt, off + 4), LAPIC_ENABLED);
+                        lapics.push(madt[off + 3]);
+                    }
+                    MADT_IOAPIC => {
+                        ioapics += 1;
+                        assert_eq!(madt[off + 2], cpus, "IOAPIC id follows the CPUs");
+                        assert_eq!(u32_at(&madt, off + 4), IOAPIC_DEFAULT_PHYS_BASE);
+                    }
+                    _ => {}
+                }
+                off += len;
+            }
+            assert_eq!(lapics, (0..cpus).collect::<Vec<_>>());
+            assert_eq!(ioapics, 1);
+        }
+    }
+
+    #[test]
+    fn largest_table_set_fits_the_bios_area() {
+        let blob = build(crate::config::MAX_VCPUS, ACPI_START);
+        assert!(ACPI_START + blob.len() as u64 <= ACPI_END);
+    }
+}

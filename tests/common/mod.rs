@@ -1,0 +1,231 @@
+//! Shared harness for the integration tests: builds the guest images, spawns `osprey` as a child
+//! process (killed on drop), collects its console and log lines with timestamps, and waits for
+//! lines or for exit with a timeout.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex, Once};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("repo root")
+}
+
+/// The `osprey` binary under test.
+pub fn osprey() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_osprey"))
+}
+
+static GUEST_BUILD: Once = Once::new();
+
+/// Builds (once per test binary) and returns Osprey's test guest.
+pub fn test_guest() -> PathBuf {
+    let root = repo_root();
+    GUEST_BUILD.call_once(|| {
+        let out = Command::new("make")
+            .arg("-C")
+            .arg(root.join("guest-images"))
+            .arg("test-guest")
+            .output()
+            .expect("run make");
+        assert!(
+            out.status.success(),
+            "building the test guest failed:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    });
+    let elf = root.join("guest-images/build/test-guest.elf");
+    assert!(elf.exists(), "{} missing after make", elf.display());
+    elf
+}
+
+/// A line from the child, with the time since spawn.
+#[derive(Debug, Clone)]
+pub struct Line {
+    pub at: Duration,
+    pub text: String,
+}
+
+/// A running `osprey` child process.
+pub struct Vmm {
+    child: Child,
+    started: Instant,
+    stdout: Arc<Mutex<Vec<Line>>>,
+    stderr: Arc<Mutex<Vec<Line>>>,
+    readers: Vec<thread::JoinHandle<()>>,
+}
+
+fn collect(
+    src: impl Read + Send + 'static,
+    sink: Arc<Mutex<Vec<Line>>>,
+    t0: Instant,
+) -> thread::JoinHandle<()> {
+    thread::spawn(move || {
+        let mut r = BufReader::new(src);
+        let mut buf = Vec::new();
+        loop {
+            buf.clear();
+            match r.read_until(b'\n', &mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    let text = String::from_utf8_lossy(&buf)
+                        .trim_end_matches(['\n', '\r'])
+                        .to_string();
+                    sink.lock().expect("lock").push(Line {
+                        at: t0.elapsed(),
+                        text,
+                    });
+                }
+            }
+        }
+    })
+}
+
+impl Vmm {
+    /// Spawns `osprey` with `args`.
+    pub fn spawn<I, S>(args: I) -> Vmm
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<std::ffi::OsStr>,
+    {
+        let started = Instant::now();
+        let mut child = Command::new(osprey())
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn osprey");
+        let stdout = Arc::new(Mutex::new(Vec::new()));
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        let readers = vec![
+            collect(
+                child.stdout.take().expect("stdout"),
+                stdout.clone(),
+                started,
+            ),
+            collect(
+                child.stderr.take().expect("stderr"),
+                stderr.clone(),
+                started,
+            ),
+        ];
+        Vmm {
+            child,
+            started,
+            stdout,
+            stderr,
+            readers,
+        }
+    }
+
+    /// The child's pid.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Console (stdout) lines so far.
+    pub fn console(&self) -> Vec<Line> {
+        self.stdout.lock().expect("lock").clone()
+    }
+
+    /// Log (stderr) lines so far.
+    pub fn log(&self) -> Vec<Line> {
+        self.stderr.lock().expect("lock").clone()
+    }
+
+    /// All console text so far, one string.
+    pub fn console_text(&self) -> String {
+        self.console()
+            .iter()
+            .map(|l| l.text.as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// All log text so far, one string.
+    pub fn log_text(&self) -> String {
+        self.log()
+            .iter()
+            .map(|l| l.text.as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// Waits until a console line satisfies `pred`; returns it, or None on timeout or exit.
+    pub fn wait_console(&mut self, timeout: Duration, pred: impl Fn(&str) -> bool) -> Option<Line> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(l) = self.console().into_iter().find(|l| pred(&l.text)) {
+                return Some(l);
+            }
+            if Instant::now() >= deadline || matches!(self.child.try_wait(), Ok(Some(_))) {
+                // One last look: the line may have arrived with the exit.
+                thread::sleep(Duration::from_millis(20));
+                return self.console().into_iter().find(|l| pred(&l.text));
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Waits for exit; panics with the output on timeout.
+    pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                for r in self.readers.drain(..) {
+                    let _ = r.join();
+                }
+                return status;
+            }
+            if Instant::now() >= deadline {
+                let _ = self.child.kill();
+                panic!(
+                    "osprey did not exit within {timeout:?}\nconsole:\n{}\nlog:\n{}",
+                    self.console_text(),
+                    self.log_text()
+                );
+            }
+            thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Sends `sig` to the child.
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: kill(2) on our own child's pid has no memory-safety preconditions.
+        let rc = unsafe { libc::kill(self.child.id() as i32, sig) };
+        assert_eq!(rc, 0, "kill failed");
+    }
+
+    /// Time since spawn.
+    pub fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+}
+
+impl Drop for Vmm {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs `osprey` to completion and returns (status, stdout, stderr).
+pub fn run_to_exit<I, S>(args: I, timeout: Duration) -> (ExitStatus, String, String)
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let mut vmm = Vmm::spawn(args);
+    let status = vmm.wait_exit(timeout);
+    (status, vmm.console_text(), vmm.log_text())
+}

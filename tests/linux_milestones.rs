@@ -1,0 +1,164 @@
+//! Boots the Debian cloud kernel (fetched by `guest-images/linux/fetch-kernel.sh`) as a bzImage and
+//! as an ELF entered through PVH, with 2 vCPUs, and checks the milestones every host allows: the
+//! kernel prints its version, exactly our command line, a memory map matching the configured size,
+//! and (from the ACPI MADT) the number of CPUs.
+//!
+//! On kvm_pvm hosts the guest kernel's ring 0 is emulated (~600 ns per instruction), so these
+//! milestones take tens of seconds and the kernel later dies in the emulator; the test stops the VM
+//! as soon as the milestones are seen. Times to each milestone are printed (`--nocapture`) and
+//! written to `target/linux-milestones.txt`.
+
+mod common;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use common::{repo_root, Vmm};
+
+const CPUS: u8 = 2;
+const MEM_MIB: u64 = 512;
+/// Arguments that get a stock kernel this far on kvm_pvm (see docs/kvm-pvm.md).
+const PVM_ARGS: &str = "clearcpuid=cx16,popcnt,xsaveopt,xsavec,xsaves,avx,avx2,fma,f16c,movbe,rdrand,\
+rdseed,aes,pclmulqdq,sse4_1,sse4_2,ssse3,fsgsbase,smap,invpcid,clflushopt,clwb,sha_ni,bmi1,bmi2,adx,pku,\
+ospke,vaes,vpclmulqdq,gfni,avx512f noxsave mitigations=off";
+/// Generous: the bzImage decompresses itself in the emulator before printing anything.
+const MILESTONE_TIMEOUT: Duration = Duration::from_secs(420);
+
+fn kernel_kit() -> (PathBuf, PathBuf) {
+    let root = repo_root();
+    let out = Command::new("bash")
+        .arg(root.join("guest-images/linux/fetch-kernel.sh"))
+        .output()
+        .expect("run fetch-kernel.sh");
+    assert!(
+        out.status.success(),
+        "fetching the Debian kernel failed (apt must reach Debian's archive):\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dir = root.join("guest-images/cache/linux");
+    (dir.join("bzImage"), dir.join("vmlinux"))
+}
+
+/// `[mem 0xSTART-0xEND] usable` lines of the kernel's e820 printout as (start, end inclusive).
+fn usable_ranges(console: &str) -> Vec<(u64, u64)> {
+    console
+        .lines()
+        .filter(|l| l.contains("BIOS-e820: [mem ") && l.trim_end().ends_with("usable"))
+        .filter_map(|l| {
+            let inner = l.split("[mem ").nth(1)?.split(']').next()?;
+            let (a, b) = inner.split_once('-')?;
+            let parse = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok();
+            Some((parse(a)?, parse(b)?))
+        })
+        .collect()
+}
+
+fn record(kind: &str, lines: &[String]) {
+    let path = repo_root().join("target/linux-milestones.txt");
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
+        for l in lines {
+            let _ = writeln!(f, "{kind}: {l}");
+        }
+    }
+}
+
+/// A milestone's name and the console line that marks it.
+type Milestone = (&'static str, fn(&str) -> bool);
+
+fn boot_to_milestones(kind: &str, kernel: PathBuf) {
+    let cmdline =
+        format!("console=ttyS0 earlyprintk=serial,ttyS0,115200 reboot=k panic=-1 {PVM_ARGS}");
+    let mut vmm = Vmm::spawn([
+        "--kernel".as_ref(),
+        kernel.as_os_str(),
+        "--cpus".as_ref(),
+        CPUS.to_string().as_ref(),
+        "--memory".as_ref(),
+        MEM_MIB.to_string().as_ref(),
+        "--cmdline".as_ref(),
+        cmdline.as_ref(),
+    ]);
+    let mut times = Vec::new();
+    let milestones: [Milestone; 4] = [
+        ("version", |l| l.contains("Linux version ")),
+        ("command line", |l| l.contains("] Command line: ")),
+        ("memory map", |l| {
+            l.contains("] BIOS-e820: ") && l.contains("usable")
+        }),
+        ("CPU count", |l| l.contains("smpboot: Allowing ")),
+    ];
+    for (name, pred) in milestones.iter() {
+        let line = vmm.wait_console(MILESTONE_TIMEOUT, *pred).unwrap_or_else(|| {
+            panic!(
+                "{kind}: milestone `{name}` not reached in {MILESTONE_TIMEOUT:?}\nconsole:\n{}\nlog:\n{}",
+                vmm.console_text(),
+                vmm.log_text()
+            )
+        });
+        let t = format!("{name} after {:.1} s: {}", line.at.as_secs_f64(), line.text);
+        eprintln!("{kind}: {t}");
+        times.push(t);
+    }
+    record(kind, &times);
+    let console = vmm.console_text();
+    assert!(vmm.log_text().contains("KVM: kvm_"), "{}", vmm.log_text());
+
+    let cmd_line = console
+        .lines()
+        .find(|l| l.contains("] Command line: "))
+        .expect("seen above");
+    let printed = cmd_line
+        .split("] Command line: ")
+        .nth(1)
+        .expect("split")
+        .trim_end();
+    assert_eq!(
+        printed, cmdline,
+        "{kind}: the kernel must see exactly our command line"
+    );
+
+    let usable = usable_ranges(&console);
+    let total: u64 = usable.iter().map(|(a, b)| b - a + 1).sum();
+    let top = usable
+        .iter()
+        .map(|(_, b)| b + 1)
+        .max()
+        .expect("usable ranges");
+    assert_eq!(
+        top,
+        MEM_MIB << 20,
+        "{kind}: RAM must end at the configured size: {usable:x?}"
+    );
+    assert_eq!(
+        total,
+        (MEM_MIB << 20) - (0x10_0000 - 0x9_fc00),
+        "{kind}: usable RAM: {usable:x?}"
+    );
+
+    let cpus_line = console
+        .lines()
+        .find(|l| l.contains("smpboot: Allowing "))
+        .expect("seen above");
+    assert!(
+        cpus_line.contains(&format!("Allowing {CPUS} CPUs")),
+        "{kind}: the kernel must find {CPUS} CPUs in the MADT: {cpus_line}"
+    );
+}
+
+#[test]
+fn debian_kernel_bzimage_reaches_milestones() {
+    let (bz, _) = kernel_kit();
+    boot_to_milestones("bzImage", bz);
+}
+
+#[test]
+fn debian_kernel_elf_pvh_reaches_milestones() {
+    let (_, vmlinux) = kernel_kit();
+    boot_to_milestones("ELF/PVH", vmlinux);
+}
