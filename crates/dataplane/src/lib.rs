@@ -1,4 +1,16 @@
-//! Osprey's dataplane: the iothread event loop, the adaptive polling policy and the I/O engines.
+//! Osprey's dataplane: the iothread event loop and the I/O engines.
 //!
-//! This crate knows nothing of KVM, PCI or virtio; devices hand it pollable handlers and it
-//! drives them. It is filled in by the virtio-blk, engines and polling work.
+//! This crate knows nothing of KVM, PCI or virtio. Devices hand an [`IoThread`] boxed
+//! [`Handler`]s (e.g. a virtio-blk queue with its I/O engine); the thread sleeps in epoll on the
+//! handlers' wake fds and runs each handler when one fires. I/O goes through the [`IoEngine`]
+//! completion-source trait ([`engine`]), whose engines complete every request through the same
+//! submit → commit → reap path.
+
+pub mod engine;
+pub mod handler;
+pub mod iothread;
+pub mod stats;
+
+pub use engine::{Completion, EngineKind, IoEngine, IoOp, IoRequest};
+pub use handler::Handler;
+pub use iothread::{IoThread, IoThreadError};

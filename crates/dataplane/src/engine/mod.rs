@@ -1,0 +1,249 @@
+//! The I/O engine abstraction: queue requests (`submit`), hand them to the kernel in one call per
+//! round (`commit`), collect completions without blocking (`reap`). Back-pressure comes from
+//! `capacity`: a caller that finds the engine full leaves the request where it came from.
+//!
+//! Buffers are raw host pointers into guest memory ([`IoVec`]); the caller guarantees they stay
+//! valid until the request's completion has been reaped.
+
+use std::os::unix::io::RawFd;
+
+pub mod sync;
+
+/// Which engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EngineKind {
+    /// Blocking preadv/pwritev/fdatasync on the dataplane thread.
+    Sync,
+}
+
+/// One buffer of a request: a host address and a length.
+#[derive(Debug, Clone, Copy)]
+pub struct IoVec {
+    /// Host virtual address.
+    pub base: *mut u8,
+    /// Length in bytes.
+    pub len: usize,
+}
+
+// SAFETY: an `IoVec` is only an address and a length; the engine that dereferences it relies on
+// the submitter's guarantee (see the module doc) that the memory outlives the request, whichever
+// thread runs it.
+unsafe impl Send for IoVec {}
+
+/// What to do.
+#[derive(Debug)]
+pub enum IoOp {
+    /// Read into the buffers from `offset`.
+    Read {
+        /// Byte offset in the file.
+        offset: u64,
+        /// Destination buffers, in order.
+        iovecs: Vec<IoVec>,
+    },
+    /// Write the buffers at `offset`.
+    Write {
+        /// Byte offset in the file.
+        offset: u64,
+        /// Source buffers, in order.
+        iovecs: Vec<IoVec>,
+    },
+    /// Make written data durable (fdatasync).
+    Flush,
+    /// Deallocate a range (the data reads back as zeros or old data).
+    Discard {
+        /// Byte offset.
+        offset: u64,
+        /// Length in bytes.
+        len: u64,
+    },
+    /// Make a range read back as zeros.
+    WriteZeroes {
+        /// Byte offset.
+        offset: u64,
+        /// Length in bytes.
+        len: u64,
+        /// The range may be deallocated.
+        unmap: bool,
+    },
+}
+
+impl IoOp {
+    /// Total bytes of a read or write.
+    pub fn data_len(&self) -> usize {
+        match self {
+            IoOp::Read { iovecs, .. } | IoOp::Write { iovecs, .. } => {
+                iovecs.iter().map(|v| v.len).sum()
+            }
+            _ => 0,
+        }
+    }
+}
+
+/// A request with the caller's token, returned in its completion.
+#[derive(Debug)]
+pub struct IoRequest {
+    /// The operation.
+    pub op: IoOp,
+    /// Opaque to the engine.
+    pub token: u64,
+}
+
+/// A finished request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Completion {
+    /// The submitter's token.
+    pub token: u64,
+    /// Bytes transferred (≥ 0), or a negative errno.
+    pub result: i64,
+}
+
+/// Errors from submitting.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SubmitError {
+    /// No room: try again after reaping.
+    #[error("I/O engine is full")]
+    Full,
+}
+
+/// An I/O engine on one backing file, owned by one dataplane thread.
+pub trait IoEngine: Send {
+    /// Queues a request; it reaches the kernel at the next `commit`.
+    fn submit(&mut self, request: IoRequest) -> Result<(), SubmitError>;
+    /// Hands queued requests to the kernel (one submission call for asynchronous engines);
+    /// returns how many were submitted.
+    fn commit(&mut self) -> usize;
+    /// Moves finished requests to `out` without blocking; returns how many.
+    fn reap(&mut self, out: &mut Vec<Completion>) -> usize;
+    /// An fd that becomes readable when completions arrive, for engines that complete later.
+    fn completion_fd(&self) -> Option<RawFd>;
+    /// How many more requests `submit` accepts now.
+    fn capacity(&self) -> usize;
+    /// Requests submitted and not yet reaped.
+    fn in_flight(&self) -> usize;
+    /// A cheap check (no syscall) for reapable completions.
+    fn has_completions(&self) -> bool;
+    /// Which engine this is.
+    fn kind(&self) -> EngineKind;
+}
+
+/// Runs `op` synchronously on `fd`; returns bytes or a negative errno. Shared by engines that
+/// complete on the calling thread.
+pub(crate) fn run_blocking(fd: RawFd, op: &IoOp) -> i64 {
+    fn ret(r: isize) -> i64 {
+        if r < 0 {
+            -i64::from(
+                std::io::Error::last_os_error()
+                    .raw_os_error()
+                    .unwrap_or(libc::EIO),
+            )
+        } else {
+            r as i64
+        }
+    }
+    match op {
+        IoOp::Read { offset, iovecs } | IoOp::Write { offset, iovecs } => {
+            let is_read = matches!(op, IoOp::Read { .. });
+            let mut done: usize = 0;
+            let total: usize = iovecs.iter().map(|v| v.len).sum();
+            let mut iov: Vec<libc::iovec> = iovecs
+                .iter()
+                .map(|v| libc::iovec {
+                    iov_base: v.base.cast(),
+                    iov_len: v.len,
+                })
+                .collect();
+            // Loop over short transfers; a zero-byte read means end of file: fill with zeros.
+            let mut first = 0;
+            while done < total {
+                let Ok(off) = libc::off_t::try_from(*offset + done as u64) else {
+                    return -i64::from(libc::EINVAL);
+                };
+                let cnt = (iov.len() - first).min(libc::UIO_MAXIOV as usize) as libc::c_int;
+                // SAFETY: `iov[first..]` describes buffers the submitter keeps valid until
+                // completion (module contract); the kernel reads/writes at most their lengths.
+                let r = unsafe {
+                    if is_read {
+                        libc::preadv(fd, iov[first..].as_ptr(), cnt, off)
+                    } else {
+                        libc::pwritev(fd, iov[first..].as_ptr(), cnt, off)
+                    }
+                };
+                let r = ret(r);
+                if r < 0 {
+                    if r == -i64::from(libc::EINTR) {
+                        continue;
+                    }
+                    return r;
+                }
+                if r == 0 {
+                    if is_read {
+                        zero_tail(&iov[first..]);
+                        return total as i64;
+                    }
+                    return -i64::from(libc::EIO);
+                }
+                done += r as usize;
+                advance(&mut iov, &mut first, r as usize);
+            }
+            done as i64
+        }
+        IoOp::Flush => {
+            // SAFETY: fdatasync on a valid fd has no memory effects.
+            ret(unsafe { libc::fdatasync(fd) } as isize)
+        }
+        IoOp::Discard { offset, len } => fallocate(
+            fd,
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            *offset,
+            *len,
+        ),
+        IoOp::WriteZeroes { offset, len, unmap } => {
+            let mode = if *unmap {
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE
+            } else {
+                libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE
+            };
+            fallocate(fd, mode, *offset, *len)
+        }
+    }
+}
+
+fn fallocate(fd: RawFd, mode: libc::c_int, offset: u64, len: u64) -> i64 {
+    let (Ok(off), Ok(l)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
+        return -i64::from(libc::EINVAL);
+    };
+    // SAFETY: fallocate on a valid fd with in-range integers has no memory effects.
+    let r = unsafe { libc::fallocate(fd, mode, off, l) };
+    if r < 0 {
+        -i64::from(
+            std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO),
+        )
+    } else {
+        len as i64
+    }
+}
+
+/// Skips `n` transferred bytes in `iov[*first..]`.
+fn advance(iov: &mut [libc::iovec], first: &mut usize, mut n: usize) {
+    while n > 0 && *first < iov.len() {
+        let v = &mut iov[*first];
+        if n >= v.iov_len {
+            n -= v.iov_len;
+            *first += 1;
+        } else {
+            // SAFETY: n < iov_len, so the new base stays inside the same buffer.
+            v.iov_base = unsafe { v.iov_base.cast::<u8>().add(n) }.cast();
+            v.iov_len -= n;
+            n = 0;
+        }
+    }
+}
+
+fn zero_tail(iov: &[libc::iovec]) {
+    for v in iov {
+        // SAFETY: each iovec is a live buffer of iov_len bytes (module contract).
+        unsafe { std::ptr::write_bytes(v.iov_base.cast::<u8>(), 0, v.iov_len) };
+    }
+}

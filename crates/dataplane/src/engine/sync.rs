@@ -1,0 +1,282 @@
+//! The synchronous engine: `commit` runs every queued request with preadv/pwritev/fdatasync/
+//! fallocate on the dataplane thread, and the results come back through `reap` like any other
+//! engine's. Simple and always available; it blocks the thread for the duration of each I/O.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::os::unix::io::{AsRawFd, RawFd};
+
+use super::{run_blocking, Completion, EngineKind, IoEngine, IoRequest, SubmitError};
+
+/// Requests a `SyncEngine` queues before it reports itself full.
+pub const SYNC_QUEUE_DEPTH: usize = 256;
+
+/// Blocking I/O on one file.
+#[derive(Debug)]
+pub struct SyncEngine {
+    file: File,
+    queued: VecDeque<IoRequest>,
+    done: Vec<Completion>,
+    depth: usize,
+}
+
+impl SyncEngine {
+    /// An engine on `file` that queues up to `depth` requests.
+    pub fn new(file: File, depth: usize) -> Self {
+        Self {
+            file,
+            queued: VecDeque::with_capacity(depth),
+            done: Vec::with_capacity(depth),
+            depth,
+        }
+    }
+
+    fn fd(&self) -> RawFd {
+        self.file.as_raw_fd()
+    }
+}
+
+impl IoEngine for SyncEngine {
+    fn submit(&mut self, request: IoRequest) -> Result<(), SubmitError> {
+        if self.capacity() == 0 {
+            return Err(SubmitError::Full);
+        }
+        self.queued.push_back(request);
+        Ok(())
+    }
+
+    fn commit(&mut self) -> usize {
+        let n = self.queued.len();
+        while let Some(req) = self.queued.pop_front() {
+            let result = run_blocking(self.fd(), &req.op);
+            self.done.push(Completion {
+                token: req.token,
+                result,
+            });
+        }
+        n
+    }
+
+    fn reap(&mut self, out: &mut Vec<Completion>) -> usize {
+        let n = self.done.len();
+        out.append(&mut self.done);
+        n
+    }
+
+    fn completion_fd(&self) -> Option<RawFd> {
+        None
+    }
+
+    fn capacity(&self) -> usize {
+        self.depth
+            .saturating_sub(self.queued.len() + self.done.len())
+    }
+
+    fn in_flight(&self) -> usize {
+        self.queued.len() + self.done.len()
+    }
+
+    fn has_completions(&self) -> bool {
+        !self.done.is_empty()
+    }
+
+    fn kind(&self) -> EngineKind {
+        EngineKind::Sync
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{IoOp, IoVec};
+    use std::io::{Read, Seek, SeekFrom, Write};
+
+    fn temp(name: &str, size: u64) -> (std::path::PathBuf, File) {
+        let p = std::env::temp_dir().join(format!("osprey-sync-{}-{name}", std::process::id()));
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&p)
+            .expect("open");
+        f.set_len(size).expect("set_len");
+        (p, f)
+    }
+
+    fn iov(buf: &mut [u8]) -> Vec<IoVec> {
+        vec![IoVec {
+            base: buf.as_mut_ptr(),
+            len: buf.len(),
+        }]
+    }
+
+    #[test]
+    fn write_then_read_through_the_reap_path() {
+        let (p, f) = temp("rw", 1 << 20);
+        let mut e = SyncEngine::new(f.try_clone().expect("clone"), 4);
+        let mut src = vec![0x5au8; 4096];
+        let mut dst = vec![0u8; 4096];
+        e.submit(IoRequest {
+            op: IoOp::Write {
+                offset: 8192,
+                iovecs: iov(&mut src),
+            },
+            token: 1,
+        })
+        .expect("submit");
+        e.submit(IoRequest {
+            op: IoOp::Flush,
+            token: 2,
+        })
+        .expect("submit");
+        assert!(!e.has_completions());
+        assert_eq!(e.commit(), 2);
+        assert!(e.has_completions());
+        e.submit(IoRequest {
+            op: IoOp::Read {
+                offset: 8192,
+                iovecs: iov(&mut dst),
+            },
+            token: 3,
+        })
+        .expect("submit");
+        e.commit();
+        let mut out = Vec::new();
+        assert_eq!(e.reap(&mut out), 3);
+        assert_eq!(
+            out,
+            vec![
+                Completion {
+                    token: 1,
+                    result: 4096
+                },
+                Completion {
+                    token: 2,
+                    result: 0
+                },
+                Completion {
+                    token: 3,
+                    result: 4096
+                }
+            ]
+        );
+        assert_eq!(dst, src);
+        let mut check = vec![0u8; 4096];
+        let mut f2 = File::open(&p).expect("open");
+        f2.seek(SeekFrom::Start(8192)).expect("seek");
+        f2.read_exact(&mut check).expect("read");
+        assert_eq!(check, src);
+        std::fs::remove_file(p).ok();
+    }
+
+    #[test]
+    fn read_past_eof_is_zero_filled_and_full_engine_refuses() {
+        let (p, mut f) = temp("eof", 0);
+        f.write_all(&[7u8; 512]).expect("write");
+        let mut e = SyncEngine::new(f, 1);
+        let mut dst = vec![0xffu8; 1024];
+        e.submit(IoRequest {
+            op: IoOp::Read {
+                offset: 0,
+                iovecs: iov(&mut dst),
+            },
+            token: 9,
+        })
+        .expect("submit");
+        let mut buf2 = [0u8; 1];
+        assert_eq!(
+            e.submit(IoRequest {
+                op: IoOp::Read {
+                    offset: 0,
+                    iovecs: iov(&mut buf2)
+                },
+                token: 10
+            }),
+            Err(SubmitError::Full)
+        );
+        e.commit();
+        assert_eq!(e.capacity(), 0, "unreaped completions hold capacity");
+        let mut out = Vec::new();
+        e.reap(&mut out);
+        assert_eq!(
+            out,
+            vec![Completion {
+                token: 9,
+                result: 1024
+            }]
+        );
+        assert_eq!(&dst[..512], &[7u8; 512][..]);
+        assert_eq!(&dst[512..], &[0u8; 512][..]);
+        assert_eq!(e.capacity(), 1);
+        std::fs::remove_file(p).ok();
+    }
+
+    #[test]
+    fn errors_complete_with_negative_errno() {
+        let (p, f) = temp("ro", 4096);
+        drop(f);
+        let ro = File::open(&p).expect("open ro");
+        let mut e = SyncEngine::new(ro, 4);
+        let mut src = vec![1u8; 512];
+        e.submit(IoRequest {
+            op: IoOp::Write {
+                offset: 0,
+                iovecs: iov(&mut src),
+            },
+            token: 1,
+        })
+        .expect("submit");
+        e.commit();
+        let mut out = Vec::new();
+        e.reap(&mut out);
+        assert_eq!(
+            out,
+            vec![Completion {
+                token: 1,
+                result: -i64::from(libc::EBADF)
+            }]
+        );
+        std::fs::remove_file(p).ok();
+    }
+
+    #[test]
+    fn discard_and_write_zeroes_zero_the_range_or_say_unsupported() {
+        let (p, mut f) = temp("zero", 0);
+        f.write_all(&[9u8; 8192]).expect("write");
+        let mut e = SyncEngine::new(f.try_clone().expect("clone"), 4);
+        e.submit(IoRequest {
+            op: IoOp::WriteZeroes {
+                offset: 0,
+                len: 4096,
+                unmap: false,
+            },
+            token: 1,
+        })
+        .expect("s");
+        e.submit(IoRequest {
+            op: IoOp::Discard {
+                offset: 4096,
+                len: 4096,
+            },
+            token: 2,
+        })
+        .expect("s");
+        e.commit();
+        let mut out = Vec::new();
+        e.reap(&mut out);
+        for c in &out {
+            assert!(
+                c.result == 4096 || c.result == -i64::from(libc::EOPNOTSUPP),
+                "{c:?}"
+            );
+        }
+        if out[0].result == 4096 {
+            let mut check = vec![1u8; 4096];
+            f.seek(SeekFrom::Start(0)).expect("seek");
+            f.read_exact(&mut check).expect("read");
+            assert!(check.iter().all(|&b| b == 0));
+        }
+        std::fs::remove_file(p).ok();
+    }
+}

@@ -1,0 +1,372 @@
+//! The iothread: a named thread that owns handlers exclusively and runs them when their fds
+//! fire. Control commands (attach, detach, shutdown) arrive over a channel plus an eventfd and
+//! are acknowledged, so callers know when ownership moved.
+
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
+use vmm_sys_util::eventfd::EventFd;
+
+use crate::handler::Handler;
+use crate::stats::IoThreadStats;
+
+const COMMAND_TOKEN: u64 = u64::MAX;
+const MAX_EVENTS: usize = 64;
+/// How long a caller waits for the thread to acknowledge a command.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Errors of the iothread and its control channel.
+#[derive(Debug, thiserror::Error)]
+pub enum IoThreadError {
+    /// An OS call failed.
+    #[error("iothread {name}: {what}: {source}")]
+    Os {
+        /// The thread.
+        name: String,
+        /// The operation.
+        what: &'static str,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The thread is gone or did not answer in time.
+    #[error("iothread {0}: not responding")]
+    NotResponding(String),
+}
+
+enum Command {
+    Attach(Vec<Box<dyn Handler>>, Sender<Result<(), String>>),
+    Detach(u64, Sender<Vec<Box<dyn Handler>>>),
+    Shutdown,
+}
+
+/// A running iothread.
+pub struct IoThread {
+    name: String,
+    commands: Mutex<Sender<Command>>,
+    wake: EventFd,
+    join: Mutex<Option<JoinHandle<()>>>,
+    stats: Arc<IoThreadStats>,
+}
+
+impl std::fmt::Debug for IoThread {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IoThread")
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+impl IoThread {
+    /// Starts an iothread named `name` (the OS thread is named `iothread-{name}`).
+    pub fn spawn(name: &str) -> Result<Arc<IoThread>, IoThreadError> {
+        let os = |what| {
+            let name = name.to_owned();
+            move |source| IoThreadError::Os { name, what, source }
+        };
+        let wake = EventFd::new(libc::EFD_NONBLOCK).map_err(os("eventfd"))?;
+        let epoll = Epoll::new().map_err(os("epoll_create"))?;
+        epoll
+            .ctl(
+                ControlOperation::Add,
+                wake.as_raw_fd_i32(),
+                EpollEvent::new(EventSet::IN, COMMAND_TOKEN),
+            )
+            .map_err(os("epoll_ctl"))?;
+        let (tx, rx) = mpsc::channel();
+        let stats = Arc::new(IoThreadStats::default());
+        let mut lp = Loop {
+            epoll,
+            wake: wake.try_clone().map_err(os("eventfd clone"))?,
+            commands: rx,
+            slots: Vec::new(),
+            stats: stats.clone(),
+        };
+        let join = std::thread::Builder::new()
+            .name(format!("iothread-{name}"))
+            .spawn(move || lp.run())
+            .map_err(os("spawn"))?;
+        Ok(Arc::new(IoThread {
+            name: name.to_owned(),
+            commands: Mutex::new(tx),
+            wake,
+            join: Mutex::new(Some(join)),
+            stats,
+        }))
+    }
+
+    /// The thread's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The thread's statistics.
+    pub fn stats(&self) -> &IoThreadStats {
+        &self.stats
+    }
+
+    fn send(&self, cmd: Command) -> Result<(), IoThreadError> {
+        let tx = self.commands.lock().unwrap_or_else(|p| p.into_inner());
+        tx.send(cmd)
+            .map_err(|_| IoThreadError::NotResponding(self.name.clone()))?;
+        self.wake.write(1).map_err(|source| IoThreadError::Os {
+            name: self.name.clone(),
+            what: "wake",
+            source,
+        })
+    }
+
+    /// Moves `handlers` into the thread; returns once they are polled.
+    pub fn attach(&self, handlers: Vec<Box<dyn Handler>>) -> Result<(), IoThreadError> {
+        let (tx, rx) = mpsc::channel();
+        self.send(Command::Attach(handlers, tx))?;
+        match rx.recv_timeout(COMMAND_TIMEOUT) {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(IoThreadError::Os {
+                name: self.name.clone(),
+                what: "attach",
+                source: std::io::Error::other(e),
+            }),
+            Err(_) => Err(IoThreadError::NotResponding(self.name.clone())),
+        }
+    }
+
+    /// Takes every handler of `owner` out of the thread after its in-flight I/O finished.
+    pub fn detach(&self, owner: u64) -> Result<Vec<Box<dyn Handler>>, IoThreadError> {
+        let (tx, rx) = mpsc::channel();
+        self.send(Command::Detach(owner, tx))?;
+        rx.recv_timeout(COMMAND_TIMEOUT)
+            .map_err(|_| IoThreadError::NotResponding(self.name.clone()))
+    }
+
+    /// Stops the thread and waits for it.
+    pub fn shutdown(&self) {
+        if self.send(Command::Shutdown).is_ok() {
+            let join = self.join.lock().unwrap_or_else(|p| p.into_inner()).take();
+            if let Some(j) = join {
+                let _ = j.join();
+            }
+        }
+    }
+}
+
+impl Drop for IoThread {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+trait RawFdI32 {
+    fn as_raw_fd_i32(&self) -> i32;
+}
+
+impl RawFdI32 for EventFd {
+    fn as_raw_fd_i32(&self) -> i32 {
+        std::os::unix::io::AsRawFd::as_raw_fd(self)
+    }
+}
+
+struct Loop {
+    epoll: Epoll,
+    wake: EventFd,
+    commands: Receiver<Command>,
+    slots: Vec<Option<Box<dyn Handler>>>,
+    stats: Arc<IoThreadStats>,
+}
+
+impl Loop {
+    fn run(&mut self) {
+        let mut events = vec![EpollEvent::default(); MAX_EVENTS];
+        let mut ready: Vec<usize> = Vec::with_capacity(MAX_EVENTS);
+        loop {
+            let n = match self.epoll.wait(-1, &mut events) {
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    log::error!("iothread: epoll_wait failed: {e}; stopping");
+                    return;
+                }
+            };
+            IoThreadStats::add(&self.stats.wakeups, 1);
+            ready.clear();
+            let mut command = false;
+            for ev in &events[..n] {
+                if ev.data() == COMMAND_TOKEN {
+                    command = true;
+                } else if !ready.contains(&(ev.data() as usize)) {
+                    ready.push(ev.data() as usize);
+                }
+            }
+            for &slot in &ready {
+                if let Some(Some(h)) = self.slots.get_mut(slot) {
+                    h.run();
+                    IoThreadStats::add(&self.stats.handler_runs, 1);
+                }
+            }
+            if command && !self.process_commands() {
+                return;
+            }
+        }
+    }
+
+    /// Returns false on shutdown.
+    fn process_commands(&mut self) -> bool {
+        let _ = self.wake.read();
+        while let Ok(cmd) = self.commands.try_recv() {
+            IoThreadStats::add(&self.stats.commands, 1);
+            match cmd {
+                Command::Attach(handlers, reply) => {
+                    let r = handlers.into_iter().try_for_each(|h| self.add(h));
+                    let _ = reply.send(r);
+                }
+                Command::Detach(owner, reply) => {
+                    let _ = reply.send(self.remove(owner));
+                }
+                Command::Shutdown => {
+                    for slot in self.slots.iter_mut() {
+                        if let Some(h) = slot.as_mut() {
+                            h.quiesce();
+                        }
+                    }
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    fn add(&mut self, mut handler: Box<dyn Handler>) -> Result<(), String> {
+        let slot = self
+            .slots
+            .iter()
+            .position(Option::is_none)
+            .unwrap_or(self.slots.len());
+        for fd in handler.wake_fds() {
+            self.epoll
+                .ctl(
+                    ControlOperation::Add,
+                    fd,
+                    EpollEvent::new(EventSet::IN, slot as u64),
+                )
+                .map_err(|e| format!("epoll_ctl add fd {fd}: {e}"))?;
+        }
+        // Work may have arrived before the fds were watched: look once.
+        handler.run();
+        if slot == self.slots.len() {
+            self.slots.push(Some(handler));
+        } else {
+            self.slots[slot] = Some(handler);
+        }
+        self.stats.handlers.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn remove(&mut self, owner: u64) -> Vec<Box<dyn Handler>> {
+        let mut out = Vec::new();
+        for slot in self.slots.iter_mut() {
+            if slot.as_ref().is_some_and(|h| h.owner() == owner) {
+                if let Some(mut h) = slot.take() {
+                    for fd in h.wake_fds() {
+                        let _ = self
+                            .epoll
+                            .ctl(ControlOperation::Delete, fd, EpollEvent::default());
+                    }
+                    h.quiesce();
+                    self.stats.handlers.fetch_sub(1, Ordering::Relaxed);
+                    out.push(h);
+                }
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::any::Any;
+    use std::os::unix::io::{AsRawFd, RawFd};
+    use std::sync::atomic::AtomicU64;
+
+    struct Counter {
+        owner: u64,
+        fd: EventFd,
+        seen: Arc<AtomicU64>,
+        quiesced: bool,
+    }
+
+    impl Handler for Counter {
+        fn owner(&self) -> u64 {
+            self.owner
+        }
+        fn wake_fds(&self) -> Vec<RawFd> {
+            vec![self.fd.as_raw_fd()]
+        }
+        fn run(&mut self) {
+            if let Ok(n) = self.fd.read() {
+                self.seen.fetch_add(n, Ordering::SeqCst);
+            }
+        }
+        fn quiesce(&mut self) {
+            self.quiesced = true;
+        }
+        fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
+            self
+        }
+    }
+
+    fn wait_for(cond: impl Fn() -> bool) {
+        for _ in 0..500 {
+            if cond() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        panic!("condition not reached");
+    }
+
+    #[test]
+    fn runs_handlers_on_their_fds_and_gives_them_back() {
+        let t = IoThread::spawn("test").expect("spawn");
+        let fd = EventFd::new(libc::EFD_NONBLOCK).expect("eventfd");
+        let seen = Arc::new(AtomicU64::new(0));
+        let h = Counter {
+            owner: 7,
+            fd: fd.try_clone().expect("clone"),
+            seen: seen.clone(),
+            quiesced: false,
+        };
+        fd.write(3).expect("pre-attach kick");
+        t.attach(vec![Box::new(h)]).expect("attach");
+        assert_eq!(
+            seen.load(Ordering::SeqCst),
+            3,
+            "work pending at attach is seen"
+        );
+        fd.write(2).expect("kick");
+        wait_for(|| seen.load(Ordering::SeqCst) == 5);
+        assert_eq!(IoThreadStats::get(&t.stats().handlers), 1);
+        assert!(t.detach(99).expect("detach other").is_empty());
+        let back = t.detach(7).expect("detach");
+        assert_eq!(back.len(), 1);
+        let counter = back
+            .into_iter()
+            .next()
+            .expect("one")
+            .into_any()
+            .downcast::<Counter>()
+            .expect("type");
+        assert!(counter.quiesced, "detach quiesces first");
+        fd.write(1).expect("kick after detach");
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(
+            seen.load(Ordering::SeqCst),
+            5,
+            "a detached handler is not run"
+        );
+        t.shutdown();
+    }
+}
