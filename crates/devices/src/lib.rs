@@ -5,10 +5,13 @@
 //! (later) PCI and virtio. It knows nothing of KVM: interrupts leave as `EventFd`s, and requests
 //! to end the VM leave through the [`ExitRequester`] trait.
 
+pub mod block;
 pub mod bus;
 pub mod debug_exit;
 pub mod i8042;
+pub mod pci;
 pub mod serial;
+pub mod virtio;
 
 /// Why a device asks the VMM to end the VM.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

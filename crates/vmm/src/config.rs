@@ -12,6 +12,12 @@ use serde::{Deserialize, Serialize};
 pub const MIN_MEM_MIB: u64 = 16;
 /// Largest vCPU count (the MP table and the APIC id space of a single package).
 pub const MAX_VCPUS: u8 = 64;
+/// Most virtqueues per drive.
+pub const MAX_QUEUES: u16 = 16;
+/// Largest virtqueue size.
+pub const MAX_QUEUE_SIZE: u16 = 1024;
+/// The iothread drives use when the config names none.
+pub const DEFAULT_IOTHREAD: &str = "io0";
 
 /// Errors in a VM config: each names the file or JSON path at fault.
 #[derive(Debug, thiserror::Error)]
@@ -291,11 +297,67 @@ impl VmConfig {
                 ));
             }
         }
-        if !self.drives.is_empty() {
-            return Err(invalid(
-                "drives",
-                "virtio-blk drives are not supported by this build yet; remove the section",
-            ));
+        let mut drive_ids = std::collections::HashSet::new();
+        for (i, d) in self.drives.iter().enumerate() {
+            let f = |name: &str| format!("drives[{i}].{name}");
+            let id_ok = !d.drive_id.is_empty()
+                && d.drive_id.len() <= 64
+                && d.drive_id
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+            if !id_ok {
+                return Err(invalid(
+                    f("drive_id"),
+                    "must be 1-64 characters of A-Z, a-z, 0-9, - and _",
+                ));
+            }
+            if !drive_ids.insert(d.drive_id.as_str()) {
+                return Err(invalid(
+                    f("drive_id"),
+                    format!("duplicate id `{}`", d.drive_id),
+                ));
+            }
+            if d.num_queues == 0 || d.num_queues > MAX_QUEUES {
+                return Err(invalid(
+                    f("num_queues"),
+                    format!("must be between 1 and {MAX_QUEUES}, got {}", d.num_queues),
+                ));
+            }
+            if !d.queue_size.is_power_of_two() || !(2..=MAX_QUEUE_SIZE).contains(&d.queue_size) {
+                return Err(invalid(
+                    f("queue_size"),
+                    format!(
+                        "must be a power of two from 2 to {MAX_QUEUE_SIZE}, got {}",
+                        d.queue_size
+                    ),
+                ));
+            }
+            if d.io_engine != IoEngineKind::Sync {
+                return Err(invalid(
+                    f("io_engine"),
+                    format!(
+                        "`{:?}` is not available in this build yet; use `Sync`",
+                        d.io_engine
+                    ),
+                ));
+            }
+            if let Some(t) = &d.iothread {
+                if !ids.contains(t.as_str()) {
+                    let known: Vec<&str> = self.iothreads.iter().map(|t| t.id.as_str()).collect();
+                    return Err(invalid(
+                        f("iothread"),
+                        format!(
+                            "unknown iothread `{t}` (defined: {})",
+                            if known.is_empty() {
+                                "none".to_string()
+                            } else {
+                                known.join(", ")
+                            }
+                        ),
+                    ));
+                }
+            }
+            crate::drive::open(d, i)?;
         }
         Ok(())
     }
@@ -424,6 +486,77 @@ mod tests {
             dup.validate(1024).expect_err("dup").to_string(),
             "iothreads[1].id: duplicate id `io0`"
         );
+    }
+
+    #[test]
+    fn drive_errors_name_the_field() {
+        let kernel = std::env::current_exe().expect("exe");
+        let disk = std::env::temp_dir().join(format!("osprey-cfg-disk-{}", std::process::id()));
+        std::fs::write(&disk, vec![0u8; 8192]).expect("disk");
+        let base = |drive: serde_json::Value, iothreads: serde_json::Value| -> VmConfig {
+            let v = serde_json::json!({
+                "boot-source": {"kernel_image_path": kernel},
+                "drives": [drive],
+                "iothreads": iothreads,
+            });
+            serde_json::from_value(v).expect("config")
+        };
+        let ok = base(
+            serde_json::json!({"drive_id": "d0", "path_on_host": disk}),
+            serde_json::json!([]),
+        );
+        assert!(ok.validate(1024).is_ok());
+        assert_eq!(ok.drives[0].num_queues, 1);
+        assert_eq!(ok.drives[0].queue_size, 256);
+        let cases = [
+            (
+                serde_json::json!({"drive_id": "d0", "path_on_host": disk, "queue_size": 100}),
+                serde_json::json!([]),
+                "drives[0].queue_size: must be a power of two from 2 to 1024, got 100",
+            ),
+            (
+                serde_json::json!({"drive_id": "d0", "path_on_host": disk, "num_queues": 0}),
+                serde_json::json!([]),
+                "drives[0].num_queues: must be between 1 and 16, got 0",
+            ),
+            (
+                serde_json::json!({"drive_id": "d0", "path_on_host": disk, "iothread": "io9"}),
+                serde_json::json!([{"id": "io0"}]),
+                "drives[0].iothread: unknown iothread `io9` (defined: io0)",
+            ),
+            (
+                serde_json::json!({"drive_id": "d0", "path_on_host": disk, "io_engine": "IoUring"}),
+                serde_json::json!([]),
+                "drives[0].io_engine: `IoUring` is not available in this build yet; use `Sync`",
+            ),
+            (
+                serde_json::json!({"drive_id": "a b", "path_on_host": disk}),
+                serde_json::json!([]),
+                "drives[0].drive_id: must be 1-64 characters of A-Z, a-z, 0-9, - and _",
+            ),
+        ];
+        for (drive, threads, want) in cases {
+            assert_eq!(
+                base(drive, threads)
+                    .validate(1024)
+                    .expect_err(want)
+                    .to_string(),
+                want
+            );
+        }
+        let mut dup = ok.clone();
+        dup.drives.push(dup.drives[0].clone());
+        assert_eq!(
+            dup.validate(1024).expect_err("dup").to_string(),
+            "drives[1].drive_id: duplicate id `d0`"
+        );
+        let mut missing = ok.clone();
+        missing.drives[0].path_on_host = "/nonexistent/disk.img".into();
+        assert_eq!(
+            missing.validate(1024).expect_err("missing").to_string(),
+            "drives[0].path_on_host: /nonexistent/disk.img: No such file or directory (os error 2)"
+        );
+        std::fs::remove_file(disk).ok();
     }
 
     #[test]

@@ -38,6 +38,10 @@ pub const HIMEM_START: u64 = 0x10_0000;
 pub const MMIO_GAP_START: u64 = 0xc000_0000;
 /// End of the MMIO gap (4 GiB).
 pub const MMIO_GAP_END: u64 = 0x1_0000_0000;
+/// Start of the PCI MMIO window where BARs are placed (the MMIO gap).
+pub const PCI_MMIO_START: u64 = MMIO_GAP_START;
+/// End of the PCI MMIO window (the IOAPIC's page starts here).
+pub const PCI_MMIO_END: u64 = 0xfec0_0000;
 /// The local APIC's default base.
 pub const APIC_DEFAULT_PHYS_BASE: u32 = 0xfee0_0000;
 /// The IOAPIC's default base.

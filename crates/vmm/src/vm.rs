@@ -8,21 +8,18 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use devices::bus::{Bus, BusError};
-use devices::debug_exit::{DebugExit, DEBUG_EXIT_PORT};
-use devices::i8042::{I8042, I8042_BASE, I8042_LEN};
-use devices::serial::{SerialConsole, COM1_IRQ, COM1_LEN, COM1_PORT};
+use devices::serial::SerialConsole;
 use devices::{ExitRequest, ExitRequester};
 use kvm_bindings::{
     kvm_pit_config, kvm_userspace_memory_region, KVM_MAX_CPUID_ENTRIES, KVM_PIT_SPEAKER_DUMMY,
 };
 use kvm_ioctls::{Kvm, VcpuFd, VmFd};
 use vm_memory::{GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion, MemoryRegionAddress};
-use vmm_sys_util::eventfd::EventFd;
 use vmm_sys_util::signal::{register_signal_handler, Killable, SIGRTMIN};
 
 use crate::boot::{self, BootEntry, BootError, BootSpec};
 use crate::config::VmConfig;
+use crate::device_manager::{self, DeviceError, Devices};
 use crate::host::KvmFlavor;
 use crate::layout::ram_regions;
 use crate::regs::{self, RegsError};
@@ -61,9 +58,9 @@ pub enum VmError {
     /// Writing boot registers' memory failed.
     #[error(transparent)]
     Regs(#[from] RegsError),
-    /// Device registration failed.
-    #[error("Registering a device: {0}")]
-    Bus(#[from] BusError),
+    /// Building devices failed.
+    #[error(transparent)]
+    Devices(#[from] DeviceError),
     /// Creating an eventfd or thread failed.
     #[error("{what}: {source}")]
     Os {
@@ -103,10 +100,10 @@ pub struct RunningVm {
     stop: Arc<AtomicBool>,
     events: Receiver<StopReason>,
     started: Instant,
+    devices: Devices,
     // Kept alive for the VM's lifetime.
-    _vm: VmFd,
+    _vm: Arc<VmFd>,
     _mem: GuestMemoryMmap,
-    _serial: Arc<Mutex<SerialConsole>>,
 }
 
 impl std::fmt::Debug for RunningVm {
@@ -139,30 +136,8 @@ pub fn start(config: &VmConfig) -> Result<RunningVm, VmError> {
 
     let (tx, events) = mpsc::channel();
     let exit: Arc<dyn ExitRequester> = Arc::new(ChannelExit(Mutex::new(tx.clone())));
-    let serial_irq = EventFd::new(libc::EFD_NONBLOCK).map_err(|source| VmError::Os {
-        what: "serial eventfd",
-        source,
-    })?;
-    vm.register_irqfd(&serial_irq, COM1_IRQ)
-        .map_err(kvm_err("serial irqfd"))?;
-    let serial = Arc::new(Mutex::new(SerialConsole::new(
-        serial_irq,
-        Box::new(std::io::stdout()),
-    )));
-    let mut pio = Bus::new();
-    pio.insert(serial.clone(), u64::from(COM1_PORT), COM1_LEN)?;
-    pio.insert(
-        Arc::new(Mutex::new(I8042::new(exit.clone()))),
-        u64::from(I8042_BASE),
-        I8042_LEN,
-    )?;
-    pio.insert(
-        Arc::new(Mutex::new(DebugExit::new(exit))),
-        u64::from(DEBUG_EXIT_PORT),
-        1,
-    )?;
-    let pio = Arc::new(pio);
-    let mmio = Arc::new(Bus::new());
+    let vm = Arc::new(vm);
+    let devices = device_manager::build(config, &vm, &mem, exit)?;
 
     mptable::write(&mem, config.machine.vcpu_count)?;
     let rsdp = acpi::write(&mem, config.machine.vcpu_count)?;
@@ -207,8 +182,8 @@ pub fn start(config: &VmConfig) -> Result<RunningVm, VmError> {
         let runner = VcpuRunner {
             id,
             fd,
-            pio: pio.clone(),
-            mmio: mmio.clone(),
+            pio: devices.pio.clone(),
+            mmio: devices.mmio.clone(),
             events: tx.clone(),
             stop: stop.clone(),
         };
@@ -221,7 +196,7 @@ pub fn start(config: &VmConfig) -> Result<RunningVm, VmError> {
             })?;
         vcpus.push(handle);
     }
-    spawn_stdin_reader(serial.clone());
+    spawn_stdin_reader(devices.serial.clone());
     log::info!(
         "Started {count} vCPU(s), {} MiB in {:.1} ms",
         config.machine.mem_size_mib,
@@ -232,9 +207,9 @@ pub fn start(config: &VmConfig) -> Result<RunningVm, VmError> {
         stop,
         events,
         started,
+        devices,
         _vm: vm,
         _mem: mem,
-        _serial: serial,
     })
 }
 
@@ -361,7 +336,15 @@ impl RunningVm {
                 break StopReason::Signal(sig);
             }
         };
+        // Read before the vCPU threads exit: a finished thread leaves /proc/self/task.
+        log::info!(
+            "CPU time by thread: {}",
+            crate::cpu_usage::summary(&crate::cpu_usage::by_thread())
+        );
         self.stop_vcpus();
+        for t in self.devices.iothreads.values() {
+            t.shutdown();
+        }
         log::info!(
             "VM stopped after {:.3} s: {}",
             self.started.elapsed().as_secs_f64(),

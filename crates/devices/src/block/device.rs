@@ -1,0 +1,221 @@
+//! The virtio-blk device model: features, config space, and activation, which moves each queue
+//! with a fresh I/O engine onto the drive's iothread; reset takes them back after in-flight I/O
+//! has drained.
+
+use std::fs::File;
+use std::sync::Arc;
+
+use dataplane::engine::sync::SyncEngine;
+use dataplane::engine::{EngineKind, IoEngine};
+use dataplane::IoThread;
+
+use super::config::{self, BlockGeometry, CONFIG_LEN};
+use super::features;
+use super::queue::{next_owner_id, BlockQueueHandler};
+use super::request::DiskLimits;
+use super::stats::QueueStats;
+use super::ID_BYTES;
+use crate::virtio::{
+    device_type, ActivateError, ActivatedQueue, GuestMemory, VirtioDevice, VirtioInterrupt,
+    VIRTIO_F_VERSION_1, VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC,
+};
+
+/// What the VMM decided about a drive.
+#[derive(Debug)]
+pub struct BlockDeviceConfig {
+    /// The drive id (becomes the GET_ID serial, truncated to 20 bytes).
+    pub drive_id: String,
+    /// The opened backing file.
+    pub file: File,
+    /// Refuse writes and offer VIRTIO_BLK_F_RO.
+    pub read_only: bool,
+    /// Capacity in 512-byte sectors.
+    pub capacity_sectors: u64,
+    /// Number of queues (MQ is offered when > 1).
+    pub num_queues: u16,
+    /// Maximum size of each queue.
+    pub queue_size: u16,
+    /// The engine each queue gets.
+    pub engine: EngineKind,
+}
+
+/// A virtio-blk device.
+pub struct VirtioBlock {
+    owner: u64,
+    drive_id: String,
+    file: File,
+    engine: EngineKind,
+    queue_sizes: Vec<u16>,
+    offered: u64,
+    acked: u64,
+    config_space: [u8; CONFIG_LEN],
+    limits: Arc<DiskLimits>,
+    stats: Vec<Arc<QueueStats>>,
+    iothread: Arc<IoThread>,
+    active: bool,
+}
+
+impl std::fmt::Debug for VirtioBlock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VirtioBlock")
+            .field("drive_id", &self.drive_id)
+            .finish()
+    }
+}
+
+impl VirtioBlock {
+    /// A device for `cfg`, served by `iothread`.
+    pub fn new(cfg: BlockDeviceConfig, iothread: Arc<IoThread>) -> Self {
+        let mut serial = [0u8; ID_BYTES];
+        let id = cfg.drive_id.as_bytes();
+        let n = id.len().min(ID_BYTES);
+        serial[..n].copy_from_slice(&id[..n]);
+        let mut offered = VIRTIO_F_VERSION_1
+            | VIRTIO_RING_F_EVENT_IDX
+            | VIRTIO_RING_F_INDIRECT_DESC
+            | features::SEG_MAX
+            | features::BLK_SIZE
+            | features::FLUSH
+            | features::DISCARD
+            | features::WRITE_ZEROES;
+        if cfg.read_only {
+            offered |= features::RO;
+        }
+        if cfg.num_queues > 1 {
+            offered |= features::MQ;
+        }
+        let geometry = BlockGeometry {
+            capacity_sectors: cfg.capacity_sectors,
+            blk_size: 512,
+            num_queues: cfg.num_queues,
+        };
+        Self {
+            owner: next_owner_id(),
+            drive_id: cfg.drive_id,
+            file: cfg.file,
+            engine: cfg.engine,
+            queue_sizes: vec![cfg.queue_size; usize::from(cfg.num_queues)],
+            offered,
+            acked: 0,
+            config_space: config::encode(&geometry),
+            limits: Arc::new(DiskLimits {
+                capacity_sectors: cfg.capacity_sectors,
+                read_only: cfg.read_only,
+                serial,
+            }),
+            stats: (0..cfg.num_queues)
+                .map(|_| Arc::new(QueueStats::default()))
+                .collect(),
+            iothread,
+            active: false,
+        }
+    }
+
+    /// Per-queue counters, readable from any thread.
+    pub fn stats(&self) -> Vec<Arc<QueueStats>> {
+        self.stats.clone()
+    }
+
+    fn new_engine(&self, depth: u16) -> Result<Box<dyn IoEngine>, ActivateError> {
+        let file = self
+            .file
+            .try_clone()
+            .map_err(|e| ActivateError::Backend(format!("dup backing file: {e}")))?;
+        match self.engine {
+            EngineKind::Sync => Ok(Box::new(SyncEngine::new(file, usize::from(depth).max(1)))),
+        }
+    }
+}
+
+impl VirtioDevice for VirtioBlock {
+    fn device_type(&self) -> u32 {
+        device_type::BLOCK
+    }
+
+    fn queue_max_sizes(&self) -> &[u16] {
+        &self.queue_sizes
+    }
+
+    fn features(&self) -> u64 {
+        self.offered
+    }
+
+    fn ack_features(&mut self, features: u64) {
+        self.acked = features & self.offered;
+    }
+
+    fn read_config(&self, offset: u64, data: &mut [u8]) {
+        config::read(&self.config_space, offset, data);
+    }
+
+    fn write_config(&mut self, offset: u64, data: &[u8]) {
+        // `writeback` (offset 32) is the only writable field and needs CONFIG_WCE, not offered.
+        log::debug!(
+            "virtio-blk {}: ignored config write at {offset} ({} bytes)",
+            self.drive_id,
+            data.len()
+        );
+    }
+
+    fn activate(
+        &mut self,
+        mem: GuestMemory,
+        interrupt: Arc<dyn VirtioInterrupt>,
+        queues: Vec<ActivatedQueue>,
+    ) -> Result<(), ActivateError> {
+        if queues.is_empty() {
+            return Err(ActivateError::BadConfig("no queue is ready".into()));
+        }
+        let mut handlers: Vec<Box<dyn dataplane::Handler>> = Vec::with_capacity(queues.len());
+        for q in queues {
+            let Some(stats) = self.stats.get(usize::from(q.index)).cloned() else {
+                return Err(ActivateError::BadConfig(format!(
+                    "queue {} does not exist",
+                    q.index
+                )));
+            };
+            let engine = self.new_engine(virtio_queue::QueueT::size(&q.queue))?;
+            handlers.push(Box::new(BlockQueueHandler::new(
+                self.owner,
+                q,
+                mem.clone(),
+                interrupt.clone(),
+                engine,
+                self.limits.clone(),
+                stats,
+            )));
+        }
+        self.iothread
+            .attach(handlers)
+            .map_err(|e| ActivateError::Backend(e.to_string()))?;
+        self.active = true;
+        log::info!(
+            "virtio-blk {}: active on iothread {} (features {:#x})",
+            self.drive_id,
+            self.iothread.name(),
+            self.acked
+        );
+        Ok(())
+    }
+
+    fn reset(&mut self) -> Option<Vec<ActivatedQueue>> {
+        if !self.active {
+            return None;
+        }
+        self.active = false;
+        let handlers = match self.iothread.detach(self.owner) {
+            Ok(h) => h,
+            Err(e) => {
+                log::error!("virtio-blk {}: reset: {e}", self.drive_id);
+                return None;
+            }
+        };
+        let mut queues: Vec<ActivatedQueue> = handlers
+            .into_iter()
+            .filter_map(|h| h.into_any().downcast::<BlockQueueHandler>().ok())
+            .map(|h| h.into_queue())
+            .collect();
+        queues.sort_by_key(|q| q.index);
+        Some(queues)
+    }
+}

@@ -1,0 +1,235 @@
+//! Building the VM's devices from the config: the legacy port devices (COM1, i8042, debug exit),
+//! the PCI root on ports 0xCF8-0xCFF and the MMIO window, the iothreads, and one virtio-blk
+//! device over virtio-pci per drive, with its MSI-X vectors routed through KVM.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use dataplane::engine::EngineKind;
+use dataplane::IoThread;
+use devices::block::stats::QueueStats;
+use devices::block::{BlockDeviceConfig, VirtioBlock};
+use devices::bus::{Bus, BusError};
+use devices::debug_exit::{DebugExit, DEBUG_EXIT_PORT};
+use devices::i8042::{I8042, I8042_BASE, I8042_LEN};
+use devices::pci::config_io::PciConfigIo;
+use devices::pci::mmio_window::PciMmioWindow;
+use devices::pci::root::PciRoot;
+use devices::serial::{SerialConsole, COM1_IRQ, COM1_LEN, COM1_PORT};
+use devices::virtio::pci::VirtioPciDevice;
+use devices::virtio::GuestMemory;
+use devices::ExitRequester;
+use kvm_ioctls::VmFd;
+use vmm_sys_util::eventfd::EventFd;
+
+use crate::config::{IoEngineKind, VmConfig, DEFAULT_IOTHREAD};
+use crate::interrupts::{GsiRouter, KvmIoEvents};
+use crate::layout::{PCI_MMIO_END, PCI_MMIO_START};
+
+/// PCI configuration mechanism #1 ports.
+const PCI_CONFIG_PORT: u64 = 0xcf8;
+const PCI_CONFIG_LEN: u64 = 8;
+
+/// Errors building devices.
+#[derive(Debug, thiserror::Error)]
+pub enum DeviceError {
+    /// Bus registration failed.
+    #[error("Registering a device: {0}")]
+    Bus(#[from] BusError),
+    /// An OS or KVM call failed.
+    #[error("{what}: {source}")]
+    Os {
+        /// The operation.
+        what: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// PCI set-up failed.
+    #[error("PCI: {0}")]
+    Pci(String),
+    /// A drive could not be opened (validated before, so the file changed meanwhile).
+    #[error(transparent)]
+    Drive(#[from] crate::config::ConfigError),
+}
+
+fn os(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> DeviceError {
+    let what = what.into();
+    move |source| DeviceError::Os { what, source }
+}
+
+/// A drive as the rest of the VMM sees it.
+#[derive(Debug)]
+pub struct DriveHandle {
+    /// The drive id.
+    pub id: String,
+    /// The PCI slot of its virtio-blk device.
+    pub slot: u8,
+    /// Per-queue counters.
+    pub stats: Vec<Arc<QueueStats>>,
+}
+
+/// Every device of the VM.
+pub struct Devices {
+    /// Port I/O bus.
+    pub pio: Arc<Bus>,
+    /// MMIO bus.
+    pub mmio: Arc<Bus>,
+    /// The console.
+    pub serial: Arc<Mutex<SerialConsole>>,
+    /// Iothreads by id.
+    pub iothreads: BTreeMap<String, Arc<IoThread>>,
+    /// Drives in config order.
+    pub drives: Vec<DriveHandle>,
+    /// The PCI root.
+    pub pci: Arc<Mutex<PciRoot>>,
+}
+
+impl std::fmt::Debug for Devices {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Devices")
+            .field("drives", &self.drives)
+            .finish()
+    }
+}
+
+fn engine_kind(k: IoEngineKind) -> EngineKind {
+    match k {
+        // Validation admits only the engines this build has.
+        IoEngineKind::Sync
+        | IoEngineKind::IoUring
+        | IoEngineKind::LinuxAio
+        | IoEngineKind::Null => EngineKind::Sync,
+    }
+}
+
+/// Builds every device for `config`.
+pub fn build(
+    config: &VmConfig,
+    vm: &Arc<VmFd>,
+    mem: &GuestMemory,
+    exit: Arc<dyn ExitRequester>,
+) -> Result<Devices, DeviceError> {
+    let serial_irq = EventFd::new(libc::EFD_NONBLOCK).map_err(os("serial eventfd"))?;
+    vm.register_irqfd(&serial_irq, COM1_IRQ)
+        .map_err(|e| os("serial irqfd")(e.into()))?;
+    let serial = Arc::new(Mutex::new(SerialConsole::new(
+        serial_irq,
+        Box::new(std::io::stdout()),
+    )));
+
+    let pci = Arc::new(Mutex::new(
+        PciRoot::new(PCI_MMIO_START, PCI_MMIO_END - PCI_MMIO_START)
+            .map_err(|e| DeviceError::Pci(e.to_string()))?,
+    ));
+    let mut pio = Bus::new();
+    pio.insert(serial.clone(), u64::from(COM1_PORT), COM1_LEN)?;
+    pio.insert(
+        Arc::new(Mutex::new(I8042::new(exit.clone()))),
+        u64::from(I8042_BASE),
+        I8042_LEN,
+    )?;
+    pio.insert(
+        Arc::new(Mutex::new(DebugExit::new(exit))),
+        u64::from(DEBUG_EXIT_PORT),
+        1,
+    )?;
+    pio.insert(
+        Arc::new(Mutex::new(PciConfigIo::new(pci.clone()))),
+        PCI_CONFIG_PORT,
+        PCI_CONFIG_LEN,
+    )?;
+    let mut mmio = Bus::new();
+    mmio.insert(
+        Arc::new(Mutex::new(PciMmioWindow::new(pci.clone()))),
+        PCI_MMIO_START,
+        PCI_MMIO_END - PCI_MMIO_START,
+    )?;
+
+    let mut iothreads = BTreeMap::new();
+    let mut names: Vec<String> = config.iothreads.iter().map(|t| t.id.clone()).collect();
+    if names.is_empty() && !config.drives.is_empty() {
+        names.push(DEFAULT_IOTHREAD.to_string());
+    }
+    for name in names {
+        let t = IoThread::spawn(&name)
+            .map_err(|e| os(format!("iothread {name}"))(std::io::Error::other(e)))?;
+        iothreads.insert(name, t);
+    }
+
+    let router = Arc::new(GsiRouter::new(vm.clone()));
+    let ioevents = Arc::new(KvmIoEvents(vm.clone()));
+    let mut drives = Vec::with_capacity(config.drives.len());
+    for (i, d) in config.drives.iter().enumerate() {
+        let opened = crate::drive::open(d, i)?;
+        if opened.ignored_tail != 0 {
+            log::warn!(
+                "drives[{i}].path_on_host: {} is not a multiple of 512 bytes: rounded down to {} bytes, the last {} bytes are not visible to the guest",
+                d.path_on_host.display(),
+                opened.capacity_sectors * 512,
+                opened.ignored_tail
+            );
+        }
+        let thread_id = d.iothread.clone().unwrap_or_else(|| {
+            config
+                .iothreads
+                .first()
+                .map(|t| t.id.clone())
+                .unwrap_or_else(|| DEFAULT_IOTHREAD.to_string())
+        });
+        let Some(thread) = iothreads.get(&thread_id).cloned() else {
+            return Err(DeviceError::Pci(format!(
+                "drives[{i}]: iothread {thread_id} missing"
+            )));
+        };
+        let block = VirtioBlock::new(
+            BlockDeviceConfig {
+                drive_id: d.drive_id.clone(),
+                file: opened.file,
+                read_only: d.is_read_only,
+                capacity_sectors: opened.capacity_sectors,
+                num_queues: d.num_queues,
+                queue_size: d.queue_size,
+                engine: engine_kind(d.io_engine),
+            },
+            thread,
+        );
+        let stats = block.stats();
+        let vectors = router
+            .allocate_vectors(usize::from(d.num_queues) + 1)
+            .map_err(os(format!("drives[{i}]: MSI-X vectors")))?;
+        let dev = VirtioPciDevice::new(
+            Box::new(block),
+            mem.clone(),
+            vectors,
+            router.clone(),
+            ioevents.clone(),
+        )
+        .map_err(|e| DeviceError::Pci(format!("drives[{i}]: {e}")))?;
+        let slot = pci
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .add_device(Arc::new(Mutex::new(dev)))
+            .map_err(|e| DeviceError::Pci(format!("drives[{i}]: {e}")))?;
+        log::info!(
+            "drives[{i}] {}: virtio-blk at 00:{slot:02x}.0, {} sectors, {} queue(s) of {}, iothread {thread_id}{}",
+            d.drive_id,
+            opened.capacity_sectors,
+            d.num_queues,
+            d.queue_size,
+            if d.is_read_only { ", read-only" } else { "" }
+        );
+        drives.push(DriveHandle {
+            id: d.drive_id.clone(),
+            slot,
+            stats,
+        });
+    }
+    Ok(Devices {
+        pio: Arc::new(pio),
+        mmio: Arc::new(mmio),
+        serial,
+        iothreads,
+        drives,
+        pci,
+    })
+}
