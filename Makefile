@@ -2,11 +2,12 @@
 
 CARGO ?= cargo
 GUEST := guest-images/build/test-guest.elf
+DISK := guest-images/build/disk.img
 
 .PHONY: all build guest kernel run test test-unit test-guest-check lint fmt clean help
 
 help:
-	@echo "make run     build everything and boot examples/test-guest.json (the main job)"
+	@echo "make run     build everything and boot examples/test-guest.json: a disk workload (the main job)"
 	@echo "make test    run every test: unit, guest-booting integration, Linux milestones"
 	@echo "make lint    rustfmt check and clippy (warnings are errors)"
 	@echo "make guest   build Osprey's test guest ($(GUEST))"
@@ -23,7 +24,11 @@ guest:
 kernel:
 	bash guest-images/linux/fetch-kernel.sh
 
-run: build guest
+$(DISK):
+	mkdir -p $(dir $@)
+	truncate -s 256M $@
+
+run: build guest $(DISK)
 	./target/release/osprey --config examples/test-guest.json
 
 test-guest-check: guest

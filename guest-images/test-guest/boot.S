@@ -2,7 +2,8 @@
  * boot.S - PVH 32-bit entry and the switch to 64-bit long mode.
  *
  * Owns: the GDT, the precomputed identity page tables (first 4 GiB, 2 MiB
- * pages, P|RW|US), the boot/RSP0/IST stacks, EFER/CR0/CR4 setup, the far
+ * pages, P|RW|US; the top GiB, 0xC0000000-0xFFFFFFFF, i.e. the whole MMIO
+ * gap, PCD|PWT; plus an empty spare PD for mmu.c), the boot/RSP0/IST stacks, EFER/CR0/CR4 setup, the far
  * jump to 64-bit code, .bss clearing and the call into kmain().
  *
  * PVH ABI on entry: 32-bit protected mode, paging off, flat CS/DS,
@@ -119,6 +120,7 @@ gdt_end:
 pml4:
     .quad   pdpt + (PTE_P | PTE_RW | PTE_US)
     .fill   511, 8, 0
+    .globl pdpt, pd, pd_high
 pdpt:
     .quad   pd + 0x0000 + (PTE_P | PTE_RW | PTE_US)
     .quad   pd + 0x1000 + (PTE_P | PTE_RW | PTE_US)
@@ -135,6 +137,9 @@ pd:
     .endif
     .set    i, i + 1
     .endr
+/* Spare page directory for one 1 GiB MMIO window above 4 GiB (mmu.c). */
+pd_high:
+    .fill   512, 8, 0
 
 /* ------------------------------------------------------------------ */
     .section .stacks, "aw", @nobits

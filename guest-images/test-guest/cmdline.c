@@ -2,7 +2,8 @@
  * cmdline.c - kernel command line parsing.
  *
  * Owns: splitting the command line into whitespace-separated tokens and
- * interpreting `mode=` and `exit=`. Unknown tokens are ignored; an unknown
+ * interpreting `mode=` and `exit=` (mode=blk's own tokens are parsed by
+ * blk_cmdline.c). Unknown tokens are ignored; an unknown
  * mode or a malformed exit value prints an error line and fails (the caller
  * exits with status 2). Later tokens override earlier ones.
  */
@@ -53,6 +54,8 @@ static int parse_mode(const char *v, size_t n, enum guest_mode *mode)
         *mode = MODE_EXCEPTION;
     else if (token_eq(v, n, "mmio-exec"))
         *mode = MODE_MMIO_EXEC;
+    else if (token_eq(v, n, "blk"))
+        *mode = MODE_BLK;
     else
         return -1;
     return 0;

@@ -3,11 +3,13 @@
  *
  * Owns: the 64-bit TSS (RSP0 for ring-3 -> ring-0 entries, IST1 for #DF),
  * its GDT descriptor and ltr; the IDT for vectors 0-31 (vector 3 is a
- * DPL-3 gate, the ring-3 return path of run_in_user); the C exception
+ * DPL-3 gate, the ring-3 return path of run_in_user; IDT_ENTRIES slots so
+ * apic.c can add device vectors with idt_set_gate()); the C exception
  * handler printing `EXCEPTION vector=N rip=0x.. err=0x..` and exiting with
  * status 3; and the triple-fault trigger (empty IDT + ud2).
  */
 #include "guest.h"
+#include "blk.h"
 
 struct exception_frame {
     u64 r15, r14, r13, r12, r11, r10, r9, r8;
@@ -35,7 +37,7 @@ extern u64 gdt[GDT_ENTRIES];
 extern const u64 isr_table[32];
 extern char rsp0_stack_top[], df_stack_top[];
 
-static struct idt_gate idt[32] __attribute__((aligned(16)));
+static struct idt_gate idt[IDT_ENTRIES] __attribute__((aligned(16)));
 static u8 tss[TSS_SIZE] __attribute__((aligned(16)));
 
 static void put64(u8 *p, u64 v)
@@ -72,6 +74,19 @@ void cpu_init(void)
     }
     struct desc_ptr p = { sizeof(idt) - 1, (u64)idt };
     __asm__ volatile("lidt %0" : : "m"(p) : "memory");
+}
+
+void idt_set_gate(int vec, u64 h, int dpl)
+{
+    if (vec < 0 || vec >= IDT_ENTRIES)
+        return;
+    idt[vec].off_lo = (u16)h;
+    idt[vec].selector = SEL_KERNEL_CS;
+    idt[vec].ist = 0;
+    idt[vec].type_attr = (u8)(0x8e | (dpl & 3) << 5);
+    idt[vec].off_mid = (u16)(h >> 16);
+    idt[vec].off_hi = (u32)(h >> 32);
+    idt[vec].zero = 0;
 }
 
 void exception_handler(struct exception_frame *f)

@@ -70,7 +70,7 @@ static inline long run_in_user(user_fn fn, void *arg)
 /* cmdline.c */
 enum guest_mode {
     MODE_REPORT, MODE_USER, MODE_TRIPLE_FAULT, MODE_RESET, MODE_HALT, MODE_EXCEPTION,
-    MODE_MMIO_EXEC
+    MODE_MMIO_EXEC, MODE_BLK
 };
 struct cmdline_opts {
     enum guest_mode mode;
@@ -119,6 +119,9 @@ struct hvm_memmap_entry {
     u32 reserved;
 };
 #define E820_RAM 1
+
+/* blk_main.c: mode=blk (virtio-blk driver + load generator), see blk.h */
+NORETURN void blk_main(const char *cmdline, size_t len);
 
 /* report.c */
 struct user_bench;

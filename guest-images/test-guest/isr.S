@@ -6,6 +6,9 @@
  * Vector 3 (int3, DPL-3 gate) first checks whether it is the ring-3 exit
  * trampoline of run_in_user(); if so it hands off to user_return (user.S).
  * The address table isr_table[] is used by cpu_init() to build the IDT.
+ * Also the device interrupt stubs for mode=blk irq=1 (vectors IRQ_VEC_BASE
+ * + queue): count into irq_counts[q] and irq_total, write the LAPIC EOI,
+ * iretq; and the spurious-vector stub (iretq only, no EOI).
  */
 #include "layout.h"
 
@@ -101,3 +104,46 @@ isr_table:
     .irp v, 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31
     .quad   isr_\v
     .endr
+
+/* ---- MSI-X completion interrupts (apic.c installs the gates) ---- */
+    .text
+.macro IRQ q
+    .balign 16
+irq_q\q:
+    pushq   %rax
+    incq    irq_counts+8*\q(%rip)
+    incq    irq_total(%rip)
+    movq    $0xfee000b0, %rax       /* LAPIC EOI */
+    movl    $0, (%rax)
+    popq    %rax
+    iretq
+.endm
+    IRQ 0
+    IRQ 1
+    IRQ 2
+    IRQ 3
+    IRQ 4
+    IRQ 5
+    IRQ 6
+    IRQ 7
+
+    .balign 16
+    .globl irq_spurious
+irq_spurious:
+    iretq
+
+    .section .rodata
+    .balign 8
+    .globl irq_stub_table
+irq_stub_table:
+    .irp q, 0,1,2,3,4,5,6,7
+    .quad   irq_q\q
+    .endr
+
+    .bss
+    .balign 8
+    .globl irq_counts, irq_total
+irq_counts:
+    .skip   8 * 8
+irq_total:
+    .quad   0

@@ -5,6 +5,8 @@
  * registers and kernel RSP, builds an iretq frame (CS = user CS64|3,
  * SS = user DS|3, RFLAGS = 0x2, interrupts off) and enters fn(arg) in ring 3
  * with its return address set to the ring-3 trampoline user_exit. The
+ * run_in_user_rflags(fn, arg, stack_top, rflags) is the same with the
+ * given RFLAGS (mode=blk irq=1 passes 0x202 so MSIs arrive in ring 3). The
  * trampoline executes int3 (DPL-3 gate); isr_3 recognises it and jumps to
  * user_return, which restores the kernel context and returns fn's RAX as
  * run_in_user_on's result. Not reentrant (single CPU, one level).
@@ -18,8 +20,11 @@ saved_kernel_rsp:
 
     .text
 /* long run_in_user_on(long (*fn)(void *), void *arg, void *stack_top) */
-    .globl run_in_user_on
+    .globl run_in_user_on, run_in_user_rflags
 run_in_user_on:
+    movl    $0x2, %ecx              /* RFLAGS: IF=0, IOPL=0 */
+/* long run_in_user_rflags(fn, arg, stack_top, u64 rflags) */
+run_in_user_rflags:
     pushq   %rbx
     pushq   %rbp
     pushq   %r12
@@ -35,7 +40,9 @@ run_in_user_on:
 
     pushq   $SEL_USER_DS            /* SS */
     pushq   %rdx                    /* RSP */
-    pushq   $0x2                    /* RFLAGS: IF=0, IOPL=0 */
+    andq    $0x200, %rcx            /* only IF may be chosen */
+    orq     $0x2, %rcx
+    pushq   %rcx                    /* RFLAGS */
     pushq   $SEL_USER_CS            /* CS */
     pushq   %rdi                    /* RIP = fn */
     movq    %rsi, %rdi              /* arg */

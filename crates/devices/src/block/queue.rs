@@ -214,8 +214,10 @@ impl BlockQueueHandler {
             }
             Err(Malformed::Broken { reason }) => {
                 QueueStats::add(&self.stats.malformed, 1);
-                self.add_used(head, 0);
+                // Mark the device first: a driver that sees this completion must also see
+                // DEVICE_NEEDS_RESET when it reads the status.
                 self.fail(reason);
+                self.add_used(head, 0);
                 return;
             }
         };
