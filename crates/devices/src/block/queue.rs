@@ -222,34 +222,22 @@ impl BlockQueueHandler {
             }
         };
         let status_addr = req.status_addr;
-        let (op, kind, used_len, bytes) = match req.op {
-            RequestOp::Read {
-                offset,
-                iovecs,
-                len,
-            } => (
-                IoOp::Read { offset, iovecs },
-                Kind::Read,
-                len.saturating_add(1),
-                u64::from(len),
-            ),
-            RequestOp::Write { offset, iovecs } => {
-                let n: usize = iovecs.iter().map(|v| v.len).sum();
-                (IoOp::Write { offset, iovecs }, Kind::Write, 1, n as u64)
-            }
-            RequestOp::Flush => (IoOp::Flush, Kind::Flush, 1, 0),
-            RequestOp::Discard { offset, len } => {
-                (IoOp::Discard { offset, len }, Kind::Other, 1, 0)
-            }
-            RequestOp::WriteZeroes { offset, len, unmap } => {
-                (IoOp::WriteZeroes { offset, len, unmap }, Kind::Other, 1, 0)
-            }
+        let op = match req.op {
+            RequestOp::Io(op) => op,
             RequestOp::GetId { written } => {
                 self.write_status(status_addr, status::OK);
                 QueueStats::add(&self.stats.requests, 1);
                 self.add_used(head, written + 1);
                 return;
             }
+        };
+        // Chains are at most 2^32 bytes (virtio-queue refuses longer ones).
+        let bytes = op.data_len() as u64;
+        let (kind, used_len) = match op {
+            IoOp::Read { .. } => (Kind::Read, (bytes as u32).saturating_add(1)),
+            IoOp::Write { .. } => (Kind::Write, 1),
+            IoOp::Flush => (Kind::Flush, 1),
+            IoOp::Discard { .. } | IoOp::WriteZeroes { .. } => (Kind::Other, 1),
         };
         let Some(slot) = self.free.pop() else {
             // Checked by the caller; keep the chain on the ring if it ever happens.

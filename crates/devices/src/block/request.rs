@@ -3,7 +3,7 @@
 //! problem becomes a status for the guest (IOERR or UNSUPP) or, when no status can be written,
 //! a [`Malformed::Broken`] chain that puts the device in `DEVICE_NEEDS_RESET`.
 
-use dataplane::engine::IoVec;
+use dataplane::engine::{IoOp, IoVec};
 use virtio_queue::desc::split::Descriptor;
 use virtio_queue::DescriptorChain;
 use vm_memory::{Address, Bytes, GuestAddress, GuestMemoryBackend};
@@ -44,44 +44,12 @@ pub struct BlockRequest {
 /// The operation of a parsed request.
 #[derive(Debug)]
 pub enum RequestOp {
-    /// Read `len` bytes at `offset` into `iovecs`.
-    Read {
-        /// Byte offset.
-        offset: u64,
-        /// Destination buffers (host addresses in guest memory).
-        iovecs: Vec<IoVec>,
-        /// Total length.
-        len: u32,
-    },
-    /// Write `iovecs` at `offset`.
-    Write {
-        /// Byte offset.
-        offset: u64,
-        /// Source buffers.
-        iovecs: Vec<IoVec>,
-    },
-    /// Flush.
-    Flush,
+    /// I/O for the engine: read, write, flush, discard or write-zeroes.
+    Io(IoOp),
     /// GET_ID: `written` bytes of the serial were already copied into the guest's buffer.
     GetId {
         /// Bytes written.
         written: u32,
-    },
-    /// Discard a range.
-    Discard {
-        /// Byte offset.
-        offset: u64,
-        /// Length in bytes.
-        len: u64,
-    },
-    /// Zero a range.
-    WriteZeroes {
-        /// Byte offset.
-        offset: u64,
-        /// Length in bytes.
-        len: u64,
-        /// The guest allows deallocation.
-        unmap: bool,
     },
 }
 
@@ -221,18 +189,13 @@ pub fn parse(
                 return Err(ioerr(status_addr, "request past the end of the disk"));
             }
             let offset = sector * SECTOR_SIZE;
-            if is_read {
-                // total ≤ 2^32 (virtio-queue refuses longer chains).
-                RequestOp::Read {
-                    offset,
-                    iovecs,
-                    len: total as u32,
-                }
+            RequestOp::Io(if is_read {
+                IoOp::Read { offset, iovecs }
             } else {
-                RequestOp::Write { offset, iovecs }
-            }
+                IoOp::Write { offset, iovecs }
+            })
         }
-        request_type::FLUSH => RequestOp::Flush,
+        request_type::FLUSH => RequestOp::Io(IoOp::Flush),
         request_type::GET_ID => {
             let mut written = 0u32;
             for d in data {
@@ -297,15 +260,15 @@ pub fn parse(
                 ));
             }
             let (offset, len) = (start * SECTOR_SIZE, u64::from(num) * SECTOR_SIZE);
-            if is_discard {
-                RequestOp::Discard { offset, len }
+            RequestOp::Io(if is_discard {
+                IoOp::Discard { offset, len }
             } else {
-                RequestOp::WriteZeroes {
+                IoOp::WriteZeroes {
                     offset,
                     len,
                     unmap: flags & WRITE_ZEROES_UNMAP != 0,
                 }
-            }
+            })
         }
         _ => {
             return Err(Malformed::Status {
@@ -390,15 +353,8 @@ mod tests {
         )
         .expect("read");
         match r.op {
-            RequestOp::Read {
-                offset,
-                iovecs,
-                len,
-            } => {
-                assert_eq!(
-                    (offset, len, iovecs.len(), iovecs[0].len),
-                    (4096, 4096, 1, 4096)
-                );
+            RequestOp::Io(IoOp::Read { offset, iovecs }) => {
+                assert_eq!((offset, iovecs.len(), iovecs[0].len), (4096, 1, 4096));
             }
             other => panic!("{other:?}"),
         }
@@ -414,10 +370,12 @@ mod tests {
             &limits(),
         )
         .expect("write");
-        assert!(matches!(w.op, RequestOp::Write { offset: 0, ref iovecs } if iovecs.len() == 2));
+        assert!(
+            matches!(w.op, RequestOp::Io(IoOp::Write { offset: 0, ref iovecs }) if iovecs.len() == 2)
+        );
         header(&m, request_type::FLUSH, 0);
         let f = run(&m, &[d(HDR, 16, 0), d(STATUS, 1, F_WRITE)], &limits()).expect("flush");
-        assert!(matches!(f.op, RequestOp::Flush));
+        assert!(matches!(f.op, RequestOp::Io(IoOp::Flush)));
     }
 
     #[test]
@@ -581,11 +539,11 @@ mod tests {
         .expect("wz");
         assert!(matches!(
             r.op,
-            RequestOp::WriteZeroes {
+            RequestOp::Io(IoOp::WriteZeroes {
                 offset: 4096,
                 len: 8192,
                 unmap: true
-            }
+            })
         ));
         header(&m, request_type::DISCARD, 0);
         seg(2040, 16, 0);
@@ -611,10 +569,10 @@ mod tests {
         .expect("discard");
         assert!(matches!(
             r.op,
-            RequestOp::Discard {
+            RequestOp::Io(IoOp::Discard {
                 offset: 0,
                 len: 4096
-            }
+            })
         ));
     }
 }
