@@ -1,5 +1,6 @@
-//! Boots the Debian cloud kernel (fetched by `guest-images/linux/fetch-kernel.sh`) as a bzImage and
-//! as an ELF entered through PVH, with 2 vCPUs, and checks the milestones every host allows: the
+//! Boots the Debian cloud kernel (fetched by `guest-images/linux/fetch-kernel.sh`) as a bzImage, as
+//! an ELF entered through PVH, and as the same ELF entered through the 64-bit boot protocol (its PVH
+//! note hidden), with 2 vCPUs, and checks the milestones every host allows: the
 //! kernel prints its version, exactly our command line, a memory map matching the configured size,
 //! and (from the ACPI MADT) the number of CPUs.
 //!
@@ -107,7 +108,17 @@ fn boot_to_milestones(kind: &str, kernel: PathBuf) {
     }
     record(kind, &times);
     let console = vmm.console_text();
-    assert!(vmm.log_text().contains("KVM: kvm_"), "{}", vmm.log_text());
+    let log = vmm.log_text();
+    assert!(log.contains("KVM: kvm_"), "{log}");
+    let want_entry = if kind == "ELF/PVH" {
+        "(ElfPvh, Pvh entry"
+    } else {
+        "Linux64 entry"
+    };
+    assert!(
+        log.contains(want_entry),
+        "{kind}: expected {want_entry} in the log:\n{log}"
+    );
 
     let cmd_line = console
         .lines()
@@ -151,6 +162,52 @@ fn boot_to_milestones(kind: &str, kernel: PathBuf) {
     );
 }
 
+/// A copy of `vmlinux` whose Xen PVH entry note is renumbered, so Osprey enters it through the
+/// 64-bit Linux boot protocol instead of PVH (the same kernel, the other ELF path).
+fn without_pvh_note(vmlinux: &std::path::Path) -> PathBuf {
+    const PT_NOTE: u32 = 4;
+    const XEN_ELFNOTE_PHYS32_ENTRY: u32 = 18;
+    let mut elf = std::fs::read(vmlinux).expect("read vmlinux");
+    let u16_at = |b: &[u8], o: usize| u16::from_le_bytes([b[o], b[o + 1]]) as usize;
+    let u32_at = |b: &[u8], o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4"));
+    let u64_at =
+        |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8")) as usize;
+    let (phoff, phentsize, phnum) = (u64_at(&elf, 0x20), u16_at(&elf, 0x36), u16_at(&elf, 0x38));
+    let mut patched = 0;
+    for i in 0..phnum {
+        let ph = phoff + i * phentsize;
+        if u32_at(&elf, ph) != PT_NOTE {
+            continue;
+        }
+        let (mut off, end) = (
+            u64_at(&elf, ph + 8),
+            u64_at(&elf, ph + 8) + u64_at(&elf, ph + 32),
+        );
+        while off + 12 <= end {
+            let (namesz, descsz, kind) = (
+                u32_at(&elf, off) as usize,
+                u32_at(&elf, off + 4) as usize,
+                u32_at(&elf, off + 8),
+            );
+            let name = &elf[off + 12..off + 12 + namesz];
+            if name == b"Xen\0" && kind == XEN_ELFNOTE_PHYS32_ENTRY {
+                elf[off + 8..off + 12].copy_from_slice(&0x7fff_0000u32.to_le_bytes());
+                patched += 1;
+            }
+            off += 12 + namesz.div_ceil(4) * 4 + descsz.div_ceil(4) * 4;
+        }
+    }
+    assert_eq!(
+        patched,
+        1,
+        "expected exactly one PVH entry note in {}",
+        vmlinux.display()
+    );
+    let out = repo_root().join("target/vmlinux-no-pvh");
+    std::fs::write(&out, elf).expect("write vmlinux-no-pvh");
+    out
+}
+
 #[test]
 fn debian_kernel_bzimage_reaches_milestones() {
     let (bz, _) = kernel_kit();
@@ -161,4 +218,10 @@ fn debian_kernel_bzimage_reaches_milestones() {
 fn debian_kernel_elf_pvh_reaches_milestones() {
     let (_, vmlinux) = kernel_kit();
     boot_to_milestones("ELF/PVH", vmlinux);
+}
+
+#[test]
+fn debian_kernel_elf_64bit_entry_reaches_milestones() {
+    let (_, vmlinux) = kernel_kit();
+    boot_to_milestones("ELF/64-bit", without_pvh_note(&vmlinux));
 }
