@@ -13,11 +13,15 @@ truncate -s 1G "$disk"
 dd if=/dev/urandom of="$disk" bs=1M count=1024 conv=notrunc status=none
 trap 'rm -f "$disk" "$cfg"' EXIT
 cfg=$(mktemp --suffix=.json)
+# The guest converts TSC cycles to time with the vCPU's TSC frequency, which Osprey logs.
+tsc_khz=$(./target/release/osprey --kernel guest-images/build/test-guest.elf --cmdline mode=report 2>&1 |
+  sed -n 's/.*vCPU TSC frequency: \([0-9]*\) kHz.*/\1/p')
+echo "vCPU TSC: ${tsc_khz} kHz"
 for qd in 1 32; do
   cat >"$cfg" <<JSON
 {"machine-config":{"vcpu_count":1,"mem_size_mib":256},
  "boot-source":{"kernel_image_path":"guest-images/build/test-guest.elf",
-                "boot_args":"mode=blk rw=randread bs=4096 qd=$qd count=$count range=1g tsc_khz=$(awk '/^cpu MHz/{printf "%d", $4*1000; exit}' /proc/cpuinfo)"},
+                "boot_args":"mode=blk rw=randread bs=4096 qd=$qd count=$count range=1g tsc_khz=$tsc_khz"},
  "drives":[{"drive_id":"shm0","path_on_host":"$disk","num_queues":1,"queue_size":256}],
  "iothreads":[{"id":"io0"}]}
 JSON

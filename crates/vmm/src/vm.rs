@@ -179,6 +179,12 @@ pub fn start(config: &VmConfig) -> Result<RunningVm, VmError> {
             .create_vcpu(u64::from(id))
             .map_err(kvm_err("creating a vCPU"))?;
         configure_vcpu(&fd, &mem, &supported, id, count, entry)?;
+        if id == 0 {
+            match fd.get_tsc_khz() {
+                Ok(khz) => log::info!("vCPU TSC frequency: {khz} kHz"),
+                Err(e) => log::warn!("KVM_GET_TSC_KHZ failed: {e}"),
+            }
+        }
         let runner = VcpuRunner {
             id,
             fd,
