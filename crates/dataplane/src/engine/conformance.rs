@@ -1,0 +1,362 @@
+//! The conformance suite every I/O engine passes: round trips with several buffers, reads at end
+//! of file, flush, a full engine, error completions, discard and write-zeroes (done or UNSUPP),
+//! and the completion fd's readiness. Runs on tmpfs (buffered) and on the work tree's file system
+//! with O_DIRECT, with 4 KiB-aligned buffers.
+
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::io::RawFd;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use super::{Completion, IoEngine, IoOp, IoRequest, IoVec, SubmitError};
+
+/// Builds an engine under test on `file` with room for `depth` requests.
+pub(crate) type Factory<'a> = &'a dyn Fn(File, u32, bool) -> Box<dyn IoEngine>;
+
+/// A 4 KiB-aligned buffer (O_DIRECT needs aligned memory).
+pub(crate) struct Aligned {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Aligned {
+    pub(crate) fn new(len: usize) -> Aligned {
+        let layout = Layout::from_size_align(len.max(1), 4096).expect("layout");
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { alloc_zeroed(layout) };
+        assert!(!ptr.is_null(), "allocation failed");
+        Aligned { ptr, len }
+    }
+    pub(crate) fn as_slice(&self) -> &[u8] {
+        // SAFETY: `ptr` is a live allocation of `len` bytes owned by `self`.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+    pub(crate) fn fill(&mut self, v: u8) {
+        // SAFETY: as above, and `&mut self` makes the access exclusive.
+        unsafe { std::ptr::write_bytes(self.ptr, v, self.len) };
+    }
+    pub(crate) fn iov(&self, off: usize, len: usize) -> IoVec {
+        assert!(off + len <= self.len);
+        // SAFETY: `off + len` stays inside the allocation.
+        IoVec {
+            base: unsafe { self.ptr.add(off) },
+            len,
+        }
+    }
+}
+
+impl Drop for Aligned {
+    fn drop(&mut self) {
+        let layout = Layout::from_size_align(self.len.max(1), 4096).expect("layout");
+        // SAFETY: allocated in `new` with this layout.
+        unsafe { dealloc(self.ptr, layout) };
+    }
+}
+
+fn readable(fd: RawFd) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, zero timeout.
+    unsafe { libc::poll(&mut p, 1, 0) == 1 }
+}
+
+/// Commits and reaps until `n` completions arrived (waiting on the completion fd if any).
+pub(crate) fn complete(e: &mut dyn IoEngine, n: usize) -> Vec<Completion> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut out = Vec::new();
+    e.commit();
+    while out.len() < n {
+        e.reap(&mut out);
+        if out.len() >= n {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} of {n} completions after 10 s",
+            out.len()
+        );
+        if let Some(fd) = e.completion_fd() {
+            let mut p = libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd.
+            unsafe { libc::poll(&mut p, 1, 10) };
+        } else {
+            e.commit();
+        }
+    }
+    out
+}
+
+struct Store {
+    path: PathBuf,
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn store(dir: &Path, name: &str, size: u64) -> Store {
+    let path = dir.join(format!("osprey-conf-{}-{name}", std::process::id()));
+    let f = File::create(&path).expect("create");
+    f.set_len(size).expect("set_len");
+    Store { path }
+}
+
+fn open(path: &Path, write: bool, direct: bool) -> File {
+    let mut o = OpenOptions::new();
+    o.read(true).write(write);
+    if direct {
+        o.custom_flags(libc::O_DIRECT);
+    }
+    o.open(path).expect("open store")
+}
+
+/// Runs every check for an engine named `name` on tmpfs (buffered) and on the work tree's file
+/// system (O_DIRECT). `backed` is false for engines that do not touch the file (Null).
+pub(crate) fn check_all(name: &str, make: Factory<'_>, backed: bool) {
+    let tmpfs = Path::new("/dev/shm");
+    let disk = std::env::current_dir().expect("cwd").join("target");
+    std::fs::create_dir_all(&disk).expect("target dir");
+    for (dir, direct) in [(tmpfs, false), (disk.as_path(), true)] {
+        let ctx = format!("{name} on {} (direct={direct})", dir.display());
+        round_trip(make, dir, direct, backed, &ctx);
+        read_at_eof(make, dir, direct, backed, &ctx);
+        flush_and_full_engine(make, dir, direct, &ctx);
+        if backed {
+            error_completion(make, dir, direct, &ctx);
+        }
+        discard_and_write_zeroes(make, dir, direct, backed, &ctx);
+    }
+}
+
+fn round_trip(make: Factory<'_>, dir: &Path, direct: bool, backed: bool, ctx: &str) {
+    let s = store(dir, "rt", 1 << 20);
+    let mut e = make(open(&s.path, true, direct), 32, direct);
+    let mut src = Aligned::new(16384);
+    for (i, b) in (0..16384).map(|i| (i * 7 % 251) as u8).enumerate() {
+        // SAFETY: i < 16384 = len.
+        unsafe { *src.ptr.add(i) = b };
+    }
+    let dst = Aligned::new(16384);
+    let w = IoOp::Write {
+        offset: 65536,
+        iovecs: vec![src.iov(0, 4096), src.iov(4096, 12288)],
+    };
+    e.submit(IoRequest { op: w, token: 11 })
+        .expect("submit write");
+    let c = complete(e.as_mut(), 1);
+    assert_eq!(
+        c,
+        vec![Completion {
+            token: 11,
+            result: 16384
+        }],
+        "{ctx}: write"
+    );
+    let r = IoOp::Read {
+        offset: 65536,
+        iovecs: vec![dst.iov(0, 8192), dst.iov(8192, 8192)],
+    };
+    e.submit(IoRequest { op: r, token: 12 })
+        .expect("submit read");
+    let c = complete(e.as_mut(), 1);
+    assert_eq!(
+        c,
+        vec![Completion {
+            token: 12,
+            result: 16384
+        }],
+        "{ctx}: read"
+    );
+    if backed {
+        assert!(
+            dst.as_slice() == src.as_slice(),
+            "{ctx}: data read back differs"
+        );
+    } else {
+        assert!(
+            dst.as_slice().iter().all(|&b| b == 0),
+            "{ctx}: null reads return zeros"
+        );
+    }
+    assert_eq!(e.in_flight(), 0, "{ctx}: nothing left in flight");
+    if let Some(fd) = e.completion_fd() {
+        assert!(!readable(fd), "{ctx}: reap must clear the completion fd");
+    }
+    src.fill(0);
+}
+
+fn read_at_eof(make: Factory<'_>, dir: &Path, direct: bool, backed: bool, ctx: &str) {
+    let s = store(dir, "eof", 4096);
+    {
+        let mut f = open(&s.path, true, false);
+        std::io::Write::write_all(&mut f, &[0x5au8; 4096]).expect("fill");
+    }
+    let mut e = make(open(&s.path, true, direct), 8, direct);
+    let mut dst = Aligned::new(8192);
+    dst.fill(0xff);
+    let r = IoOp::Read {
+        offset: 0,
+        iovecs: vec![dst.iov(0, 8192)],
+    };
+    e.submit(IoRequest { op: r, token: 1 }).expect("submit");
+    let c = complete(e.as_mut(), 1);
+    assert_eq!(
+        c,
+        vec![Completion {
+            token: 1,
+            result: 8192
+        }],
+        "{ctx}: a read past EOF completes in full"
+    );
+    if backed {
+        assert!(
+            dst.as_slice()[..4096].iter().all(|&b| b == 0x5a),
+            "{ctx}: data before EOF"
+        );
+    }
+    assert!(
+        dst.as_slice()[4096..].iter().all(|&b| b == 0),
+        "{ctx}: zeros past EOF"
+    );
+}
+
+fn flush_and_full_engine(make: Factory<'_>, dir: &Path, direct: bool, ctx: &str) {
+    let s = store(dir, "full", 1 << 20);
+    let depth = 8u32;
+    let mut e = make(open(&s.path, true, direct), depth, direct);
+    let buf = Aligned::new(4096 * 64);
+    let mut submitted = 0u64;
+    loop {
+        let op = IoOp::Write {
+            offset: submitted * 4096,
+            iovecs: vec![buf.iov((submitted as usize % 64) * 4096, 4096)],
+        };
+        match e.submit(IoRequest {
+            op,
+            token: submitted,
+        }) {
+            Ok(()) => submitted += 1,
+            Err(SubmitError::Full) => break,
+        }
+        assert!(submitted <= 1024, "{ctx}: the engine never reports Full");
+    }
+    assert!(
+        submitted >= 1 && submitted <= u64::from(depth),
+        "{ctx}: Full after {submitted} (depth {depth})"
+    );
+    assert_eq!(e.capacity(), 0, "{ctx}: capacity 0 when full");
+    let mut c = complete(e.as_mut(), submitted as usize);
+    c.sort_by_key(|c| c.token);
+    let tokens: Vec<u64> = c.iter().map(|c| c.token).collect();
+    assert_eq!(
+        tokens,
+        (0..submitted).collect::<Vec<_>>(),
+        "{ctx}: each request completes exactly once"
+    );
+    assert!(c.iter().all(|c| c.result == 4096), "{ctx}: {c:?}");
+    assert!(e.capacity() > 0, "{ctx}: capacity returns after reaping");
+    e.submit(IoRequest {
+        op: IoOp::Flush,
+        token: 99,
+    })
+    .expect("flush");
+    assert_eq!(
+        complete(e.as_mut(), 1),
+        vec![Completion {
+            token: 99,
+            result: 0
+        }],
+        "{ctx}: flush"
+    );
+}
+
+fn error_completion(make: Factory<'_>, dir: &Path, direct: bool, ctx: &str) {
+    let s = store(dir, "err", 1 << 20);
+    let mut e = make(open(&s.path, false, direct), 8, direct);
+    let buf = Aligned::new(4096);
+    let w = IoOp::Write {
+        offset: 0,
+        iovecs: vec![buf.iov(0, 4096)],
+    };
+    e.submit(IoRequest { op: w, token: 5 }).expect("submit");
+    let c = complete(e.as_mut(), 1);
+    assert_eq!(c.len(), 1, "{ctx}");
+    assert_eq!(c[0].token, 5);
+    assert_eq!(
+        c[0].result,
+        -i64::from(libc::EBADF),
+        "{ctx}: a write to a read-only fd completes with EBADF"
+    );
+}
+
+fn discard_and_write_zeroes(make: Factory<'_>, dir: &Path, direct: bool, backed: bool, ctx: &str) {
+    let s = store(dir, "zero", 1 << 20);
+    {
+        let mut f = open(&s.path, true, false);
+        std::io::Write::write_all(&mut f, &[0x33u8; 65536]).expect("fill");
+    }
+    let mut e = make(open(&s.path, true, direct), 8, direct);
+    e.submit(IoRequest {
+        op: IoOp::WriteZeroes {
+            offset: 0,
+            len: 8192,
+            unmap: false,
+        },
+        token: 1,
+    })
+    .expect("wz");
+    e.submit(IoRequest {
+        op: IoOp::Discard {
+            offset: 8192,
+            len: 8192,
+        },
+        token: 2,
+    })
+    .expect("discard");
+    let mut c = complete(e.as_mut(), 2);
+    c.sort_by_key(|c| c.token);
+    for c in &c {
+        assert!(
+            c.result == 8192 || c.result == -i64::from(libc::EOPNOTSUPP),
+            "{ctx}: {c:?}"
+        );
+    }
+    if backed && c[0].result == 8192 {
+        let mut back = vec![0xffu8; 8192];
+        let f = open(&s.path, false, false);
+        std::os::unix::fs::FileExt::read_exact_at(&f, &mut back, 0).expect("read back");
+        assert!(
+            back.iter().all(|&b| b == 0),
+            "{ctx}: write-zeroes must zero"
+        );
+    }
+}
+
+#[test]
+fn sync_engine_conforms() {
+    check_all(
+        "Sync",
+        &|f, depth, _| Box::new(super::sync::SyncEngine::new(f, depth as usize)),
+        true,
+    );
+}
+
+#[test]
+fn null_engine_conforms() {
+    check_all(
+        "Null",
+        &|_, depth, _| Box::new(super::null::NullEngine::new(depth as usize)),
+        false,
+    );
+}
