@@ -40,10 +40,8 @@ impl Aligned {
     pub(crate) fn iov(&self, off: usize, len: usize) -> IoVec {
         assert!(off + len <= self.len);
         // SAFETY: `off + len` stays inside the allocation.
-        IoVec {
-            base: unsafe { self.ptr.add(off) },
-            len,
-        }
+        let base = unsafe { self.ptr.add(off) };
+        IoVec { base, len }
     }
 }
 
