@@ -5,76 +5,8 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::time::Duration;
-
-use common::{run_to_exit, test_guest};
-use serde_json::{json, Value};
-
-const TIMEOUT: Duration = Duration::from_secs(60);
-
-/// A backing file in a per-test scratch folder, removed on drop.
-struct Disk {
-    dir: PathBuf,
-    path: PathBuf,
-}
-
-impl Disk {
-    fn new(name: &str, size: u64) -> Disk {
-        let dir = std::env::temp_dir().join(format!("osprey-blk-{}-{name}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("mkdir");
-        let path = dir.join("disk.img");
-        let f = std::fs::File::create(&path).expect("create disk");
-        f.set_len(size).expect("size disk");
-        Disk { dir, path }
-    }
-}
-
-impl Drop for Disk {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// Boots the test guest with one drive and `args` after `mode=blk`; returns (status, BLK report, log).
-fn boot(disk: &Disk, drive: Value, args: &str) -> (i32, Value, String) {
-    let mut d = json!({"drive_id": "disk0", "path_on_host": disk.path});
-    if let (Some(d), Some(extra)) = (d.as_object_mut(), drive.as_object()) {
-        d.extend(extra.clone());
-    }
-    let cfg = json!({
-        "machine-config": {"vcpu_count": 1, "mem_size_mib": 128},
-        "boot-source": {"kernel_image_path": test_guest(), "boot_args": format!("mode=blk {args}")},
-        "drives": [d],
-        "iothreads": [{"id": "io0"}],
-    });
-    let cfg_path = disk.dir.join("vm.json");
-    std::fs::write(&cfg_path, cfg.to_string()).expect("write config");
-    let (status, console, log) = run_to_exit(["--config".as_ref(), cfg_path.as_os_str()], TIMEOUT);
-    let line = console
-        .lines()
-        .find_map(|l| l.strip_prefix("BLK "))
-        .unwrap_or_else(|| panic!("no BLK report for `{args}`\nconsole:\n{console}\nlog:\n{log}"));
-    let report: Value =
-        serde_json::from_str(line).unwrap_or_else(|e| panic!("BLK is not JSON ({e}): {line}"));
-    (status.code().unwrap_or(-1), report, log)
-}
-
-fn run<'a>(report: &'a Value, name: &str) -> &'a Value {
-    report["runs"]
-        .as_array()
-        .and_then(|r| r.iter().find(|r| r["name"] == name))
-        .unwrap_or_else(|| panic!("no run `{name}` in {report}"))
-}
-
-fn read_at(path: &Path, offset: u64, len: usize) -> Vec<u8> {
-    use std::io::{Read, Seek, SeekFrom};
-    let mut f = std::fs::File::open(path).expect("open disk");
-    f.seek(SeekFrom::Start(offset)).expect("seek");
-    let mut buf = vec![0u8; len];
-    f.read_exact(&mut buf).expect("read");
-    buf
-}
+use common::blk::{boot, read_at, run, Disk};
+use serde_json::json;
 
 #[test]
 fn device_is_found_with_the_configured_shape() {

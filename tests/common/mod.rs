@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod blk;
+
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};

@@ -8,11 +8,20 @@ use std::os::unix::io::RawFd;
 pub trait Handler: Send {
     /// The device that owns this handler; `IoThread::detach` returns all handlers of an owner.
     fn owner(&self) -> u64;
+    /// Called once on the iothread when the handler arrives, before [`Handler::wake_fds`]: the
+    /// place to create per-thread resources such as the I/O engine (io_uring's SINGLE_ISSUER
+    /// ties a ring to the thread that creates it).
+    fn attach(&mut self) -> Result<(), String> {
+        Ok(())
+    }
     /// The fds whose readability means work: the queue's kick eventfd, the engine's completion
     /// fd. The handler must drain them in [`Handler::run`] (they are level-triggered).
     fn wake_fds(&self) -> Vec<RawFd>;
-    /// Does every piece of available work without sleeping.
-    fn run(&mut self);
+    /// Takes one turn without sleeping: completes what is done and hands at most `max_batch`
+    /// new requests to the kernel in one submission. Returns true when work remains that no fd
+    /// will signal (the budget ran out), so the thread gives it another turn after the other
+    /// handlers had theirs.
+    fn run(&mut self, max_batch: usize) -> bool;
     /// Finishes in-flight I/O before the handler leaves its thread (bounded wait).
     fn quiesce(&mut self);
     /// Gives the handler back to its owner as its concrete type.

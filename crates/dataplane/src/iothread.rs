@@ -2,7 +2,7 @@
 //! fire. Control commands (attach, detach, shutdown) arrive over a channel plus an eventfd and
 //! are acknowledged, so callers know when ownership moved.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -16,6 +16,12 @@ use crate::stats::IoThreadStats;
 
 const COMMAND_TOKEN: u64 = u64::MAX;
 const MAX_EVENTS: usize = 64;
+/// The default and the upper bound of `max_batch`.
+pub const DEFAULT_MAX_BATCH: usize = 32;
+/// The largest `max_batch` accepted.
+pub const MAX_MAX_BATCH: usize = 1024;
+/// Turns per wake-up before the thread checks its fds and commands again.
+const MAX_TURNS: usize = 64;
 /// How long a caller waits for the thread to acknowledge a command.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -46,6 +52,7 @@ enum Command {
 /// A running iothread.
 pub struct IoThread {
     name: String,
+    max_batch: Arc<AtomicUsize>,
     commands: Mutex<Sender<Command>>,
     wake: EventFd,
     join: Mutex<Option<JoinHandle<()>>>,
@@ -61,8 +68,10 @@ impl std::fmt::Debug for IoThread {
 }
 
 impl IoThread {
-    /// Starts an iothread named `name` (the OS thread is named `iothread-{name}`).
-    pub fn spawn(name: &str) -> Result<Arc<IoThread>, IoThreadError> {
+    /// Starts an iothread named `name` (the OS thread is named `iothread-{name}`) that hands at
+    /// most `max_batch` requests per queue to the kernel in one submission (0 means the default,
+    /// 32).
+    pub fn spawn(name: &str, max_batch: usize) -> Result<Arc<IoThread>, IoThreadError> {
         let os = |what| {
             let name = name.to_owned();
             move |source| IoThreadError::Os { name, what, source }
@@ -78,7 +87,10 @@ impl IoThread {
             .map_err(os("epoll_ctl"))?;
         let (tx, rx) = mpsc::channel();
         let stats = Arc::new(IoThreadStats::default());
+        let max_batch = Arc::new(AtomicUsize::new(effective_max_batch(max_batch)));
         let mut lp = Loop {
+            max_batch: max_batch.clone(),
+            carry: Vec::new(),
             epoll,
             wake: wake.try_clone().map_err(os("eventfd clone"))?,
             commands: rx,
@@ -91,6 +103,7 @@ impl IoThread {
             .map_err(os("spawn"))?;
         Ok(Arc::new(IoThread {
             name: name.to_owned(),
+            max_batch,
             commands: Mutex::new(tx),
             wake,
             join: Mutex::new(Some(join)),
@@ -101,6 +114,19 @@ impl IoThread {
     /// The thread's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Requests per queue per submission in force.
+    pub fn max_batch(&self) -> usize {
+        self.max_batch.load(Ordering::Relaxed)
+    }
+
+    /// Changes `max_batch` (0 means the default); takes effect at the next turn. Returns the
+    /// value in force.
+    pub fn set_max_batch(&self, max_batch: usize) -> usize {
+        let v = effective_max_batch(max_batch);
+        self.max_batch.store(v, Ordering::Relaxed);
+        v
     }
 
     /// The thread's statistics.
@@ -159,6 +185,14 @@ impl Drop for IoThread {
     }
 }
 
+/// `max_batch` with 0 meaning the default, clamped to the accepted range.
+pub fn effective_max_batch(requested: usize) -> usize {
+    match requested {
+        0 => DEFAULT_MAX_BATCH,
+        n => n.min(MAX_MAX_BATCH),
+    }
+}
+
 trait RawFdI32 {
     fn as_raw_fd_i32(&self) -> i32;
 }
@@ -170,6 +204,9 @@ impl RawFdI32 for EventFd {
 }
 
 struct Loop {
+    max_batch: Arc<AtomicUsize>,
+    /// Handlers that still had work after their last turn.
+    carry: Vec<usize>,
     epoll: Epoll,
     wake: EventFd,
     commands: Receiver<Command>,
@@ -182,7 +219,9 @@ impl Loop {
         let mut events = vec![EpollEvent::default(); MAX_EVENTS];
         let mut ready: Vec<usize> = Vec::with_capacity(MAX_EVENTS);
         loop {
-            let n = match self.epoll.wait(-1, &mut events) {
+            // Handlers with leftover work must not wait for an fd that will not fire.
+            let timeout = if self.carry.is_empty() { -1 } else { 0 };
+            let n = match self.epoll.wait(timeout, &mut events) {
                 Ok(n) => n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(e) => {
@@ -190,8 +229,11 @@ impl Loop {
                     return;
                 }
             };
-            IoThreadStats::add(&self.stats.wakeups, 1);
+            if n > 0 {
+                IoThreadStats::add(&self.stats.wakeups, 1);
+            }
             ready.clear();
+            ready.append(&mut self.carry);
             let mut command = false;
             for ev in &events[..n] {
                 if ev.data() == COMMAND_TOKEN {
@@ -200,16 +242,30 @@ impl Loop {
                     ready.push(ev.data() as usize);
                 }
             }
-            for &slot in &ready {
-                if let Some(Some(h)) = self.slots.get_mut(slot) {
-                    h.run();
-                    IoThreadStats::add(&self.stats.handler_runs, 1);
-                }
-            }
+            self.take_turns(&mut ready);
             if command && !self.process_commands() {
                 return;
             }
         }
+    }
+
+    /// Gives every ready handler turns of at most `max_batch` requests, round-robin, until none
+    /// has work left or `MAX_TURNS` rounds passed (the rest carry over to the next iteration).
+    fn take_turns(&mut self, ready: &mut Vec<usize>) {
+        let max_batch = self.max_batch.load(Ordering::Relaxed);
+        for _ in 0..MAX_TURNS {
+            if ready.is_empty() {
+                return;
+            }
+            ready.retain(|&slot| match self.slots.get_mut(slot) {
+                Some(Some(h)) => {
+                    IoThreadStats::add(&self.stats.handler_runs, 1);
+                    h.run(max_batch)
+                }
+                _ => false,
+            });
+        }
+        self.carry.append(ready);
     }
 
     /// Returns false on shutdown.
@@ -239,6 +295,7 @@ impl Loop {
     }
 
     fn add(&mut self, mut handler: Box<dyn Handler>) -> Result<(), String> {
+        handler.attach()?;
         let slot = self
             .slots
             .iter()
@@ -254,7 +311,9 @@ impl Loop {
                 .map_err(|e| format!("epoll_ctl add fd {fd}: {e}"))?;
         }
         // Work may have arrived before the fds were watched: look once.
-        handler.run();
+        if handler.run(self.max_batch.load(Ordering::Relaxed)) {
+            self.carry.push(slot);
+        }
         if slot == self.slots.len() {
             self.slots.push(Some(handler));
         } else {
@@ -266,7 +325,7 @@ impl Loop {
 
     fn remove(&mut self, owner: u64) -> Vec<Box<dyn Handler>> {
         let mut out = Vec::new();
-        for slot in self.slots.iter_mut() {
+        for (idx, slot) in self.slots.iter_mut().enumerate() {
             if slot.as_ref().is_some_and(|h| h.owner() == owner) {
                 if let Some(mut h) = slot.take() {
                     for fd in h.wake_fds() {
@@ -276,6 +335,7 @@ impl Loop {
                     }
                     h.quiesce();
                     self.stats.handlers.fetch_sub(1, Ordering::Relaxed);
+                    self.carry.retain(|&s| s != idx);
                     out.push(h);
                 }
             }
@@ -290,25 +350,32 @@ mod tests {
     use std::any::Any;
     use std::os::unix::io::{AsRawFd, RawFd};
     use std::sync::atomic::AtomicU64;
+    use std::sync::Mutex;
 
     struct Counter {
         owner: u64,
         fd: EventFd,
         seen: Arc<AtomicU64>,
         quiesced: bool,
+        attached_on: Option<String>,
     }
 
     impl Handler for Counter {
         fn owner(&self) -> u64 {
             self.owner
         }
+        fn attach(&mut self) -> Result<(), String> {
+            self.attached_on = std::thread::current().name().map(str::to_owned);
+            Ok(())
+        }
         fn wake_fds(&self) -> Vec<RawFd> {
             vec![self.fd.as_raw_fd()]
         }
-        fn run(&mut self) {
+        fn run(&mut self, _max_batch: usize) -> bool {
             if let Ok(n) = self.fd.read() {
                 self.seen.fetch_add(n, Ordering::SeqCst);
             }
+            false
         }
         fn quiesce(&mut self) {
             self.quiesced = true;
@@ -330,7 +397,8 @@ mod tests {
 
     #[test]
     fn runs_handlers_on_their_fds_and_gives_them_back() {
-        let t = IoThread::spawn("test").expect("spawn");
+        let t = IoThread::spawn("test", 0).expect("spawn");
+        assert_eq!(t.max_batch(), DEFAULT_MAX_BATCH);
         let fd = EventFd::new(libc::EFD_NONBLOCK).expect("eventfd");
         let seen = Arc::new(AtomicU64::new(0));
         let h = Counter {
@@ -338,6 +406,7 @@ mod tests {
             fd: fd.try_clone().expect("clone"),
             seen: seen.clone(),
             quiesced: false,
+            attached_on: None,
         };
         fd.write(3).expect("pre-attach kick");
         t.attach(vec![Box::new(h)]).expect("attach");
@@ -360,6 +429,11 @@ mod tests {
             .downcast::<Counter>()
             .expect("type");
         assert!(counter.quiesced, "detach quiesces first");
+        assert_eq!(
+            counter.attached_on.as_deref(),
+            Some("iothread-test"),
+            "attach runs on the iothread"
+        );
         fd.write(1).expect("kick after detach");
         std::thread::sleep(Duration::from_millis(20));
         assert_eq!(
@@ -367,6 +441,89 @@ mod tests {
             5,
             "a detached handler is not run"
         );
+        t.shutdown();
+    }
+
+    /// A handler with `work` units that does at most `max_batch` per turn and records turns.
+    struct Budgeted {
+        owner: u64,
+        fd: EventFd,
+        work: usize,
+        turns: Arc<Mutex<Vec<(u64, usize)>>>,
+    }
+
+    impl Handler for Budgeted {
+        fn owner(&self) -> u64 {
+            self.owner
+        }
+        fn wake_fds(&self) -> Vec<RawFd> {
+            vec![self.fd.as_raw_fd()]
+        }
+        fn run(&mut self, max_batch: usize) -> bool {
+            let _ = self.fd.read();
+            let n = self.work.min(max_batch);
+            if n > 0 {
+                self.work -= n;
+                self.turns.lock().expect("lock").push((self.owner, n));
+            }
+            self.work > 0
+        }
+        fn quiesce(&mut self) {}
+        fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
+            self
+        }
+    }
+
+    #[test]
+    fn queues_take_turns_of_at_most_max_batch() {
+        let t = IoThread::spawn("turns", 4).expect("spawn");
+        assert_eq!(t.max_batch(), 4);
+        let turns = Arc::new(Mutex::new(Vec::new()));
+        let fds: Vec<EventFd> = (0..2)
+            .map(|_| EventFd::new(libc::EFD_NONBLOCK).expect("efd"))
+            .collect();
+        let hs: Vec<Box<dyn Handler>> = fds
+            .iter()
+            .enumerate()
+            .map(|(i, fd)| {
+                Box::new(Budgeted {
+                    owner: i as u64,
+                    fd: fd.try_clone().expect("clone"),
+                    work: 0,
+                    turns: turns.clone(),
+                }) as Box<dyn Handler>
+            })
+            .collect();
+        t.attach(hs).expect("attach");
+        // Give both handlers 10 units at once, then wake them together.
+        for (owner, _) in fds.iter().enumerate() {
+            let back = t.detach(owner as u64).expect("detach");
+            let mut h = back
+                .into_iter()
+                .next()
+                .expect("one")
+                .into_any()
+                .downcast::<Budgeted>()
+                .expect("type");
+            h.work = 10;
+            t.attach(vec![h]).expect("re-attach");
+        }
+        wait_for(|| {
+            turns
+                .lock()
+                .expect("lock")
+                .iter()
+                .map(|(_, n)| n)
+                .sum::<usize>()
+                == 20
+        });
+        let turns = turns.lock().expect("lock").clone();
+        assert!(
+            turns.iter().all(|&(_, n)| n <= 4),
+            "no turn above max_batch: {turns:?}"
+        );
+        assert_eq!(t.set_max_batch(0), DEFAULT_MAX_BATCH);
+        assert_eq!(t.set_max_batch(5000), MAX_MAX_BATCH);
         t.shutdown();
     }
 }

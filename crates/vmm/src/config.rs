@@ -121,10 +121,9 @@ pub struct BootSourceConfig {
 }
 
 /// The I/O engine a drive uses.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum IoEngineKind {
     /// Blocking preadv/pwritev on the dataplane thread.
-    #[default]
     Sync,
     /// io_uring.
     IoUring,
@@ -148,8 +147,8 @@ pub struct DriveConfig {
     /// Open with O_DIRECT.
     #[serde(default)]
     pub direct: bool,
-    /// The I/O engine.
-    #[serde(default)]
+    /// The I/O engine (default: `IoUring` where the host has it, else `Sync`).
+    #[serde(default = "default_engine")]
     pub io_engine: IoEngineKind,
     /// Number of virtqueues.
     #[serde(default = "default_queues")]
@@ -160,6 +159,32 @@ pub struct DriveConfig {
     /// The iothread serving this drive's queues (default: the first one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub iothread: Option<String>,
+}
+
+impl IoEngineKind {
+    /// The dataplane's name for this engine.
+    pub fn to_dataplane(self) -> dataplane::EngineKind {
+        match self {
+            IoEngineKind::Sync => dataplane::EngineKind::Sync,
+            IoEngineKind::IoUring => dataplane::EngineKind::IoUring,
+            IoEngineKind::LinuxAio => dataplane::EngineKind::LinuxAio,
+            IoEngineKind::Null => dataplane::EngineKind::Null,
+        }
+    }
+}
+
+/// `IoUring` when this host can create a ring, otherwise `Sync`.
+fn default_engine() -> IoEngineKind {
+    static DEFAULT: std::sync::OnceLock<IoEngineKind> = std::sync::OnceLock::new();
+    *DEFAULT.get_or_init(
+        || match dataplane::engine::probe(dataplane::EngineKind::IoUring) {
+            Ok(()) => IoEngineKind::IoUring,
+            Err(e) => {
+                log::debug!("Default I/O engine is Sync: {e}");
+                IoEngineKind::Sync
+            }
+        },
+    )
 }
 
 fn default_queues() -> u16 {
@@ -184,9 +209,12 @@ pub struct IoThreadConfig {
     /// Window shrink divisor (policy-defined meaning for 0).
     #[serde(default)]
     pub poll_shrink: u64,
-    /// Requests per submission call.
+    /// Requests per queue per submission call (0 means the default, 32).
     #[serde(default = "default_max_batch")]
     pub max_batch: u32,
+    /// io_uring set-up flags for the rings of this thread's queues.
+    #[serde(default)]
+    pub io_uring: IoUringConfig,
     /// Host CPUs to pin the thread to.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cpu_affinity: Vec<usize>,
@@ -197,6 +225,46 @@ fn default_poll_max_ns() -> u64 {
 }
 fn default_max_batch() -> u32 {
     32
+}
+
+/// `iothreads[].io_uring`: the set-up flags to ask for (each falls back when the kernel refuses).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IoUringConfig {
+    /// IORING_SETUP_SINGLE_ISSUER.
+    #[serde(default = "yes")]
+    pub single_issuer: bool,
+    /// IORING_SETUP_COOP_TASKRUN.
+    #[serde(default = "yes")]
+    pub coop_taskrun: bool,
+    /// IORING_SETUP_TASKRUN_FLAG (needs coop_taskrun).
+    #[serde(default = "yes")]
+    pub taskrun_flag: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Default for IoUringConfig {
+    fn default() -> Self {
+        Self {
+            single_issuer: true,
+            coop_taskrun: true,
+            taskrun_flag: true,
+        }
+    }
+}
+
+impl IoUringConfig {
+    /// The dataplane's form.
+    pub fn to_dataplane(self) -> dataplane::engine::IoUringFlags {
+        dataplane::engine::IoUringFlags {
+            single_issuer: self.single_issuer,
+            coop_taskrun: self.coop_taskrun,
+            taskrun_flag: self.taskrun_flag,
+        }
+    }
 }
 
 /// `api`.
@@ -296,6 +364,17 @@ impl VmConfig {
                     format!("duplicate id `{}`", t.id),
                 ));
             }
+            if t.max_batch as usize > dataplane::iothread::MAX_MAX_BATCH {
+                return Err(invalid(
+                    format!("iothreads[{i}].max_batch"),
+                    format!(
+                        "must be at most {} (0 means the default, {}), got {}",
+                        dataplane::iothread::MAX_MAX_BATCH,
+                        dataplane::iothread::DEFAULT_MAX_BATCH,
+                        t.max_batch
+                    ),
+                ));
+            }
         }
         let mut drive_ids = std::collections::HashSet::new();
         for (i, d) in self.drives.iter().enumerate() {
@@ -332,14 +411,8 @@ impl VmConfig {
                     ),
                 ));
             }
-            if d.io_engine != IoEngineKind::Sync {
-                return Err(invalid(
-                    f("io_engine"),
-                    format!(
-                        "`{:?}` is not available in this build yet; use `Sync`",
-                        d.io_engine
-                    ),
-                ));
+            if let Err(e) = dataplane::engine::probe(d.io_engine.to_dataplane()) {
+                return Err(invalid(f("io_engine"), e.to_string()));
             }
             if let Some(t) = &d.iothread {
                 if !ids.contains(t.as_str()) {
@@ -525,9 +598,9 @@ mod tests {
                 "drives[0].iothread: unknown iothread `io9` (defined: io0)",
             ),
             (
-                serde_json::json!({"drive_id": "d0", "path_on_host": disk, "io_engine": "IoUring"}),
-                serde_json::json!([]),
-                "drives[0].io_engine: `IoUring` is not available in this build yet; use `Sync`",
+                serde_json::json!({"drive_id": "d0", "path_on_host": disk}),
+                serde_json::json!([{"id": "io0", "max_batch": 5000}]),
+                "iothreads[0].max_batch: must be at most 1024 (0 means the default, 32), got 5000",
             ),
             (
                 serde_json::json!({"drive_id": "a b", "path_on_host": disk}),

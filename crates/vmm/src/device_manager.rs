@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use dataplane::engine::EngineKind;
+use dataplane::engine::EngineOptions;
 use dataplane::IoThread;
 use devices::block::stats::QueueStats;
 use devices::block::{BlockDeviceConfig, VirtioBlock};
@@ -22,7 +22,7 @@ use devices::ExitRequester;
 use kvm_ioctls::VmFd;
 use vmm_sys_util::eventfd::EventFd;
 
-use crate::config::{IoEngineKind, VmConfig, DEFAULT_IOTHREAD};
+use crate::config::{IoUringConfig, VmConfig, DEFAULT_IOTHREAD};
 use crate::interrupts::{GsiRouter, KvmIoEvents};
 use crate::layout::{PCI_MMIO_END, PCI_MMIO_START};
 
@@ -66,6 +66,44 @@ pub struct DriveHandle {
     pub slot: u8,
     /// Per-queue counters.
     pub stats: Vec<Arc<QueueStats>>,
+    /// The engine configured.
+    pub engine: crate::config::IoEngineKind,
+}
+
+impl DriveHandle {
+    /// The drive's counters summed over its queues, as one JSON object (for the log and tests).
+    pub fn stats_json(&self) -> serde_json::Value {
+        let snaps: Vec<_> = self.stats.iter().map(|q| q.snapshot()).collect();
+        let sum = |f: fn(&devices::block::stats::QueueStatsSnapshot) -> u64| -> u64 {
+            snaps.iter().map(f).sum()
+        };
+        let hist: Vec<u64> = (0..devices::block::stats::BATCH_BUCKETS.len() + 1)
+            .map(|i| snaps.iter().map(|s| s.batch_hist[i]).sum())
+            .collect();
+        let engine = self
+            .stats
+            .first()
+            .map(|q| q.engine.lock().unwrap_or_else(|p| p.into_inner()).clone())
+            .unwrap_or_default();
+        serde_json::json!({
+            "drive_id": self.id,
+            "engine": engine,
+            "requests": sum(|s| s.requests),
+            "read_bytes": sum(|s| s.read_bytes),
+            "write_bytes": sum(|s| s.write_bytes),
+            "flushes": sum(|s| s.flushes),
+            "io_errors": sum(|s| s.io_errors),
+            "unsupported": sum(|s| s.unsupported),
+            "malformed": sum(|s| s.malformed),
+            "kicks": sum(|s| s.kicks),
+            "notifications": sum(|s| s.notifications),
+            "submissions": sum(|s| s.submissions),
+            "batch_bounds": devices::block::stats::BATCH_BUCKETS,
+            "batch_hist": hist,
+            "inflight_max": snaps.iter().map(|s| s.inflight_max).max().unwrap_or(0),
+            "engine_full": sum(|s| s.engine_full),
+        })
+    }
 }
 
 /// Every device of the VM.
@@ -89,16 +127,6 @@ impl std::fmt::Debug for Devices {
         f.debug_struct("Devices")
             .field("drives", &self.drives)
             .finish()
-    }
-}
-
-fn engine_kind(k: IoEngineKind) -> EngineKind {
-    match k {
-        // Validation admits only the engines this build has.
-        IoEngineKind::Sync
-        | IoEngineKind::IoUring
-        | IoEngineKind::LinuxAio
-        | IoEngineKind::Null => EngineKind::Sync,
     }
 }
 
@@ -146,12 +174,16 @@ pub fn build(
     )?;
 
     let mut iothreads = BTreeMap::new();
-    let mut names: Vec<String> = config.iothreads.iter().map(|t| t.id.clone()).collect();
-    if names.is_empty() && !config.drives.is_empty() {
-        names.push(DEFAULT_IOTHREAD.to_string());
+    let mut threads: Vec<(String, u32)> = config
+        .iothreads
+        .iter()
+        .map(|t| (t.id.clone(), t.max_batch))
+        .collect();
+    if threads.is_empty() && !config.drives.is_empty() {
+        threads.push((DEFAULT_IOTHREAD.to_string(), 0));
     }
-    for name in names {
-        let t = IoThread::spawn(&name)
+    for (name, max_batch) in threads {
+        let t = IoThread::spawn(&name, max_batch as usize)
             .map_err(|e| os(format!("iothread {name}"))(std::io::Error::other(e)))?;
         iothreads.insert(name, t);
     }
@@ -181,6 +213,18 @@ pub fn build(
                 "drives[{i}]: iothread {thread_id} missing"
             )));
         };
+        let io_uring = config
+            .iothreads
+            .iter()
+            .find(|t| t.id == thread_id)
+            .map(|t| t.io_uring)
+            .unwrap_or_default();
+        let engine = EngineOptions {
+            kind: d.io_engine.to_dataplane(),
+            depth: u32::from(d.queue_size),
+            io_uring: IoUringConfig::to_dataplane(io_uring),
+            direct: d.direct,
+        };
         let block = VirtioBlock::new(
             BlockDeviceConfig {
                 drive_id: d.drive_id.clone(),
@@ -189,7 +233,7 @@ pub fn build(
                 capacity_sectors: opened.capacity_sectors,
                 num_queues: d.num_queues,
                 queue_size: d.queue_size,
-                engine: engine_kind(d.io_engine),
+                engine,
             },
             thread,
         );
@@ -211,17 +255,19 @@ pub fn build(
             .add_device(Arc::new(Mutex::new(dev)))
             .map_err(|e| DeviceError::Pci(format!("drives[{i}]: {e}")))?;
         log::info!(
-            "drives[{i}] {}: virtio-blk at 00:{slot:02x}.0, {} sectors, {} queue(s) of {}, iothread {thread_id}{}",
+            "drives[{i}] {}: virtio-blk at 00:{slot:02x}.0, {} sectors, {} queue(s) of {}, engine {:?}, iothread {thread_id}{}",
             d.drive_id,
             opened.capacity_sectors,
             d.num_queues,
             d.queue_size,
+            d.io_engine,
             if d.is_read_only { ", read-only" } else { "" }
         );
         drives.push(DriveHandle {
             id: d.drive_id.clone(),
             slot,
             stats,
+            engine: d.io_engine,
         });
     }
     Ok(Devices {

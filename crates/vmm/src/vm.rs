@@ -342,6 +342,9 @@ impl RunningVm {
                 break StopReason::Signal(sig);
             }
         };
+        for d in &self.devices.drives {
+            log::info!("drive stats {}", d.stats_json());
+        }
         // Read before the vCPU threads exit: a finished thread leaves /proc/self/task.
         log::info!(
             "CPU time by thread: {}",

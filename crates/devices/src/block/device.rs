@@ -5,8 +5,7 @@
 use std::fs::File;
 use std::sync::Arc;
 
-use dataplane::engine::sync::SyncEngine;
-use dataplane::engine::{EngineKind, IoEngine};
+use dataplane::engine::EngineOptions;
 use dataplane::IoThread;
 
 use super::config::{self, BlockGeometry, CONFIG_LEN};
@@ -35,8 +34,8 @@ pub struct BlockDeviceConfig {
     pub num_queues: u16,
     /// Maximum size of each queue.
     pub queue_size: u16,
-    /// The engine each queue gets.
-    pub engine: EngineKind,
+    /// The engine each queue gets (`depth` is replaced by each queue's size).
+    pub engine: EngineOptions,
 }
 
 /// A virtio-blk device.
@@ -44,7 +43,7 @@ pub struct VirtioBlock {
     owner: u64,
     drive_id: String,
     file: File,
-    engine: EngineKind,
+    engine: EngineOptions,
     queue_sizes: Vec<u16>,
     offered: u64,
     acked: u64,
@@ -116,14 +115,19 @@ impl VirtioBlock {
         self.stats.clone()
     }
 
-    fn new_engine(&self, depth: u16) -> Result<Box<dyn IoEngine>, ActivateError> {
+    /// What a queue of `depth` entries needs to build its engine on the iothread.
+    fn engine_spec(&self, depth: u16) -> Result<(File, EngineOptions), ActivateError> {
         let file = self
             .file
             .try_clone()
             .map_err(|e| ActivateError::Backend(format!("dup backing file: {e}")))?;
-        match self.engine {
-            EngineKind::Sync => Ok(Box::new(SyncEngine::new(file, usize::from(depth).max(1)))),
-        }
+        Ok((
+            file,
+            EngineOptions {
+                depth: u32::from(depth).max(1),
+                ..self.engine
+            },
+        ))
     }
 }
 
@@ -174,7 +178,7 @@ impl VirtioDevice for VirtioBlock {
                     q.index
                 )));
             };
-            let engine = self.new_engine(virtio_queue::QueueT::size(&q.queue))?;
+            let engine = self.engine_spec(virtio_queue::QueueT::size(&q.queue))?;
             handlers.push(Box::new(BlockQueueHandler::new(
                 self.owner,
                 q,

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dataplane::engine::{Completion, IoEngine, IoOp, IoRequest};
+use dataplane::engine::{Completion, EngineOptions, IoEngine, IoOp, IoRequest};
 use dataplane::Handler;
 use virtio_queue::{Queue, QueueOwnedT, QueueT};
 use vm_memory::{Bytes, GuestAddress};
@@ -22,8 +22,6 @@ use super::stats::QueueStats;
 use super::status;
 use crate::virtio::{ActivatedQueue, GuestMemory, VirtioInterrupt};
 
-/// Rounds of pop → commit → reap per wake-up before yielding to other handlers.
-const MAX_ROUNDS: usize = 16;
 /// How long `quiesce` waits for in-flight I/O.
 const QUIESCE_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -36,6 +34,17 @@ struct InFlight {
     used_len: u32,
     kind: Kind,
     bytes: u64,
+}
+
+/// Why `pop_and_submit` stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    /// The ring is empty and notifications are on again.
+    Empty,
+    /// The engine (or the slot table) is full.
+    Full,
+    /// `max_batch` requests were queued this turn.
+    Budget,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,6 +75,9 @@ pub struct BlockQueueHandler {
     mem: GuestMemory,
     interrupt: Arc<dyn VirtioInterrupt>,
     engine: Box<dyn IoEngine>,
+    /// How to build the real engine on the iothread (`attach`); until then `engine` is a Null
+    /// placeholder that is never given work.
+    engine_spec: Option<(std::fs::File, EngineOptions)>,
     limits: Arc<DiskLimits>,
     stats: Arc<QueueStats>,
     slots: Vec<Option<InFlight>>,
@@ -86,13 +98,14 @@ impl std::fmt::Debug for BlockQueueHandler {
 }
 
 impl BlockQueueHandler {
-    /// A handler for `q` owned by device `owner`.
+    /// A handler for `q` owned by device `owner`; its engine (`opts` on `file`) is created on
+    /// the iothread when the handler is attached.
     pub fn new(
         owner: u64,
         q: ActivatedQueue,
         mem: GuestMemory,
         interrupt: Arc<dyn VirtioInterrupt>,
-        engine: Box<dyn IoEngine>,
+        (file, opts): (std::fs::File, EngineOptions),
         limits: Arc<DiskLimits>,
         stats: Arc<QueueStats>,
     ) -> Self {
@@ -104,7 +117,8 @@ impl BlockQueueHandler {
             kick: q.kick,
             mem,
             interrupt,
-            engine,
+            engine: Box::new(dataplane::engine::null::NullEngine::new(1)),
+            engine_spec: Some((file, opts)),
             limits,
             stats,
             slots: vec![None; depth],
@@ -156,46 +170,53 @@ impl BlockQueueHandler {
         }
     }
 
-    /// Pops and submits until the ring is empty or the engine is full; returns true if it
-    /// stopped because the engine was full.
-    fn pop_and_submit(&mut self) -> bool {
+    /// Pops and queues requests on the engine until the ring is empty, the engine is full or
+    /// `budget` requests were queued.
+    fn pop_and_submit(&mut self, budget: usize) -> Stop {
+        let mut queued = 0;
         loop {
             if let Err(e) = self.queue.disable_notification(&self.mem) {
                 self.fail(&format!("cannot update the ring's notification state: {e}"));
-                return false;
+                return Stop::Empty;
             }
             loop {
+                if queued >= budget {
+                    return Stop::Budget;
+                }
                 if self.engine.capacity() == 0 || self.free.is_empty() {
                     QueueStats::add(&self.stats.engine_full, 1);
-                    return true;
+                    return Stop::Full;
                 }
                 let chain = match self.queue.iter(&self.mem) {
                     Ok(mut it) => it.next(),
                     Err(e) => {
                         self.fail(&format!("bad avail ring: {e}"));
-                        return false;
+                        return Stop::Empty;
                     }
                 };
                 let Some(chain) = chain else { break };
                 let head = chain.head_index();
                 let parsed = parse(chain, &self.mem, &self.limits);
-                self.start(head, parsed);
+                if self.start(head, parsed) {
+                    queued += 1;
+                }
                 if self.broken {
-                    return false;
+                    return Stop::Empty;
                 }
             }
             match self.queue.enable_notification(&self.mem) {
                 Ok(true) => continue, // more arrived while notifications were off
-                Ok(false) => return false,
+                Ok(false) => return Stop::Empty,
                 Err(e) => {
                     self.fail(&format!("cannot update the ring's notification state: {e}"));
-                    return false;
+                    return Stop::Empty;
                 }
             }
         }
     }
 
-    fn start(&mut self, head: u16, parsed: Result<BlockRequest, Malformed>) {
+    /// Starts one popped request; returns true when it was queued on the engine.
+    fn start(&mut self, head: u16, parsed: Result<BlockRequest, Malformed>) -> bool {
         let req = match parsed {
             Ok(r) => r,
             Err(Malformed::Status {
@@ -210,7 +231,7 @@ impl BlockQueueHandler {
                 self.write_status(status_addr, status);
                 QueueStats::add(&self.stats.requests, 1);
                 self.add_used(head, 1);
-                return;
+                return false;
             }
             Err(Malformed::Broken { reason }) => {
                 QueueStats::add(&self.stats.malformed, 1);
@@ -218,7 +239,7 @@ impl BlockQueueHandler {
                 // DEVICE_NEEDS_RESET when it reads the status.
                 self.fail(reason);
                 self.add_used(head, 0);
-                return;
+                return false;
             }
         };
         let status_addr = req.status_addr;
@@ -228,7 +249,7 @@ impl BlockQueueHandler {
                 self.write_status(status_addr, status::OK);
                 QueueStats::add(&self.stats.requests, 1);
                 self.add_used(head, written + 1);
-                return;
+                return false;
             }
         };
         // Chains are at most 2^32 bytes (virtio-queue refuses longer ones).
@@ -242,7 +263,7 @@ impl BlockQueueHandler {
         let Some(slot) = self.free.pop() else {
             // Checked by the caller; keep the chain on the ring if it ever happens.
             self.queue.go_to_previous_position();
-            return;
+            return false;
         };
         self.slots[slot] = Some(InFlight {
             head,
@@ -262,7 +283,9 @@ impl BlockQueueHandler {
             self.slots[slot] = None;
             self.free.push(slot);
             self.queue.go_to_previous_position();
+            return false;
         }
+        true
     }
 
     fn complete(&mut self) {
@@ -344,29 +367,38 @@ impl Handler for BlockQueueHandler {
         fds
     }
 
-    fn run(&mut self) {
+    fn attach(&mut self) -> Result<(), String> {
+        let Some((file, opts)) = self.engine_spec.take() else {
+            return Ok(());
+        };
+        let engine = dataplane::engine::open(file, &opts).map_err(|e| e.to_string())?;
+        let described = engine.describe();
+        log::info!("virtio-blk queue {}: engine {described}", self.index);
+        *self.stats.engine.lock().unwrap_or_else(|p| p.into_inner()) = described;
+        self.engine = engine;
+        Ok(())
+    }
+
+    fn run(&mut self, max_batch: usize) -> bool {
         if let Ok(n) = self.kick.read() {
             QueueStats::add(&self.stats.kicks, n);
         }
         if self.broken {
-            return;
+            return false;
         }
-        let mut pending = false;
-        for _ in 0..MAX_ROUNDS {
-            self.complete();
-            let full = self.pop_and_submit();
-            self.engine.commit();
-            self.complete();
-            pending = full;
-            if !full || self.broken {
-                break;
-            }
-        }
+        self.complete();
+        let stop = self.pop_and_submit(max_batch.max(1));
+        let submitted = self.engine.commit();
+        self.stats.record_batch(submitted as u64);
+        self.stats.record_inflight(self.engine.in_flight() as u64);
+        self.complete();
         self.signal();
-        // Chains are still waiting while notifications are off: come back for them if the engine
-        // has room again (otherwise its completion fd wakes us).
-        if pending && self.engine.capacity() > 0 && !self.broken {
-            let _ = self.kick.write(1);
+        match stop {
+            Stop::Budget => !self.broken,
+            // Engines that complete inside `commit` have room again; the others wake us through
+            // their completion fd.
+            Stop::Full => !self.broken && self.engine.capacity() > 0,
+            Stop::Empty => false,
         }
     }
 
@@ -404,7 +436,7 @@ pub fn next_owner_id() -> u64 {
 mod tests {
     use super::*;
     use crate::block::request_type;
-    use dataplane::engine::sync::SyncEngine;
+    use dataplane::engine::{EngineKind, IoUringFlags};
     use std::io::{Read, Seek, SeekFrom};
     use std::sync::atomic::AtomicBool;
     use virtio_queue::desc::split::Descriptor;
@@ -468,7 +500,13 @@ mod tests {
             read_only: false,
             serial: [0; 20],
         };
-        BlockQueueHandler::new(
+        let opts = EngineOptions {
+            kind: EngineKind::Sync,
+            depth: 16,
+            io_uring: IoUringFlags::default(),
+            direct: false,
+        };
+        let mut h = BlockQueueHandler::new(
             1,
             ActivatedQueue {
                 index: 0,
@@ -477,10 +515,12 @@ mod tests {
             },
             r.mem.clone(),
             r.irq.clone(),
-            Box::new(SyncEngine::new(file, 16)),
+            (file, opts),
             Arc::new(limits),
             r.stats.clone(),
-        )
+        );
+        h.attach().expect("attach");
+        h
     }
 
     fn header(m: &GuestMemory, at: u64, kind: u32, sector: u64) {
@@ -510,7 +550,7 @@ mod tests {
         vq.add_desc_chains(&chains, 0).expect("chains");
         let mut h = handler(&r, vq.create_queue().expect("queue"));
         h.kick.write(1).expect("kick");
-        h.run();
+        h.run(32);
 
         assert_eq!(
             r.mem.read_obj::<u8>(GuestAddress(0x30_0000)).expect("r"),
@@ -561,7 +601,7 @@ mod tests {
         ];
         vq.add_desc_chains(&chains, 0).expect("chains");
         let mut h = handler(&r, vq.create_queue().expect("queue"));
-        h.run();
+        h.run(32);
         assert_eq!(
             r.mem.read_obj::<u8>(GuestAddress(0x30_0000)).expect("r"),
             status::IOERR
@@ -579,7 +619,7 @@ mod tests {
         assert_eq!((s.malformed, s.io_errors), (2, 1));
         // A broken queue ignores further kicks instead of spinning.
         h.kick.write(1).expect("kick");
-        h.run();
+        h.run(32);
         assert_eq!(vq.used().idx().load(), 2);
         std::fs::remove_file(&r.path).ok();
     }
@@ -603,10 +643,54 @@ mod tests {
         }
         vq.add_desc_chains(&chains, 0).expect("chains");
         let mut h = handler(&r, vq.create_queue().expect("queue")); // engine depth 16
-        h.run();
-        // MAX_ROUNDS × 16 ≥ 40: everything completes within one run, in several commits.
+        let mut turns = 1;
+        while h.run(32) {
+            turns += 1;
+            assert!(turns < 100, "the handler never finishes");
+        }
         assert_eq!(vq.used().idx().load(), 40);
-        assert!(r.stats.snapshot().engine_full >= 2);
+        let s = r.stats.snapshot();
+        assert!(s.engine_full >= 2, "{s:?}");
+        assert_eq!(
+            r.stats.largest_batch_bound(),
+            Some(16),
+            "a full engine caps the batch: {s:?}"
+        );
+        assert_eq!(s.submissions, 3, "16 + 16 + 8");
+        std::fs::remove_file(&r.path).ok();
+    }
+
+    #[test]
+    fn max_batch_caps_each_submission_and_asks_for_another_turn() {
+        let r = rig("batch");
+        let vq = MockSplitQueue::new(&r.mem, 64);
+        let mut chains = Vec::new();
+        for i in 0..10u16 {
+            let hdr = 0x10_0000 + u64::from(i) * 0x100;
+            header(&r.mem, hdr, request_type::IN, u64::from(i));
+            chains.push(desc(hdr, 16, F_NEXT, 3 * i + 1));
+            chains.push(desc(
+                0x40_0000 + u64::from(i) * 512,
+                512,
+                F_NEXT | F_WRITE,
+                3 * i + 2,
+            ));
+            chains.push(desc(0x30_0000 + u64::from(i), 1, F_WRITE, 0));
+        }
+        vq.add_desc_chains(&chains, 0).expect("chains");
+        let mut h = handler(&r, vq.create_queue().expect("queue"));
+        assert!(h.run(4), "budget used up: another turn is needed");
+        assert_eq!(vq.used().idx().load(), 4);
+        assert!(h.run(4));
+        assert!(!h.run(4), "the last 2 fit and the ring is empty");
+        assert_eq!(vq.used().idx().load(), 10);
+        let s = r.stats.snapshot();
+        assert_eq!(
+            (s.submissions, s.batch_hist[2], s.batch_hist[1]),
+            (3, 2, 1),
+            "{s:?}"
+        );
+        assert_eq!(r.stats.largest_batch_bound(), Some(4));
         std::fs::remove_file(&r.path).ok();
     }
 }

@@ -2,6 +2,11 @@
 //! anyone (tests, the API).
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// Upper bounds of the batch-size histogram buckets (requests per submission call); the last
+/// bucket counts everything larger.
+pub const BATCH_BUCKETS: [u64; 9] = [1, 2, 4, 8, 16, 32, 64, 128, 256];
 
 /// Counters of one virtqueue.
 #[derive(Debug, Default)]
@@ -26,12 +31,47 @@ pub struct QueueStats {
     pub notifications: AtomicU64,
     /// Times the engine was full and requests stayed on the ring.
     pub engine_full: AtomicU64,
+    /// Submission calls (commits that handed at least one request to the engine).
+    pub submissions: AtomicU64,
+    /// Requests per submission call: `batch_hist[i]` counts calls of at most `BATCH_BUCKETS[i]`
+    /// requests (and more than the bucket before); the last entry counts larger calls.
+    pub batch_hist: [AtomicU64; BATCH_BUCKETS.len() + 1],
+    /// Largest number of requests in flight at once.
+    pub inflight_max: AtomicU64,
+    /// The engine in force, as it describes itself.
+    pub engine: Mutex<String>,
 }
 
 impl QueueStats {
     /// Adds `n` to `counter`.
     pub fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Records one submission call of `n` requests.
+    pub fn record_batch(&self, n: u64) {
+        if n == 0 {
+            return;
+        }
+        Self::add(&self.submissions, 1);
+        let i = BATCH_BUCKETS
+            .iter()
+            .position(|&b| n <= b)
+            .unwrap_or(BATCH_BUCKETS.len());
+        Self::add(&self.batch_hist[i], 1);
+    }
+
+    /// Raises the in-flight high-water mark to `n` if it is higher.
+    pub fn record_inflight(&self, n: u64) {
+        self.inflight_max.fetch_max(n, Ordering::Relaxed);
+    }
+
+    /// The largest batch bound with a non-zero count (`u64::MAX` for the overflow bucket).
+    pub fn largest_batch_bound(&self) -> Option<u64> {
+        self.batch_hist
+            .iter()
+            .rposition(|c| c.load(Ordering::Relaxed) > 0)
+            .map(|i| BATCH_BUCKETS.get(i).copied().unwrap_or(u64::MAX))
     }
 }
 
@@ -58,6 +98,12 @@ pub struct QueueStatsSnapshot {
     pub notifications: u64,
     /// See [`QueueStats::engine_full`].
     pub engine_full: u64,
+    /// See [`QueueStats::submissions`].
+    pub submissions: u64,
+    /// See [`QueueStats::batch_hist`].
+    pub batch_hist: [u64; BATCH_BUCKETS.len() + 1],
+    /// See [`QueueStats::inflight_max`].
+    pub inflight_max: u64,
 }
 
 impl QueueStats {
@@ -75,6 +121,30 @@ impl QueueStats {
             malformed: g(&self.malformed),
             notifications: g(&self.notifications),
             engine_full: g(&self.engine_full),
+            submissions: g(&self.submissions),
+            batch_hist: std::array::from_fn(|i| g(&self.batch_hist[i])),
+            inflight_max: g(&self.inflight_max),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_land_in_their_buckets() {
+        let s = QueueStats::default();
+        assert_eq!(s.largest_batch_bound(), None);
+        for n in [0, 1, 3, 4, 5, 32, 33, 300] {
+            s.record_batch(n);
+        }
+        let snap = s.snapshot();
+        assert_eq!(snap.submissions, 7, "empty commits are not submissions");
+        assert_eq!(snap.batch_hist, [1, 0, 2, 1, 0, 1, 1, 0, 0, 1]);
+        assert_eq!(s.largest_batch_bound(), Some(u64::MAX));
+        s.record_inflight(5);
+        s.record_inflight(3);
+        assert_eq!(s.snapshot().inflight_max, 5);
     }
 }
