@@ -22,6 +22,25 @@ pub trait Handler: Send {
     /// will signal (the budget ran out), so the thread gives it another turn after the other
     /// handlers had theirs.
     fn run(&mut self, max_batch: usize) -> bool;
+    /// Whether the handler has a cheap check ([`Handler::poll`]). One handler without it
+    /// disables polling on its thread (the thread's statistics say so).
+    fn can_poll(&self) -> bool {
+        false
+    }
+    /// The cheap check: is there work (new requests in the ring, completions in the engine)?
+    /// No syscalls, no side effects; called in a tight loop while the thread polls.
+    fn poll(&mut self) -> bool {
+        false
+    }
+    /// The thread starts polling this handler: suppress the notifications that would wake it
+    /// (the guest need not kick while the thread watches the ring). Until [`Handler::poll_end`],
+    /// `run` must leave notifications suppressed.
+    fn poll_begin(&mut self) {}
+    /// The thread is about to sleep: re-enable notifications, then check once more; returns
+    /// true if work raced in (the thread then does not sleep).
+    fn poll_end(&mut self) -> bool {
+        false
+    }
     /// Finishes in-flight I/O before the handler leaves its thread (bounded wait).
     fn quiesce(&mut self);
     /// Gives the handler back to its owner as its concrete type.

@@ -1,4 +1,6 @@
-//! Per-iothread statistics, written by the thread and read lock-free by anyone (the API, tests).
+//! Per-iothread statistics, written by the thread and read lock-free by anyone (the API, tests):
+//! what the poll policy is doing (window, hits, misses) and where the thread's time goes
+//! (polling, working, sleeping; its CPU time).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -7,12 +9,32 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub struct IoThreadStats {
     /// Returns from epoll_wait with at least one event.
     pub wakeups: AtomicU64,
-    /// Handler runs.
+    /// Handler turns.
     pub handler_runs: AtomicU64,
-    /// Control commands processed (attach, detach, shutdown).
+    /// Control commands processed (attach, detach, poll parameters, shutdown).
     pub commands: AtomicU64,
     /// Handlers currently attached.
     pub handlers: AtomicU64,
+    /// Handlers without a cheap check: while non-zero, the thread does not poll.
+    pub poll_disabled_handlers: AtomicU64,
+    /// The poll window of the last iteration, in ns.
+    pub poll_window_ns: AtomicU64,
+    /// Iterations whose polling found work.
+    pub poll_hits: AtomicU64,
+    /// Iterations that polled the whole window and found nothing.
+    pub poll_misses: AtomicU64,
+    /// Times the thread went to sleep in epoll (blocking).
+    pub sleeps: AtomicU64,
+    /// Handler wake-ups by fd (epoll events, not counting the command fd).
+    pub fd_events: AtomicU64,
+    /// Time spent polling, in ns.
+    pub poll_ns: AtomicU64,
+    /// Time spent running handlers, in ns.
+    pub work_ns: AtomicU64,
+    /// Time spent asleep in epoll, in ns.
+    pub sleep_ns: AtomicU64,
+    /// The thread's CPU time (CLOCK_THREAD_CPUTIME_ID), sampled before each sleep, in ns.
+    pub cpu_ns: AtomicU64,
 }
 
 impl IoThreadStats {
@@ -25,4 +47,46 @@ impl IoThreadStats {
     pub fn get(counter: &AtomicU64) -> u64 {
         counter.load(Ordering::Relaxed)
     }
+
+    /// Sets a gauge.
+    pub fn set(gauge: &AtomicU64, v: u64) {
+        gauge.store(v, Ordering::Relaxed);
+    }
+
+    /// A snapshot of every counter, as (name, value) pairs in a fixed order.
+    pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
+        let g = Self::get;
+        vec![
+            ("wakeups", g(&self.wakeups)),
+            ("handler_runs", g(&self.handler_runs)),
+            ("commands", g(&self.commands)),
+            ("handlers", g(&self.handlers)),
+            ("poll_disabled_handlers", g(&self.poll_disabled_handlers)),
+            ("poll_window_ns", g(&self.poll_window_ns)),
+            ("poll_hits", g(&self.poll_hits)),
+            ("poll_misses", g(&self.poll_misses)),
+            ("sleeps", g(&self.sleeps)),
+            ("fd_events", g(&self.fd_events)),
+            ("poll_ns", g(&self.poll_ns)),
+            ("work_ns", g(&self.work_ns)),
+            ("sleep_ns", g(&self.sleep_ns)),
+            ("cpu_ns", g(&self.cpu_ns)),
+        ]
+    }
+}
+
+/// This thread's CPU time in ns (CLOCK_THREAD_CPUTIME_ID).
+pub fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into the valid `ts`.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return 0;
+    }
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
 }

@@ -358,3 +358,50 @@ fn null_engine_conforms() {
         false,
     );
 }
+
+#[test]
+fn linux_aio_engine_conforms() {
+    use super::{linux_aio::LinuxAioEngine, EngineKind, EngineOptions};
+    check_all(
+        "LinuxAio",
+        &|f, depth, direct| {
+            Box::new(
+                LinuxAioEngine::new(
+                    f,
+                    &EngineOptions {
+                        kind: EngineKind::LinuxAio,
+                        depth,
+                        io_uring: Default::default(),
+                        direct,
+                    },
+                )
+                .expect("aio"),
+            )
+        },
+        true,
+    );
+}
+
+#[test]
+fn io_uring_engine_conforms() {
+    use super::io_uring::IoUringEngine;
+    use super::{EngineKind, EngineOptions, IoUringFlags};
+    check_all(
+        "IoUring",
+        &|f, depth, direct| {
+            Box::new(
+                IoUringEngine::new(
+                    f,
+                    &EngineOptions {
+                        kind: EngineKind::IoUring,
+                        depth,
+                        io_uring: IoUringFlags::default(),
+                        direct,
+                    },
+                )
+                .expect("ring"),
+            )
+        },
+        true,
+    );
+}

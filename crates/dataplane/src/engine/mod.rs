@@ -22,6 +22,8 @@ use std::os::unix::io::RawFd;
 
 #[cfg(test)]
 pub(crate) mod conformance;
+pub mod io_uring;
+pub mod linux_aio;
 pub mod null;
 pub mod sync;
 
@@ -113,14 +115,8 @@ pub fn open(file: File, opts: &EngineOptions) -> Result<Box<dyn IoEngine>, Engin
     match opts.kind {
         EngineKind::Sync => Ok(Box::new(sync::SyncEngine::new(file, opts.depth as usize))),
         EngineKind::Null => Ok(Box::new(null::NullEngine::new(opts.depth as usize))),
-        EngineKind::IoUring => Err(EngineError::Unavailable {
-            engine: EngineKind::IoUring,
-            reason: "not built yet".into(),
-        }),
-        EngineKind::LinuxAio => Err(EngineError::Unavailable {
-            engine: EngineKind::LinuxAio,
-            reason: "not built yet".into(),
-        }),
+        EngineKind::IoUring => Ok(Box::new(self::io_uring::IoUringEngine::new(file, opts)?)),
+        EngineKind::LinuxAio => Ok(Box::new(linux_aio::LinuxAioEngine::new(file, opts)?)),
     }
 }
 
@@ -128,10 +124,8 @@ pub fn open(file: File, opts: &EngineOptions) -> Result<Box<dyn IoEngine>, Engin
 pub fn probe(kind: EngineKind) -> Result<(), EngineError> {
     match kind {
         EngineKind::Sync | EngineKind::Null => Ok(()),
-        EngineKind::IoUring | EngineKind::LinuxAio => Err(EngineError::Unavailable {
-            engine: kind,
-            reason: "not built yet".into(),
-        }),
+        EngineKind::LinuxAio => linux_aio::probe(),
+        EngineKind::IoUring => self::io_uring::IoUringEngine::probe(),
     }
 }
 
