@@ -6,13 +6,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 use vmm_sys_util::eventfd::EventFd;
 
 use crate::handler::Handler;
-use crate::stats::IoThreadStats;
+use crate::poll::{PollParams, PollPolicy};
+use crate::stats::{thread_cpu_ns, IoThreadStats};
 
 const COMMAND_TOKEN: u64 = u64::MAX;
 const MAX_EVENTS: usize = 64;
@@ -46,6 +47,7 @@ pub enum IoThreadError {
 enum Command {
     Attach(Vec<Box<dyn Handler>>, Sender<Result<(), String>>),
     Detach(u64, Sender<Vec<Box<dyn Handler>>>),
+    SetPoll(PollParams, Sender<PollParams>),
     Shutdown,
 }
 
@@ -53,6 +55,7 @@ enum Command {
 pub struct IoThread {
     name: String,
     max_batch: Arc<AtomicUsize>,
+    poll: Mutex<PollParams>,
     commands: Mutex<Sender<Command>>,
     wake: EventFd,
     join: Mutex<Option<JoinHandle<()>>>,
@@ -72,6 +75,15 @@ impl IoThread {
     /// most `max_batch` requests per queue to the kernel in one submission (0 means the default,
     /// 32).
     pub fn spawn(name: &str, max_batch: usize) -> Result<Arc<IoThread>, IoThreadError> {
+        Self::spawn_with(name, max_batch, PollParams::default())
+    }
+
+    /// Like [`IoThread::spawn`], polling with `poll` (validated by the caller).
+    pub fn spawn_with(
+        name: &str,
+        max_batch: usize,
+        poll: PollParams,
+    ) -> Result<Arc<IoThread>, IoThreadError> {
         let os = |what| {
             let name = name.to_owned();
             move |source| IoThreadError::Os { name, what, source }
@@ -91,6 +103,10 @@ impl IoThread {
         let mut lp = Loop {
             max_batch: max_batch.clone(),
             carry: Vec::new(),
+            policy: PollPolicy::new(poll),
+            suppressed: Vec::new(),
+            pollers: Vec::new(),
+            epoch: Instant::now(),
             epoll,
             wake: wake.try_clone().map_err(os("eventfd clone"))?,
             commands: rx,
@@ -104,6 +120,7 @@ impl IoThread {
         Ok(Arc::new(IoThread {
             name: name.to_owned(),
             max_batch,
+            poll: Mutex::new(poll),
             commands: Mutex::new(tx),
             wake,
             join: Mutex::new(Some(join)),
@@ -127,6 +144,23 @@ impl IoThread {
         let v = effective_max_batch(max_batch);
         self.max_batch.store(v, Ordering::Relaxed);
         v
+    }
+
+    /// The poll parameters in force.
+    pub fn poll_params(&self) -> PollParams {
+        *self.poll.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Changes the poll parameters (validated by the caller); they apply at the next loop
+    /// iteration, every window restarts from 0, and the values in force are returned.
+    pub fn set_poll(&self, params: PollParams) -> Result<PollParams, IoThreadError> {
+        let (tx, rx) = mpsc::channel();
+        self.send(Command::SetPoll(params, tx))?;
+        let effective = rx
+            .recv_timeout(COMMAND_TIMEOUT)
+            .map_err(|_| IoThreadError::NotResponding(self.name.clone()))?;
+        *self.poll.lock().unwrap_or_else(|p| p.into_inner()) = effective;
+        Ok(effective)
     }
 
     /// The thread's statistics.
@@ -207,6 +241,14 @@ struct Loop {
     max_batch: Arc<AtomicUsize>,
     /// Handlers that still had work after their last turn.
     carry: Vec<usize>,
+    /// The poll-window policy.
+    policy: PollPolicy,
+    /// Handlers whose notifications are suppressed (between poll_begin and poll_end).
+    suppressed: Vec<usize>,
+    /// Scratch: handlers polled this iteration.
+    pollers: Vec<usize>,
+    /// Origin of the monotonic ns the policy sees.
+    epoch: Instant,
     epoll: Epoll,
     wake: EventFd,
     commands: Receiver<Command>,
@@ -215,37 +257,132 @@ struct Loop {
 }
 
 impl Loop {
+    fn now_ns(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
     fn run(&mut self) {
         let mut events = vec![EpollEvent::default(); MAX_EVENTS];
         let mut ready: Vec<usize> = Vec::with_capacity(MAX_EVENTS);
+        let mut hits: Vec<usize> = Vec::with_capacity(MAX_EVENTS);
         loop {
-            // Handlers with leftover work must not wait for an fd that will not fire.
-            let timeout = if self.carry.is_empty() { -1 } else { 0 };
+            let t0 = Instant::now();
+            hits.clear();
+            let window = self.window();
+            IoThreadStats::set(&self.stats.poll_window_ns, window);
+            if window > 0 && self.carry.is_empty() {
+                self.poll_for(window, t0, &mut hits);
+            }
+            // Sleep only with nothing pending: first re-enable notifications and re-check.
+            let mut timeout = 0;
+            if hits.is_empty() && self.carry.is_empty() {
+                for slot in std::mem::take(&mut self.suppressed) {
+                    if let Some(Some(h)) = self.slots.get_mut(slot) {
+                        if h.poll_end() {
+                            hits.push(slot);
+                        }
+                    }
+                }
+                if hits.is_empty() {
+                    timeout = -1;
+                    IoThreadStats::add(&self.stats.sleeps, 1);
+                    IoThreadStats::set(&self.stats.cpu_ns, thread_cpu_ns());
+                }
+            }
+            let sleep_start = Instant::now();
             let n = match self.epoll.wait(timeout, &mut events) {
                 Ok(n) => n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => 0,
                 Err(e) => {
                     log::error!("iothread: epoll_wait failed: {e}; stopping");
                     return;
                 }
             };
+            if timeout < 0 {
+                IoThreadStats::add(
+                    &self.stats.sleep_ns,
+                    sleep_start.elapsed().as_nanos() as u64,
+                );
+            }
             if n > 0 {
                 IoThreadStats::add(&self.stats.wakeups, 1);
             }
+            let block_ns = t0.elapsed().as_nanos() as u64;
             ready.clear();
             ready.append(&mut self.carry);
             let mut command = false;
             for ev in &events[..n] {
                 if ev.data() == COMMAND_TOKEN {
                     command = true;
-                } else if !ready.contains(&(ev.data() as usize)) {
-                    ready.push(ev.data() as usize);
+                } else {
+                    IoThreadStats::add(&self.stats.fd_events, 1);
+                    let slot = ev.data() as usize;
+                    if !hits.contains(&slot) {
+                        hits.push(slot);
+                    }
                 }
             }
+            for &slot in &hits {
+                if !ready.contains(&slot) {
+                    ready.push(slot);
+                }
+            }
+            let work_start = Instant::now();
             self.take_turns(&mut ready);
+            IoThreadStats::add(&self.stats.work_ns, work_start.elapsed().as_nanos() as u64);
+            let now = self.now_ns();
+            self.policy.update(block_ns, &hits, now);
             if command && !self.process_commands() {
                 return;
             }
+        }
+    }
+
+    /// The poll window: 0 when polling is off or a handler has no cheap check.
+    fn window(&self) -> u64 {
+        if IoThreadStats::get(&self.stats.poll_disabled_handlers) > 0 {
+            return 0;
+        }
+        self.policy.window()
+    }
+
+    /// Polls the cheap checks of the handlers in the poll set, notifications suppressed, until
+    /// one has work or `window` ns have passed since `t0`.
+    fn poll_for(&mut self, window: u64, t0: Instant, hits: &mut Vec<usize>) {
+        self.pollers.clear();
+        for (slot, h) in self.slots.iter_mut().enumerate() {
+            let Some(h) = h.as_mut() else { continue };
+            if !self.policy.is_polled(slot) {
+                continue;
+            }
+            if !self.suppressed.contains(&slot) {
+                h.poll_begin();
+                self.suppressed.push(slot);
+            }
+            self.pollers.push(slot);
+        }
+        let deadline = Duration::from_nanos(window);
+        'poll: loop {
+            for &slot in &self.pollers {
+                if let Some(Some(h)) = self.slots.get_mut(slot) {
+                    if h.poll() {
+                        hits.push(slot);
+                    }
+                }
+            }
+            if !hits.is_empty() {
+                break 'poll;
+            }
+            if t0.elapsed() >= deadline {
+                break 'poll;
+            }
+            std::hint::spin_loop();
+        }
+        IoThreadStats::add(&self.stats.poll_ns, t0.elapsed().as_nanos() as u64);
+        if hits.is_empty() {
+            IoThreadStats::add(&self.stats.poll_misses, 1);
+        } else {
+            IoThreadStats::add(&self.stats.poll_hits, 1);
         }
     }
 
@@ -280,6 +417,10 @@ impl Loop {
                 }
                 Command::Detach(owner, reply) => {
                     let _ = reply.send(self.remove(owner));
+                }
+                Command::SetPoll(params, reply) => {
+                    self.policy.set_params(params);
+                    let _ = reply.send(self.policy.params());
                 }
                 Command::Shutdown => {
                     for slot in self.slots.iter_mut() {
@@ -320,6 +461,13 @@ impl Loop {
             self.slots[slot] = Some(handler);
         }
         self.stats.handlers.fetch_add(1, Ordering::Relaxed);
+        if self.slots[slot].as_ref().is_some_and(|h| !h.can_poll()) {
+            self.stats
+                .poll_disabled_handlers
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        let now = self.now_ns();
+        self.policy.add(slot, now);
         Ok(())
     }
 
@@ -333,9 +481,19 @@ impl Loop {
                             .epoll
                             .ctl(ControlOperation::Delete, fd, EpollEvent::default());
                     }
+                    if self.suppressed.contains(&idx) {
+                        h.poll_end();
+                    }
                     h.quiesce();
                     self.stats.handlers.fetch_sub(1, Ordering::Relaxed);
+                    if !h.can_poll() {
+                        self.stats
+                            .poll_disabled_handlers
+                            .fetch_sub(1, Ordering::Relaxed);
+                    }
                     self.carry.retain(|&s| s != idx);
+                    self.suppressed.retain(|&s| s != idx);
+                    self.policy.remove(idx);
                     out.push(h);
                 }
             }

@@ -206,9 +206,15 @@ pub struct IoThreadConfig {
     /// Window growth factor (0 means 2).
     #[serde(default)]
     pub poll_grow: u64,
-    /// Window shrink divisor (policy-defined meaning for 0).
+    /// Window shrink divisor (0: reset to 0 for Classic, halve for Weighted).
     #[serde(default)]
     pub poll_shrink: u64,
+    /// The poll-window policy.
+    #[serde(default = "default_poll_policy")]
+    pub poll_policy: PollPolicyKind,
+    /// Weighted policy: the newest event interval counts 2^-poll_weight (a shift, 1-16).
+    #[serde(default = "default_poll_weight")]
+    pub poll_weight: u32,
     /// Requests per queue per submission call (0 means the default, 32).
     #[serde(default = "default_max_batch")]
     pub max_batch: u32,
@@ -218,6 +224,40 @@ pub struct IoThreadConfig {
     /// Host CPUs to pin the thread to.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cpu_affinity: Vec<usize>,
+}
+
+/// `iothreads[].poll_policy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PollPolicyKind {
+    /// QEMU's adaptive polling: per-handler windows that grow ×poll_grow from 4 µs and reset
+    /// (or divide by poll_shrink) when an event takes longer than poll_max_ns.
+    Classic,
+    /// The poll-weight policy: one window from weighted event-interval estimates, halving.
+    Weighted,
+}
+
+fn default_poll_policy() -> PollPolicyKind {
+    PollPolicyKind::Classic
+}
+
+fn default_poll_weight() -> u32 {
+    dataplane::poll::policy::DEFAULT_WEIGHT
+}
+
+impl IoThreadConfig {
+    /// The dataplane's poll parameters.
+    pub fn poll_params(&self) -> dataplane::poll::PollParams {
+        dataplane::poll::PollParams {
+            max_ns: self.poll_max_ns,
+            grow: self.poll_grow,
+            shrink: self.poll_shrink,
+            policy: match self.poll_policy {
+                PollPolicyKind::Classic => dataplane::poll::PolicyKind::Classic,
+                PollPolicyKind::Weighted => dataplane::poll::PolicyKind::Weighted,
+            },
+            weight: self.poll_weight,
+        }
+    }
 }
 
 fn default_poll_max_ns() -> u64 {
@@ -362,6 +402,12 @@ impl VmConfig {
                 return Err(invalid(
                     format!("iothreads[{i}].id"),
                     format!("duplicate id `{}`", t.id),
+                ));
+            }
+            if let Err(e) = t.poll_params().validate() {
+                return Err(invalid(
+                    format!("iothreads[{i}].{}", e.split(':').next().unwrap_or("poll")),
+                    e.split_once(": ").map(|(_, r)| r.to_string()).unwrap_or(e),
                 ));
             }
             if t.max_batch as usize > dataplane::iothread::MAX_MAX_BATCH {

@@ -174,16 +174,16 @@ pub fn build(
     )?;
 
     let mut iothreads = BTreeMap::new();
-    let mut threads: Vec<(String, u32)> = config
+    let mut threads: Vec<(String, u32, dataplane::poll::PollParams)> = config
         .iothreads
         .iter()
-        .map(|t| (t.id.clone(), t.max_batch))
+        .map(|t| (t.id.clone(), t.max_batch, t.poll_params()))
         .collect();
     if threads.is_empty() && !config.drives.is_empty() {
-        threads.push((DEFAULT_IOTHREAD.to_string(), 0));
+        threads.push((DEFAULT_IOTHREAD.to_string(), 0, Default::default()));
     }
-    for (name, max_batch) in threads {
-        let t = IoThread::spawn(&name, max_batch as usize)
+    for (name, max_batch, poll) in threads {
+        let t = IoThread::spawn_with(&name, max_batch as usize, poll)
             .map_err(|e| os(format!("iothread {name}"))(std::io::Error::other(e)))?;
         iothreads.insert(name, t);
     }

@@ -85,6 +85,8 @@ pub struct BlockQueueHandler {
     completions: Vec<Completion>,
     used_pending: bool,
     broken: bool,
+    /// Between `poll_begin` and `poll_end`: leave guest notifications suppressed.
+    polling: bool,
     log_limit: RateLimit,
 }
 
@@ -126,6 +128,7 @@ impl BlockQueueHandler {
             completions: Vec::with_capacity(depth),
             used_pending: false,
             broken: false,
+            polling: false,
             log_limit: RateLimit::default(),
         }
     }
@@ -203,6 +206,10 @@ impl BlockQueueHandler {
                 if self.broken {
                     return Stop::Empty;
                 }
+            }
+            if self.polling {
+                // The iothread is watching the ring: keep the guest from kicking.
+                return Stop::Empty;
             }
             match self.queue.enable_notification(&self.mem) {
                 Ok(true) => continue, // more arrived while notifications were off
@@ -399,6 +406,42 @@ impl Handler for BlockQueueHandler {
             // their completion fd.
             Stop::Full => !self.broken && self.engine.capacity() > 0,
             Stop::Empty => false,
+        }
+    }
+
+    fn can_poll(&self) -> bool {
+        true
+    }
+
+    fn poll(&mut self) -> bool {
+        if self.broken {
+            return false;
+        }
+        let next = self.queue.next_avail();
+        let avail = self
+            .queue
+            .avail_idx(&self.mem, std::sync::atomic::Ordering::Acquire);
+        self.engine.has_completions() || avail.is_ok_and(|i| i.0 != next)
+    }
+
+    fn poll_begin(&mut self) {
+        self.polling = true;
+        if self.queue.disable_notification(&self.mem).is_err() {
+            self.fail("cannot update the ring's notification state");
+        }
+    }
+
+    fn poll_end(&mut self) -> bool {
+        self.polling = false;
+        if self.broken {
+            return false;
+        }
+        match self.queue.enable_notification(&self.mem) {
+            Ok(more) => more || self.engine.has_completions(),
+            Err(e) => {
+                self.fail(&format!("cannot update the ring's notification state: {e}"));
+                false
+            }
         }
     }
 
