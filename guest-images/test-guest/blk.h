@@ -195,6 +195,7 @@ struct blk_opts {
     u64 tsc_khz;
     int tsc_khz_given;
     u64 timeout_ms;
+    u64 think_us;          /* ring-3 pause after each completion round before issuing more */
 };
 /* Defaults + every blk token of the command line; 0, or -1 after printing
  * an error line (the caller exits with status 2). */

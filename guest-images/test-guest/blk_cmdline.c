@@ -3,7 +3,7 @@
  *
  * Owns: defaults and parsing of rw= bs= qd= queues= qsize= count= range=
  * seed= flush_every= event_idx= irq= discard= write_zeroes= hostile=
- * reinit= pattern_lba= pattern= tsc_khz= timeout_ms=, and their range
+ * reinit= pattern_lba= pattern= tsc_khz= timeout_ms= think_us=, and their range
  * checks. Numbers are decimal (range= also takes a k/m/g suffix, powers of
  * 1024); pattern= is hex with an optional 0x. Unknown tokens are ignored
  * (cmdline.c owns mode= and exit=); a bad value prints
@@ -120,7 +120,7 @@ static const struct num_opt num_opts[] = {
     { "seed=", 0, ~0ULL }, { "flush_every=", 0, 1ULL << 32 }, { "event_idx=", 0, 1 },
     { "irq=", 0, 1 }, { "discard=", 0, 1 }, { "write_zeroes=", 0, 1 }, { "hostile=", 0, 1 },
     { "reinit=", 0, 1 }, { "pattern_lba=", 0, ~0ULL }, { "tsc_khz=", 1000, 100000000 },
-    { "timeout_ms=", 1, 3600000 },
+    { "timeout_ms=", 1, 3600000 }, { "think_us=", 0, 10000000 },
 };
 
 static void store(struct blk_opts *o, int idx, u64 v)
@@ -143,6 +143,7 @@ static void store(struct blk_opts *o, int idx, u64 v)
     case 14: o->pattern_lba = v; break;
     case 15: o->tsc_khz = v; o->tsc_khz_given = 1; break;
     case 16: o->timeout_ms = v; break;
+    case 17: o->think_us = v; break;
     }
 }
 

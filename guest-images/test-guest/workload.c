@@ -140,6 +140,12 @@ static void run_phase(struct phase *ph, u64 *lat_n)
                 inflight[q]--;
                 total_inflight--;
             }
+            if (o->think_us && progress) {
+                /* Think time: the guest idles (natively, in ring 3) before issuing more. */
+                u64 t = rdtsc(), want = o->think_us * o->tsc_khz / 1000;
+                while (rdtsc() - t < want)
+                    __asm__ volatile("pause");
+            }
             while (nfree[q] && (issued < ph->nreq ||
                                 (do_flush && writes_since_flush >= o->flush_every))) {
                 u16 s = blkmem.freelist[q][--nfree[q]];

@@ -279,3 +279,22 @@ pub fn build(
         pci,
     })
 }
+
+/// An iothread's parameters and counters as one JSON object (for the log and tests).
+pub fn iothread_json(id: &str, t: &IoThread) -> serde_json::Value {
+    let p = t.poll_params();
+    let mut stats = serde_json::Map::new();
+    for (k, v) in t.stats().snapshot() {
+        stats.insert(k.to_string(), v.into());
+    }
+    serde_json::json!({
+        "id": id,
+        "max_batch": t.max_batch(),
+        "poll_max_ns": p.max_ns,
+        "poll_grow": p.grow,
+        "poll_shrink": p.shrink,
+        "poll_policy": format!("{:?}", p.policy),
+        "poll_weight": p.weight,
+        "stats": stats,
+    })
+}

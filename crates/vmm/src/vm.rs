@@ -345,6 +345,12 @@ impl RunningVm {
         for d in &self.devices.drives {
             log::info!("drive stats {}", d.stats_json());
         }
+        for (id, t) in &self.devices.iothreads {
+            log::info!(
+                "iothread stats {}",
+                crate::device_manager::iothread_json(id, t)
+            );
+        }
         // Read before the vCPU threads exit: a finished thread leaves /proc/self/task.
         log::info!(
             "CPU time by thread: {}",

@@ -1,0 +1,163 @@
+//! Adaptive polling end to end, with the test guest driving the disk natively from ring 3: at
+//! QD1 polling removes most guest kicks (the thread watches the ring with notifications
+//! suppressed), and an idle guest lets the window collapse so the thread sleeps and its CPU stays
+//! low. Numbers come from the guest's BLK report and Osprey's `iothread stats` / `drive stats` /
+//! `CPU time by thread` log lines.
+
+mod common;
+
+use common::blk::{boot_with, drive_stats, run, Disk};
+use serde_json::{json, Value};
+
+/// These tests measure timing-sensitive behaviour on a 2-core machine: run them one at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn iothread_stats(log: &str) -> Value {
+    let line = log
+        .lines()
+        .find_map(|l| l.split_once("iothread stats ").map(|(_, j)| j))
+        .unwrap_or_else(|| panic!("no iothread stats in the log:\n{log}"));
+    serde_json::from_str(line).expect("iothread stats JSON")
+}
+
+/// CPU milliseconds of the thread named `name` from the `CPU time by thread` log line.
+fn thread_cpu_ms(log: &str, name: &str) -> f64 {
+    let line = log
+        .lines()
+        .find(|l| l.contains("CPU time by thread: "))
+        .expect("CPU line");
+    let part = line
+        .split(", ")
+        .find(|p| p.contains(&format!("{name} ")))
+        .unwrap_or_else(|| panic!("{name} in {line}"));
+    part.rsplit(' ')
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("bad CPU entry `{part}`"))
+}
+
+#[test]
+fn polling_removes_most_kicks_at_qd1() {
+    let _one_at_a_time = serial();
+    let disk = Disk::new("poll-qd1", 64 << 20);
+    let drive = json!({"io_engine": "Sync"});
+    let args = "rw=randread qd=1 count=20000";
+    let (status, off, off_log) = boot_with(&disk, drive.clone(), json!({"poll_max_ns": 0}), args);
+    assert_eq!(status, 0, "{off}\n{off_log}");
+    let (status, on, on_log) = boot_with(&disk, drive, json!({}), args);
+    assert_eq!(status, 0, "{on}\n{on_log}");
+
+    let kicks_per_req = |r: &Value| {
+        let m = run(r, "main");
+        m["kicks"].as_f64().expect("kicks") / m["requests"].as_f64().expect("requests")
+    };
+    let (k_off, k_on) = (kicks_per_req(&off), kicks_per_req(&on));
+    assert!(
+        k_off > 0.99,
+        "without polling the guest kicks for every request: {k_off}"
+    );
+    assert!(k_on < 0.25, "with polling most kicks disappear: {k_on}");
+    // The device saw the same: ioeventfd wake-ups per request.
+    let dev = |log: &str| {
+        let s = drive_stats(log);
+        s["kicks"].as_f64().expect("kicks") / s["requests"].as_f64().expect("requests")
+    };
+    assert!(
+        dev(&off_log) > 0.99 && dev(&on_log) < 0.25,
+        "device kicks/req off {} on {}",
+        dev(&off_log),
+        dev(&on_log)
+    );
+    let (t_off, t_on) = (iothread_stats(&off_log), iothread_stats(&on_log));
+    assert_eq!(t_off["poll_max_ns"], 0);
+    assert_eq!(
+        t_off["stats"]["poll_hits"], 0,
+        "polling off never polls: {t_off}"
+    );
+    assert_eq!(t_on["poll_max_ns"], 32768);
+    assert_eq!(t_on["poll_policy"], "Classic");
+    assert!(
+        t_on["stats"]["poll_hits"].as_u64().unwrap_or(0) > 10_000,
+        "polling found the work: {t_on}"
+    );
+    assert_eq!(run(&on, "main")["errors"], 0);
+}
+
+#[test]
+fn idle_guest_collapses_the_window_and_the_thread_sleeps() {
+    let _one_at_a_time = serial();
+    let disk = Disk::new("poll-idle", 16 << 20);
+    // 300 requests, each followed by 5 ms of guest think time: ~1.5 s mostly idle.
+    let args = "rw=randread qd=1 count=300 think_us=5000";
+    for policy in ["Classic", "Weighted"] {
+        let (status, r, log) = boot_with(
+            &disk,
+            json!({"io_engine": "Sync"}),
+            json!({"poll_policy": policy}),
+            args,
+        );
+        assert_eq!(status, 0, "{r}\n{log}");
+        let m = run(&r, "main");
+        let elapsed_ms = m["elapsed_ns"].as_f64().expect("elapsed") / 1e6;
+        assert!(
+            elapsed_ms > 1000.0,
+            "{policy}: the run should take ~1.5 s, took {elapsed_ms} ms"
+        );
+        let cpu_ms = thread_cpu_ms(&log, "iothread-io0");
+        assert!(
+            cpu_ms < 0.10 * elapsed_ms,
+            "{policy}: an idle guest must not keep the iothread busy: {cpu_ms:.1} ms CPU over {elapsed_ms:.0} ms"
+        );
+        let t = iothread_stats(&log);
+        assert_eq!(t["poll_policy"], policy);
+        assert!(
+            t["stats"]["poll_window_ns"].as_u64().unwrap_or(u64::MAX) <= 4_000,
+            "{policy}: window collapsed: {t}"
+        );
+        assert!(
+            t["stats"]["sleeps"].as_u64().unwrap_or(0) >= 300,
+            "{policy}: the thread slept between requests: {t}"
+        );
+    }
+}
+
+#[test]
+fn bad_poll_settings_are_refused_with_the_field_named() {
+    let disk = Disk::new("poll-bad", 1 << 20);
+    for (thread, want) in [
+        (
+            json!({"poll_weight": 0}),
+            "iothreads[0].poll_weight: must be a shift from 1 to 16, got 0",
+        ),
+        (
+            json!({"poll_max_ns": 2_000_000_000u64}),
+            "iothreads[0].poll_max_ns: must be at most 1000000000, got 2000000000",
+        ),
+        (
+            json!({"poll_policy": "Fancy"}),
+            "unknown variant `Fancy`, expected `Classic` or `Weighted`",
+        ),
+    ] {
+        let mut t = json!({"id": "io0"});
+        if let (Some(t), Some(extra)) = (t.as_object_mut(), thread.as_object()) {
+            t.extend(extra.clone());
+        }
+        let cfg = json!({
+            "boot-source": {"kernel_image_path": common::test_guest()},
+            "drives": [{"drive_id": "d", "path_on_host": disk.path, "iothread": "io0"}],
+            "iothreads": [t],
+        });
+        let p = disk.dir.join("bad.json");
+        std::fs::write(&p, cfg.to_string()).expect("write");
+        let (status, _, stderr) = common::run_to_exit(
+            ["--config".as_ref(), p.as_os_str()],
+            std::time::Duration::from_secs(10),
+        );
+        assert_eq!(status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(want), "want `{want}` in: {stderr}");
+    }
+}
