@@ -543,6 +543,7 @@ mod tests {
         }
     }
 
+    #[track_caller]
     fn wait_for(cond: impl Fn() -> bool) {
         for _ in 0..500 {
             if cond() {
@@ -683,5 +684,233 @@ mod tests {
         assert_eq!(t.set_max_batch(0), DEFAULT_MAX_BATCH);
         assert_eq!(t.set_max_batch(5000), MAX_MAX_BATCH);
         t.shutdown();
+    }
+
+    /// A pollable fake: `poll` finds work on every `every`-th call while `busy`; `poll_end`
+    /// reports a race `races` times; runs are counted.
+    struct Pollable {
+        fd: EventFd,
+        busy: Arc<std::sync::atomic::AtomicBool>,
+        every: u64,
+        calls: u64,
+        races: Arc<AtomicU64>,
+        runs: Arc<AtomicU64>,
+        suppressed: Arc<std::sync::atomic::AtomicBool>,
+    }
+
+    impl Handler for Pollable {
+        fn owner(&self) -> u64 {
+            1
+        }
+        fn wake_fds(&self) -> Vec<RawFd> {
+            vec![self.fd.as_raw_fd()]
+        }
+        fn run(&mut self, _max_batch: usize) -> bool {
+            let _ = self.fd.read();
+            self.runs.fetch_add(1, Ordering::SeqCst);
+            false
+        }
+        fn can_poll(&self) -> bool {
+            true
+        }
+        fn poll(&mut self) -> bool {
+            self.calls += 1;
+            self.busy.load(Ordering::SeqCst) && self.calls % self.every == 0
+        }
+        fn poll_begin(&mut self) {
+            self.suppressed.store(true, Ordering::SeqCst);
+        }
+        fn poll_end(&mut self) -> bool {
+            self.suppressed.store(false, Ordering::SeqCst);
+            // A busy fake always has work pending: the re-check after re-enabling finds it
+            // (a real guest would also kick once notifications are back on).
+            if self.busy.load(Ordering::SeqCst) {
+                return true;
+            }
+            let left = self.races.load(Ordering::SeqCst);
+            if left > 0 {
+                self.races.store(left - 1, Ordering::SeqCst);
+                return true;
+            }
+            false
+        }
+        fn quiesce(&mut self) {}
+        fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
+            self
+        }
+    }
+
+    struct Rig {
+        t: Arc<IoThread>,
+        fd: EventFd,
+        busy: Arc<std::sync::atomic::AtomicBool>,
+        races: Arc<AtomicU64>,
+        runs: Arc<AtomicU64>,
+        suppressed: Arc<std::sync::atomic::AtomicBool>,
+    }
+
+    fn rig(name: &str, params: PollParams, every: u64) -> Rig {
+        let t = IoThread::spawn_with(name, 0, params).expect("spawn");
+        let fd = EventFd::new(libc::EFD_NONBLOCK).expect("efd");
+        let busy = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let races = Arc::new(AtomicU64::new(0));
+        let runs = Arc::new(AtomicU64::new(0));
+        let suppressed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let h = Pollable {
+            fd: fd.try_clone().expect("clone"),
+            busy: busy.clone(),
+            every,
+            calls: 0,
+            races: races.clone(),
+            runs: runs.clone(),
+            suppressed: suppressed.clone(),
+        };
+        t.attach(vec![Box::new(h)]).expect("attach");
+        Rig {
+            t,
+            fd,
+            busy,
+            races,
+            runs,
+            suppressed,
+        }
+    }
+
+    fn stat(t: &IoThread, name: &str) -> u64 {
+        t.stats()
+            .snapshot()
+            .into_iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v)
+            .expect("stat")
+    }
+
+    /// Kicks the handler's fd every ~10 µs (events close together open the poll window) until
+    /// `cond` holds.
+    fn kick_until(fd: &EventFd, cond: impl Fn() -> bool) {
+        let t = std::time::Instant::now();
+        while !cond() {
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "condition not reached while kicking"
+            );
+            fd.write(1).expect("kick");
+            let spin = std::time::Instant::now();
+            while spin.elapsed() < Duration::from_micros(10) {
+                std::hint::spin_loop();
+            }
+        }
+    }
+
+    #[test]
+    fn polls_when_busy_then_sleeps_when_idle_within_the_window() {
+        // Halve rather than reset on a long block, so a preempted iteration on a loaded test
+        // machine does not close the window while the fake is busy.
+        let params = PollParams {
+            max_ns: 1_000_000,
+            shrink: 2,
+            ..PollParams::default()
+        };
+        let r = rig("poll-busy", params, 3);
+        // Kicks close together open the window; then the fake has work on every 3rd check.
+        r.busy.store(true, Ordering::SeqCst);
+        kick_until(&r.fd, || stat(&r.t, "poll_hits") > 0);
+        let fd_events = stat(&r.t, "fd_events");
+        wait_for(|| stat(&r.t, "poll_hits") > 1000);
+        assert!(
+            r.runs.load(Ordering::SeqCst) > 1000,
+            "work found by polling is run"
+        );
+        assert!(
+            r.suppressed.load(Ordering::SeqCst),
+            "notifications stay suppressed while polling"
+        );
+        assert_eq!(
+            stat(&r.t, "fd_events"),
+            fd_events,
+            "without kicks, polling alone found the work"
+        );
+        // Idle: the thread polls at most the window, re-enables notifications and sleeps.
+        r.busy.store(false, Ordering::SeqCst);
+        wait_for(|| !r.suppressed.load(Ordering::SeqCst));
+        std::thread::sleep(Duration::from_millis(30));
+        let (misses, sleeps, poll_ns) = (
+            stat(&r.t, "poll_misses"),
+            stat(&r.t, "sleeps"),
+            stat(&r.t, "poll_ns"),
+        );
+        std::thread::sleep(Duration::from_millis(30));
+        assert_eq!(stat(&r.t, "poll_misses"), misses, "asleep: no more polling");
+        assert_eq!(stat(&r.t, "sleeps"), sleeps, "asleep: no busy loop");
+        assert!(misses >= 1);
+        let hits = stat(&r.t, "poll_hits");
+        // Every poll ends at a hit or after the window (at most 1 ms), plus scheduling slack.
+        assert!(
+            poll_ns <= (hits + misses) * 1_000_000 + 50_000_000,
+            "poll time {poll_ns} ns over {} polls",
+            hits + misses
+        );
+        r.t.shutdown();
+    }
+
+    #[test]
+    fn never_sleeps_when_poll_end_reports_work() {
+        let params = PollParams {
+            max_ns: 200_000,
+            ..PollParams::default()
+        };
+        let r = rig("poll-race", params, 3);
+        r.busy.store(true, Ordering::SeqCst);
+        kick_until(&r.fd, || stat(&r.t, "poll_hits") > 100);
+        let fd_events = stat(&r.t, "fd_events");
+        // The guest goes quiet, but a request races in just as the thread re-enables
+        // notifications: the thread must run the handler instead of sleeping on an fd that
+        // will not fire.
+        r.races.store(1, Ordering::SeqCst);
+        let runs = r.runs.load(Ordering::SeqCst);
+        r.busy.store(false, Ordering::SeqCst);
+        wait_for(|| r.races.load(Ordering::SeqCst) == 0);
+        wait_for(|| r.runs.load(Ordering::SeqCst) > runs);
+        wait_for(|| !r.suppressed.load(Ordering::SeqCst));
+        assert_eq!(
+            stat(&r.t, "fd_events"),
+            fd_events,
+            "the race was handled without an fd event"
+        );
+        r.t.shutdown();
+    }
+
+    #[test]
+    fn poll_off_sleeps_without_polling_and_live_changes_apply() {
+        let r = rig(
+            "poll-off",
+            PollParams {
+                max_ns: 0,
+                ..PollParams::default()
+            },
+            1,
+        );
+        r.busy.store(true, Ordering::SeqCst);
+        for _ in 0..20 {
+            r.fd.write(1).expect("kick");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        wait_for(|| r.runs.load(Ordering::SeqCst) >= 2);
+        assert_eq!(
+            stat(&r.t, "poll_hits") + stat(&r.t, "poll_misses"),
+            0,
+            "poll_max_ns 0 never polls"
+        );
+        assert_eq!(r.t.poll_params().max_ns, 0);
+        let on = r.t.set_poll(PollParams::default()).expect("set_poll");
+        assert_eq!(
+            on,
+            PollParams::default(),
+            "the reply carries the values in force"
+        );
+        assert_eq!(r.t.poll_params(), on);
+        kick_until(&r.fd, || stat(&r.t, "poll_hits") > 100);
+        r.busy.store(false, Ordering::SeqCst);
+        r.t.shutdown();
     }
 }
