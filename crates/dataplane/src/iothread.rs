@@ -715,7 +715,7 @@ mod tests {
         }
         fn poll(&mut self) -> bool {
             self.calls += 1;
-            self.busy.load(Ordering::SeqCst) && self.calls % self.every == 0
+            self.busy.load(Ordering::SeqCst) && self.calls.is_multiple_of(self.every)
         }
         fn poll_begin(&mut self) {
             self.suppressed.store(true, Ordering::SeqCst);
