@@ -708,6 +708,10 @@ mod tests {
         fn run(&mut self, _max_batch: usize) -> bool {
             let _ = self.fd.read();
             self.runs.fetch_add(1, Ordering::SeqCst);
+            if self.busy.load(Ordering::SeqCst) && !self.suppressed.load(Ordering::SeqCst) {
+                // Notifications are on and the "guest" has more work: it kicks.
+                let _ = self.fd.write(1);
+            }
             false
         }
         fn can_poll(&self) -> bool {
@@ -815,8 +819,11 @@ mod tests {
         // Kicks close together open the window; then the fake has work on every 3rd check.
         r.busy.store(true, Ordering::SeqCst);
         kick_until(&r.fd, || stat(&r.t, "poll_hits") > 0);
+        // Let the thread consume the last kick before counting fd events.
+        std::thread::sleep(Duration::from_millis(20));
         let fd_events = stat(&r.t, "fd_events");
-        wait_for(|| stat(&r.t, "poll_hits") > 1000);
+        let hits = stat(&r.t, "poll_hits");
+        wait_for(|| stat(&r.t, "poll_hits") > hits + 1000);
         assert!(
             r.runs.load(Ordering::SeqCst) > 1000,
             "work found by polling is run"
@@ -825,10 +832,10 @@ mod tests {
             r.suppressed.load(Ordering::SeqCst),
             "notifications stay suppressed while polling"
         );
-        assert_eq!(
-            stat(&r.t, "fd_events"),
-            fd_events,
-            "without kicks, polling alone found the work"
+        let kicks = stat(&r.t, "fd_events") - fd_events;
+        assert!(
+            kicks * 10 < 1000,
+            "polling, not kicks, found the work: {kicks} kicks"
         );
         // Idle: the thread polls at most the window, re-enables notifications and sleeps.
         r.busy.store(false, Ordering::SeqCst);
@@ -856,12 +863,15 @@ mod tests {
     #[test]
     fn never_sleeps_when_poll_end_reports_work() {
         let params = PollParams {
-            max_ns: 200_000,
+            max_ns: 1_000_000,
+            shrink: 2,
             ..PollParams::default()
         };
         let r = rig("poll-race", params, 3);
         r.busy.store(true, Ordering::SeqCst);
         kick_until(&r.fd, || stat(&r.t, "poll_hits") > 100);
+        // Let the thread consume the last kick before counting fd events.
+        std::thread::sleep(Duration::from_millis(20));
         let fd_events = stat(&r.t, "fd_events");
         // The guest goes quiet, but a request races in just as the thread re-enables
         // notifications: the thread must run the handler instead of sleeping on an fd that
@@ -872,10 +882,9 @@ mod tests {
         wait_for(|| r.races.load(Ordering::SeqCst) == 0);
         wait_for(|| r.runs.load(Ordering::SeqCst) > runs);
         wait_for(|| !r.suppressed.load(Ordering::SeqCst));
-        assert_eq!(
-            stat(&r.t, "fd_events"),
-            fd_events,
-            "the race was handled without an fd event"
+        assert!(
+            stat(&r.t, "fd_events") <= fd_events + 1,
+            "the race was handled without waiting for a kick"
         );
         r.t.shutdown();
     }
