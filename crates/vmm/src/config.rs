@@ -76,6 +76,24 @@ pub struct VmConfig {
     /// The REST API socket.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api: Option<ApiConfig>,
+    /// Periodic metrics to a file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<MetricsConfig>,
+}
+
+/// `metrics`: a JSON line of every counter appended to `path` every `interval_ms`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// The file (created if missing, appended to).
+    pub path: PathBuf,
+    /// Interval in ms (at least 100).
+    #[serde(default = "default_metrics_interval")]
+    pub interval_ms: u64,
+}
+
+fn default_metrics_interval() -> u64 {
+    1000
 }
 
 /// `machine-config`.
@@ -419,6 +437,38 @@ impl VmConfig {
                         dataplane::iothread::DEFAULT_MAX_BATCH,
                         t.max_batch
                     ),
+                ));
+            }
+        }
+        if let Some(m) = &self.metrics {
+            if m.interval_ms < 100 {
+                return Err(invalid(
+                    "metrics.interval_ms",
+                    format!("must be at least 100, got {}", m.interval_ms),
+                ));
+            }
+            let parent = m
+                .path
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(Path::new("."));
+            if !parent.is_dir() {
+                return Err(invalid(
+                    "metrics.path",
+                    format!("{}: the folder does not exist", m.path.display()),
+                ));
+            }
+        }
+        if let Some(a) = &self.api {
+            let parent = a
+                .socket
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(Path::new("."));
+            if !parent.is_dir() {
+                return Err(invalid(
+                    "api.socket",
+                    format!("{}: the folder does not exist", a.socket.display()),
                 ));
             }
         }

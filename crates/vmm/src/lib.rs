@@ -3,9 +3,11 @@
 //! The `osprey` binary (`main.rs`) is a thin shell over [`vm::run`]. Module map: `docs/ARCHITECTURE.md`.
 
 pub mod acpi;
+pub mod api;
 pub mod boot;
 pub mod cli;
 pub mod config;
+pub mod control;
 pub mod cpu_usage;
 pub mod cpuid;
 pub mod device_manager;

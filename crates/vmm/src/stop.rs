@@ -27,13 +27,18 @@ pub enum StopReason {
     },
     /// The VMM received SIGINT or SIGTERM.
     Signal(i32),
+    /// `PUT /actions {"action_type": "Shutdown"}`.
+    ApiShutdown,
 }
 
 impl StopReason {
     /// The process exit status for this stop.
     pub fn exit_status(&self) -> i32 {
         match self {
-            Self::Guest(ExitRequest::Reset) | Self::Shutdown { .. } | Self::Signal(_) => 0,
+            Self::Guest(ExitRequest::Reset)
+            | Self::Shutdown { .. }
+            | Self::Signal(_)
+            | Self::ApiShutdown => 0,
             Self::Guest(ExitRequest::DebugExit(code)) => i32::from(*code),
             Self::Failed { .. } => 1,
         }
@@ -49,6 +54,7 @@ impl StopReason {
             Self::Shutdown { vcpu, reason } => format!("vCPU {vcpu}: {reason}"),
             Self::Failed { vcpu, message } => format!("vCPU {vcpu} failed: {message}"),
             Self::Signal(sig) => format!("received signal {sig}; stopped the VM"),
+            Self::ApiShutdown => "shut down through the API".into(),
         }
     }
 }

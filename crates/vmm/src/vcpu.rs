@@ -1,14 +1,61 @@
 //! A vCPU thread: runs `KVM_RUN`, dispatches port and MMIO exits to the buses, and reports the
 //! exits that end the VM (shutdown, internal error, failed entry) to the control thread.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::Sender;
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
 
 use devices::bus::Bus;
 use kvm_ioctls::{VcpuExit, VcpuFd};
 
+use crate::control::ControlEvent;
 use crate::stop::StopReason;
+
+/// Pausing the vCPUs: the control thread sets `paused` and kicks the vCPU threads out of
+/// `KVM_RUN`; each parks on the condvar until resumed or stopped.
+#[derive(Debug, Default)]
+pub struct PauseState {
+    paused: Mutex<bool>,
+    wake: Condvar,
+    parked: AtomicUsize,
+}
+
+impl PauseState {
+    /// Requests a pause (the caller then kicks the vCPUs) or a resume.
+    pub fn set(&self, paused: bool) {
+        *self.paused.lock().unwrap_or_else(|p| p.into_inner()) = paused;
+        if !paused {
+            self.wake.notify_all();
+        }
+    }
+
+    /// Whether a pause is requested.
+    pub fn is_paused(&self) -> bool {
+        *self.paused.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// vCPU threads currently parked.
+    pub fn parked(&self) -> usize {
+        self.parked.load(Ordering::Acquire)
+    }
+
+    /// Wakes parked vCPUs so they notice a stop.
+    pub fn release_all(&self) {
+        self.wake.notify_all();
+    }
+
+    fn park_while_paused(&self, stop: &AtomicBool) {
+        let mut paused = self.paused.lock().unwrap_or_else(|p| p.into_inner());
+        if !*paused {
+            return;
+        }
+        self.parked.fetch_add(1, Ordering::AcqRel);
+        while *paused && !stop.load(Ordering::Acquire) {
+            paused = self.wake.wait(paused).unwrap_or_else(|p| p.into_inner());
+        }
+        self.parked.fetch_sub(1, Ordering::AcqRel);
+    }
+}
 
 /// Everything a vCPU thread needs.
 pub struct VcpuRunner {
@@ -21,9 +68,11 @@ pub struct VcpuRunner {
     /// MMIO devices.
     pub mmio: Arc<Bus>,
     /// Where to report the end of the VM.
-    pub events: Sender<StopReason>,
+    pub events: Sender<ControlEvent>,
     /// Set by the control thread to stop every vCPU.
     pub stop: Arc<AtomicBool>,
+    /// Pause requests from the control thread.
+    pub pause: Arc<PauseState>,
 }
 
 impl std::fmt::Debug for VcpuRunner {
@@ -37,6 +86,10 @@ impl VcpuRunner {
     pub fn run(mut self) {
         let id = self.id;
         while !self.stop.load(Ordering::Acquire) {
+            self.pause.park_while_paused(&self.stop);
+            if self.stop.load(Ordering::Acquire) {
+                break;
+            }
             let outcome = match self.fd.run() {
                 Ok(exit) => dispatch(exit, &self.pio, &self.mmio),
                 Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => Step::Continue,
@@ -45,12 +98,17 @@ impl VcpuRunner {
             match outcome {
                 Step::Continue => {}
                 Step::Shutdown(reason) => {
-                    let _ = self.events.send(StopReason::Shutdown { vcpu: id, reason });
+                    let _ = self.events.send(ControlEvent::Stop(StopReason::Shutdown {
+                        vcpu: id,
+                        reason,
+                    }));
                     break;
                 }
                 Step::Fail(what) => {
                     let message = format!("{what} at guest RIP {}", self.rip_text());
-                    let _ = self.events.send(StopReason::Failed { vcpu: id, message });
+                    let _ = self
+                        .events
+                        .send(ControlEvent::Stop(StopReason::Failed { vcpu: id, message }));
                     break;
                 }
                 Step::InternalError => {
@@ -59,7 +117,9 @@ impl VcpuRunner {
                         "KVM_EXIT_INTERNAL_ERROR ({detail}) at guest RIP {}",
                         self.rip_text()
                     );
-                    let _ = self.events.send(StopReason::Failed { vcpu: id, message });
+                    let _ = self
+                        .events
+                        .send(ControlEvent::Stop(StopReason::Failed { vcpu: id, message }));
                     break;
                 }
             }

@@ -19,11 +19,13 @@ use vmm_sys_util::signal::{register_signal_handler, Killable, SIGRTMIN};
 
 use crate::boot::{self, BootEntry, BootError, BootSpec};
 use crate::config::VmConfig;
+use crate::control::{ControlEvent, Controller, Effect};
 use crate::device_manager::{self, DeviceError, Devices};
 use crate::host::KvmFlavor;
 use crate::layout::ram_regions;
 use crate::regs::{self, RegsError};
 use crate::stop::StopReason;
+use crate::vcpu::PauseState;
 use crate::vcpu::VcpuRunner;
 use crate::{acpi, cpuid, mptable, msr};
 
@@ -85,12 +87,12 @@ extern "C" fn on_stop_signal(num: libc::c_int, _: *mut libc::siginfo_t, _: *mut 
 extern "C" fn on_kick(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {}
 
 /// Forwards device exit requests to the control loop.
-struct ChannelExit(Mutex<Sender<StopReason>>);
+struct ChannelExit(Mutex<Sender<ControlEvent>>);
 
 impl ExitRequester for ChannelExit {
     fn request_exit(&self, why: ExitRequest) {
         let tx = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let _ = tx.send(StopReason::Guest(why));
+        let _ = tx.send(ControlEvent::Stop(StopReason::Guest(why)));
     }
 }
 
@@ -98,7 +100,11 @@ impl ExitRequester for ChannelExit {
 pub struct RunningVm {
     vcpus: Vec<JoinHandle<()>>,
     stop: Arc<AtomicBool>,
-    events: Receiver<StopReason>,
+    events: Receiver<ControlEvent>,
+    /// Keeps the channel open for the API server's submissions.
+    events_tx: Sender<ControlEvent>,
+    pause: Arc<PauseState>,
+    config: VmConfig,
     started: Instant,
     devices: Devices,
     // Kept alive for the VM's lifetime.
@@ -172,6 +178,7 @@ pub fn start(config: &VmConfig) -> Result<RunningVm, VmError> {
     }
 
     let stop = Arc::new(AtomicBool::new(false));
+    let pause = Arc::new(PauseState::default());
     let count = config.machine.vcpu_count;
     let mut vcpus = Vec::with_capacity(count.into());
     for id in 0..count {
@@ -192,6 +199,7 @@ pub fn start(config: &VmConfig) -> Result<RunningVm, VmError> {
             mmio: devices.mmio.clone(),
             events: tx.clone(),
             stop: stop.clone(),
+            pause: pause.clone(),
         };
         let handle = std::thread::Builder::new()
             .name(format!("vcpu{id}"))
@@ -212,6 +220,9 @@ pub fn start(config: &VmConfig) -> Result<RunningVm, VmError> {
         vcpus,
         stop,
         events,
+        events_tx: tx,
+        pause,
+        config: config.clone(),
         started,
         devices,
         _vm: vm,
@@ -325,10 +336,28 @@ fn spawn_stdin_reader(serial: Arc<Mutex<SerialConsole>>) {
 
 impl RunningVm {
     /// Waits for the reason the VM stops, then stops every vCPU.
-    pub fn wait(self) -> StopReason {
+    pub fn wait(mut self) -> StopReason {
+        let mut metrics = self
+            .config
+            .metrics
+            .clone()
+            .and_then(|m| MetricsFile::open(&m));
         let reason = loop {
-            match self.events.recv_timeout(Duration::from_millis(50)) {
-                Ok(reason) => break reason,
+            let timeout = metrics.as_ref().map_or(Duration::from_millis(50), |m| {
+                m.until_next().min(Duration::from_millis(50))
+            });
+            match self.events.recv_timeout(timeout) {
+                Ok(ControlEvent::Stop(reason)) => break reason,
+                Ok(ControlEvent::Api(req)) => {
+                    let (reply, effect) = self.controller().execute(req.command);
+                    if effect == Effect::Pause {
+                        self.pause_vcpus();
+                    }
+                    let _ = req.reply.send(reply);
+                    if effect == Effect::Shutdown {
+                        break StopReason::ApiShutdown;
+                    }
+                }
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => {
                     break StopReason::Shutdown {
@@ -337,11 +366,21 @@ impl RunningVm {
                     }
                 }
             }
+            if let Some(m) = metrics.as_mut() {
+                if m.until_next().is_zero() {
+                    let line = self.controller().metrics();
+                    m.write(&line);
+                }
+            }
             let sig = STOP_SIGNAL.load(Ordering::SeqCst);
             if sig != 0 {
                 break StopReason::Signal(sig);
             }
         };
+        if let Some(m) = metrics.as_mut() {
+            let line = self.controller().metrics();
+            m.write(&line);
+        }
         for d in &self.devices.drives {
             log::info!("drive stats {}", d.stats_json());
         }
@@ -368,8 +407,40 @@ impl RunningVm {
         reason
     }
 
+    fn controller(&mut self) -> Controller<'_> {
+        Controller {
+            config: &mut self.config,
+            devices: &self.devices,
+            pause: &self.pause,
+            started: self.started,
+        }
+    }
+
+    /// A sender for API requests (the API server's `submit`).
+    pub fn control_sender(&self) -> Sender<ControlEvent> {
+        self.events_tx.clone()
+    }
+
+    /// Pauses the vCPUs: sets the flag and kicks them out of KVM_RUN until all are parked.
+    fn pause_vcpus(&self) {
+        self.pause.set(true);
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while self.pause.parked() < self.vcpus.iter().filter(|h| !h.is_finished()).count() {
+            if Instant::now() >= deadline {
+                log::warn!("not every vCPU parked within 2 s");
+                return;
+            }
+            for h in self.vcpus.iter().filter(|h| !h.is_finished()) {
+                let _ = h.kill(SIGRTMIN());
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        log::info!("VM paused");
+    }
+
     fn stop_vcpus(&self) {
         self.stop.store(true, Ordering::Release);
+        self.pause.release_all();
         let deadline = Instant::now() + Duration::from_secs(2);
         // A vCPU blocked in KVM_RUN (halted, or waiting for SIPI) leaves it on a signal; repeat the
         // kick until it has noticed `stop`, since a kick that lands just before KVM_RUN is lost.
@@ -384,6 +455,56 @@ impl RunningVm {
             std::thread::sleep(Duration::from_millis(5));
         }
         log::warn!("Some vCPU threads did not stop within 2 s");
+    }
+}
+
+/// Periodic metrics: one JSON line per interval appended to a file.
+struct MetricsFile {
+    file: std::fs::File,
+    interval: Duration,
+    next: Instant,
+}
+
+impl MetricsFile {
+    fn open(cfg: &crate::config::MetricsConfig) -> Option<MetricsFile> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&cfg.path);
+        match file {
+            Ok(file) => {
+                let interval = Duration::from_millis(cfg.interval_ms);
+                Some(MetricsFile {
+                    file,
+                    interval,
+                    next: Instant::now() + interval,
+                })
+            }
+            Err(e) => {
+                log::error!("metrics.path: {}: {e}; no metrics file", cfg.path.display());
+                None
+            }
+        }
+    }
+
+    fn until_next(&self) -> Duration {
+        self.next.saturating_duration_since(Instant::now())
+    }
+
+    fn write(&mut self, metrics: &serde_json::Value) {
+        use std::io::Write;
+        let ts = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        let mut line = serde_json::json!({"utc_timestamp_ms": ts});
+        if let (Some(l), Some(m)) = (line.as_object_mut(), metrics.as_object()) {
+            l.extend(m.clone());
+        }
+        if let Err(e) = writeln!(self.file, "{line}") {
+            log::warn!("writing metrics: {e}");
+        }
+        self.next = Instant::now() + self.interval;
     }
 }
 

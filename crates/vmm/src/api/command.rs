@@ -1,0 +1,137 @@
+//! The typed commands the API thread sends to the control thread, with their replies.
+//!
+//! The HTTP layer ([`super`]) parses and validates the shape of a request, builds an
+//! [`ApiCommand`] and waits for the [`ApiReply`]; the control thread (which owns the devices)
+//! executes it. Nothing here touches a device.
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::PollPolicyKind;
+
+/// A request for the control thread.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ApiCommand {
+    /// `GET /`: name, version, VM state.
+    GetInfo,
+    /// `GET /vm/config`: the config file's shape with effective values.
+    GetConfig,
+    /// `GET /iothreads`.
+    ListIoThreads,
+    /// `GET /iothreads/{id}`.
+    GetIoThread(String),
+    /// `PATCH /iothreads/{id}`: applied atomically; the reply carries the values in force.
+    PatchIoThread(String, IoThreadUpdate),
+    /// `GET /drives`.
+    ListDrives,
+    /// `GET /drives/{id}`.
+    GetDrive(String),
+    /// `GET /metrics`: see [`crate::api`] for the JSON shape the Prometheus view is built from.
+    GetMetrics,
+    /// `PUT /actions`.
+    Action(VmAction),
+}
+
+/// `PATCH /iothreads/{id}` body: every field optional, unknown fields refused.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IoThreadUpdate {
+    /// Longest poll window in ns (0 turns polling off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub poll_max_ns: Option<u64>,
+    /// Window growth factor (0 = ×2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub poll_grow: Option<u64>,
+    /// Window shrink divisor.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub poll_shrink: Option<u64>,
+    /// `Classic` or `Weighted`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub poll_policy: Option<PollPolicyKind>,
+    /// Weighted policy shift (1-16).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub poll_weight: Option<u32>,
+    /// Requests per queue per submission (0 = 32, at most 1024).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_batch: Option<u32>,
+}
+
+/// `PUT /actions` body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ActionRequest {
+    /// What to do.
+    pub action_type: VmAction,
+}
+
+/// A VM action.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum VmAction {
+    /// Stop the vCPUs (I/O in flight completes); 409 when already paused.
+    Pause,
+    /// Restart the vCPUs; 409 when running.
+    Resume,
+    /// Stop the VM and exit 0.
+    Shutdown,
+}
+
+/// Why a command failed; maps to an HTTP status with a `{"fault_message": …}` body.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApiError {
+    /// 400: the request is malformed or a value is out of range (the message names the field).
+    #[error("{0}")]
+    BadRequest(String),
+    /// 404: unknown id.
+    #[error("{0}")]
+    NotFound(String),
+    /// 409: the VM's state does not allow the action.
+    #[error("{0}")]
+    Conflict(String),
+    /// 500: the VMM failed.
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    /// The HTTP status code.
+    pub fn status(&self) -> u16 {
+        match self {
+            ApiError::BadRequest(_) => 400,
+            ApiError::NotFound(_) => 404,
+            ApiError::Conflict(_) => 409,
+            ApiError::Internal(_) => 500,
+        }
+    }
+}
+
+/// The control thread's answer: a JSON body for 200, or an error. `Ok(Value::Null)` means 204.
+pub type ApiReply = Result<serde_json::Value, ApiError>;
+
+/// A command with the channel its reply goes back on.
+#[derive(Debug)]
+pub struct ApiRequest {
+    /// The command.
+    pub command: ApiCommand,
+    /// Where the reply goes.
+    pub reply: tokio::sync::oneshot::Sender<ApiReply>,
+}
+
+/// How the API thread hands requests to the control thread.
+pub type Submit = std::sync::Arc<dyn Fn(ApiRequest) + Send + Sync>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn update_refuses_unknown_fields_and_names_bad_types() {
+        let ok: IoThreadUpdate =
+            serde_json::from_str(r#"{"poll_max_ns": 0, "poll_policy": "Weighted"}"#).expect("ok");
+        assert_eq!(ok.poll_max_ns, Some(0));
+        assert_eq!(ok.poll_policy, Some(PollPolicyKind::Weighted));
+        assert!(serde_json::from_str::<IoThreadUpdate>(r#"{"poll_max": 1}"#).is_err());
+        assert!(serde_json::from_str::<IoThreadUpdate>(r#"{"poll_max_ns": -1}"#).is_err());
+        let a: ActionRequest = serde_json::from_str(r#"{"action_type": "Pause"}"#).expect("action");
+        assert_eq!(a.action_type, VmAction::Pause);
+        assert_eq!(ApiError::Conflict("x".into()).status(), 409);
+    }
+}

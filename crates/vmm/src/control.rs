@@ -1,0 +1,245 @@
+//! The control thread's side of the API: what reaches the control loop ([`ControlEvent`]) and how
+//! each [`ApiCommand`] is carried out against the running VM ([`Controller`]). The HTTP layer
+//! never touches devices; this is the only place API commands change anything.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::{json, Value};
+
+use crate::api::command::{ApiCommand, ApiError, ApiReply, ApiRequest, IoThreadUpdate, VmAction};
+use crate::config::{IoThreadConfig, PollPolicyKind, VmConfig};
+use crate::device_manager::{iothread_json, Devices};
+use crate::stop::StopReason;
+use crate::vcpu::PauseState;
+
+/// What wakes the control loop.
+#[derive(Debug)]
+pub enum ControlEvent {
+    /// The VM must stop.
+    Stop(StopReason),
+    /// An API request to carry out.
+    Api(ApiRequest),
+}
+
+/// What a command asks of the control loop beyond its reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Effect {
+    /// Nothing more.
+    None,
+    /// Pause the vCPUs (the loop kicks them and waits until they park).
+    Pause,
+    /// Stop the VM cleanly.
+    Shutdown,
+}
+
+/// Carries out API commands against the VM's devices and configuration.
+pub struct Controller<'a> {
+    /// The effective configuration (kept up to date by PATCH).
+    pub config: &'a mut VmConfig,
+    /// The devices.
+    pub devices: &'a Devices,
+    /// vCPU pause state.
+    pub pause: &'a Arc<PauseState>,
+    /// When the VM started.
+    pub started: Instant,
+}
+
+impl std::fmt::Debug for Controller<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Controller")
+    }
+}
+
+fn not_found(kind: &str, id: &str) -> ApiError {
+    ApiError::NotFound(format!("no {kind} with id `{id}`"))
+}
+
+impl Controller<'_> {
+    /// `Running` or `Paused`.
+    pub fn state(&self) -> &'static str {
+        if self.pause.is_paused() {
+            "Paused"
+        } else {
+            "Running"
+        }
+    }
+
+    /// Carries out `command`; returns the reply and what the loop must do next.
+    pub fn execute(&mut self, command: ApiCommand) -> (ApiReply, Effect) {
+        match command {
+            ApiCommand::GetInfo => (
+                Ok(
+                    json!({"name": "osprey", "version": env!("CARGO_PKG_VERSION"), "state": self.state()}),
+                ),
+                Effect::None,
+            ),
+            ApiCommand::GetConfig => (
+                serde_json::to_value(&*self.config).map_err(|e| ApiError::Internal(e.to_string())),
+                Effect::None,
+            ),
+            ApiCommand::ListIoThreads => (
+                Ok(Value::Array(
+                    self.devices
+                        .iothreads
+                        .iter()
+                        .map(|(id, t)| iothread_json(id, t))
+                        .collect(),
+                )),
+                Effect::None,
+            ),
+            ApiCommand::GetIoThread(id) => (
+                self.devices
+                    .iothreads
+                    .get(&id)
+                    .map(|t| iothread_json(&id, t))
+                    .ok_or_else(|| not_found("iothread", &id)),
+                Effect::None,
+            ),
+            ApiCommand::PatchIoThread(id, update) => {
+                (self.patch_iothread(&id, &update), Effect::None)
+            }
+            ApiCommand::ListDrives => (
+                Ok(Value::Array(
+                    self.devices
+                        .drives
+                        .iter()
+                        .map(|d| self.drive_json(d))
+                        .collect(),
+                )),
+                Effect::None,
+            ),
+            ApiCommand::GetDrive(id) => (
+                self.devices
+                    .drives
+                    .iter()
+                    .find(|d| d.id == id)
+                    .map(|d| self.drive_json(d))
+                    .ok_or_else(|| not_found("drive", &id)),
+                Effect::None,
+            ),
+            ApiCommand::GetMetrics => (Ok(self.metrics()), Effect::None),
+            ApiCommand::Action(action) => self.action(action),
+        }
+    }
+
+    fn action(&mut self, action: VmAction) -> (ApiReply, Effect) {
+        match (action, self.pause.is_paused()) {
+            (VmAction::Pause, true) => (
+                Err(ApiError::Conflict("the VM is already paused".into())),
+                Effect::None,
+            ),
+            (VmAction::Pause, false) => (Ok(Value::Null), Effect::Pause),
+            (VmAction::Resume, false) => (
+                Err(ApiError::Conflict(
+                    "the VM is running; Resume needs a paused VM".into(),
+                )),
+                Effect::None,
+            ),
+            (VmAction::Resume, true) => {
+                self.pause.set(false);
+                (Ok(Value::Null), Effect::None)
+            }
+            (VmAction::Shutdown, _) => (Ok(Value::Null), Effect::Shutdown),
+        }
+    }
+
+    /// Validates the whole update against the current values, then applies it: all or nothing.
+    fn patch_iothread(&mut self, id: &str, u: &IoThreadUpdate) -> ApiReply {
+        let thread = self
+            .devices
+            .iothreads
+            .get(id)
+            .ok_or_else(|| not_found("iothread", id))?;
+        let mut params = thread.poll_params();
+        if let Some(v) = u.poll_max_ns {
+            params.max_ns = v;
+        }
+        if let Some(v) = u.poll_grow {
+            params.grow = v;
+        }
+        if let Some(v) = u.poll_shrink {
+            params.shrink = v;
+        }
+        if let Some(v) = u.poll_policy {
+            params.policy = match v {
+                PollPolicyKind::Classic => dataplane::poll::PolicyKind::Classic,
+                PollPolicyKind::Weighted => dataplane::poll::PolicyKind::Weighted,
+            };
+        }
+        if let Some(v) = u.poll_weight {
+            params.weight = v;
+        }
+        params.validate().map_err(ApiError::BadRequest)?;
+        if let Some(b) = u.max_batch {
+            if b as usize > dataplane::iothread::MAX_MAX_BATCH {
+                return Err(ApiError::BadRequest(format!(
+                    "max_batch: must be at most {} (0 means the default, {}), got {b}",
+                    dataplane::iothread::MAX_MAX_BATCH,
+                    dataplane::iothread::DEFAULT_MAX_BATCH
+                )));
+            }
+        }
+        // Everything is valid: apply.
+        let effective = thread
+            .set_poll(params)
+            .map_err(|e| ApiError::Internal(e.to_string()))?;
+        if let Some(b) = u.max_batch {
+            thread.set_max_batch(b as usize);
+        }
+        let entry = match self.config.iothreads.iter_mut().find(|t| t.id == id) {
+            Some(t) => t,
+            None => {
+                // The implicit default iothread: record it in the effective config.
+                let default: IoThreadConfig = serde_json::from_value(json!({"id": id}))
+                    .map_err(|e| ApiError::Internal(e.to_string()))?;
+                self.config.iothreads.push(default);
+                self.config
+                    .iothreads
+                    .last_mut()
+                    .ok_or_else(|| ApiError::Internal("iothread list".into()))?
+            }
+        };
+        entry.poll_max_ns = effective.max_ns;
+        entry.poll_grow = effective.grow;
+        entry.poll_shrink = effective.shrink;
+        entry.poll_weight = effective.weight;
+        entry.poll_policy = match effective.policy {
+            dataplane::poll::PolicyKind::Classic => PollPolicyKind::Classic,
+            dataplane::poll::PolicyKind::Weighted => PollPolicyKind::Weighted,
+        };
+        entry.max_batch = thread.max_batch() as u32;
+        log::info!("iothread {id}: parameters changed by the API: {u:?}");
+        Ok(iothread_json(id, thread))
+    }
+
+    fn drive_json(&self, d: &crate::device_manager::DriveHandle) -> Value {
+        let mut v = d.stats_json();
+        if let (Some(obj), Some(cfg)) = (
+            v.as_object_mut(),
+            self.config.drives.iter().find(|c| c.drive_id == d.id),
+        ) {
+            obj.insert("path_on_host".into(), json!(cfg.path_on_host));
+            obj.insert("io_engine".into(), json!(cfg.io_engine));
+            obj.insert("is_read_only".into(), json!(cfg.is_read_only));
+            obj.insert("direct".into(), json!(cfg.direct));
+            obj.insert("num_queues".into(), json!(cfg.num_queues));
+            obj.insert("queue_size".into(), json!(cfg.queue_size));
+            obj.insert("pci_slot".into(), json!(d.slot));
+        }
+        v
+    }
+
+    /// Everything countable, in the shape the API documents for `GET /metrics`.
+    pub fn metrics(&self) -> Value {
+        json!({
+            "vm": {
+                "state": self.state(),
+                "uptime_ms": self.started.elapsed().as_millis() as u64,
+                "vcpus": self.config.machine.vcpu_count,
+            },
+            "iothreads": self.devices.iothreads.iter().map(|(id, t)| iothread_json(id, t)).collect::<Vec<_>>(),
+            "drives": self.devices.drives.iter().map(|d| d.stats_json()).collect::<Vec<_>>(),
+        })
+    }
+}
