@@ -12,6 +12,7 @@ use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 use vmm_sys_util::eventfd::EventFd;
 
 use crate::handler::Handler;
+use crate::poll::policy::FIRST_STEP_NS;
 use crate::poll::{PollParams, PollPolicy};
 use crate::stats::{thread_cpu_ns, IoThreadStats};
 
@@ -338,12 +339,21 @@ impl Loop {
         }
     }
 
-    /// The poll window: 0 when polling is off or a handler has no cheap check.
+    /// The poll window: 0 when polling is off or a handler has no cheap check. With polling on
+    /// and the policy's window at 0, the thread still probes for the first step (4 µs) before
+    /// sleeping: after a sleep, `block_ns` includes the thread's own wake-up latency (~100 µs on
+    /// a nested host), so a window that reached 0 could never grow again from sleeping
+    /// iterations alone, even when the guest's next request follows within microseconds. A probe
+    /// hit measures the real interval and lets the policy open the window.
     fn window(&self) -> u64 {
         if IoThreadStats::get(&self.stats.poll_disabled_handlers) > 0 {
             return 0;
         }
-        self.policy.window()
+        let max = self.policy.params().max_ns;
+        match self.policy.window() {
+            0 if max > 0 => FIRST_STEP_NS.min(max),
+            w => w,
+        }
     }
 
     /// Polls the cheap checks of the handlers in the poll set, notifications suppressed, until
