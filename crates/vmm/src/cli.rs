@@ -1,23 +1,39 @@
-//! The `osprey` command line: a config file, or a kernel given directly, plus overrides.
+//! The `osprey` command line: a config file, or a kernel given directly, plus overrides; or,
+//! with the `api` subcommand, one request to a running VM's REST API.
 
 use std::path::PathBuf;
 
-use clap::Parser;
+use clap::{Parser, Subcommand, ValueEnum};
 
-use crate::config::{BootSourceConfig, ConfigError, VmConfig};
+use crate::api::client;
+use crate::config::{ApiConfig, BootSourceConfig, ConfigError, VmConfig};
 
 /// Osprey: a small KVM virtual machine monitor with an adaptive-polling block dataplane.
 ///
 /// Boot what a JSON file describes:      osprey --config vm.json
 /// Or boot a kernel without a file:      osprey --kernel vmlinux --cmdline "console=ttyS0" --cpus 2 --memory 256
 ///
+/// Serve the REST API while it runs:     osprey --config vm.json --api-sock /tmp/osprey.sock
+/// Then talk to it from another shell:   osprey api get /iothreads/io0 --api-sock /tmp/osprey.sock
+///                                       osprey api patch /iothreads/io0 '{"poll_max_ns": 0}' --api-sock /tmp/osprey.sock
+/// (`osprey api --help` for more; the endpoints are in docs/api/README.md.)
+///
 /// The guest's serial console (COM1) is on stdin/stdout; Osprey's own log goes to stderr.
 /// Exit status: 0 when the guest resets, powers off or triple-faults, or on SIGINT/SIGTERM;
 /// the byte the guest writes to I/O port 0xf4 (the debug-exit port); 1 when a vCPU fails (the
 /// message names the exit, the suberror and the guest RIP); 2 for a bad command line or config.
 #[derive(Debug, Parser)]
-#[command(name = "osprey", version, verbatim_doc_comment)]
+#[command(
+    name = "osprey",
+    version,
+    verbatim_doc_comment,
+    args_conflicts_with_subcommands = true
+)]
 pub struct Cli {
+    /// Talk to a running VM instead of starting one.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
     /// VM config file (JSON): sections machine-config, boot-source, drives, iothreads, api.
     /// See docs/config.md and examples/.
     #[arg(long, value_name = "FILE")]
@@ -43,6 +59,10 @@ pub struct Cli {
     /// Guest memory in MiB (at least 16). Overrides machine-config.mem_size_mib.
     #[arg(long, value_name = "MIB")]
     pub memory: Option<u64>,
+
+    /// Serve the REST API on this Unix socket; overrides api.socket.
+    #[arg(long, value_name = "PATH")]
+    pub api_sock: Option<PathBuf>,
 
     /// Check the config (fields and files) and print it with defaults filled in, without booting.
     #[arg(long)]
@@ -89,7 +109,118 @@ impl Cli {
         if let Some(m) = self.memory {
             config.machine.mem_size_mib = m;
         }
+        if let Some(socket) = &self.api_sock {
+            config.api = Some(ApiConfig {
+                socket: socket.clone(),
+            });
+        }
         Ok(config)
+    }
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Send one request to a running VM's REST API and print the answer.
+    ///
+    /// Sends one HTTP request to the REST API of a VM started with --api-sock (or api.socket) and
+    /// prints the response body, pretty-printed when it is JSON. Examples:
+    ///
+    ///   osprey api get / --api-sock /tmp/osprey.sock
+    ///   osprey api get /iothreads/io0 --api-sock /tmp/osprey.sock
+    ///   osprey api patch /iothreads/io0 '{"poll_max_ns": 0}' --api-sock /tmp/osprey.sock
+    ///   osprey api patch /iothreads/io0 '{"poll_policy": "Weighted", "poll_weight": 3}' --api-sock /tmp/osprey.sock
+    ///   osprey api get '/metrics?format=prometheus' --api-sock /tmp/osprey.sock
+    ///   osprey api put /actions '{"action_type": "Pause"}' --api-sock /tmp/osprey.sock
+    ///
+    /// Exit status: 0 for a 2xx answer; 1 for any other answer (with "HTTP <status>: <fault_message>"
+    /// on stderr) or when the socket cannot be reached; 2 for a bad command line.
+    #[command(verbatim_doc_comment)]
+    Api(ApiArgs),
+}
+
+/// `osprey api METHOD PATH [BODY] --api-sock SOCKET`: see [`Command::Api`].
+#[derive(Debug, clap::Args)]
+pub struct ApiArgs {
+    /// HTTP method.
+    #[arg(value_enum, ignore_case = true)]
+    pub method: HttpMethod,
+
+    /// Request path, starting with '/' (e.g. /iothreads/io0, '/metrics?format=prometheus').
+    #[arg(value_parser = parse_api_path)]
+    pub path: String,
+
+    /// JSON request body (for patch and put); sent as application/json.
+    pub body: Option<String>,
+
+    /// The running VM's API socket.
+    #[arg(long, value_name = "SOCKET")]
+    pub api_sock: PathBuf,
+}
+
+/// The methods `osprey api` sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum HttpMethod {
+    /// Read.
+    Get,
+    /// Change a running VM (iothreads).
+    Patch,
+    /// Create, replace or act (/actions).
+    Put,
+    /// Not served by any route (405), accepted for completeness.
+    Post,
+    /// Not served by any route (405), accepted for completeness.
+    Delete,
+}
+
+impl HttpMethod {
+    /// The method's name on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HttpMethod::Get => "GET",
+            HttpMethod::Patch => "PATCH",
+            HttpMethod::Put => "PUT",
+            HttpMethod::Post => "POST",
+            HttpMethod::Delete => "DELETE",
+        }
+    }
+}
+
+fn parse_api_path(path: &str) -> Result<String, String> {
+    if !path.starts_with('/') {
+        return Err(format!("the path must start with '/', as in /{path}"));
+    }
+    if path.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err("the path must not contain spaces or control characters".into());
+    }
+    Ok(path.to_string())
+}
+
+impl ApiArgs {
+    /// Sends the request, prints the answer, and returns the exit status.
+    pub fn run(&self) -> i32 {
+        let sent = client::request(
+            &self.api_sock,
+            self.method.as_str(),
+            &self.path,
+            self.body.as_deref(),
+        );
+        match sent {
+            Ok((status, body)) => {
+                let outcome = client::outcome(status, &body);
+                if !outcome.stdout.is_empty() {
+                    println!("{}", outcome.stdout);
+                }
+                if let Some(e) = outcome.stderr {
+                    eprintln!("{e}");
+                }
+                outcome.exit
+            }
+            Err(e) => {
+                eprintln!("osprey: error: {e}");
+                1
+            }
+        }
     }
 }
 
@@ -114,6 +245,58 @@ mod tests {
         assert_eq!(c.boot.kernel_image_path, PathBuf::from("/k"));
         assert_eq!(c.boot.boot_args, "-x y");
         assert_eq!((c.machine.vcpu_count, c.machine.mem_size_mib), (2, 64));
+    }
+
+    #[test]
+    fn api_sock_sets_the_api_section() {
+        let cli = Cli::parse_from(["osprey", "--kernel", "/k", "--api-sock", "/tmp/a.sock"]);
+        let c = cli.vm_config().expect("config");
+        assert_eq!(
+            c.api,
+            Some(ApiConfig {
+                socket: PathBuf::from("/tmp/a.sock")
+            })
+        );
+        assert!(cli.command.is_none());
+    }
+
+    #[test]
+    fn the_api_subcommand_parses_method_path_body_and_socket() {
+        let cli = Cli::try_parse_from([
+            "osprey",
+            "api",
+            "PATCH",
+            "/iothreads/io0",
+            r#"{"poll_max_ns":0}"#,
+            "--api-sock",
+            "/tmp/o.sock",
+        ])
+        .expect("parses");
+        let Some(Command::Api(a)) = cli.command else {
+            panic!("no api subcommand")
+        };
+        assert_eq!(a.method, HttpMethod::Patch);
+        assert_eq!(a.path, "/iothreads/io0");
+        assert_eq!(a.body.as_deref(), Some(r#"{"poll_max_ns":0}"#));
+        assert_eq!(a.api_sock, PathBuf::from("/tmp/o.sock"));
+        for bad in [
+            vec!["osprey", "api", "get", "iothreads", "--api-sock", "s"],
+            vec!["osprey", "api", "fetch", "/", "--api-sock", "s"],
+            vec!["osprey", "api", "get", "/"],
+            vec![
+                "osprey",
+                "--kernel",
+                "k",
+                "api",
+                "get",
+                "/",
+                "--api-sock",
+                "s",
+            ],
+        ] {
+            let e = Cli::try_parse_from(&bad).expect_err("usage error");
+            assert_eq!(e.exit_code(), 2, "{bad:?}: {e}");
+        }
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! The `osprey` binary: parse the command line, validate the config, run the VM, and turn the
-//! reason it stopped into the exit status.
+//! reason it stopped into the exit status; or, for `osprey api …`, make one API request.
 
 use clap::Parser;
-use vmm::cli::Cli;
+use vmm::cli::{Cli, Command};
 
 /// Exit status for configuration and command-line errors.
 const EXIT_CONFIG: i32 = 2;
@@ -17,6 +17,9 @@ fn main() {
         .format_target(false)
         .format_timestamp_millis()
         .init();
+    if let Some(Command::Api(args)) = &cli.command {
+        std::process::exit(args.run());
+    }
 
     let config = match cli
         .vm_config()

@@ -103,6 +103,8 @@ pub struct RunningVm {
     events: Receiver<ControlEvent>,
     /// Keeps the channel open for the API server's submissions.
     events_tx: Sender<ControlEvent>,
+    /// The REST API server, if configured (stopped, and its socket removed, when dropped).
+    api: Option<crate::api::server::ApiServer>,
     pause: Arc<PauseState>,
     config: VmConfig,
     started: Instant,
@@ -211,6 +213,21 @@ pub fn start(config: &VmConfig) -> Result<RunningVm, VmError> {
         vcpus.push(handle);
     }
     spawn_stdin_reader(devices.serial.clone());
+    let api = match &config.api {
+        Some(a) => {
+            let sender = tx.clone();
+            let submit: crate::api::command::Submit = Arc::new(move |req| {
+                let _ = sender.send(ControlEvent::Api(req));
+            });
+            let server = crate::api::server::start(&a.socket, submit).map_err(|e| VmError::Os {
+                what: "starting the API server",
+                source: std::io::Error::other(e.to_string()),
+            })?;
+            log::info!("API listening on {}", a.socket.display());
+            Some(server)
+        }
+        None => None,
+    };
     log::info!(
         "Started {count} vCPU(s), {} MiB in {:.1} ms",
         config.machine.mem_size_mib,
@@ -221,6 +238,7 @@ pub fn start(config: &VmConfig) -> Result<RunningVm, VmError> {
         stop,
         events,
         events_tx: tx,
+        api,
         pause,
         config: config.clone(),
         started,
@@ -395,6 +413,9 @@ impl RunningVm {
             "CPU time by thread: {}",
             crate::cpu_usage::summary(&crate::cpu_usage::by_thread())
         );
+        if let Some(api) = self.api.take() {
+            api.shutdown();
+        }
         self.stop_vcpus();
         for t in self.devices.iothreads.values() {
             t.shutdown();

@@ -1,4 +1,30 @@
-//! The REST API: HTTP/1.1 on a Unix socket, on its own thread, turning requests into
-//! [`command::ApiCommand`]s for the control thread.
+//! The REST API: HTTP/1.1 with JSON bodies on a Unix socket, served on its own thread, turning
+//! each request into a [`command::ApiCommand`] for the control thread, which owns the devices.
+//!
+//! - [`server`]: the thread, the runtime and the connections ([`server::start`]);
+//! - [`socket`]: binding the socket (0600, stale-file replacement);
+//! - [`routes`]: the route table and handlers; [`body`]: request bodies; [`reply`]: waiting
+//!   for the control thread; [`fault`]: `{"fault_message": …}` errors;
+//! - [`prometheus`]: the text-format view of `GET /metrics`;
+//! - [`client`]: the small synchronous client behind `osprey api`.
+//!
+//! `GET /metrics` JSON, produced by the control thread:
+//! `{"vm": {"state", "uptime_ms", "vcpus"}, "iothreads": [{"id", …numbers, "poll_policy",
+//! "stats": {…numbers}}], "drives": [{"drive_id", "engine", …numbers, "batch_bounds",
+//! "batch_hist"}]}`. The endpoints are described in `docs/api/openapi.json`.
 
+pub mod body;
+pub mod client;
 pub mod command;
+pub mod fault;
+pub mod prometheus;
+pub mod reply;
+pub mod routes;
+pub mod server;
+pub mod socket;
+
+pub use server::{start, ApiServer};
+pub use socket::ApiServerError;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,185 @@
+//! The route table and its handlers: each request becomes one [`ApiCommand`] once its path,
+//! query and body are valid; anything refused here never reaches the control thread.
+
+use std::time::Duration;
+
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, Query, Request, State};
+use axum::http::header::{ACCEPT, CONTENT_TYPE};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use serde::Deserialize;
+
+use super::body;
+use super::command::{ActionRequest, ApiCommand, IoThreadUpdate, Submit};
+use super::fault::{self, Fault};
+use super::prometheus;
+use super::reply::{call, call_and_respond, respond};
+
+/// Every `(method, path)` the router serves; the OpenAPI test checks `docs/api/openapi.json`
+/// against it, and the router test checks the router against it.
+pub const ROUTES: &[(&str, &str)] = &[
+    ("GET", "/"),
+    ("GET", "/vm/config"),
+    ("GET", "/iothreads"),
+    ("GET", "/iothreads/{id}"),
+    ("PATCH", "/iothreads/{id}"),
+    ("GET", "/drives"),
+    ("GET", "/drives/{id}"),
+    ("GET", "/metrics"),
+    ("PUT", "/actions"),
+];
+
+/// What every handler needs.
+#[derive(Clone)]
+pub struct ApiState {
+    /// The way to the control thread.
+    pub submit: Submit,
+    /// How long to wait for its reply.
+    pub reply_timeout: Duration,
+    /// Largest accepted request body.
+    pub max_body: usize,
+}
+
+impl std::fmt::Debug for ApiState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiState")
+            .field("reply_timeout", &self.reply_timeout)
+            .field("max_body", &self.max_body)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The router: [`ROUTES`], a JSON 404 for other paths and a JSON 405 for other methods.
+pub fn router(state: ApiState) -> Router {
+    Router::new()
+        .route("/", get(info))
+        .route("/vm/config", get(vm_config))
+        .route("/iothreads", get(list_iothreads))
+        .route("/iothreads/{id}", get(get_iothread).patch(patch_iothread))
+        .route("/drives", get(list_drives))
+        .route("/drives/{id}", get(get_drive))
+        .route("/metrics", get(metrics))
+        .route("/actions", axum::routing::put(action))
+        .fallback(fault::no_such_path)
+        .method_not_allowed_fallback(fault::method_not_allowed)
+        .with_state(state)
+}
+
+async fn send(state: &ApiState, command: ApiCommand) -> Response {
+    call_and_respond(&state.submit, command, state.reply_timeout).await
+}
+
+async fn info(State(s): State<ApiState>) -> Response {
+    send(&s, ApiCommand::GetInfo).await
+}
+
+async fn vm_config(State(s): State<ApiState>) -> Response {
+    send(&s, ApiCommand::GetConfig).await
+}
+
+async fn list_iothreads(State(s): State<ApiState>) -> Response {
+    send(&s, ApiCommand::ListIoThreads).await
+}
+
+async fn get_iothread(
+    State(s): State<ApiState>,
+    id: Result<Path<String>, PathRejection>,
+) -> Response {
+    match path_id(id) {
+        Ok(id) => send(&s, ApiCommand::GetIoThread(id)).await,
+        Err(f) => f.into_response(),
+    }
+}
+
+async fn patch_iothread(
+    State(s): State<ApiState>,
+    id: Result<Path<String>, PathRejection>,
+    request: Request,
+) -> Response {
+    let id = match path_id(id) {
+        Ok(id) => id,
+        Err(f) => return f.into_response(),
+    };
+    match body::parse_json::<IoThreadUpdate>(request, s.max_body).await {
+        Ok(update) => send(&s, ApiCommand::PatchIoThread(id, update)).await,
+        Err(f) => f.into_response(),
+    }
+}
+
+async fn list_drives(State(s): State<ApiState>) -> Response {
+    send(&s, ApiCommand::ListDrives).await
+}
+
+async fn get_drive(State(s): State<ApiState>, id: Result<Path<String>, PathRejection>) -> Response {
+    match path_id(id) {
+        Ok(id) => send(&s, ApiCommand::GetDrive(id)).await,
+        Err(f) => f.into_response(),
+    }
+}
+
+async fn action(State(s): State<ApiState>, request: Request) -> Response {
+    match body::parse_json::<ActionRequest>(request, s.max_body).await {
+        Ok(a) => send(&s, ApiCommand::Action(a.action_type)).await,
+        Err(f) => f.into_response(),
+    }
+}
+
+/// `GET /metrics?format=json|prometheus`.
+#[derive(Debug, Deserialize)]
+struct MetricsQuery {
+    format: Option<MetricsFormat>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum MetricsFormat {
+    Json,
+    Prometheus,
+}
+
+async fn metrics(State(s): State<ApiState>, request: Request) -> Response {
+    let format = match metrics_format(&request) {
+        Ok(f) => f,
+        Err(f) => return f.into_response(),
+    };
+    match call(&s.submit, ApiCommand::GetMetrics, s.reply_timeout).await {
+        Ok(value) if format == MetricsFormat::Prometheus => (
+            StatusCode::OK,
+            [(CONTENT_TYPE, prometheus::CONTENT_TYPE)],
+            prometheus::render(&value),
+        )
+            .into_response(),
+        Ok(value) => respond(value),
+        Err(f) => f.into_response(),
+    }
+}
+
+/// `?format=` wins; otherwise the text format when `Accept` names `text/plain` and not JSON.
+fn metrics_format(request: &Request) -> Result<MetricsFormat, Fault> {
+    let query = Query::<MetricsQuery>::try_from_uri(request.uri())
+        .map_err(|_| Fault::bad_request("format: expected `json` or `prometheus`"))?;
+    if let Some(format) = query.0.format {
+        return Ok(format);
+    }
+    let accept = request
+        .headers()
+        .get_all(ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect::<Vec<_>>()
+        .join(",")
+        .to_ascii_lowercase();
+    if accept.contains("text/plain") && !accept.contains("application/json") {
+        Ok(MetricsFormat::Prometheus)
+    } else {
+        Ok(MetricsFormat::Json)
+    }
+}
+
+fn path_id(id: Result<Path<String>, PathRejection>) -> Result<String, Fault> {
+    id.map(|Path(id)| id)
+        .map_err(|e| Fault::bad_request(format!("path: {}", e.body_text())))
+}

@@ -1,0 +1,76 @@
+//! The API's Unix socket: bound with mode 0600, replacing a stale socket file only when
+//! nothing listens on it.
+
+use std::fs;
+use std::io;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+
+/// Why the API server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiServerError {
+    /// Another process accepts connections on the socket.
+    #[error("API socket {}: socket in use by another process", path.display())]
+    InUse {
+        /// The socket path.
+        path: PathBuf,
+    },
+    /// Something other than a socket is at the path; it is left alone.
+    #[error("API socket {}: the path exists and is not a socket", path.display())]
+    NotASocket {
+        /// The path.
+        path: PathBuf,
+    },
+    /// Binding, inspecting or removing the socket failed.
+    #[error("API socket {}: {source}", path.display())]
+    Socket {
+        /// The socket path.
+        path: PathBuf,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// The runtime or the thread could not be created.
+    #[error("Cannot start the API thread: {0}")]
+    Thread(#[source] io::Error),
+}
+
+/// Binds `path` (non-blocking, mode 0600), first removing a stale socket file left by a process
+/// that is gone.
+pub fn bind(path: &Path) -> Result<UnixListener, ApiServerError> {
+    let io_err = |source| ApiServerError::Socket {
+        path: path.to_path_buf(),
+        source,
+    };
+    match fs::symlink_metadata(path) {
+        Ok(meta) if !meta.file_type().is_socket() => {
+            return Err(ApiServerError::NotASocket {
+                path: path.to_path_buf(),
+            })
+        }
+        Ok(_) => match UnixStream::connect(path) {
+            Ok(_) => {
+                return Err(ApiServerError::InUse {
+                    path: path.to_path_buf(),
+                })
+            }
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                log::info!("Replacing stale API socket {}", path.display());
+                fs::remove_file(path).map_err(io_err)?;
+            }
+            Err(e) => return Err(io_err(e)),
+        },
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io_err(e)),
+    }
+    let listener = UnixListener::bind(path).map_err(io_err)?;
+    // Under the usual umask (022) the socket is created without write permission for others,
+    // so nobody else can connect in the window before this narrows it to the owner.
+    let restrict = fs::set_permissions(path, fs::Permissions::from_mode(0o600))
+        .and_then(|()| listener.set_nonblocking(true));
+    if let Err(e) = restrict {
+        let _ = fs::remove_file(path);
+        return Err(io_err(e));
+    }
+    Ok(listener)
+}

@@ -1,0 +1,167 @@
+//! Refused requests: each answers a JSON fault and none reaches the control thread.
+
+use super::harness::{assert_fault, Fake};
+
+const PATCH: &str = "/iothreads/io0";
+
+fn patch_fault(fake: &Fake, body: &str) -> String {
+    let r = fake.json("PATCH", PATCH, body);
+    assert_eq!(r.status, 400, "{body}: {r:?}");
+    let v = super::harness::body_json(&r);
+    assert_eq!(v.as_object().map(|o| o.len()), Some(1), "{v}");
+    v["fault_message"].as_str().expect("message").to_string()
+}
+
+#[test]
+fn unknown_paths_and_methods() {
+    let fake = Fake::start();
+    assert_fault(&fake.get("/foo"), 404, "no such path: /foo");
+    assert_fault(&fake.get("/iothreads/"), 404, "no such path: /iothreads/");
+    assert_fault(
+        &fake.get("/iothreads/io0/x"),
+        404,
+        "no such path: /iothreads/io0/x",
+    );
+    let r = fake.send("DELETE", PATCH, &[], None);
+    assert_fault(&r, 405, "method DELETE not allowed on /iothreads/io0");
+    let allow = r.header("allow").unwrap_or_default();
+    assert!(allow.contains("GET") && allow.contains("PATCH"), "{allow}");
+    assert_fault(
+        &fake.json("POST", "/actions", "{}"),
+        405,
+        "method POST not allowed on /actions",
+    );
+    assert_fault(
+        &fake.get("/actions"),
+        405,
+        "method GET not allowed on /actions",
+    );
+    assert_fault(
+        &fake.json("PUT", "/metrics", "{}"),
+        405,
+        "method PUT not allowed on /metrics",
+    );
+    assert!(fake.commands().is_empty(), "{:?}", fake.commands());
+}
+
+#[test]
+fn malformed_bodies_name_the_field_and_the_reason() {
+    let fake = Fake::start();
+    let m = patch_fault(&fake, r#"{"poll_max_ns": "#);
+    assert!(
+        m.starts_with("malformed JSON: EOF while parsing a value"),
+        "{m}"
+    );
+    let m = patch_fault(&fake, "not json");
+    assert!(m.starts_with("malformed JSON: expected ident"), "{m}");
+    let m = patch_fault(&fake, r#"{"poll_max": 1}"#);
+    assert!(
+        m.starts_with("poll_max: unknown field `poll_max`, expected one of `poll_max_ns`"),
+        "{m}"
+    );
+    assert_eq!(
+        patch_fault(&fake, r#"{"poll_max_ns": -1}"#),
+        "poll_max_ns: invalid value: integer `-1`, expected u64"
+    );
+    assert_eq!(
+        patch_fault(&fake, r#"{"max_batch": 4294967296}"#),
+        "max_batch: invalid value: integer `4294967296`, expected u32"
+    );
+    let m = patch_fault(&fake, r#"{"poll_max_ns": 18446744073709551616}"#);
+    assert!(
+        m.starts_with("poll_max_ns: invalid type: floating point"),
+        "{m}"
+    );
+    assert!(m.ends_with("expected u64"), "{m}");
+    assert_eq!(
+        patch_fault(&fake, r#"{"poll_grow": "2"}"#),
+        "poll_grow: invalid type: string \"2\", expected u64"
+    );
+    assert_eq!(
+        patch_fault(&fake, r#"{"poll_policy": "Fast"}"#),
+        "poll_policy: unknown variant `Fast`, expected `Classic` or `Weighted`"
+    );
+    assert_eq!(
+        patch_fault(&fake, "[1]"),
+        "expected a JSON object, not an array"
+    );
+    assert_eq!(
+        patch_fault(&fake, ""),
+        "request body is empty: expected a JSON object"
+    );
+    assert_fault(
+        &fake.json("PUT", "/actions", r#"{"action_type": "Reboot"}"#),
+        400,
+        "action_type: unknown variant `Reboot`, expected one of `Pause`, `Resume`, `Shutdown`",
+    );
+    assert_fault(
+        &fake.json(
+            "PUT",
+            "/actions",
+            r#"{"action_type": "Pause", "force": true}"#,
+        ),
+        400,
+        "force: unknown field `force`, expected `action_type`",
+    );
+    assert!(fake.commands().is_empty(), "{:?}", fake.commands());
+}
+
+#[test]
+fn bodies_must_be_declared_json() {
+    let fake = Fake::start();
+    let body = Some(&b"{\"poll_max_ns\": 0}"[..]);
+    let r = fake.send("PATCH", PATCH, &[("Content-Type", "text/plain")], body);
+    assert_fault(
+        &r,
+        400,
+        "Content-Type must be application/json, not \"text/plain\"",
+    );
+    let form = [("Content-Type", "application/x-www-form-urlencoded")];
+    let r = fake.send(
+        "PUT",
+        "/actions",
+        &form,
+        Some(b"{\"action_type\": \"Pause\"}"),
+    );
+    assert_fault(
+        &r,
+        400,
+        "Content-Type must be application/json, not \"application/x-www-form-urlencoded\"",
+    );
+    let r = fake.send("PATCH", PATCH, &[], body);
+    assert_fault(
+        &r,
+        400,
+        "Content-Type must be application/json (the request has none)",
+    );
+    assert!(fake.commands().is_empty(), "{:?}", fake.commands());
+}
+
+#[test]
+fn bodies_over_64_kib_are_refused() {
+    let fake = Fake::start();
+    // Valid JSON, 100 KiB of it, declared with Content-Length.
+    let big = format!("{{\"poll_max_ns\": 0{}}}", " ".repeat(100 * 1024));
+    let r = fake.json("PATCH", PATCH, &big);
+    assert_fault(&r, 413, "request body over 65536 bytes");
+    // The same sent chunked, with no length declared.
+    let mut chunked = Vec::new();
+    for piece in big.as_bytes().chunks(8192) {
+        chunked.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+        chunked.extend_from_slice(piece);
+        chunked.extend_from_slice(b"\r\n");
+    }
+    chunked.extend_from_slice(b"0\r\n\r\n");
+    let mut raw = format!(
+        "PATCH {PATCH} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\
+         Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+    .into_bytes();
+    raw.extend_from_slice(&chunked);
+    let r = crate::api::client::send_raw(&fake.socket, &raw).expect("response");
+    assert_fault(&r, 413, "request body over 65536 bytes");
+    // Just under the limit is fine.
+    let fits = format!("{{\"poll_max_ns\": 0{}}}", " ".repeat(60 * 1024));
+    assert_eq!(fake.json("PATCH", PATCH, &fits).status, 200);
+    assert_eq!(fake.commands().len(), 1, "{:?}", fake.commands());
+}

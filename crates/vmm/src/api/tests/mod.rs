@@ -1,0 +1,7 @@
+//! Tests of the whole server over a real socket, with a fake control thread.
+
+mod errors;
+mod harness;
+mod openapi;
+mod routes;
+mod socket;
