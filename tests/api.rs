@@ -420,3 +420,44 @@ fn every_openapi_example_is_accepted() {
         assert_eq!(vm.vmm.wait_exit(Duration::from_secs(10)).code(), Some(0));
     }
 }
+
+#[test]
+fn metrics_file_gets_a_json_line_per_interval() {
+    let _one_at_a_time = serial();
+    let disk = Disk::new("metrics", 8 << 20);
+    let metrics = disk.dir.join("metrics.jsonl");
+    let cfg = json!({
+        "boot-source": {"kernel_image_path": test_guest(), "boot_args": "mode=halt"},
+        "drives": [{"drive_id": "disk0", "path_on_host": disk.path}],
+        "metrics": {"path": metrics, "interval_ms": 100},
+    });
+    let cfg_path = disk.dir.join("vm.json");
+    std::fs::write(&cfg_path, cfg.to_string()).expect("config");
+    let mut vmm = Vmm::spawn(["--config".as_ref(), cfg_path.as_os_str()]);
+    assert!(vmm
+        .wait_console(Duration::from_secs(30), |l| l == "osprey-test-guest: ready")
+        .is_some());
+    std::thread::sleep(Duration::from_millis(650));
+    vmm.signal(libc::SIGTERM);
+    assert_eq!(vmm.wait_exit(Duration::from_secs(10)).code(), Some(0));
+    let text = std::fs::read_to_string(&metrics).expect("metrics file");
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect();
+    assert!(
+        lines.len() >= 5,
+        "~6 intervals plus the final line: {}",
+        lines.len()
+    );
+    for l in &lines {
+        assert!(l["utc_timestamp_ms"].as_u64().unwrap_or(0) > 0, "{l}");
+        assert_eq!(l["drives"][0]["drive_id"], "disk0", "{l}");
+        assert_eq!(l["iothreads"][0]["id"], "io0", "{l}");
+    }
+    let uptimes: Vec<u64> = lines
+        .iter()
+        .filter_map(|l| l["vm"]["uptime_ms"].as_u64())
+        .collect();
+    assert!(uptimes.windows(2).all(|w| w[0] <= w[1]), "{uptimes:?}");
+}
