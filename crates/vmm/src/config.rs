@@ -254,6 +254,24 @@ pub enum PollPolicyKind {
     Weighted,
 }
 
+impl From<PollPolicyKind> for dataplane::poll::PolicyKind {
+    fn from(k: PollPolicyKind) -> Self {
+        match k {
+            PollPolicyKind::Classic => Self::Classic,
+            PollPolicyKind::Weighted => Self::Weighted,
+        }
+    }
+}
+
+impl From<dataplane::poll::PolicyKind> for PollPolicyKind {
+    fn from(k: dataplane::poll::PolicyKind) -> Self {
+        match k {
+            dataplane::poll::PolicyKind::Classic => Self::Classic,
+            dataplane::poll::PolicyKind::Weighted => Self::Weighted,
+        }
+    }
+}
+
 fn default_poll_policy() -> PollPolicyKind {
     PollPolicyKind::Classic
 }
@@ -269,10 +287,7 @@ impl IoThreadConfig {
             max_ns: self.poll_max_ns,
             grow: self.poll_grow,
             shrink: self.poll_shrink,
-            policy: match self.poll_policy {
-                PollPolicyKind::Classic => dataplane::poll::PolicyKind::Classic,
-                PollPolicyKind::Weighted => dataplane::poll::PolicyKind::Weighted,
-            },
+            policy: self.poll_policy.into(),
             weight: self.poll_weight,
         }
     }
@@ -447,30 +462,10 @@ impl VmConfig {
                     format!("must be at least 100, got {}", m.interval_ms),
                 ));
             }
-            let parent = m
-                .path
-                .parent()
-                .filter(|p| !p.as_os_str().is_empty())
-                .unwrap_or(Path::new("."));
-            if !parent.is_dir() {
-                return Err(invalid(
-                    "metrics.path",
-                    format!("{}: the folder does not exist", m.path.display()),
-                ));
-            }
+            check_parent_dir("metrics.path", &m.path)?;
         }
         if let Some(a) = &self.api {
-            let parent = a
-                .socket
-                .parent()
-                .filter(|p| !p.as_os_str().is_empty())
-                .unwrap_or(Path::new("."));
-            if !parent.is_dir() {
-                return Err(invalid(
-                    "api.socket",
-                    format!("{}: the folder does not exist", a.socket.display()),
-                ));
-            }
+            check_parent_dir("api.socket", &a.socket)?;
         }
         let mut drive_ids = std::collections::HashSet::new();
         for (i, d) in self.drives.iter().enumerate() {
@@ -529,6 +524,22 @@ impl VmConfig {
             crate::drive::open(d, i)?;
         }
         Ok(())
+    }
+}
+
+/// A file the VMM will create must have an existing folder.
+fn check_parent_dir(field: &str, path: &Path) -> Result<(), ConfigError> {
+    let parent = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    if parent.is_dir() {
+        Ok(())
+    } else {
+        Err(invalid(
+            field,
+            format!("{}: the folder does not exist", path.display()),
+        ))
     }
 }
 

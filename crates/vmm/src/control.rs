@@ -8,7 +8,7 @@ use std::time::Instant;
 use serde_json::{json, Value};
 
 use crate::api::command::{ApiCommand, ApiError, ApiReply, ApiRequest, IoThreadUpdate, VmAction};
-use crate::config::{IoThreadConfig, PollPolicyKind, VmConfig};
+use crate::config::{IoThreadConfig, VmConfig};
 use crate::device_manager::{iothread_json, Devices};
 use crate::stop::StopReason;
 use crate::vcpu::PauseState;
@@ -162,10 +162,7 @@ impl Controller<'_> {
             params.shrink = v;
         }
         if let Some(v) = u.poll_policy {
-            params.policy = match v {
-                PollPolicyKind::Classic => dataplane::poll::PolicyKind::Classic,
-                PollPolicyKind::Weighted => dataplane::poll::PolicyKind::Weighted,
-            };
+            params.policy = v.into();
         }
         if let Some(v) = u.poll_weight {
             params.weight = v;
@@ -204,10 +201,7 @@ impl Controller<'_> {
         entry.poll_grow = effective.grow;
         entry.poll_shrink = effective.shrink;
         entry.poll_weight = effective.weight;
-        entry.poll_policy = match effective.policy {
-            dataplane::poll::PolicyKind::Classic => PollPolicyKind::Classic,
-            dataplane::poll::PolicyKind::Weighted => PollPolicyKind::Weighted,
-        };
+        entry.poll_policy = effective.policy.into();
         entry.max_batch = thread.max_batch() as u32;
         log::info!("iothread {id}: parameters changed by the API: {u:?}");
         Ok(iothread_json(id, thread))
