@@ -1,0 +1,1 @@
+//! Shared set-up for Osprey's criterion benches (being written).

@@ -1,0 +1,3 @@
+//! `osprey-bench`: the workload matrix runner (being written).
+
+fn main() {}
