@@ -667,14 +667,12 @@ mod tests {
         std::fs::remove_file(&r.path).ok();
     }
 
-    #[test]
-    fn full_engine_leaves_requests_on_the_ring_and_finishes_them_later() {
-        let r = rig("full");
-        let vq = MockSplitQueue::new(&r.mem, 128);
+    /// `n` one-sector read chains (header, 512-byte buffer, status) at descriptors 3i..3i+2.
+    fn read_chains(mem: &GuestMemory, n: u16) -> Vec<RawDescriptor> {
         let mut chains = Vec::new();
-        for i in 0..40u16 {
+        for i in 0..n {
             let hdr = 0x10_0000 + u64::from(i) * 0x100;
-            header(&r.mem, hdr, request_type::IN, u64::from(i));
+            header(mem, hdr, request_type::IN, u64::from(i));
             chains.push(desc(hdr, 16, F_NEXT, 3 * i + 1));
             chains.push(desc(
                 0x40_0000 + u64::from(i) * 512,
@@ -684,7 +682,15 @@ mod tests {
             ));
             chains.push(desc(0x30_0000 + u64::from(i), 1, F_WRITE, 0));
         }
-        vq.add_desc_chains(&chains, 0).expect("chains");
+        chains
+    }
+
+    #[test]
+    fn full_engine_leaves_requests_on_the_ring_and_finishes_them_later() {
+        let r = rig("full");
+        let vq = MockSplitQueue::new(&r.mem, 128);
+        vq.add_desc_chains(&read_chains(&r.mem, 40), 0)
+            .expect("chains");
         let mut h = handler(&r, vq.create_queue().expect("queue")); // engine depth 16
         let mut turns = 1;
         while h.run(32) {
@@ -707,20 +713,8 @@ mod tests {
     fn max_batch_caps_each_submission_and_asks_for_another_turn() {
         let r = rig("batch");
         let vq = MockSplitQueue::new(&r.mem, 64);
-        let mut chains = Vec::new();
-        for i in 0..10u16 {
-            let hdr = 0x10_0000 + u64::from(i) * 0x100;
-            header(&r.mem, hdr, request_type::IN, u64::from(i));
-            chains.push(desc(hdr, 16, F_NEXT, 3 * i + 1));
-            chains.push(desc(
-                0x40_0000 + u64::from(i) * 512,
-                512,
-                F_NEXT | F_WRITE,
-                3 * i + 2,
-            ));
-            chains.push(desc(0x30_0000 + u64::from(i), 1, F_WRITE, 0));
-        }
-        vq.add_desc_chains(&chains, 0).expect("chains");
+        vq.add_desc_chains(&read_chains(&r.mem, 10), 0)
+            .expect("chains");
         let mut h = handler(&r, vq.create_queue().expect("queue"));
         assert!(h.run(4), "budget used up: another turn is needed");
         assert_eq!(vq.used().idx().load(), 4);
