@@ -1,0 +1,191 @@
+//! virtio-blk set-up shared by the benches: guest memory, request chains written once into a
+//! [`DriverRing`] (header, data segments, status byte at fixed addresses per chain), an interrupt
+//! that is a real eventfd, and a [`BlockQueueHandler`] on the Null engine.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use dataplane::engine::{EngineKind, EngineOptions, IoUringFlags};
+use devices::block::queue::BlockQueueHandler;
+use devices::block::request::DiskLimits;
+use devices::block::request_type;
+use devices::block::stats::QueueStats;
+use devices::virtio::{ActivatedQueue, GuestMemory, VirtioInterrupt};
+use vm_memory::{Address, Bytes, GuestAddress};
+use vmm_sys_util::eventfd::EventFd;
+
+use crate::ring::{DriverRing, DESC_F_NEXT, DESC_F_WRITE};
+
+/// Guest memory the benches map: rings, headers, status bytes and data.
+pub const GUEST_MEMORY_BYTES: u64 = 16 << 20;
+/// Where request headers start (16 bytes each).
+const HEADERS: GuestAddress = GuestAddress(1 << 20);
+/// Where status bytes start (one per chain, 16 bytes apart).
+const STATUS: GuestAddress = GuestAddress(2 << 20);
+/// Where data segments start.
+const DATA: GuestAddress = GuestAddress(4 << 20);
+/// Sectors of the pretend disk (1 TiB): no request is past its end.
+const CAPACITY_SECTORS: u64 = 1 << 31;
+
+/// Maps `GUEST_MEMORY_BYTES` of anonymous memory at guest address 0.
+pub fn guest_memory() -> GuestMemory {
+    GuestMemory::from_ranges(&[(GuestAddress(0), GUEST_MEMORY_BYTES as usize)])
+        .expect("mmap guest memory")
+}
+
+/// The shape of the request chains.
+#[derive(Debug, Clone, Copy)]
+pub struct ChainSpec {
+    /// Descriptors per chain: header, `descriptors - 2` data segments, status.
+    pub descriptors: u16,
+    /// `request_type::IN` (the device writes the data) or `request_type::OUT`.
+    pub kind: u32,
+    /// Bytes per data segment (a multiple of 512).
+    pub segment: u32,
+}
+
+/// `count` chains of `spec` written into `ring`'s descriptor table (chain `i` uses descriptors
+/// `i * spec.descriptors ..`), with their headers in guest memory.
+#[derive(Debug)]
+pub struct Chains {
+    /// The head descriptor of each chain, in order.
+    pub heads: Vec<u16>,
+    spec: ChainSpec,
+}
+
+impl Chains {
+    /// Writes the chains.
+    pub fn write(ring: &DriverRing, mem: &GuestMemory, count: u16, spec: ChainSpec) -> Self {
+        let n = spec.descriptors;
+        assert!(n >= 3, "a chain needs a header, data and a status byte");
+        assert!(
+            u32::from(count) * u32::from(n) <= u32::from(ring.size()),
+            "{count} chains of {n} descriptors do not fit a queue of {}",
+            ring.size()
+        );
+        assert!(ring.end() <= HEADERS, "the rings overlap the headers");
+        let segs = u64::from(n - 2);
+        let data_end = DATA.raw_value() + u64::from(count) * segs * u64::from(spec.segment);
+        assert!(data_end <= GUEST_MEMORY_BYTES, "data past guest memory");
+        let data_flags = if spec.kind == request_type::IN {
+            DESC_F_WRITE | DESC_F_NEXT
+        } else {
+            DESC_F_NEXT
+        };
+        let sectors_per_request = segs * u64::from(spec.segment) / 512;
+        let mut heads = Vec::with_capacity(usize::from(count));
+        for i in 0..count {
+            let head = i * n;
+            let header = HEADERS.unchecked_add(16 * u64::from(i));
+            mem.write_obj(spec.kind.to_le(), header).expect("header");
+            let sector = u64::from(i) * sectors_per_request;
+            mem.write_obj(sector.to_le(), header.unchecked_add(8))
+                .expect("header");
+            ring.set_desc(head, header, 16, DESC_F_NEXT, head + 1);
+            for s in 0..n - 2 {
+                let seg = u64::from(i) * segs + u64::from(s);
+                let addr = DATA.unchecked_add(seg * u64::from(spec.segment));
+                let idx = head + 1 + s;
+                ring.set_desc(idx, addr, spec.segment, data_flags, idx + 1);
+            }
+            ring.set_desc(head + n - 1, status_addr(head / n), 1, DESC_F_WRITE, 0);
+            heads.push(head);
+        }
+        Self { heads, spec }
+    }
+
+    /// The status byte of the chain starting at `head`.
+    pub fn status_addr(&self, head: u16) -> GuestAddress {
+        status_addr(head / self.spec.descriptors)
+    }
+
+    /// Bytes the device reports in the used entry of a successful request.
+    pub fn used_len(&self) -> u32 {
+        if self.spec.kind == request_type::IN {
+            u32::from(self.spec.descriptors - 2) * self.spec.segment + 1
+        } else {
+            1
+        }
+    }
+}
+
+fn status_addr(chain: u16) -> GuestAddress {
+    STATUS.unchecked_add(16 * u64::from(chain))
+}
+
+/// A guest interrupt that is an eventfd, like the irqfd the VMM writes.
+#[derive(Debug)]
+pub struct EventFdInterrupt {
+    /// Written once per interrupt.
+    pub fd: EventFd,
+    /// Interrupts sent.
+    pub sent: AtomicU64,
+    /// The device asked for a reset (a bench bug).
+    pub needs_reset: AtomicBool,
+}
+
+impl EventFdInterrupt {
+    /// A non-blocking eventfd interrupt.
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self {
+            fd: EventFd::new(libc::EFD_NONBLOCK).expect("eventfd"),
+            sent: AtomicU64::new(0),
+            needs_reset: AtomicBool::new(false),
+        })
+    }
+}
+
+impl VirtioInterrupt for EventFdInterrupt {
+    fn notify_queue(&self, _queue: u16) -> std::io::Result<()> {
+        self.sent.fetch_add(1, Ordering::Relaxed);
+        self.fd.write(1)
+    }
+
+    fn notify_config(&self) -> std::io::Result<()> {
+        Ok(())
+    }
+
+    fn set_needs_reset(&self) {
+        self.needs_reset.store(true, Ordering::SeqCst);
+    }
+}
+
+/// A queue handler on `ring` with the Null engine, not yet attached: the caller runs
+/// `Handler::attach` (directly, or through an iothread). `kick` is the queue's eventfd.
+pub fn null_handler(
+    ring: &DriverRing,
+    mem: &GuestMemory,
+    kick: EventFd,
+    irq: Arc<EventFdInterrupt>,
+    stats: Arc<QueueStats>,
+) -> BlockQueueHandler {
+    let opts = EngineOptions {
+        kind: EngineKind::Null,
+        depth: u32::from(ring.size()),
+        io_uring: IoUringFlags::default(),
+        direct: false,
+    };
+    let file = std::fs::File::open("/dev/null").expect("open /dev/null");
+    BlockQueueHandler::new(
+        devices::block::queue::next_owner_id(),
+        ActivatedQueue {
+            index: 0,
+            queue: ring.queue(),
+            kick,
+        },
+        mem.clone(),
+        irq,
+        (file, opts),
+        Arc::new(limits()),
+        stats,
+    )
+}
+
+/// The disk limits `null_handler` uses, for benches that call the parser directly.
+pub fn limits() -> DiskLimits {
+    DiskLimits {
+        capacity_sectors: CAPACITY_SECTORS,
+        read_only: false,
+        serial: [0; devices::block::ID_BYTES],
+    }
+}

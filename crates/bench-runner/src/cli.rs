@@ -1,0 +1,266 @@
+//! The command line: the matrix as comma lists, the store, timing, outputs, and the `--quick`
+//! preset; resolved into [`Settings`] with the defaults filled in.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+
+use crate::matrix::{
+    parse_bs, parse_irq, parse_max_batch, parse_qd, parse_queues, Engine, MatrixSpec, PollSetting,
+    Rw,
+};
+use crate::store::{is_root, StoreKind};
+use crate::units::parse_size;
+
+/// Osprey's workload matrix runner: boots Osprey's test guest once per run of every point of the
+/// matrix, runs host fio on the same store for reference, and writes results.csv, results.md and
+/// SVG plots.
+#[derive(Debug, Parser)]
+#[command(name = "osprey-bench", version)]
+pub struct Cli {
+    /// Access patterns: randread, randwrite, read, write.
+    #[arg(long, value_delimiter = ',')]
+    pub rw: Vec<Rw>,
+    /// Block sizes (512 B–1 MiB, multiples of 512): 4k,128k.
+    #[arg(long, value_delimiter = ',', value_parser = parse_bs)]
+    pub bs: Vec<u64>,
+    /// Queue depths per queue (1–256).
+    #[arg(long, value_delimiter = ',', value_parser = parse_qd)]
+    pub qd: Vec<u32>,
+    /// Virtqueues the guest drives (1–8); also fio's numjobs.
+    #[arg(long, value_delimiter = ',', value_parser = parse_queues)]
+    pub queues: Vec<u32>,
+    /// Osprey I/O engines: IoUring, LinuxAio, Sync, Null.
+    #[arg(long, value_delimiter = ',')]
+    pub engine: Vec<Engine>,
+    /// Polling configs: off, classic, classic:<window> (e.g. classic:200us), weighted:<W>.
+    #[arg(long, value_delimiter = ',')]
+    pub poll: Vec<PollSetting>,
+    /// The iothread's max_batch values (0–1024; 0 = Osprey's default 32).
+    #[arg(long = "max-batch", value_delimiter = ',', value_parser = parse_max_batch)]
+    pub max_batch: Vec<u32>,
+    /// Guest completion mode: 0 polls the used rings, 1 takes MSI-X interrupts.
+    #[arg(long, value_delimiter = ',', value_parser = parse_irq)]
+    pub irq: Vec<bool>,
+    /// Backing store [default: loop as root, else file].
+    #[arg(long, value_enum)]
+    pub store: Option<StoreKind>,
+    /// Directory for `--store file`.
+    #[arg(long, default_value = "target")]
+    pub store_dir: PathBuf,
+    /// Store size (the guest uses at most 1 GiB of it).
+    #[arg(long, default_value = "1g", value_parser = parse_size)]
+    pub store_size: u64,
+    /// Seconds per recorded run (and per fio run) [default: 2; --quick 1].
+    #[arg(long)]
+    pub seconds: Option<f64>,
+    /// Recorded runs per point; the report shows the median and the min–max spread
+    /// [default: 3; --quick 1].
+    #[arg(long)]
+    pub repeats: Option<u32>,
+    /// Seconds of an unrecorded warm-up run per point, after the sizing probe; 0 for none
+    /// [default: 0.5; --quick 0].
+    #[arg(long)]
+    pub warmup: Option<f64>,
+    /// Output directory [default: target/bench/<UTC timestamp>].
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Osprey binary [default: target/release/osprey, built with cargo if missing].
+    #[arg(long)]
+    pub osprey: Option<PathBuf>,
+    /// Test guest [default: guest-images/build/test-guest.elf, built with make if missing].
+    #[arg(long)]
+    pub guest: Option<PathBuf>,
+    /// A small preset (4k randread QD1/QD32, 1 queue, IoUring, polling off/classic, 1 s per
+    /// point, no repeats); explicit options override it.
+    #[arg(long)]
+    pub quick: bool,
+    /// Skip host fio (the native columns stay empty).
+    #[arg(long)]
+    pub no_native: bool,
+    /// Print the matrix and exit.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+/// Everything the runner needs, defaults resolved.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The matrix lists.
+    pub spec: MatrixSpec,
+    /// Store kind.
+    pub store: StoreKind,
+    /// The store kind was chosen for the user (not root: file).
+    pub store_defaulted_to_file: bool,
+    /// Directory of a file store.
+    pub store_dir: PathBuf,
+    /// Store bytes.
+    pub store_size: u64,
+    /// Seconds per recorded run.
+    pub seconds: f64,
+    /// Recorded runs per point.
+    pub repeats: u32,
+    /// Warm-up seconds per point.
+    pub warmup: f64,
+    /// Output directory, if given.
+    pub out: Option<PathBuf>,
+    /// Osprey binary, if given.
+    pub osprey: Option<PathBuf>,
+    /// Guest, if given.
+    pub guest: Option<PathBuf>,
+    /// Run fio.
+    pub native: bool,
+    /// Only print the matrix.
+    pub dry_run: bool,
+}
+
+fn or<T: Clone>(given: &[T], default: &[T]) -> Vec<T> {
+    if given.is_empty() {
+        default.to_vec()
+    } else {
+        given.to_vec()
+    }
+}
+
+impl Cli {
+    /// Fills in the defaults (the `--quick` preset's when asked for).
+    pub fn settings(&self) -> Result<Settings, String> {
+        let q = self.quick;
+        let spec = MatrixSpec {
+            rw: or(
+                &self.rw,
+                if q {
+                    &[Rw::RandRead]
+                } else {
+                    &[Rw::RandRead, Rw::RandWrite]
+                },
+            ),
+            bs: or(&self.bs, &[4096]),
+            qd: or(&self.qd, if q { &[1, 32] } else { &[1, 8, 32] }),
+            queues: or(&self.queues, &[1]),
+            engine: or(&self.engine, &[Engine::IoUring]),
+            poll: or(
+                &self.poll,
+                if q {
+                    &[PollSetting::Off, PollSetting::Classic(None)]
+                } else {
+                    &[
+                        PollSetting::Off,
+                        PollSetting::Classic(None),
+                        PollSetting::Weighted(3),
+                    ]
+                },
+            ),
+            max_batch: or(&self.max_batch, &[32]),
+            irq: or(&self.irq, &[false]),
+        };
+        let seconds = self.seconds.unwrap_or(if q { 1.0 } else { 2.0 });
+        if !(seconds > 0.0 && seconds <= 3600.0) {
+            return Err(format!("--seconds {seconds} must be in (0, 3600]"));
+        }
+        let warmup = self.warmup.unwrap_or(if q { 0.0 } else { 0.5 });
+        if !(0.0..=3600.0).contains(&warmup) {
+            return Err(format!("--warmup {warmup} must be in [0, 3600]"));
+        }
+        let repeats = self.repeats.unwrap_or(if q { 1 } else { 3 });
+        if repeats == 0 {
+            return Err("--repeats must be at least 1".into());
+        }
+        if self.store_size < 1 << 20 {
+            return Err("--store-size must be at least 1m".into());
+        }
+        let (store, store_defaulted_to_file) = match self.store {
+            Some(s) => (s, false),
+            None if is_root() => (StoreKind::Loop, false),
+            None => (StoreKind::File, true),
+        };
+        Ok(Settings {
+            spec,
+            store,
+            store_defaulted_to_file,
+            store_dir: self.store_dir.clone(),
+            store_size: self.store_size,
+            seconds,
+            repeats,
+            warmup,
+            out: self.out.clone(),
+            osprey: self.osprey.clone(),
+            guest: self.guest.clone(),
+            native: !self.no_native,
+            dry_run: self.dry_run,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(args: &[&str]) -> Settings {
+        let mut v = vec!["osprey-bench"];
+        v.extend_from_slice(args);
+        Cli::try_parse_from(v)
+            .expect("parse")
+            .settings()
+            .expect("settings")
+    }
+
+    #[test]
+    fn comma_lists_expand_into_the_matrix() {
+        let s = settings(&[
+            "--rw",
+            "randread,randwrite",
+            "--bs",
+            "4k,128k",
+            "--qd",
+            "1,8,32",
+            "--queues",
+            "1,4",
+            "--engine",
+            "IoUring,LinuxAio",
+            "--poll",
+            "off,classic,weighted:3",
+            "--max-batch",
+            "32,1,128",
+        ]);
+        assert_eq!(s.spec.bs, vec![4096, 131072]);
+        assert_eq!(s.spec.max_batch, vec![32, 1, 128]);
+        let m = s.spec.expand();
+        // 128k·32·4 = 16 MiB is the only combination over the pool: 2 rw × 2 engines × 3 poll ×
+        // 3 max_batch of them.
+        assert_eq!(m.skipped.len(), 2 * 2 * 3 * 3);
+        assert_eq!(m.points.len() + m.skipped.len(), 2 * 2 * 3 * 2 * 2 * 3 * 3);
+        assert!(m
+            .skipped
+            .iter()
+            .all(|s| s.point.bs == 131072 && s.point.qd == 32 && s.point.queues == 4));
+    }
+
+    #[test]
+    fn quick_is_small_and_overridable() {
+        let s = settings(&["--quick"]);
+        assert_eq!(s.spec.expand().points.len(), 4);
+        assert_eq!((s.seconds, s.repeats, s.warmup), (1.0, 1, 0.0));
+        let s = settings(&["--quick", "--engine", "Null", "--seconds", "0.5"]);
+        assert_eq!(s.spec.engine, vec![Engine::Null]);
+        assert_eq!(s.seconds, 0.5);
+        let full = settings(&[]);
+        assert_eq!(full.spec.expand().points.len(), 2 * 3 * 3);
+        assert_eq!(full.repeats, 3);
+    }
+
+    #[test]
+    fn bad_values_are_refused() {
+        for args in [
+            &["osprey-bench", "--qd", "0"][..],
+            &["osprey-bench", "--bs", "1000"],
+            &["osprey-bench", "--engine", "spdk"],
+            &["osprey-bench", "--poll", "sometimes"],
+            &["osprey-bench", "--queues", "9"],
+        ] {
+            assert!(Cli::try_parse_from(args).is_err(), "{args:?}");
+        }
+        let c = Cli::try_parse_from(["osprey-bench", "--repeats", "0"]).expect("parse");
+        assert!(c.settings().is_err());
+    }
+}
