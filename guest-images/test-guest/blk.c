@@ -5,7 +5,9 @@
  * feature negotiation, FEATURES_OK check, config read, queue set-up with
  * optional MSI-X, DRIVER_OK), the request layout (16-byte header,
  * data or discard/write-zeroes segment, 1-byte status, one fixed group of
- * descriptors per slot: slot s of a queue uses descriptors s*ndesc ...),
+ * descriptors per slot: slot s of a queue uses descriptors s*ndesc ...;
+ * with indirect=1 slot s uses ring descriptor s, which points at the
+ * slot's indirect table blkmem.ind[q][s]),
  * blk_sync() for one request at a time on queue 0 slot 0, and the ring-3
  * jobs that zero the ring memory and fetch the GET_ID serial.
  */
@@ -82,6 +84,8 @@ int blk_init(struct blk_dev *d, const struct blk_opts *o)
         want |= 1ULL << VIRTIO_F_EVENT_IDX;
     if (o->queues > 1)
         want |= 1u << VIRTIO_BLK_F_MQ;
+    if (o->indirect)
+        want |= 1u << VIRTIO_F_INDIRECT_DESC;
     d->accepted = d->offered & want;
     vp_driver_features(vp, d->accepted);
     vp_set_status(vp, VIRTIO_STATUS_ACK | VIRTIO_STATUS_DRIVER | VIRTIO_STATUS_FEATURES_OK);
@@ -111,6 +115,10 @@ int blk_init(struct blk_dev *d, const struct blk_opts *o)
     if (d->seg_max && nseg > d->seg_max)
         return -9;
     d->ndesc = (u16)(2 + nseg);
+    d->indirect = (d->accepted >> VIRTIO_F_INDIRECT_DESC) & 1;
+    if (d->indirect && d->ndesc > BLK_IND_MAX)
+        return -9;
+    d->ring_ndesc = d->indirect ? 1 : d->ndesc;
 
     u32 size = o->qsize < BLK_MAX_QSIZE ? o->qsize : BLK_MAX_QSIZE;
     for (u16 q = 0; q < nq; q++) {
@@ -121,7 +129,7 @@ int blk_init(struct blk_dev *d, const struct blk_opts *o)
             size = m;
     }
     d->qsize = pow2_floor(size);
-    if ((u32)d->qsize < d->ndesc)
+    if ((u32)d->qsize < d->ring_ndesc)
         return -11;
 
     d->irq = o->irq;
@@ -164,7 +172,11 @@ u16 blk_build(struct blk_dev *d, u16 q, u16 slot, u32 type, u64 sector,
 {
     struct blk_req *r = &d->req[q][slot];
     volatile struct vring_desc *t = d->vq[q].desc;
-    u16 base = (u16)(slot * d->ndesc), i = base;
+    u16 base = (u16)(slot * d->ring_ndesc), i = base;
+    if (d->indirect) {
+        t = blkmem.ind[q][slot];
+        i = 0;
+    }
     r->type = type;
     r->reserved = 0;
     r->sector = sector;
@@ -187,6 +199,9 @@ u16 blk_build(struct blk_dev *d, u16 q, u16 slot, u32 type, u64 sector,
         }
     }
     set_desc(t, i, (u64)&r->status, 1, VRING_DESC_F_WRITE, 0);
+    if (d->indirect)
+        set_desc(d->vq[q].desc, base, (u64)t, (u32)(i + 1) * sizeof(struct vring_desc),
+                 VRING_DESC_F_INDIRECT, 0);
     return base;
 }
 

@@ -24,6 +24,7 @@
 #define BLK_MISC_BYTES   (128u << 10)   /* single requests, hostile cases */
 #define BLK_REPORT_BYTES 32768
 #define BLK_MAX_HOSTILE  16
+#define BLK_IND_MAX      4              /* descriptors per indirect table */
 
 
 /* ---- pci.c (ring 0: config mechanism #1, bus 0) ---- */
@@ -91,6 +92,7 @@ struct vring_desc {
 };
 #define VRING_DESC_F_NEXT  1
 #define VRING_DESC_F_WRITE 2
+#define VRING_DESC_F_INDIRECT 4
 #define VRING_AVAIL_F_NO_INTERRUPT 1
 #define VRING_USED_F_NO_NOTIFY     1
 
@@ -134,6 +136,7 @@ u16 vq_used_idx(const struct vq *vq);
 #define VIRTIO_BLK_F_MQ         12
 #define VIRTIO_BLK_F_DISCARD    13
 #define VIRTIO_BLK_F_WRITE_ZEROES 14
+#define VIRTIO_F_INDIRECT_DESC  28
 #define VIRTIO_F_EVENT_IDX      29
 #define VIRTIO_F_VERSION_1      32
 
@@ -163,7 +166,9 @@ struct blk_dev {
     u32 max_wz_sectors, max_wz_seg;
     u8 wz_may_unmap;
     int ro;
-    u16 nq, qsize, ndesc;       /* queues in use, size, descs per slot */
+    u16 nq, qsize, ndesc;       /* queues in use, size, descs per request */
+    u16 ring_ndesc;             /* ring descriptors per slot (1 when indirect) */
+    int indirect;               /* VIRTIO_F_INDIRECT_DESC negotiated (indirect=1) */
     int irq;
     u32 apic_id;
     int msix_ok;
@@ -188,7 +193,9 @@ struct blk_opts {
     u32 bs, qd, queues, qsize;
     u64 count, range, seed;
     u64 flush_every;
-    int event_idx, irq, discard, write_zeroes, hostile, reinit;
+    int event_idx, irq, discard, write_zeroes, hostile, reinit, indirect;
+    int pattern_check;     /* pattern=: only read back and compare (no write, no flush) */
+    int hang;              /* after the BLK line, halt instead of exiting */
     int pattern_set;
     u64 pattern_lba;
     u32 pattern;
@@ -302,6 +309,7 @@ struct blkmem {
     u8 data[BLK_DATA_POOL];
     u8 misc[BLK_MISC_BYTES];
     struct blk_req reqs[BLK_MAX_QUEUES][BLK_MAX_QSIZE];
+    struct vring_desc ind[BLK_MAX_QUEUES][BLK_MAX_QSIZE][BLK_IND_MAX];  /* indirect=1 tables */
     u16 freelist[BLK_MAX_QUEUES][BLK_MAX_QSIZE];
     u64 lat[BLK_MAX_SAMPLES];
     u64 lat_tmp[BLK_MAX_SAMPLES];

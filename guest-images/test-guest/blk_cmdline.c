@@ -3,7 +3,7 @@
  *
  * Owns: defaults and parsing of rw= bs= qd= queues= qsize= count= range=
  * seed= flush_every= event_idx= irq= discard= write_zeroes= hostile=
- * reinit= pattern_lba= pattern= tsc_khz= timeout_ms= think_us=, and their range
+ * reinit= pattern_lba= pattern= tsc_khz= timeout_ms= think_us= indirect= pattern_check= hang=, and their range
  * checks. Numbers are decimal (range= also takes a k/m/g suffix, powers of
  * 1024); pattern= is hex with an optional 0x. Unknown tokens are ignored
  * (cmdline.c owns mode= and exit=); a bad value prints
@@ -120,7 +120,8 @@ static const struct num_opt num_opts[] = {
     { "seed=", 0, ~0ULL }, { "flush_every=", 0, 1ULL << 32 }, { "event_idx=", 0, 1 },
     { "irq=", 0, 1 }, { "discard=", 0, 1 }, { "write_zeroes=", 0, 1 }, { "hostile=", 0, 1 },
     { "reinit=", 0, 1 }, { "pattern_lba=", 0, ~0ULL }, { "tsc_khz=", 1000, 100000000 },
-    { "timeout_ms=", 1, 3600000 }, { "think_us=", 0, 10000000 },
+    { "timeout_ms=", 1, 3600000 }, { "think_us=", 0, 10000000 }, { "indirect=", 0, 1 },
+    { "pattern_check=", 0, 1 }, { "hang=", 0, 1 },
 };
 
 static void store(struct blk_opts *o, int idx, u64 v)
@@ -144,6 +145,9 @@ static void store(struct blk_opts *o, int idx, u64 v)
     case 15: o->tsc_khz = v; o->tsc_khz_given = 1; break;
     case 16: o->timeout_ms = v; break;
     case 17: o->think_us = v; break;
+    case 18: o->indirect = (int)v; break;
+    case 19: o->pattern_check = (int)v; break;
+    case 20: o->hang = (int)v; break;
     }
 }
 
@@ -202,6 +206,10 @@ int blk_opts_parse(const char *s, size_t len, struct blk_opts *o)
     }
     if ((u64)o->bs * o->qd * o->queues > BLK_DATA_POOL) {
         bad("bs*qd*queues", 12, "exceeds the 8 MiB data pool");
+        return -1;
+    }
+    if (o->indirect && o->hostile) {
+        bad("indirect", 8, "cannot be combined with hostile=1");
         return -1;
     }
     if (o->range && o->range < o->bs) {

@@ -50,6 +50,11 @@ static NORETURN void finish(void)
     ensure_line_start();
     puts_serial(blkmem.report);
     putc_serial('\n');
+    if (opts.hang) {
+        puts_serial("osprey-test-guest: hang\n");
+        for (;;)
+            __asm__ volatile("cli; hlt");
+    }
     guest_exit(sum.failures ? 1 : 0);
 }
 
@@ -92,7 +97,9 @@ static int extra_failed(const struct extra_result *e)
 {
     if (!e->ran || e->status == -2)
         return 0;                       /* not offered: not a failure */
-    return e->status != 0 || (e->prep_status != 0 && e->prep_status != -2) ||
+    /* -5: skipped by pattern_check=1 (the read-back still counts) */
+    return (e->status != 0 && e->status != -5) ||
+           (e->prep_status != 0 && e->prep_status != -2 && e->prep_status != -5) ||
            (e->readback_status != 0 && e->readback_status != -2) || e->bad_sectors != 0;
 }
 

@@ -5,7 +5,7 @@
  * into blkmem.report; ring 0 (blk_main.c) then only copies the bytes to
  * the serial port. Status numbers are the virtio status byte; negative
  * internal codes are printed as strings: "timeout", "needs_reset",
- * "unwritten", "not_offered", "out_of_range".
+ * "unwritten", "not_offered", "out_of_range", "skipped".
  */
 #include "blk.h"
 
@@ -19,6 +19,8 @@ static void status_val(struct sbuf *b, int st)
         sb_puts(b, "\"not_offered\"");
     else if (st == -4)
         sb_puts(b, "\"out_of_range\"");
+    else if (st == -5)
+        sb_puts(b, "\"skipped\"");
     else
         sb_puts(b, "\"unwritten\"");
 }
@@ -154,6 +156,7 @@ long blk_report_job(void *arg)
         kv_u(b, "size_max", d->size_max);
         kv_b(b, "ro", d->ro);
         kv_b(b, "event_idx", (d->accepted >> VIRTIO_F_EVENT_IDX) & 1);
+        kv_b(b, "indirect", d->indirect);
         kv_b(b, "flush", (d->accepted >> VIRTIO_BLK_F_FLUSH) & 1);
         sb_key(b, "discard_limits");
         sb_putc(b, '{');

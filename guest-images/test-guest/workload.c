@@ -78,8 +78,8 @@ static void run_phase(struct phase *ph, u64 *lat_n)
     struct blk_run *r = j->run;
     const struct blk_opts *o = j->o;
     u32 nq = d->nq, qd = o->qd, bs = o->bs, spb = bs / 512;
-    if (qd * d->ndesc > d->qsize)
-        qd = d->qsize / d->ndesc;   /* a slot needs ndesc descriptors */
+    if (qd * d->ring_ndesc > d->qsize)
+        qd = d->qsize / d->ring_ndesc;   /* a slot needs ndesc descriptors */
     r->qd = qd;
     u32 inflight[BLK_MAX_QUEUES], nfree[BLK_MAX_QUEUES];
     for (u32 q = 0; q < nq; q++) {
@@ -108,10 +108,10 @@ static void run_phase(struct phase *ph, u64 *lat_n)
             u32 id, len;
             while (vq_pop_used(vq, &id, &len)) {
                 u64 now = rdtsc();
-                u16 s = (u16)(id / d->ndesc);
+                u16 s = (u16)(id / d->ring_ndesc);
                 struct blk_req *rq = &d->req[q][s];
                 progress = 1;
-                if (s >= qd || id % d->ndesc || rq->kind == KIND_FREE) {
+                if (s >= qd || id % d->ring_ndesc || rq->kind == KIND_FREE) {
                     r->errors++;        /* bogus used id */
                     continue;
                 }
@@ -328,9 +328,14 @@ long extra_ops_job(void *arg)
             u32 *w = (u32 *)buf;
             for (u32 i = 0; i < o->bs / 4; i++)
                 w[i] = o->pattern;
-            e->status = blk_sync(d, VIRTIO_BLK_T_OUT, o->pattern_lba, (u64)buf, o->bs, timeout);
-            if (d->accepted & (1u << VIRTIO_BLK_F_FLUSH))
-                e->prep_status = blk_sync(d, VIRTIO_BLK_T_FLUSH, 0, 0, 0, timeout);
+            if (o->pattern_check) {
+                e->status = e->prep_status = -5;    /* skipped: verify only */
+            } else {
+                e->status = blk_sync(d, VIRTIO_BLK_T_OUT, o->pattern_lba, (u64)buf, o->bs,
+                                     timeout);
+                if (d->accepted & (1u << VIRTIO_BLK_F_FLUSH))
+                    e->prep_status = blk_sync(d, VIRTIO_BLK_T_FLUSH, 0, 0, 0, timeout);
+            }
             memset(buf, 0, o->bs);
             e->readback_status = blk_sync(d, VIRTIO_BLK_T_IN, o->pattern_lba, (u64)buf, o->bs, timeout);
             for (u64 s = 0; s < n; s++)
