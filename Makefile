@@ -12,6 +12,7 @@ help:
 	@echo "make lint    rustfmt check and clippy (warnings are errors)"
 	@echo "make guest   build Osprey's test guest ($(GUEST))"
 	@echo "make kernel  fetch the Debian cloud kernel into guest-images/cache/linux"
+	@echo "make fuzz-smoke  run each fuzz target (fuzz/) for about 30 s; needs cargo-fuzz"
 
 all: build guest
 
@@ -45,3 +46,12 @@ lint:
 clean:
 	$(CARGO) clean
 	$(MAKE) -C guest-images clean
+
+# Fuzzing (fuzz/ is its own cargo project, outside the workspace; see fuzz/README.md).
+FUZZ_TARGETS := blk_request blk_queue virtio_pci vm_config api_router
+FUZZ_SECONDS ?= 30
+
+.PHONY: fuzz-smoke
+fuzz-smoke:
+	cd fuzz && RUSTC_BOOTSTRAP=1 $(CARGO) fuzz build
+	for t in $(FUZZ_TARGETS); do bash fuzz/scripts/fuzz.sh $$t $(FUZZ_SECONDS) || exit 1; done

@@ -49,8 +49,12 @@ enum Command {
     Attach(Vec<Box<dyn Handler>>, Sender<Result<(), String>>),
     Detach(u64, Sender<Vec<Box<dyn Handler>>>),
     SetPoll(PollParams, Sender<PollParams>),
+    Run(OnThreadHook, Sender<Result<(), String>>),
     Shutdown,
 }
+
+/// Code the owner runs on the iothread itself (the VMM installs its seccomp filter this way).
+pub type OnThreadHook = Box<dyn FnOnce() -> Result<(), String> + Send>;
 
 /// A running iothread.
 pub struct IoThread {
@@ -178,6 +182,23 @@ impl IoThread {
             what: "wake",
             source,
         })
+    }
+
+    /// Runs `hook` on the iothread, between two loop iterations, and returns its result. Used
+    /// to install a seccomp filter once the thread is set up; the dataplane does not know what
+    /// the hook does.
+    pub fn run_on_thread(&self, hook: OnThreadHook) -> Result<(), IoThreadError> {
+        let (tx, rx) = mpsc::channel();
+        self.send(Command::Run(hook, tx))?;
+        match rx.recv_timeout(COMMAND_TIMEOUT) {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(IoThreadError::Os {
+                name: self.name.clone(),
+                what: "on-thread hook",
+                source: std::io::Error::other(e),
+            }),
+            Err(_) => Err(IoThreadError::NotResponding(self.name.clone())),
+        }
     }
 
     /// Moves `handlers` into the thread; returns once they are polled.
@@ -432,6 +453,9 @@ impl Loop {
                     self.policy.set_params(params);
                     let _ = reply.send(self.policy.params());
                 }
+                Command::Run(hook, reply) => {
+                    let _ = reply.send(hook());
+                }
                 Command::Shutdown => {
                     for slot in self.slots.iter_mut() {
                         if let Some(h) = slot.as_mut() {
@@ -610,6 +634,24 @@ mod tests {
             5,
             "a detached handler is not run"
         );
+        t.shutdown();
+    }
+
+    #[test]
+    fn hooks_run_on_the_iothread_and_report_errors() {
+        let t = IoThread::spawn("hook", 0).expect("spawn");
+        let seen = Arc::new(Mutex::new(None));
+        let s = seen.clone();
+        t.run_on_thread(Box::new(move || {
+            *s.lock().expect("lock") = std::thread::current().name().map(str::to_owned);
+            Ok(())
+        }))
+        .expect("hook");
+        assert_eq!(seen.lock().expect("lock").as_deref(), Some("iothread-hook"));
+        let e = t
+            .run_on_thread(Box::new(|| Err("no".into())))
+            .expect_err("error reported");
+        assert!(e.to_string().contains("no"), "{e}");
         t.shutdown();
     }
 

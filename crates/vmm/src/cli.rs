@@ -72,11 +72,18 @@ pub struct Cli {
     /// RUST_LOG, when set, takes precedence.
     #[arg(long, value_name = "LEVEL", default_value = "info")]
     pub log_level: log::LevelFilter,
+
+    /// Seccomp filters on the vCPU, iothread and API threads: on (the default) or off (for
+    /// debugging; a forbidden syscall otherwise ends Osprey with a message). See docs/seccomp.md.
+    #[arg(long, value_name = "MODE", value_enum, default_value = "on")]
+    pub seccomp: crate::seccomp::SeccompMode,
 }
 
 impl Cli {
     /// The VM config: the file (if any) with command-line overrides applied. Not yet validated.
+    /// Also sets the process-wide seccomp mode from `--seccomp`.
     pub fn vm_config(&self) -> Result<VmConfig, ConfigError> {
+        crate::seccomp::set_mode(self.seccomp);
         let mut config = match &self.config {
             Some(path) => VmConfig::from_file(path)?,
             None => {
@@ -245,6 +252,22 @@ mod tests {
         assert_eq!(c.boot.kernel_image_path, PathBuf::from("/k"));
         assert_eq!(c.boot.boot_args, "-x y");
         assert_eq!((c.machine.vcpu_count, c.machine.mem_size_mib), (2, 64));
+    }
+
+    #[test]
+    fn seccomp_is_on_unless_turned_off() {
+        use crate::seccomp::SeccompMode;
+        let cli = Cli::parse_from(["osprey", "--kernel", "/k"]);
+        assert_eq!(cli.seccomp, SeccompMode::On);
+        for off in [
+            vec!["osprey", "--kernel", "/k", "--seccomp", "off"],
+            vec!["osprey", "--kernel", "/k", "--seccomp=off"],
+        ] {
+            assert_eq!(Cli::parse_from(off).seccomp, SeccompMode::Off);
+        }
+        let on = Cli::parse_from(["osprey", "--kernel", "/k", "--seccomp", "on"]);
+        assert_eq!(on.seccomp, SeccompMode::On);
+        assert!(Cli::try_parse_from(["osprey", "--seccomp", "maybe"]).is_err());
     }
 
     #[test]

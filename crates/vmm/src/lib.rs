@@ -18,6 +18,7 @@ pub mod layout;
 pub mod mptable;
 pub mod msr;
 pub mod regs;
+pub mod seccomp;
 pub mod stop;
 pub mod vcpu;
 pub mod vm;

@@ -73,6 +73,8 @@ pub struct VcpuRunner {
     pub stop: Arc<AtomicBool>,
     /// Pause requests from the control thread.
     pub pause: Arc<PauseState>,
+    /// Runs on the vCPU thread before its first `KVM_RUN` (installs the seccomp filter).
+    pub on_start: Option<Box<dyn FnOnce() -> Result<(), String> + Send>>,
 }
 
 impl std::fmt::Debug for VcpuRunner {
@@ -85,6 +87,14 @@ impl VcpuRunner {
     /// Runs until the VM stops or this vCPU ends it.
     pub fn run(mut self) {
         let id = self.id;
+        if let Some(hook) = self.on_start.take() {
+            if let Err(message) = hook() {
+                let _ = self
+                    .events
+                    .send(ControlEvent::Stop(StopReason::Failed { vcpu: id, message }));
+                return;
+            }
+        }
         while !self.stop.load(Ordering::Acquire) {
             self.pause.park_while_paused(&self.stop);
             if self.stop.load(Ordering::Acquire) {

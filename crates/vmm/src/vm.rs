@@ -63,6 +63,9 @@ pub enum VmError {
     /// Building devices failed.
     #[error(transparent)]
     Devices(#[from] DeviceError),
+    /// Building or installing a seccomp filter failed.
+    #[error("Seccomp: {0}")]
+    Seccomp(String),
     /// Creating an eventfd or thread failed.
     #[error("{what}: {source}")]
     Os {
@@ -146,6 +149,13 @@ pub fn start(config: &VmConfig) -> Result<RunningVm, VmError> {
     let exit: Arc<dyn ExitRequester> = Arc::new(ChannelExit(Mutex::new(tx.clone())));
     let vm = Arc::new(vm);
     let devices = device_manager::build(config, &vm, &mem, exit)?;
+    let filters = seccomp_filters()?;
+    if let Some(f) = &filters {
+        for t in devices.iothreads.values() {
+            t.run_on_thread(f.iothread.hook())
+                .map_err(|e| VmError::Seccomp(e.to_string()))?;
+        }
+    }
 
     mptable::write(&mem, config.machine.vcpu_count)?;
     let rsdp = acpi::write(&mem, config.machine.vcpu_count)?;
@@ -202,6 +212,7 @@ pub fn start(config: &VmConfig) -> Result<RunningVm, VmError> {
             events: tx.clone(),
             stop: stop.clone(),
             pause: pause.clone(),
+            on_start: filters.as_ref().map(|f| f.vcpu.hook()),
         };
         let handle = std::thread::Builder::new()
             .name(format!("vcpu{id}"))
@@ -219,7 +230,13 @@ pub fn start(config: &VmConfig) -> Result<RunningVm, VmError> {
             let submit: crate::api::command::Submit = Arc::new(move |req| {
                 let _ = sender.send(ControlEvent::Api(req));
             });
-            let server = crate::api::server::start(&a.socket, submit).map_err(|e| VmError::Os {
+            let server = crate::api::server::start_hooked(
+                &a.socket,
+                submit,
+                crate::api::server::ServerLimits::default(),
+                filters.as_ref().map(|f| f.api.hook()),
+            )
+            .map_err(|e| VmError::Os {
                 what: "starting the API server",
                 source: std::io::Error::other(e.to_string()),
             })?;
@@ -246,6 +263,22 @@ pub fn start(config: &VmConfig) -> Result<RunningVm, VmError> {
         _vm: vm,
         _mem: mem,
     })
+}
+
+/// The filters to install, or `None` with `--seccomp off`; logs the choice.
+fn seccomp_filters() -> Result<Option<crate::seccomp::Filters>, VmError> {
+    match crate::seccomp::mode() {
+        crate::seccomp::SeccompMode::Off => {
+            log::warn!("seccomp: off (--seccomp off): every thread runs unfiltered");
+            Ok(None)
+        }
+        crate::seccomp::SeccompMode::On => {
+            let f =
+                crate::seccomp::Filters::build().map_err(|e| VmError::Seccomp(e.to_string()))?;
+            log::info!("seccomp: on: {}", f.describe());
+            Ok(Some(f))
+        }
+    }
 }
 
 fn create_memory(vm: &VmFd, mem_bytes: u64, mib: u64) -> Result<GuestMemoryMmap, VmError> {

@@ -60,11 +60,25 @@ pub fn start(socket: &Path, submit: Submit) -> Result<ApiServer, ApiServerError>
     start_with(socket, submit, ServerLimits::default())
 }
 
+/// Code run on the API thread after the socket is bound, before serving (the VMM installs the
+/// API thread's seccomp filter with it). An error stops the thread before it serves.
+pub type OnStart = Box<dyn FnOnce() -> Result<(), String> + Send>;
+
 /// [`start`] with other timeouts and limits (tests use short ones).
 pub fn start_with(
     socket: &Path,
     submit: Submit,
     limits: ServerLimits,
+) -> Result<ApiServer, ApiServerError> {
+    start_hooked(socket, submit, limits, None)
+}
+
+/// [`start_with`], running `on_start` on the API thread before it serves.
+pub fn start_hooked(
+    socket: &Path,
+    submit: Submit,
+    limits: ServerLimits,
+    on_start: Option<OnStart>,
 ) -> Result<ApiServer, ApiServerError> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_io()
@@ -96,6 +110,12 @@ pub fn start_with(
     let spawned = std::thread::Builder::new()
         .name("api".into())
         .spawn(move || {
+            if let Some(hook) = on_start {
+                if let Err(e) = hook() {
+                    log::error!("API thread: {e}; not serving");
+                    return;
+                }
+            }
             runtime.block_on(serve(
                 listener,
                 app,

@@ -170,7 +170,10 @@ impl VirtioPciDevice {
             return;
         }
         let old = self.irq.status();
-        let mut new = value | (old & status::DEVICE_NEEDS_RESET);
+        // Status bits are cleared only by a reset (virtio 1.2, 2.1.1: the driver MUST NOT clear
+        // a device status bit). Keeping them set means DRIVER_OK cannot be cleared and set
+        // again, which would activate the device a second time over the same queues.
+        let mut new = value | old;
         if new & status::FEATURES_OK != 0 && old & status::FEATURES_OK == 0 {
             let driver = self.common.driver_features;
             let unoffered = driver & !self.device.features();

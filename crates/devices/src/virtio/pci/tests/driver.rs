@@ -291,3 +291,24 @@ fn device_config_and_pci_cfg_window() {
     let writes = d.state.lock().expect("lock").config_writes.clone();
     assert_eq!(writes, vec![(8, vec![0xab]), (2, vec![0x55, 0x66])]);
 }
+
+/// Found by the `virtio_pci` fuzz target: clearing DRIVER_OK without a reset and setting it
+/// again must not activate the device a second time over the same queues.
+#[test]
+fn status_bits_are_only_cleared_by_reset() {
+    let d = driver();
+    d.bring_up();
+    assert_eq!(d.status(), 0x0f);
+    d.set_status(0x0b); // try to clear DRIVER_OK
+    assert_eq!(d.status(), 0x0f, "a write cannot clear a status bit");
+    d.set_status(0x0f);
+    assert_eq!(
+        d.state.lock().expect("lock").activations.len(),
+        1,
+        "activated once"
+    );
+    d.set_status(0); // reset, then a fresh bring-up activates again
+    assert_eq!(d.status(), 0);
+    d.bring_up();
+    assert_eq!(d.state.lock().expect("lock").activations.len(), 2);
+}

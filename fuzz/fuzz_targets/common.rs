@@ -1,0 +1,51 @@
+// Shared helpers for the virtio-blk targets (included with `#[path]`, not a crate).
+#![allow(dead_code)]
+
+use devices::virtio::GuestMemory;
+use vm_memory::GuestAddress;
+
+/// Guest memory size: 1 MiB, mapped at guest address 0.
+pub const MEM_SIZE: u64 = 0x10_0000;
+/// Where the rings live (the fuzz input supplies their contents).
+pub const DESC_TABLE: u64 = 0x0;
+pub const AVAIL_RING: u64 = 0x1000;
+pub const USED_RING: u64 = 0x2000;
+/// End of the ring area: [0, RING_END) holds descriptor table, avail ring and used ring.
+pub const RING_END: u64 = 0x3000;
+
+pub fn memory() -> GuestMemory {
+    GuestMemory::from_ranges(&[(GuestAddress(0), MEM_SIZE as usize)]).expect("guest memory")
+}
+
+/// A tiny cursor over the fuzz input.
+pub struct Input<'a>(pub &'a [u8]);
+
+impl Input<'_> {
+    pub fn u8(&mut self) -> u8 {
+        match self.0.split_first() {
+            Some((b, rest)) => {
+                self.0 = rest;
+                *b
+            }
+            None => 0,
+        }
+    }
+    pub fn u16(&mut self) -> u16 {
+        u16::from_le_bytes([self.u8(), self.u8()])
+    }
+    pub fn u32(&mut self) -> u32 {
+        u32::from_le_bytes([self.u8(), self.u8(), self.u8(), self.u8()])
+    }
+    pub fn u64(&mut self) -> u64 {
+        u64::from(self.u32()) | u64::from(self.u32()) << 32
+    }
+    pub fn take(&mut self, n: usize) -> &[u8] {
+        let n = n.min(self.0.len());
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        a
+    }
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}

@@ -1,0 +1,142 @@
+//! Seccomp: the vCPU, iothread and API threads run under allow-lists by default. A forbidden
+//! syscall on any of them (made on purpose through `OSPREY_SECCOMP_SELFTEST`) ends Osprey at
+//! once with a message naming the thread and the syscall and exit status 159, instead of letting
+//! the VM run; `--seccomp off` lets the same run finish.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use common::{osprey, test_guest};
+use serde_json::json;
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+/// 128 + SIGSYS.
+const EXIT_SECCOMP: i32 = 159;
+/// `getppid` on x86-64: the self-test's forbidden syscall.
+const SYS_GETPPID: i64 = 110;
+
+/// A scratch folder with a config: one vCPU, one iothread `io0` serving one drive, the test
+/// guest reading 16 blocks and exiting; the API on a socket inside the folder.
+struct Scratch {
+    dir: PathBuf,
+}
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let dir =
+            std::env::temp_dir().join(format!("osprey-seccomp-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let disk = dir.join("disk.img");
+        std::fs::File::create(&disk)
+            .and_then(|f| f.set_len(8 << 20))
+            .expect("disk");
+        let cfg = json!({
+            "machine-config": {"vcpu_count": 1, "mem_size_mib": 128},
+            "boot-source": {"kernel_image_path": test_guest(), "boot_args": "mode=blk rw=read count=16"},
+            "drives": [{"drive_id": "disk0", "path_on_host": disk, "iothread": "io0"}],
+            "iothreads": [{"id": "io0"}],
+            "api": {"socket": dir.join("api.sock")},
+        });
+        std::fs::write(dir.join("vm.json"), cfg.to_string()).expect("config");
+        Scratch { dir }
+    }
+
+    /// Runs Osprey on the config with `extra` arguments and the self-test aimed at `selftest`;
+    /// returns (exit code, stdout, stderr).
+    fn run(&self, selftest: Option<&str>, extra: &[&str]) -> (i32, String, String) {
+        let mut cmd = Command::new(osprey());
+        cmd.arg("--config")
+            .arg(self.dir.join("vm.json"))
+            .args(extra)
+            .env_remove("OSPREY_SECCOMP_SELFTEST")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if let Some(kind) = selftest {
+            cmd.env("OSPREY_SECCOMP_SELFTEST", kind);
+        }
+        let child = cmd.spawn().expect("spawn osprey");
+        let pid = child.id();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(child.wait_with_output());
+        });
+        let out = match rx.recv_timeout(TIMEOUT) {
+            Ok(out) => out.expect("wait for osprey"),
+            Err(_) => {
+                // SAFETY: `pid` is our child, not yet reaped (the waiter thread has not
+                // returned); SIGKILL ends it so the waiter returns.
+                unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+                panic!("osprey did not exit within {TIMEOUT:?}");
+            }
+        };
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[test]
+fn the_filters_are_on_by_default_and_the_vm_runs_under_them() {
+    let s = Scratch::new("default");
+    let (status, console, log) = s.run(None, &[]);
+    assert_eq!(status, 0, "console:\n{console}\nlog:\n{log}");
+    assert!(
+        console.contains("BLK "),
+        "the guest did its I/O:\n{console}"
+    );
+    assert!(
+        log.contains("seccomp: on: vcpu ") && log.contains("iothread ") && log.contains("api "),
+        "the filters are logged with their sizes:\n{log}"
+    );
+}
+
+#[test]
+fn a_forbidden_syscall_on_any_filtered_thread_ends_osprey_with_a_message() {
+    for (kind, thread) in [
+        ("vcpu", "vcpu0"),
+        ("iothread", "iothread-io0"),
+        ("api", "api"),
+    ] {
+        let s = Scratch::new(kind);
+        let (status, console, log) = s.run(Some(kind), &[]);
+        assert_eq!(
+            status, EXIT_SECCOMP,
+            "{kind}: console:\n{console}\nlog:\n{log}"
+        );
+        let expected =
+            format!("osprey: seccomp: thread {thread} made forbidden syscall {SYS_GETPPID}");
+        assert!(log.contains(&expected), "{kind}: `{expected}` in:\n{log}");
+        assert!(
+            !console.contains("BLK "),
+            "{kind}: the guest must not get to run its I/O:\n{console}"
+        );
+    }
+}
+
+#[test]
+fn seccomp_off_lets_the_same_run_finish() {
+    for off in [&["--seccomp", "off"][..], &["--seccomp=off"][..]] {
+        let s = Scratch::new("off");
+        let (status, console, log) = s.run(Some("iothread"), off);
+        assert_eq!(status, 0, "{off:?}: console:\n{console}\nlog:\n{log}");
+        assert!(console.contains("BLK "), "{console}");
+        assert!(log.contains("seccomp: off"), "logged at start:\n{log}");
+        assert!(!log.contains("forbidden syscall"), "{log}");
+    }
+    let s = Scratch::new("on");
+    let (status, _, log) = s.run(Some("iothread"), &["--seccomp", "on"]);
+    assert_eq!(status, EXIT_SECCOMP, "--seccomp on filters:\n{log}");
+}
