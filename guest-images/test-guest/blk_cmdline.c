@@ -25,20 +25,6 @@ static size_t prefix(const char *t, size_t n, const char *key)
     return k;
 }
 
-static int parse_dec(const char *v, size_t n, u64 *out)
-{
-    u64 x = 0;
-    if (n == 0 || n > 19)
-        return -1;
-    for (size_t i = 0; i < n; i++) {
-        if (v[i] < '0' || v[i] > '9')
-            return -1;
-        x = x * 10 + (u64)(v[i] - '0');
-    }
-    *out = x;
-    return 0;
-}
-
 static int parse_size(const char *v, size_t n, u64 *out)
 {
     u64 mul = 1;
@@ -50,7 +36,7 @@ static int parse_size(const char *v, size_t n, u64 *out)
         if (mul > 1)
             n--;
     }
-    if (parse_dec(v, n, out) || *out > (1ULL << 50) / mul)
+    if (parse_decimal(v, n, out) || *out > (1ULL << 50) / mul)
         return -1;
     *out *= mul;
     return 0;
@@ -176,7 +162,7 @@ static int token(struct blk_opts *o, const char *t, size_t n)
         if (!(k = prefix(t, n, num_opts[i].key)))
             continue;
         u64 v;
-        int r = (i == 5) ? parse_size(t + k, n - k, &v) : parse_dec(t + k, n - k, &v);
+        int r = (i == 5) ? parse_size(t + k, n - k, &v) : parse_decimal(t + k, n - k, &v);
         if (r || v < num_opts[i].min || v > num_opts[i].max) {
             bad(t, n, "not a number in range");
             return -1;

@@ -61,17 +61,25 @@ static int parse_mode(const char *v, size_t n, enum guest_mode *mode)
     return 0;
 }
 
-static int parse_u8_decimal(const char *v, size_t n, u8 *out)
+/* Decimal digits only, 1 to 19 of them (no overflow); shared with blk_cmdline.c. */
+int parse_decimal(const char *v, size_t n, u64 *out)
 {
-    u32 x = 0;
-    if (n == 0 || n > 3)
+    u64 x = 0;
+    if (n == 0 || n > 19)
         return -1;
     for (size_t i = 0; i < n; i++) {
         if (v[i] < '0' || v[i] > '9')
             return -1;
-        x = x * 10 + (u32)(v[i] - '0');
+        x = x * 10 + (u64)(v[i] - '0');
     }
-    if (x > 255)
+    *out = x;
+    return 0;
+}
+
+static int parse_u8_decimal(const char *v, size_t n, u8 *out)
+{
+    u64 x;
+    if (n > 3 || parse_decimal(v, n, &x) || x > 255)
         return -1;
     *out = (u8)x;
     return 0;

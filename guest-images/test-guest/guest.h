@@ -78,6 +78,7 @@ struct cmdline_opts {
 };
 /* Returns 0, or prints an error line and returns -1. */
 int cmdline_parse(const char *s, size_t len, struct cmdline_opts *out);
+int parse_decimal(const char *v, size_t n, u64 *out);
 
 /* mptable.c */
 #define MP_MAX_CPUS 256
