@@ -164,6 +164,7 @@ pub fn null_handler(
         depth: u32::from(ring.size()),
         io_uring: IoUringFlags::default(),
         direct: false,
+        fault: None,
     };
     let file = std::fs::File::open("/dev/null").expect("open /dev/null");
     BlockQueueHandler::new(

@@ -148,6 +148,7 @@ fn engines(c: &mut Criterion) {
             depth: max_batch as u32,
             io_uring: IoUringFlags::default(),
             direct: false,
+            fault: None,
         };
         let mut engine = match engine::open(file.open(), &opts) {
             Ok(e) => e,

@@ -334,6 +334,92 @@ fn eio_region_fails_its_requests_only() {
     );
 }
 
+/// Scenario 2 on every host: the drive's `fault_injection` section fails reads and writes to the
+/// second 8 MiB of a 16 MiB disk with EIO, at most 2048 times (the engine wrapper stands in for
+/// a failing store where device-mapper is missing). The 2048 sequential writes into that half
+/// fail, the other 2048 land; then, the error budget spent, the pattern pass inside the failed
+/// half works: the VM kept serving and later I/O succeeds.
+#[test]
+fn injected_eio_fails_its_region_then_io_works_again() {
+    const REGION: u64 = 16384; // sectors: the second 8 MiB
+    const PATTERN_LBA: u64 = 20000; // inside the failed region
+    let scratch = Scratch::new("inject");
+    let file = scratch.0.join("disk.img");
+    std::fs::File::create(&file)
+        .and_then(|f| f.set_len(16 << 20))
+        .expect("backing file");
+    let disk = disk_at(&scratch, &file);
+    let fault = json!({"error": "EIO", "operations": ["read", "write"],
+                       "sector": REGION, "sectors": REGION, "max_errors": 2048});
+
+    let t0 = Instant::now();
+    let (status, r, log) = boot_with(
+        &disk,
+        json!({"io_engine": "Sync", "fault_injection": fault}),
+        json!({}),
+        &format!("rw=write count=4096 bs=4096 qd=8 pattern=e10e0042 pattern_lba={PATTERN_LBA}"),
+    );
+    let m = run(&r, "main");
+    let stats = drive_stats(&log);
+    eprintln!(
+        "inject: {:?}, main {m}\npattern {}\ndrive stats {stats}",
+        t0.elapsed(),
+        r["pattern"]
+    );
+    assert!(
+        log.contains("with fault injection (Input/output error"),
+        "{log}"
+    );
+    assert_eq!(m["timed_out"], false, "{m}");
+    assert_eq!(u(&m["requests"]), 4096, "every write completes: {m}");
+    assert_eq!(
+        u(&m["errors"]),
+        2048,
+        "exactly the writes into the region fail: {m}"
+    );
+    assert_eq!(u(&m["bytes"]), 2048 * 4096, "{m}");
+    assert_eq!(
+        u(&stats["io_errors"]),
+        2048,
+        "the drive counts each error: {stats}"
+    );
+    assert_eq!(u(&stats["malformed"]), 0, "{stats}");
+    let p = &r["pattern"];
+    for k in ["status", "flush_status", "readback_status", "bad_sectors"] {
+        assert_eq!(
+            p[k], 0,
+            "after the budget, I/O in the region works: {k} in {p}"
+        );
+    }
+    assert_eq!(status, 1, "the guest's own status (it saw errors)\n{log}");
+    assert_eq!(u(&r["failures"]), 2048, "{r}");
+    assert_clean_log(&log);
+    assert!(log.contains("Input/output error"), "EIO logged:\n{log}");
+
+    // On the host: the first half holds the guest's writes, the failed half is still a hole
+    // except for the pattern block written after the budget ran out.
+    let img = std::fs::read(&file).expect("read back");
+    let half = (REGION * 512) as usize;
+    let pat = (PATTERN_LBA * 512) as usize;
+    assert!(
+        img[..half].chunks(4096).all(|b| b.iter().any(|&x| x != 0)),
+        "every block of the good half was written"
+    );
+    assert!(
+        img[pat..pat + 4096]
+            .chunks(4)
+            .all(|w| w == 0xe10e_0042u32.to_le_bytes()),
+        "the pattern landed inside the region"
+    );
+    assert!(
+        img[half..pat]
+            .iter()
+            .chain(&img[pat + 4096..])
+            .all(|&x| x == 0),
+        "failed writes must not reach the disk"
+    );
+}
+
 fn lo_path(lo: &Loop) -> PathBuf {
     PathBuf::from(&lo.dev)
 }

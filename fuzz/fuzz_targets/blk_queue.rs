@@ -117,6 +117,7 @@ fuzz_target!(|data: &[u8]| {
         depth,
         io_uring: IoUringFlags::default(),
         direct: false,
+        fault: None,
     };
     let kick = EventFd::new(libc::EFD_NONBLOCK).expect("eventfd");
     let mut h = BlockQueueHandler::new(

@@ -177,6 +177,9 @@ pub struct DriveConfig {
     /// The iothread serving this drive's queues (default: the first one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub iothread: Option<String>,
+    /// Make chosen requests fail (EIO/ENOSPC) as if the backing store had; off by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fault_injection: Option<crate::fault_injection::FaultInjectionConfig>,
 }
 
 impl IoEngineKind {
@@ -504,6 +507,10 @@ impl VmConfig {
             }
             if let Err(e) = dataplane::engine::probe(d.io_engine.to_dataplane()) {
                 return Err(invalid(f("io_engine"), e.to_string()));
+            }
+            if let Some(fi) = &d.fault_injection {
+                fi.check()
+                    .map_err(|(field, msg)| invalid(f(&format!("fault_injection.{field}")), msg))?;
             }
             if let Some(t) = &d.iothread {
                 if !ids.contains(t.as_str()) {

@@ -224,6 +224,7 @@ pub fn build(
             depth: u32::from(d.queue_size),
             io_uring: IoUringConfig::to_dataplane(io_uring),
             direct: d.direct,
+            fault: d.fault_injection.as_ref().map(|fi| fi.to_plan()),
         };
         let block = VirtioBlock::new(
             BlockDeviceConfig {

@@ -12,6 +12,7 @@ pub mod cpu_usage;
 pub mod cpuid;
 pub mod device_manager;
 pub mod drive;
+pub mod fault_injection;
 pub mod host;
 pub mod interrupts;
 pub mod layout;

@@ -373,6 +373,7 @@ fn linux_aio_engine_conforms() {
                         depth,
                         io_uring: Default::default(),
                         direct,
+                        fault: None,
                     },
                 )
                 .expect("aio"),
@@ -397,6 +398,7 @@ fn io_uring_engine_conforms() {
                         depth,
                         io_uring: IoUringFlags::default(),
                         direct,
+                        fault: None,
                     },
                 )
                 .expect("ring"),

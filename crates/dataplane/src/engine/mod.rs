@@ -22,6 +22,7 @@ use std::os::unix::io::RawFd;
 
 #[cfg(test)]
 pub(crate) mod conformance;
+pub mod fault;
 pub mod io_uring;
 pub mod linux_aio;
 pub mod null;
@@ -84,6 +85,8 @@ pub struct EngineOptions {
     pub io_uring: IoUringFlags,
     /// The file was opened with O_DIRECT.
     pub direct: bool,
+    /// Fail chosen requests instead of running them (testing aid, see [`fault`]).
+    pub fault: Option<fault::FaultPlan>,
 }
 
 /// Errors creating an engine.
@@ -112,12 +115,16 @@ pub enum EngineError {
 /// Builds an engine on `file`. Call it on the thread that will use the engine (io_uring's
 /// SINGLE_ISSUER ties the ring to its creator).
 pub fn open(file: File, opts: &EngineOptions) -> Result<Box<dyn IoEngine>, EngineError> {
-    match opts.kind {
-        EngineKind::Sync => Ok(Box::new(sync::SyncEngine::new(file, opts.depth as usize))),
-        EngineKind::Null => Ok(Box::new(null::NullEngine::new(opts.depth as usize))),
-        EngineKind::IoUring => Ok(Box::new(self::io_uring::IoUringEngine::new(file, opts)?)),
-        EngineKind::LinuxAio => Ok(Box::new(linux_aio::LinuxAioEngine::new(file, opts)?)),
-    }
+    let engine: Box<dyn IoEngine> = match opts.kind {
+        EngineKind::Sync => Box::new(sync::SyncEngine::new(file, opts.depth as usize)),
+        EngineKind::Null => Box::new(null::NullEngine::new(opts.depth as usize)),
+        EngineKind::IoUring => Box::new(self::io_uring::IoUringEngine::new(file, opts)?),
+        EngineKind::LinuxAio => Box::new(linux_aio::LinuxAioEngine::new(file, opts)?),
+    };
+    Ok(match opts.fault {
+        Some(plan) => Box::new(fault::FaultInjectingEngine::new(engine, plan)),
+        None => engine,
+    })
 }
 
 /// Checks, before boot, that the host can provide `kind`.

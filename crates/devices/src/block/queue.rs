@@ -548,6 +548,7 @@ mod tests {
             depth: 16,
             io_uring: IoUringFlags::default(),
             direct: false,
+            fault: None,
         };
         let mut h = BlockQueueHandler::new(
             1,

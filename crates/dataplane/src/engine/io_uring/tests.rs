@@ -39,6 +39,7 @@ fn opts(depth: u32, io_uring: IoUringFlags) -> EngineOptions {
         depth,
         io_uring,
         direct: false,
+        fault: None,
     }
 }
 

@@ -72,6 +72,7 @@ fn engine(t: &Temp, depth: u32, direct: bool) -> LinuxAioEngine {
             depth,
             io_uring: Default::default(),
             direct,
+            fault: None,
         },
     )
     .expect("aio engine")

@@ -1,0 +1,313 @@
+//! Fault injection: an engine wrapper that completes chosen requests with an error instead of
+//! running them, like QEMU's `blkdebug` driver. It lets tests (and operators rehearsing failure
+//! handling) see EIO or ENOSPC from "the backing store" on hosts without device-mapper or a
+//! flaky disk. Requests that do not match go to the wrapped engine unchanged.
+//!
+//! Matching is per queue (each queue has its own engine and so its own error budget).
+
+use std::os::unix::io::RawFd;
+
+use super::{Completion, EngineKind, IoEngine, IoOp, IoRequest, SubmitError};
+
+/// Operation classes a fault can apply to (a bit set).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FaultOps(u8);
+
+impl FaultOps {
+    /// Reads.
+    pub const READ: FaultOps = FaultOps(1);
+    /// Writes.
+    pub const WRITE: FaultOps = FaultOps(2);
+    /// Flushes (they have no range: every flush matches).
+    pub const FLUSH: FaultOps = FaultOps(4);
+    /// Discards.
+    pub const DISCARD: FaultOps = FaultOps(8);
+    /// Write-zeroes.
+    pub const WRITE_ZEROES: FaultOps = FaultOps(16);
+
+    /// Both sets.
+    pub const fn union(self, other: FaultOps) -> FaultOps {
+        FaultOps(self.0 | other.0)
+    }
+
+    /// Whether `other` is inside this set.
+    pub const fn contains(self, other: FaultOps) -> bool {
+        self.0 & other.0 == other.0 && other.0 != 0
+    }
+
+    fn of(op: &IoOp) -> FaultOps {
+        match op {
+            IoOp::Read { .. } => Self::READ,
+            IoOp::Write { .. } => Self::WRITE,
+            IoOp::Flush => Self::FLUSH,
+            IoOp::Discard { .. } => Self::DISCARD,
+            IoOp::WriteZeroes { .. } => Self::WRITE_ZEROES,
+        }
+    }
+}
+
+/// Which requests fail, and how.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FaultPlan {
+    /// The errno the requests complete with (positive, e.g. `libc::EIO`).
+    pub errno: i32,
+    /// The operations that fail.
+    pub ops: FaultOps,
+    /// The failing byte range: `[start, end)`. A request fails when it overlaps it.
+    pub start: u64,
+    /// End of the range (exclusive).
+    pub end: u64,
+    /// At most this many injected errors per queue; afterwards the range works again.
+    pub max_errors: Option<u64>,
+}
+
+impl FaultPlan {
+    fn matches(&self, op: &IoOp) -> bool {
+        if !self.ops.contains(FaultOps::of(op)) {
+            return false;
+        }
+        let (offset, len) = match op {
+            IoOp::Flush => return true,
+            IoOp::Read { offset, .. } | IoOp::Write { offset, .. } => {
+                (*offset, op.data_len() as u64)
+            }
+            IoOp::Discard { offset, len } | IoOp::WriteZeroes { offset, len, .. } => {
+                (*offset, *len)
+            }
+        };
+        let last = offset.saturating_add(len.max(1));
+        offset < self.end && last > self.start
+    }
+}
+
+/// Wraps an engine and fails the requests its [`FaultPlan`] picks.
+pub struct FaultInjectingEngine {
+    inner: Box<dyn IoEngine>,
+    plan: FaultPlan,
+    /// Injected completions, handed out at the next `reap`.
+    failed: Vec<Completion>,
+    injected: u64,
+}
+
+impl std::fmt::Debug for FaultInjectingEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FaultInjectingEngine")
+            .field("inner", &self.inner.describe())
+            .field("plan", &self.plan)
+            .field("injected", &self.injected)
+            .finish()
+    }
+}
+
+impl FaultInjectingEngine {
+    /// `inner` with `plan` applied.
+    pub fn new(inner: Box<dyn IoEngine>, plan: FaultPlan) -> Self {
+        Self {
+            inner,
+            plan,
+            failed: Vec::new(),
+            injected: 0,
+        }
+    }
+
+    fn budget_left(&self) -> bool {
+        self.plan.max_errors.is_none_or(|m| self.injected < m)
+    }
+}
+
+impl IoEngine for FaultInjectingEngine {
+    fn submit(&mut self, request: IoRequest) -> Result<(), SubmitError> {
+        if self.capacity() == 0 {
+            return Err(SubmitError::Full);
+        }
+        if self.budget_left() && self.plan.matches(&request.op) {
+            self.injected += 1;
+            self.failed.push(Completion {
+                token: request.token,
+                result: -i64::from(self.plan.errno),
+            });
+            return Ok(());
+        }
+        self.inner.submit(request)
+    }
+
+    fn commit(&mut self) -> usize {
+        self.inner.commit()
+    }
+
+    fn reap(&mut self, out: &mut Vec<Completion>) -> usize {
+        let n = self.failed.len();
+        out.append(&mut self.failed);
+        n + self.inner.reap(out)
+    }
+
+    fn completion_fd(&self) -> Option<RawFd> {
+        self.inner.completion_fd()
+    }
+
+    fn capacity(&self) -> usize {
+        self.inner.capacity().saturating_sub(self.failed.len())
+    }
+
+    fn in_flight(&self) -> usize {
+        self.inner.in_flight() + self.failed.len()
+    }
+
+    fn has_completions(&self) -> bool {
+        !self.failed.is_empty() || self.inner.has_completions()
+    }
+
+    fn kind(&self) -> EngineKind {
+        self.inner.kind()
+    }
+
+    fn describe(&self) -> String {
+        let p = &self.plan;
+        format!(
+            "{} with fault injection ({} on ops {:#x} in bytes {}..{}, at most {} per queue)",
+            self.inner.describe(),
+            std::io::Error::from_raw_os_error(p.errno),
+            p.ops.0,
+            p.start,
+            p.end,
+            p.max_errors
+                .map_or_else(|| "unlimited".to_string(), |m| m.to_string())
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::null::NullEngine;
+    use crate::engine::IoVec;
+
+    fn read(offset: u64, buf: &mut [u8], token: u64) -> IoRequest {
+        IoRequest {
+            op: IoOp::Read {
+                offset,
+                iovecs: vec![IoVec {
+                    base: buf.as_mut_ptr(),
+                    len: buf.len(),
+                }],
+            },
+            token,
+        }
+    }
+
+    fn plan(ops: FaultOps, start: u64, end: u64, max_errors: Option<u64>) -> FaultPlan {
+        FaultPlan {
+            errno: libc::EIO,
+            ops,
+            start,
+            end,
+            max_errors,
+        }
+    }
+
+    fn results(e: &mut FaultInjectingEngine) -> Vec<(u64, i64)> {
+        e.commit();
+        let mut out = Vec::new();
+        e.reap(&mut out);
+        let mut r: Vec<_> = out.iter().map(|c| (c.token, c.result)).collect();
+        r.sort_unstable();
+        r
+    }
+
+    #[test]
+    fn requests_overlapping_the_range_fail_others_pass() {
+        let mut e = FaultInjectingEngine::new(
+            Box::new(NullEngine::new(8)),
+            plan(FaultOps::READ, 8192, 12288, None),
+        );
+        let mut b = [[1u8; 4096]; 4];
+        let [b0, b1, b2, b3] = &mut b;
+        // Before, touching the start, inside, and after the range.
+        e.submit(read(0, b0, 0)).expect("room");
+        e.submit(read(6144, b1, 1)).expect("room");
+        e.submit(read(8192, b2, 2)).expect("room");
+        e.submit(read(12288, b3, 3)).expect("room");
+        assert_eq!(e.in_flight(), 4);
+        let eio = -i64::from(libc::EIO);
+        assert_eq!(
+            results(&mut e),
+            vec![(0, 4096), (1, eio), (2, eio), (3, 4096)]
+        );
+        assert_eq!(e.in_flight(), 0);
+        // A failed read leaves the guest buffer alone.
+        assert!(b[1].iter().all(|&x| x == 1));
+        assert!(b[0].iter().all(|&x| x == 0), "the null engine zero-fills");
+    }
+
+    #[test]
+    fn only_the_chosen_operations_fail() {
+        let mut e = FaultInjectingEngine::new(
+            Box::new(NullEngine::new(8)),
+            plan(FaultOps::WRITE.union(FaultOps::FLUSH), 0, u64::MAX, None),
+        );
+        let mut buf = [0u8; 512];
+        e.submit(read(0, &mut buf, 0)).expect("room");
+        e.submit(IoRequest {
+            op: IoOp::Write {
+                offset: 0,
+                iovecs: vec![IoVec {
+                    base: buf.as_mut_ptr(),
+                    len: 512,
+                }],
+            },
+            token: 1,
+        })
+        .expect("room");
+        e.submit(IoRequest {
+            op: IoOp::Flush,
+            token: 2,
+        })
+        .expect("room");
+        e.submit(IoRequest {
+            op: IoOp::Discard {
+                offset: 0,
+                len: 512,
+            },
+            token: 3,
+        })
+        .expect("room");
+        let eio = -i64::from(libc::EIO);
+        assert_eq!(
+            results(&mut e),
+            vec![(0, 512), (1, eio), (2, eio), (3, 512)]
+        );
+    }
+
+    #[test]
+    fn the_error_budget_runs_out_then_io_works() {
+        let mut e = FaultInjectingEngine::new(
+            Box::new(NullEngine::new(4)),
+            plan(FaultOps::READ, 0, u64::MAX, Some(2)),
+        );
+        let mut buf = [0u8; 512];
+        let eio = -i64::from(libc::EIO);
+        for t in 0..4 {
+            e.submit(read(0, &mut buf, t)).expect("room");
+        }
+        assert_eq!(
+            results(&mut e),
+            vec![(0, eio), (1, eio), (2, 512), (3, 512)]
+        );
+    }
+
+    #[test]
+    fn injected_completions_take_engine_room() {
+        let mut e = FaultInjectingEngine::new(
+            Box::new(NullEngine::new(2)),
+            plan(FaultOps::READ, 0, 512, None),
+        );
+        let mut buf = [0u8; 512];
+        e.submit(read(0, &mut buf, 0)).expect("room");
+        e.submit(read(0, &mut buf, 1)).expect("room");
+        assert_eq!(e.capacity(), 0, "two injected errors wait to be reaped");
+        assert_eq!(e.submit(read(4096, &mut buf, 2)), Err(SubmitError::Full));
+        assert!(e.has_completions());
+        assert_eq!(results(&mut e).len(), 2);
+        assert_eq!(e.capacity(), 2);
+    }
+}

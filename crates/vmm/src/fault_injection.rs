@@ -1,0 +1,163 @@
+//! A drive's `fault_injection` section: make chosen requests fail with EIO or ENOSPC, as if the
+//! backing store had failed (QEMU's `blkdebug` idea). For tests and for rehearsing how a guest
+//! copes with disk errors; it is off unless the config names it.
+//!
+//! ```json
+//! "fault_injection": {"error": "EIO", "operations": ["write"], "sector": 16384, "sectors": 16384}
+//! ```
+
+use dataplane::engine::fault::{FaultOps, FaultPlan};
+use serde::{Deserialize, Serialize};
+
+/// The error injected requests complete with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum InjectedError {
+    /// Input/output error: the guest sees VIRTIO_BLK_S_IOERR.
+    EIO,
+    /// No space left on device: the guest sees VIRTIO_BLK_S_IOERR.
+    ENOSPC,
+}
+
+/// An operation class that can fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InjectedOp {
+    /// Reads.
+    Read,
+    /// Writes.
+    Write,
+    /// Flushes (every flush matches; they have no range).
+    Flush,
+    /// Discards.
+    Discard,
+    /// Write-zeroes.
+    WriteZeroes,
+}
+
+/// Which requests of a drive fail.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FaultInjectionConfig {
+    /// The error (default `EIO`).
+    #[serde(default = "default_error")]
+    pub error: InjectedError,
+    /// The operations that fail (default: read and write).
+    #[serde(default = "default_ops")]
+    pub operations: Vec<InjectedOp>,
+    /// First 512-byte sector of the failing region (default 0).
+    #[serde(default)]
+    pub sector: u64,
+    /// Sectors in the region (default: to the end of the disk).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sectors: Option<u64>,
+    /// At most this many errors per queue, then the region works again (default: no limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_errors: Option<u64>,
+}
+
+fn default_error() -> InjectedError {
+    InjectedError::EIO
+}
+
+fn default_ops() -> Vec<InjectedOp> {
+    vec![InjectedOp::Read, InjectedOp::Write]
+}
+
+impl FaultInjectionConfig {
+    /// Checks the section; the error is (field, message) for the caller to prefix.
+    pub fn check(&self) -> Result<(), (&'static str, String)> {
+        if self.operations.is_empty() {
+            return Err((
+                "operations",
+                "must name at least one of read, write, flush, discard, write_zeroes".into(),
+            ));
+        }
+        if self.sectors == Some(0) {
+            return Err(("sectors", "must be at least 1 (or left out)".into()));
+        }
+        if self.sector.checked_mul(512).is_none() {
+            return Err(("sector", format!("{} is beyond any disk", self.sector)));
+        }
+        Ok(())
+    }
+
+    /// The dataplane's plan.
+    pub fn to_plan(&self) -> FaultPlan {
+        let ops = self.operations.iter().fold(FaultOps::default(), |acc, op| {
+            acc.union(match op {
+                InjectedOp::Read => FaultOps::READ,
+                InjectedOp::Write => FaultOps::WRITE,
+                InjectedOp::Flush => FaultOps::FLUSH,
+                InjectedOp::Discard => FaultOps::DISCARD,
+                InjectedOp::WriteZeroes => FaultOps::WRITE_ZEROES,
+            })
+        });
+        let start = self.sector.saturating_mul(512);
+        let end = self
+            .sectors
+            .map_or(u64::MAX, |n| start.saturating_add(n.saturating_mul(512)));
+        FaultPlan {
+            errno: match self.error {
+                InjectedError::EIO => libc::EIO,
+                InjectedError::ENOSPC => libc::ENOSPC,
+            },
+            ops,
+            start,
+            end,
+            max_errors: self.max_errors,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> FaultInjectionConfig {
+        serde_json::from_str(s).expect("valid section")
+    }
+
+    #[test]
+    fn defaults_fail_reads_and_writes_everywhere_with_eio() {
+        let c = parse("{}");
+        assert_eq!(c.check(), Ok(()));
+        let p = c.to_plan();
+        assert_eq!(p.errno, libc::EIO);
+        assert!(p.ops.contains(FaultOps::READ) && p.ops.contains(FaultOps::WRITE));
+        assert!(!p.ops.contains(FaultOps::FLUSH));
+        assert_eq!((p.start, p.end, p.max_errors), (0, u64::MAX, None));
+    }
+
+    #[test]
+    fn region_and_error_map_to_bytes() {
+        let c = parse(
+            r#"{"error":"ENOSPC","operations":["write","write_zeroes"],"sector":8,"sectors":4,"max_errors":3}"#,
+        );
+        let p = c.to_plan();
+        assert_eq!(p.errno, libc::ENOSPC);
+        assert!(p.ops.contains(FaultOps::WRITE_ZEROES) && !p.ops.contains(FaultOps::READ));
+        assert_eq!((p.start, p.end, p.max_errors), (4096, 6144, Some(3)));
+    }
+
+    #[test]
+    fn bad_sections_name_the_field() {
+        assert_eq!(
+            parse(r#"{"operations":[]}"#).check().map_err(|e| e.0),
+            Err("operations")
+        );
+        assert_eq!(
+            parse(r#"{"sectors":0}"#).check().map_err(|e| e.0),
+            Err("sectors")
+        );
+        assert_eq!(
+            parse(&format!(r#"{{"sector":{}}}"#, u64::MAX))
+                .check()
+                .map_err(|e| e.0),
+            Err("sector")
+        );
+        let unknown = serde_json::from_str::<FaultInjectionConfig>(r#"{"errno":"EIO"}"#);
+        assert!(unknown.is_err_and(|e| e.to_string().contains("unknown field `errno`")));
+        let bad_op = serde_json::from_str::<FaultInjectionConfig>(r#"{"operations":["trim"]}"#);
+        assert!(bad_op.is_err_and(|e| e.to_string().contains("unknown variant `trim`")));
+    }
+}
