@@ -62,6 +62,14 @@ fn reports_cpus_memory_and_cmdline_for_several_shapes() {
         );
         let r = report_of(&console);
         assert_eq!(r["cpus"], u64::from(cpus), "{r}");
+        // More vCPUs than host CPUs (KVM_CAP_NR_VCPUS) runs, with a warning naming the field.
+        // SAFETY: sysconf only reads a system value.
+        let host_cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+        assert_eq!(
+            log.contains("machine-config.vcpu_count: ") && log.contains("the vCPUs will share CPUs"),
+            i64::from(cpus) > host_cpus as i64,
+            "cpus={cpus}, host CPUs {host_cpus}: overcommit warning iff more vCPUs than CPUs\n{log}"
+        );
         let ids: Vec<u64> = (0..u64::from(cpus)).collect();
         assert_eq!(r["apic_ids"], serde_json::json!(ids), "{r}");
         assert_eq!(r["bsp_apic_id"], 0, "{r}");

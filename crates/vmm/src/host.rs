@@ -55,6 +55,39 @@ impl KvmFlavor {
     }
 }
 
+/// What KVM says about vCPU counts: KVM_CAP_NR_VCPUS (recommended: the host's CPUs) and
+/// KVM_CAP_MAX_VCPUS (the hard limit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VcpuLimits {
+    /// Recommended most vCPUs.
+    pub recommended: usize,
+    /// Hard limit.
+    pub max: usize,
+}
+
+impl VcpuLimits {
+    /// Checks `count` as QEMU does: above the hard limit is an error naming the config field;
+    /// above the recommended count (more vCPUs than host CPUs) is allowed with a warning, returned
+    /// for the caller to log.
+    pub fn check(self, count: u8) -> Result<Option<String>, String> {
+        let n = usize::from(count);
+        if n > self.max {
+            return Err(format!(
+                "machine-config.vcpu_count: {n} vCPUs is more than this host's KVM allows ({})",
+                self.max
+            ));
+        }
+        if n > self.recommended {
+            return Ok(Some(format!(
+                "machine-config.vcpu_count: {n} vCPUs is more than the {} KVM recommends on this \
+                 host (its CPU count); the vCPUs will share CPUs",
+                self.recommended
+            )));
+        }
+        Ok(None)
+    }
+}
+
 /// Total host memory in MiB, from /proc/meminfo (`u64::MAX` when unreadable).
 pub fn host_mem_mib() -> u64 {
     std::fs::read_to_string("/proc/meminfo")
@@ -75,6 +108,28 @@ fn parse_mem_total_kib(meminfo: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn vcpu_limits_error_above_max_and_warn_above_recommended() {
+        let l = VcpuLimits {
+            recommended: 2,
+            max: 8,
+        };
+        assert_eq!(l.check(1), Ok(None));
+        assert_eq!(l.check(2), Ok(None));
+        let warn = l.check(4).expect("allowed").expect("warning");
+        assert!(
+            warn.contains("4 vCPUs is more than the 2 KVM recommends"),
+            "{warn}"
+        );
+        let err = l.check(9).expect_err("above the hard limit");
+        assert!(
+            err.starts_with(
+                "machine-config.vcpu_count: 9 vCPUs is more than this host's KVM allows (8)"
+            ),
+            "{err}"
+        );
+    }
 
     #[test]
     fn parses_mem_total() {

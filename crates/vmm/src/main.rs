@@ -50,7 +50,12 @@ fn main() {
         }
         Err(e) => {
             eprintln!("osprey: error: {e}");
-            std::process::exit(EXIT_VMM);
+            // A limit of this host is a config error: the same config may run elsewhere.
+            let status = match e {
+                vmm::vm::VmError::Limit(_) => EXIT_CONFIG,
+                _ => EXIT_VMM,
+            };
+            std::process::exit(status);
         }
     }
 }

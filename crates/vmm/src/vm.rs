@@ -63,6 +63,9 @@ pub enum VmError {
     /// Building devices failed.
     #[error(transparent)]
     Devices(#[from] DeviceError),
+    /// The config asks for more than the host allows.
+    #[error("{0}")]
+    Limit(String),
     /// Building or installing a seccomp filter failed.
     #[error("Seccomp: {0}")]
     Seccomp(String),
@@ -132,6 +135,15 @@ pub fn start(config: &VmConfig) -> Result<RunningVm, VmError> {
     log::info!("KVM: {}", flavor.describe());
 
     let kvm = Kvm::new().map_err(kvm_err("opening /dev/kvm"))?;
+    let limits = crate::host::VcpuLimits {
+        recommended: kvm.get_nr_vcpus(),
+        max: kvm.get_max_vcpus(),
+    };
+    match limits.check(config.machine.vcpu_count) {
+        Ok(None) => {}
+        Ok(Some(warning)) => log::warn!("{warning}"),
+        Err(e) => return Err(VmError::Limit(e)),
+    }
     let vm = kvm.create_vm().map_err(kvm_err("creating the VM"))?;
     vm.set_tss_address(0xfffb_d000)
         .map_err(kvm_err("KVM_SET_TSS_ADDR"))?;
