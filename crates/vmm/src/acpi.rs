@@ -1,13 +1,23 @@
 //! ACPI tables: how a modern guest (Linux built without `CONFIG_X86_MPPARSE`, like Debian's cloud
 //! kernel) learns its CPUs and IOAPIC.
 //!
-//! A hardware-reduced ACPI 6 set: RSDP → XSDT → FADT (→ an empty DSDT) and MADT. Built as one
-//! byte blob by a pure function ([`build`]) and written at [`ACPI_START`], inside the reserved
-//! BIOS area where Linux also finds the RSDP by scanning; PVH and the zero page point at it too.
+//! A hardware-reduced ACPI 6 set: RSDP → XSDT → FADT (→ DSDT) and MADT. Built as one byte blob
+//! by a pure function ([`build`]) and written at [`ACPI_START`], inside the reserved BIOS area
+//! where Linux also finds the RSDP by scanning; PVH and the zero page point at it too.
+//!
+//! The DSDT holds one device, the PCI host bridge `\_SB.PCI0` (encoded by [`crate::aml`]): Linux
+//! booted with ACPI finds PCI root buses only in the ACPI namespace. Its `_CRS` gives bus 0, the
+//! configuration mechanism #1 ports, the rest of the I/O space and the 32-bit MMIO window where
+//! the virtio-pci BARs live. The devices interrupt through MSI-X only (interrupt pin 0), so there
+//! is no `_PRT`.
 
+use devices::pci::config_io::{PCI_CONFIG_IO_BASE, PCI_CONFIG_IO_LEN};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
-use crate::layout::{APIC_DEFAULT_PHYS_BASE, IOAPIC_DEFAULT_PHYS_BASE};
+use crate::aml;
+use crate::layout::{
+    APIC_DEFAULT_PHYS_BASE, IOAPIC_DEFAULT_PHYS_BASE, PCI_MMIO_END, PCI_MMIO_START,
+};
 
 /// Where the RSDP (and the tables after it) live.
 pub const ACPI_START: u64 = 0x000e_0000;
@@ -29,6 +39,12 @@ const MADT_LOCAL_APIC: u8 = 0;
 const MADT_IOAPIC: u8 = 1;
 const MADT_LOCAL_APIC_NMI: u8 = 4;
 const LAPIC_ENABLED: u32 = 1;
+const DSDT_REVISION: u8 = 2;
+/// The configuration mechanism #1 ports, as the 16-bit I/O addresses the descriptors take.
+const PCI_CONFIG_PORT: u16 = PCI_CONFIG_IO_BASE as u16;
+const PCI_CONFIG_PORTS: u8 = PCI_CONFIG_IO_LEN as u8;
+const _: () = assert!(PCI_CONFIG_IO_BASE + PCI_CONFIG_IO_LEN <= u16::MAX as u64);
+const _: () = assert!(PCI_CONFIG_IO_LEN <= u8::MAX as u64);
 
 /// Errors writing the ACPI tables.
 #[derive(Debug, thiserror::Error)]
@@ -93,6 +109,38 @@ fn fadt(dsdt_addr: u64) -> Vec<u8> {
     sdt(b"FACP", FADT_REVISION, &body)
 }
 
+/// The PCI host bridge: segment 0, bus 0, reached through configuration mechanism #1, its
+/// children decoding all other I/O ports and the 32-bit MMIO window.
+fn pci_host_bridge() -> Vec<u8> {
+    let crs = aml::resource_template(&[
+        aml::word_bus_number(0, 0),
+        aml::io_port(PCI_CONFIG_PORT, PCI_CONFIG_PORTS),
+        aml::word_io(0, PCI_CONFIG_PORT - 1),
+        aml::word_io(PCI_CONFIG_PORT + u16::from(PCI_CONFIG_PORTS), u16::MAX),
+        aml::memory_window(PCI_MMIO_START, PCI_MMIO_END),
+    ]);
+    let eisa = |id| aml::integer(aml::eisa_id(id).into());
+    aml::device(
+        "PCI0",
+        &[
+            aml::name("_HID", &eisa("PNP0A08")),
+            aml::name("_CID", &eisa("PNP0A03")),
+            aml::name("_UID", &aml::integer(0)),
+            aml::name("_SEG", &aml::integer(0)),
+            aml::name("_BBN", &aml::integer(0)),
+            aml::name("_CRS", &crs),
+        ],
+    )
+}
+
+fn dsdt() -> Vec<u8> {
+    sdt(
+        b"DSDT",
+        DSDT_REVISION,
+        &aml::scope("\\_SB", &[pci_host_bridge()]),
+    )
+}
+
 fn align16(n: usize) -> usize {
     (n + 15) & !15
 }
@@ -103,7 +151,7 @@ pub fn build(num_cpus: u8, base: u64) -> Vec<u8> {
     let xsdt_off = align16(RSDP_LEN);
     let xsdt_len = HEADER_LEN + 2 * 8;
     let dsdt_off = align16(xsdt_off + xsdt_len);
-    let dsdt = sdt(b"DSDT", 2, &[]);
+    let dsdt = dsdt();
     let fadt_off = align16(dsdt_off + dsdt.len());
     let fadt = fadt(base + dsdt_off as u64);
     let madt_off = align16(fadt_off + fadt.len());
@@ -205,7 +253,9 @@ mod tests {
         let dsdt_at = (u64_at(fadt, 140) - ACPI_START) as usize;
         assert_eq!(u32_at(fadt, 40) as u64, u64_at(fadt, 140));
         assert_eq!(&blob[dsdt_at..dsdt_at + 4], b"DSDT");
-        assert_eq!(sum(&blob[dsdt_at..dsdt_at + HEADER_LEN]), 0);
+        let dsdt_len = u32_at(&blob, dsdt_at + 4) as usize;
+        assert!(dsdt_len > HEADER_LEN, "the DSDT has a body");
+        assert_eq!(sum(&blob[dsdt_at..dsdt_at + dsdt_len]), 0, "DSDT checksum");
     }
 
     #[test]
@@ -242,5 +292,165 @@ mod tests {
     fn largest_table_set_fits_the_bios_area() {
         let blob = build(crate::config::MAX_VCPUS, ACPI_START);
         assert!(ACPI_START + blob.len() as u64 <= ACPI_END);
+        // Still a well-formed chain, DSDT included, and `write` accepts it.
+        let t = tables(&blob, ACPI_START);
+        assert_eq!(t.len(), 2);
+        let dsdt_at = (u64_at(&t[0].1, 140) - ACPI_START) as usize;
+        assert_eq!(blob[dsdt_at..dsdt_at + dsdt().len()], dsdt());
+        let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), ACPI_END as usize)])
+            .expect("guest memory");
+        assert_eq!(
+            write(&mem, crate::config::MAX_VCPUS).expect("write"),
+            ACPI_START
+        );
+        let mut back = vec![0u8; blob.len()];
+        mem.read_slice(&mut back, GuestAddress(ACPI_START))
+            .expect("read back");
+        assert_eq!(back, blob);
+    }
+
+    /// The value and width of the `PkgLength` at the start of `b`.
+    fn pkg_length_at(b: &[u8]) -> (usize, usize) {
+        let follow = usize::from(b[0] >> 6);
+        if follow == 0 {
+            return (usize::from(b[0] & 0x3f), 1);
+        }
+        let value = (0..follow).fold(usize::from(b[0] & 0xf), |v, i| {
+            v | usize::from(b[1 + i]) << (4 + 8 * i)
+        });
+        (value, 1 + follow)
+    }
+
+    #[test]
+    fn dsdt_header_and_nesting() {
+        let blob = build(2, ACPI_START);
+        let fadt = tables(&blob, ACPI_START).remove(0).1;
+        let at = (u64_at(&fadt, 140) - ACPI_START) as usize;
+        let len = u32_at(&blob, at + 4) as usize;
+        let dsdt = &blob[at..at + len];
+        assert_eq!(dsdt, &super::dsdt()[..]);
+        assert_eq!(&dsdt[0..4], b"DSDT");
+        assert_eq!(dsdt[8], DSDT_REVISION);
+        assert_eq!(sum(dsdt), 0, "DSDT checksum");
+        // It lies between the XSDT and the FADT, overlapping neither.
+        let xsdt_at = (u64_at(&blob, 24) - ACPI_START) as usize;
+        let xsdt_end = xsdt_at + u32_at(&blob, xsdt_at + 4) as usize;
+        let fadt_at = (u64_at(&blob, xsdt_at + HEADER_LEN) - ACPI_START) as usize;
+        assert!(xsdt_end <= at && at + len <= fadt_at);
+
+        // Scope (\_SB) spans the rest of the table; Device (PCI0) the rest of the scope.
+        let aml = &dsdt[HEADER_LEN..];
+        assert_eq!(aml[0], 0x10);
+        let (scope_len, w) = pkg_length_at(&aml[1..]);
+        assert_eq!(1 + scope_len, aml.len());
+        let name_end = 1 + w + 5;
+        assert_eq!(&aml[1 + w..name_end], b"\\_SB_");
+        let dev = &aml[name_end..];
+        assert_eq!(dev[..2], [0x5b, 0x82]);
+        let (dev_len, w) = pkg_length_at(&dev[2..]);
+        assert_eq!(2 + dev_len, dev.len());
+        assert_eq!(&dev[2 + w..2 + w + 4], b"PCI0");
+        let terms = &dev[2 + w + 4..];
+        // The first terms: _HID and _CID as EisaId DWords.
+        #[rustfmt::skip]
+        let ids = [
+            0x08, b'_', b'H', b'I', b'D', 0x0c, 0x41, 0xd0, 0x0a, 0x08,
+            0x08, b'_', b'C', b'I', b'D', 0x0c, 0x41, 0xd0, 0x0a, 0x03,
+        ];
+        assert_eq!(terms[..ids.len()], ids);
+    }
+
+    /// Removes the directory when dropped, test failure or not.
+    struct TempDir(std::path::PathBuf);
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn run_iasl(dir: &std::path::Path, args: &[&str]) -> String {
+        let out = std::process::Command::new("iasl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("run iasl");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "iasl {args:?} failed:\n{text}");
+        text
+    }
+
+    /// The DSDT as ACPICA's disassembler reads it, and back: what iasl makes of the disassembly
+    /// is byte for byte our AML. Skipped when `iasl` (Debian: acpica-tools) is not installed.
+    #[test]
+    fn iasl_disassembles_and_recompiles_the_dsdt() {
+        if std::process::Command::new("iasl")
+            .arg("-v")
+            .output()
+            .is_err()
+        {
+            eprintln!("skipped: iasl not found (install acpica-tools to run this test)");
+            return;
+        }
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or_default();
+        let dir = TempDir(
+            std::env::temp_dir().join(format!("osprey-acpi-{}-{nanos}", std::process::id())),
+        );
+        std::fs::create_dir_all(&dir.0).expect("temp dir");
+        let table = dsdt();
+        std::fs::write(dir.0.join("dsdt.dat"), &table).expect("write dsdt.dat");
+
+        let log = run_iasl(&dir.0, &["-d", "dsdt.dat"]);
+        let dsl = std::fs::read_to_string(dir.0.join("dsdt.dsl")).expect("dsdt.dsl");
+        let expected = [
+            "Scope (\\_SB)".to_string(),
+            "Device (PCI0)".to_string(),
+            "EisaId (\"PNP0A08\")".to_string(),
+            "EisaId (\"PNP0A03\")".to_string(),
+            "Name (_UID, Zero)".to_string(),
+            "Name (_SEG, Zero)".to_string(),
+            "Name (_BBN, Zero)".to_string(),
+            "ResourceTemplate ()".to_string(),
+            "WordBusNumber (ResourceProducer, MinFixed, MaxFixed, PosDecode,".to_string(),
+            "IO (Decode16,".to_string(),
+            format!("0x{PCI_CONFIG_IO_BASE:04X},"),
+            format!("0x{PCI_CONFIG_IO_LEN:02X},"),
+            "WordIO (ResourceProducer, MinFixed, MaxFixed, PosDecode, EntireRange,".to_string(),
+            format!("0x{:04X},", PCI_CONFIG_IO_BASE - 1),
+            format!("0x{:04X},", PCI_CONFIG_IO_BASE + PCI_CONFIG_IO_LEN),
+            "DWordMemory (ResourceProducer, PosDecode, MinFixed, MaxFixed, NonCacheable, ReadWrite,"
+                .to_string(),
+            format!("0x{PCI_MMIO_START:08X},"),
+            format!("0x{:08X},", PCI_MMIO_END - 1),
+            format!("0x{:08X},", PCI_MMIO_END - PCI_MMIO_START),
+        ];
+        for needle in &expected {
+            assert!(
+                dsl.contains(needle.as_str()),
+                "{needle:?} missing from:\n{dsl}"
+            );
+        }
+        for bad in ["Error", "error", "could not", "Unknown", "Warning"] {
+            assert!(!dsl.contains(bad), "{bad:?} in the disassembly:\n{dsl}");
+            assert!(!log.contains(bad), "{bad:?} from iasl -d:\n{log}");
+        }
+
+        // Recompile the disassembly without optimizations (iasl would shorten `\_SB` to `_SB_`
+        // at the top level): the AML after the header, whose creator fields iasl sets to its
+        // own, must be exactly ours, and iasl must not warn.
+        let log = run_iasl(&dir.0, &["-oa", "-p", "recompiled", "dsdt.dsl"]);
+        let aml = std::fs::read(dir.0.join("recompiled.aml")).expect("recompiled.aml");
+        assert_eq!(aml[..4], table[..4]);
+        assert_eq!(aml[4..8], table[4..8], "length; iasl said:\n{log}");
+        assert_eq!(aml[HEADER_LEN..], table[HEADER_LEN..], "iasl said:\n{log}");
+        assert!(log.contains(" 0 Warnings,"), "iasl warned:\n{log}");
+        assert!(!dsl.contains("_ADR"), "a device has _HID or _ADR, not both");
     }
 }
