@@ -89,6 +89,7 @@ impl DriveHandle {
             "drive_id": self.id,
             "engine": engine,
             "requests": sum(|s| s.requests),
+            "queue_requests": snaps.iter().map(|s| s.requests).collect::<Vec<_>>(),
             "read_bytes": sum(|s| s.read_bytes),
             "write_bytes": sum(|s| s.write_bytes),
             "flushes": sum(|s| s.flushes),
