@@ -118,56 +118,111 @@ pub struct FioResult {
 #[derive(Debug, Deserialize)]
 struct FioOutput {
     #[serde(default)]
-    jobs: Vec<FioJobOutput>,
+    jobs: Vec<FioJobReport>,
 }
 
-#[derive(Debug, Deserialize)]
-struct FioJobOutput {
+/// The first job of fio's JSON (with `group_reporting`, the whole group), as far as the runner
+/// reads it. Shared by the native runs and the Linux guest's fio.
+#[derive(Debug, Clone, Deserialize)]
+pub struct FioJobReport {
+    /// fio's error code for the job (an errno; 0 when every I/O worked).
     #[serde(default)]
-    error: i64,
-    read: FioSide,
-    write: FioSide,
+    pub error: i64,
+    /// I/O errors counted (fio reports it only with `continue_on_error`).
+    #[serde(default)]
+    pub total_err: Option<u64>,
+    /// The job's options as fio echoes them (values are strings).
+    #[serde(default, rename = "job options")]
+    pub options: HashMap<String, serde_json::Value>,
+    /// Reads.
+    pub read: FioSide,
+    /// Writes.
+    pub write: FioSide,
 }
 
-#[derive(Debug, Deserialize)]
-struct FioSide {
-    #[serde(default)]
-    iops: f64,
-    #[serde(default)]
-    bw_bytes: f64,
-    #[serde(default)]
-    total_ios: u64,
-    #[serde(default)]
-    lat_ns: FioLat,
-    #[serde(default)]
-    clat_ns: FioLat,
+impl FioJobReport {
+    /// The side `rw` moves data on.
+    pub fn side(&self, rw: Rw) -> &FioSide {
+        if rw.is_read() {
+            &self.read
+        } else {
+            &self.write
+        }
+    }
+
+    /// A job option as a number (fio writes them as strings).
+    pub fn option_u64(&self, key: &str) -> Option<u64> {
+        match self.options.get(key)? {
+            serde_json::Value::String(s) => s.trim().parse().ok(),
+            v => v.as_u64(),
+        }
+    }
 }
 
-#[derive(Debug, Default, Deserialize)]
-struct FioLat {
+/// One direction (`read` or `write`) of a fio job.
+#[derive(Debug, Clone, Deserialize)]
+pub struct FioSide {
+    /// I/Os per second.
     #[serde(default)]
-    mean: f64,
+    pub iops: f64,
+    /// Bytes per second.
     #[serde(default)]
-    percentile: HashMap<String, f64>,
+    pub bw_bytes: f64,
+    /// I/Os completed.
+    #[serde(default)]
+    pub total_ios: u64,
+    /// Time the I/O ran, ms (ramp time excluded).
+    #[serde(default)]
+    pub runtime: u64,
+    /// Total latency (submission + completion).
+    #[serde(default)]
+    pub lat_ns: FioLat,
+    /// Completion latency (from submission to completion).
+    #[serde(default)]
+    pub clat_ns: FioLat,
 }
 
-/// Parses fio's `--output-format=json` (text before the first `{`, such as warnings, is skipped)
-/// for `rw`; `cpu_ms` is fio's measured CPU time if known.
-pub fn parse_fio_json(text: &str, rw: Rw, cpu_ms: Option<f64>) -> Result<FioResult, FioError> {
+/// A latency summary of fio's, ns.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct FioLat {
+    /// Mean.
+    #[serde(default)]
+    pub mean: f64,
+    /// Percentiles by fio's key (`"99.000000"`); only where fio computed them.
+    #[serde(default)]
+    pub percentile: HashMap<String, f64>,
+}
+
+impl FioLat {
+    /// The percentile `p` (e.g. 99.0), if fio reported it.
+    pub fn pct(&self, p: f64) -> Option<f64> {
+        self.percentile.get(&format!("{p:.6}")).copied()
+    }
+}
+
+/// Parses the first job of fio's `--output-format=json` (text before the first `{`, such as
+/// warnings, is skipped).
+pub fn parse_fio_job(text: &str) -> Result<FioJobReport, FioError> {
     let start = text.find('{').unwrap_or(0);
     let out: FioOutput = serde_json::from_str(&text[start..])?;
-    let job = out.jobs.into_iter().next().ok_or(FioError::NoJob(-1))?;
+    out.jobs.into_iter().next().ok_or(FioError::NoJob(-1))
+}
+
+/// Parses fio's JSON for `rw` into the native numbers; `cpu_ms` is fio's measured CPU time if
+/// known.
+pub fn parse_fio_json(text: &str, rw: Rw, cpu_ms: Option<f64>) -> Result<FioResult, FioError> {
+    let job = parse_fio_job(text)?;
     if job.error != 0 {
         return Err(FioError::NoJob(job.error));
     }
-    let side = if rw.is_read() { job.read } else { job.write };
-    let pct = |k: &str| side.clat_ns.percentile.get(k).copied().unwrap_or(f64::NAN) / 1e3;
+    let side = job.side(rw);
+    let pct = |p: f64| side.clat_ns.pct(p).unwrap_or(f64::NAN) / 1e3;
     Ok(FioResult {
         iops: side.iops,
         bw_mib_s: side.bw_bytes / f64::from(1u32 << 20),
         lat_mean_us: side.lat_ns.mean / 1e3,
-        lat_p50_us: pct("50.000000"),
-        lat_p99_us: pct("99.000000"),
+        lat_p50_us: pct(50.0),
+        lat_p99_us: pct(99.0),
         cpu_us: cpu_ms.map_or(f64::NAN, |ms| us_per_io(ms, side.total_ios)),
         ios: side.total_ios,
     })

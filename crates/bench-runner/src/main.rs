@@ -1,12 +1,17 @@
-//! `osprey-bench`: Osprey's workload matrix runner. Boots Osprey's test guest once per run of
-//! every point of a matrix (rw × bs × queue depth × queues × engine × polling × max_batch), runs
-//! host fio on the same store as the native reference, and writes `results.csv`, `results.md`
-//! and SVG plots. See docs/benchmarks.md.
+//! `osprey-bench`: Osprey's workload matrix runner. Boots a guest (Osprey's test guest, or fio in
+//! the Linux kit with `--guest linux`) once per run of every point of a matrix (rw × bs × queue
+//! depth × queues × engine × polling × max_batch), runs host fio on the same store as the native
+//! reference, and writes `results.csv`, `results.md` and SVG plots. See docs/benchmarks.md.
 
 mod blk_report;
 mod cli;
 mod fio;
+mod guest;
+mod guest_linux;
+mod guest_test;
+mod host_kvm;
 mod interrupt;
+mod kit_report;
 mod machine;
 mod matrix;
 mod point_run;

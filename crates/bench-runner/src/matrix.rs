@@ -1,6 +1,6 @@
 //! The workload matrix: what one point is (rw × bs × qd × queues × engine × polling × max_batch ×
 //! irq), parsing each dimension's values, and expanding the lists into points, setting aside the
-//! points the test guest cannot run (its 8 MiB data pool).
+//! points the test guest cannot run (its 8 MiB data pool; the Linux guest has no such limit).
 
 use std::fmt;
 use std::str::FromStr;
@@ -286,8 +286,15 @@ fn dedup<T: PartialEq + Clone>(v: &[T]) -> Vec<T> {
 
 impl MatrixSpec {
     /// Every combination, in the order given (outermost rw, innermost irq), duplicates
-    /// removed; points over the guest's 8 MiB pool go to `skipped`.
+    /// removed; points over the test guest's 8 MiB pool go to `skipped`. (The runner uses
+    /// [`expand_with`](Self::expand_with) and its guest's limit.)
+    #[cfg(test)]
     pub fn expand(&self) -> Matrix {
+        self.expand_with(Some(GUEST_POOL_BYTES))
+    }
+
+    /// [`expand`](Self::expand) with a pool limit of `pool_limit` bytes (None: none).
+    pub fn expand_with(&self, pool_limit: Option<u64>) -> Matrix {
         let (rw, bs, qd, queues) = (
             dedup(&self.rw),
             dedup(&self.bs),
@@ -330,12 +337,13 @@ impl MatrixSpec {
                 max_batch: max_batch[i[6]],
                 irq: irq[i[7]],
             };
-            if point.guest_pool_bytes() > GUEST_POOL_BYTES {
+            if let Some(limit) = pool_limit.filter(|l| point.guest_pool_bytes() > *l) {
                 m.skipped.push(Skipped {
                     point,
                     reason: format!(
-                        "bs·qd·queues = {} > the guest's 8 MiB pool",
-                        format_size(point.guest_pool_bytes())
+                        "bs·qd·queues = {} > the guest's {} pool",
+                        format_size(point.guest_pool_bytes()),
+                        crate::units::format_bytes(limit)
                     ),
                 });
             } else {
@@ -448,5 +456,8 @@ mod tests {
         assert_eq!(edge.expand().skipped.len(), 1);
         // Count by hand: bs 4k: all 6 fit. 128k: qd1 q1/q4, qd32 q1 fit (3); 1m: qd1 q1/q4 (2).
         assert_eq!(m.points.len(), 6 + 3 + 2);
+        // Without a limit (the Linux guest) nothing is skipped.
+        let all = s.expand_with(None);
+        assert_eq!((all.points.len(), all.skipped.len()), (3 * 3 * 2, 0));
     }
 }

@@ -1,14 +1,19 @@
-//! Measuring one point: a short probe run sizes the request count so a run lasts about
-//! `--seconds`, an optional unrecorded warm-up refines it, then `--repeats` recorded runs.
+//! Measuring one point. Test guest: a short probe run sizes the request count so a run lasts
+//! about `--seconds`, an optional unrecorded warm-up refines it, then `--repeats` recorded runs.
+//! Linux guest: fio is time-based, so just `--repeats` recorded runs (one boot each) of
+//! `--seconds`, each after `--warmup` seconds of fio's `ramp_time`.
 
 use std::path::Path;
 use std::time::Duration;
 
+use crate::guest::Guest;
+use crate::guest_linux::{LinuxKit, LinuxRun};
+use crate::guest_test::TestRun;
 use crate::interrupt::interrupted;
 use crate::matrix::Point;
 use crate::sample::RunSample;
 use crate::summary::PointSummary;
-use crate::vm_config::RunParams;
+use crate::vm_config::DriveParams;
 use crate::vm_run::{run_point, RunFiles};
 
 /// What every run of every point shares.
@@ -16,16 +21,14 @@ use crate::vm_run::{run_point, RunFiles};
 pub struct PointEnv<'a> {
     /// Osprey binary.
     pub osprey: &'a Path,
-    /// Test guest.
-    pub guest: &'a Path,
+    /// The guest.
+    pub guest: &'a Guest,
     /// Store path.
     pub store: &'a Path,
     /// Store opened with O_DIRECT.
     pub direct: bool,
     /// Bytes of the store in use.
     pub range: u64,
-    /// vCPU TSC kHz.
-    pub tsc_khz: u64,
     /// Output directory.
     pub out: &'a Path,
     /// Seconds per recorded run.
@@ -39,7 +42,8 @@ pub struct PointEnv<'a> {
 /// A measured point.
 #[derive(Debug, Clone)]
 pub struct Measured {
-    /// Requests in the first recorded run (later ones are re-sized from the one before).
+    /// Requests in the first recorded run (test guest: asked for, later ones are re-sized from
+    /// the one before; Linux: what fio completed, 0 if it failed).
     pub count: u64,
     /// Summary of the recorded runs that worked.
     pub summary: Option<PointSummary>,
@@ -75,13 +79,32 @@ fn deadline(count: u64, iops: f64) -> Duration {
 
 /// Measures `p` (the `index`-th point).
 pub fn measure(env: &PointEnv<'_>, index: usize, p: &Point) -> Measured {
-    let params = |count: u64, seed: u64| RunParams {
-        guest: env.guest,
+    match env.guest {
+        Guest::Test { elf, tsc_khz } => measure_test_guest(env, elf, *tsc_khz, index, p),
+        Guest::Linux(kit) => measure_linux(env, kit, index, p),
+    }
+}
+
+fn drive<'a>(env: &PointEnv<'a>) -> DriveParams<'a> {
+    DriveParams {
         store: env.store,
         direct: env.direct,
+    }
+}
+
+fn measure_test_guest(
+    env: &PointEnv<'_>,
+    elf: &Path,
+    tsc_khz: u64,
+    index: usize,
+    p: &Point,
+) -> Measured {
+    let drive = drive(env);
+    let params = |count: u64, seed: u64| TestRun {
+        elf,
         range: env.range,
         count,
-        tsc_khz: env.tsc_khz,
+        tsc_khz,
         seed,
     };
     let files = |what: &str| RunFiles::new(env.out, &format!("point-{index:03}-{what}"));
@@ -89,6 +112,7 @@ pub fn measure(env: &PointEnv<'_>, index: usize, p: &Point) -> Measured {
     let probe = run_point(
         env.osprey,
         p,
+        &drive,
         &params(floor, 1),
         &files("probe"),
         Duration::from_secs(120),
@@ -108,6 +132,7 @@ pub fn measure(env: &PointEnv<'_>, index: usize, p: &Point) -> Measured {
         if let Ok(s) = run_point(
             env.osprey,
             p,
+            &drive,
             &params(n, 1),
             &files("warmup"),
             deadline(n, iops),
@@ -128,6 +153,7 @@ pub fn measure(env: &PointEnv<'_>, index: usize, p: &Point) -> Measured {
         match run_point(
             env.osprey,
             p,
+            &drive,
             &params(count, u64::from(r) + 1),
             &files(&name),
             deadline(count, iops),
@@ -145,6 +171,45 @@ pub fn measure(env: &PointEnv<'_>, index: usize, p: &Point) -> Measured {
     }
     Measured {
         count: first_count,
+        summary: (!samples.is_empty()).then(|| PointSummary::of(&samples)),
+        error,
+    }
+}
+
+fn measure_linux(env: &PointEnv<'_>, kit: &LinuxKit, index: usize, p: &Point) -> Measured {
+    let drive = drive(env);
+    let mut samples: Vec<RunSample> = Vec::new();
+    let mut error = None;
+    for r in 0..env.repeats {
+        if interrupted() {
+            error.get_or_insert_with(|| "interrupted".to_string());
+            break;
+        }
+        let name = format!("run{}", r + 1);
+        let stem = format!("point-{index:03}-{name}");
+        let run = LinuxRun {
+            kit,
+            name: stem.clone(),
+            range: env.range,
+            seconds: env.seconds,
+            ramp: env.warmup,
+        };
+        match run_point(
+            env.osprey,
+            p,
+            &drive,
+            &run,
+            &RunFiles::new(env.out, &stem),
+            run.deadline(),
+        ) {
+            Ok(s) => samples.push(s),
+            Err(e) => {
+                error.get_or_insert_with(|| format!("{name}: {e}"));
+            }
+        }
+    }
+    Measured {
+        count: samples.first().map_or(0, |s| s.requests),
         summary: (!samples.is_empty()).then(|| PointSummary::of(&samples)),
         error,
     }

@@ -159,7 +159,7 @@ pub fn probe_vmm(osprey: &Path, guest: &Path) -> Result<VmmProbe, PrereqError> {
     ];
     let out = run_osprey(osprey, &args, Duration::from_secs(60))
         .map_err(|e| PrereqError::Probe(e.to_string()))?
-        .map_err(|d| PrereqError::Probe(format!("no exit within {d:?}")))?;
+        .map_err(|t| PrereqError::Probe(format!("no exit within {:?}", t.after)))?;
     let log = VmmLog::parse(&out.log).map_err(|e| PrereqError::Probe(e.to_string()))?;
     let tail = || {
         out.log

@@ -8,12 +8,15 @@ use anyhow::{bail, Context};
 
 use crate::cli::Settings;
 use crate::fio::{run_fio, FioCache, FioJob, FioResult};
+use crate::guest::{Guest, GuestKind};
+use crate::guest_linux::{check_host, fio_spec, LinuxKit};
+use crate::host_kvm::KvmFlavor;
 use crate::interrupt::{self, interrupted};
 use crate::machine::{Machine, UtcTime};
 use crate::matrix::Point;
 use crate::point_run::{measure, PointEnv};
 use crate::prereq::{ensure_fio, guest_image, osprey_binary, probe_vmm, repo_root};
-use crate::report::markdown::{ReportHeader, GUEST_NOTE};
+use crate::report::markdown::ReportHeader;
 use crate::report::row::{PointOutcome, ResultRow};
 use crate::store::{Store, StoreKind};
 use crate::units::format_bytes;
@@ -33,16 +36,22 @@ pub enum Outcome {
 }
 
 fn print_plan(settings: &Settings, points: &[Point], skipped: &[crate::matrix::Skipped]) {
+    let extra = match (settings.guest, settings.warmup > 0.0) {
+        (GuestKind::TestGuest, true) => format!("+ probe, {} s warm-up", settings.warmup),
+        (GuestKind::TestGuest, false) => "+ probe".to_string(),
+        (GuestKind::Linux, true) => {
+            format!(
+                "one Linux boot each, after {} s of ramp_time",
+                settings.warmup
+            )
+        }
+        (GuestKind::Linux, false) => "one Linux boot each".to_string(),
+    };
     eprintln!(
-        "osprey-bench: {} point(s), {} run(s) of {} s each (+ probe{}), {} skipped",
+        "osprey-bench: {} point(s), {} run(s) of {} s each ({extra}), {} skipped",
         points.len(),
         settings.repeats,
         settings.seconds,
-        if settings.warmup > 0.0 {
-            format!(", {} s warm-up", settings.warmup)
-        } else {
-            String::new()
-        },
         skipped.len()
     );
     for s in skipped {
@@ -52,12 +61,31 @@ fn print_plan(settings: &Settings, points: &[Point], skipped: &[crate::matrix::S
 
 /// Runs the matrix.
 pub fn run(settings: &Settings, command: &str) -> anyhow::Result<Outcome> {
-    let matrix = settings.spec.expand();
-    eprintln!("osprey-bench: note: {GUEST_NOTE}");
+    let matrix = settings.matrix();
+    let linux = settings.guest == GuestKind::Linux;
+    let flavor = KvmFlavor::detect();
+    // A host that cannot run the Linux guest is the one error to show (no plan before it).
+    let host_warning = if linux && !settings.dry_run {
+        check_host(flavor, settings.force_linux_guest)?
+    } else {
+        None
+    };
+    eprintln!("osprey-bench: note: {}", settings.guest.note());
     print_plan(settings, &matrix.points, &matrix.skipped);
     if settings.dry_run {
+        if linux {
+            if let Err(e) = check_host(flavor, settings.force_linux_guest) {
+                eprintln!("osprey-bench: note: a real run would stop here: {e}");
+            }
+        }
+        let range = settings.store_size.min(GUEST_RANGE_MAX);
         for (i, p) in matrix.points.iter().enumerate() {
             println!("{:>4} {}", i + 1, p.label());
+            if linux {
+                let name = format!("point-{:03}-run1", i + 1);
+                let spec = fio_spec(p, &name, range, settings.seconds, settings.warmup);
+                println!("     osprey.fio={spec}");
+            }
         }
         return Ok(Outcome::AllOk);
     }
@@ -68,15 +96,43 @@ pub fn run(settings: &Settings, command: &str) -> anyhow::Result<Outcome> {
         return Err(crate::store::StoreError::NotRoot.into());
     }
     let root = repo_root();
+    // The Linux guest's checks come first: they need no build.
+    let kit = if linux {
+        if let Some(w) = host_warning {
+            eprintln!("osprey-bench: warning: {w}");
+        }
+        Some(LinuxKit::find(&root, settings.linux_kit.as_deref())?)
+    } else {
+        None
+    };
     let osprey = osprey_binary(&root, settings.osprey.as_deref())?;
-    let guest = guest_image(&root, settings.guest.as_deref())?;
-    let probe = probe_vmm(&osprey, &guest)?;
-    eprintln!(
-        "osprey-bench: {}; KVM: {}; vCPU TSC {} kHz",
-        osprey.display(),
-        probe.kvm,
-        probe.tsc_khz
-    );
+    let (guest, kvm, tsc_khz, guest_desc) = match kit {
+        Some(kit) => {
+            let desc = kit.describe();
+            eprintln!(
+                "osprey-bench: {}; KVM: {}; guest: {desc}",
+                osprey.display(),
+                flavor.describe()
+            );
+            (Guest::Linux(kit), flavor.describe().to_string(), None, desc)
+        }
+        None => {
+            let elf = guest_image(&root, settings.test_guest_elf.as_deref())?;
+            let probe = probe_vmm(&osprey, &elf)?;
+            eprintln!(
+                "osprey-bench: {}; KVM: {}; vCPU TSC {} kHz",
+                osprey.display(),
+                probe.kvm,
+                probe.tsc_khz
+            );
+            let desc = format!("test guest {}", elf.display());
+            let guest = Guest::Test {
+                elf,
+                tsc_khz: probe.tsc_khz,
+            };
+            (guest, probe.kvm, Some(probe.tsc_khz), desc)
+        }
+    };
     interrupt::install();
     let started_at = UtcTime::now();
     let started = Instant::now();
@@ -121,7 +177,6 @@ pub fn run(settings: &Settings, command: &str) -> anyhow::Result<Outcome> {
         store: &store.path,
         direct: store.direct,
         range,
-        tsc_khz: probe.tsc_khz,
         out: &out,
         seconds: settings.seconds,
         warmup: settings.warmup,
@@ -175,14 +230,9 @@ pub fn run(settings: &Settings, command: &str) -> anyhow::Result<Outcome> {
     let store_desc = store.describe();
     drop(store);
 
-    let machine = Machine::describe(&root, &probe.kvm, started_at);
-    let mut header = ReportHeader {
-        machine,
-        command: command.to_string(),
-        osprey: osprey.display().to_string(),
-        store: store_desc,
-        tsc_khz: probe.tsc_khz,
-        timing: format!(
+    let machine = Machine::describe(&root, &kvm, started_at);
+    let timing = match settings.guest {
+        GuestKind::TestGuest => format!(
             "{} s per recorded run, median of {}, {} warm-up, request counts sized by a probe run",
             settings.seconds,
             settings.repeats,
@@ -192,6 +242,26 @@ pub fn run(settings: &Settings, command: &str) -> anyhow::Result<Outcome> {
                 "no".to_string()
             }
         ),
+        GuestKind::Linux => format!(
+            "{} s of fio per recorded run ({}), median of {}, one Linux boot per run",
+            settings.seconds,
+            if settings.warmup > 0.0 {
+                format!("after {} s of ramp_time", settings.warmup)
+            } else {
+                "no ramp_time".to_string()
+            },
+            settings.repeats
+        ),
+    };
+    let mut header = ReportHeader {
+        machine,
+        command: command.to_string(),
+        osprey: osprey.display().to_string(),
+        store: store_desc,
+        guest: settings.guest,
+        guest_desc,
+        tsc_khz,
+        timing,
         native_note,
         elapsed_s: started.elapsed().as_secs_f64(),
         plots: Vec::new(),

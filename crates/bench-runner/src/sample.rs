@@ -1,9 +1,12 @@
-//! One recorded run of a point: the guest's `BLK` report and Osprey's stop-time log turned into
-//! per-I/O numbers (IOPS, bandwidth, latency, CPU per I/O, kicks and interrupts per I/O).
+//! One recorded run of a point: the guest's report (the test guest's `BLK` line here; the Linux
+//! kit's fio JSON in `kit_report.rs`) and Osprey's stop-time log turned into per-I/O numbers
+//! (IOPS, bandwidth, latency, CPU per I/O, kicks and interrupts per I/O). A number the guest
+//! cannot give is NaN ("not measured": an empty cell in the outputs).
 
 use thiserror::Error;
 
 use crate::blk_report::BlkReport;
+use crate::guest::GuestError;
 use crate::vmm_log::VmmLog;
 
 /// A run whose outputs do not add up to a sample.
@@ -49,14 +52,14 @@ pub fn ratio(guest: f64, native: Option<f64>) -> Option<f64> {
     }
 }
 
-/// One run's numbers.
+/// One run's numbers (NaN: not measured with this guest).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct RunSample {
     /// Guest-measured requests per second.
     pub iops: f64,
     /// Guest-measured MiB/s.
     pub bw_mib_s: f64,
-    /// Mean latency, µs (submit to seen in the used ring).
+    /// Mean latency, µs (test guest: submit to seen in the used ring; Linux: fio's clat).
     pub lat_mean_us: f64,
     /// Median latency, µs.
     pub lat_p50_us: f64,
@@ -93,10 +96,7 @@ pub struct RunSample {
 impl RunSample {
     /// Combines a run's `BLK` report with Osprey's log. Per-I/O numbers divide by the guest's
     /// completed requests; CPU times cover the whole VM life (boot and set-up included).
-    pub fn from_outputs(
-        report: &BlkReport,
-        log: &VmmLog,
-    ) -> Result<Self, crate::vm_run::VmRunError> {
+    pub fn from_outputs(report: &BlkReport, log: &VmmLog) -> Result<Self, GuestError> {
         let run = report.main_run()?;
         if run.timed_out {
             return Err(SampleError::TimedOut(run.requests).into());

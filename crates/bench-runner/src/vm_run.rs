@@ -1,5 +1,5 @@
 //! Runs Osprey once: writes the VM config, spawns the binary with a deadline, keeps its console
-//! and log (also on disk, for a post-mortem), and turns them into a [`RunSample`].
+//! and log (also on disk, for a post-mortem), and has the guest turn them into a [`RunSample`].
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -9,11 +9,10 @@ use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
-use crate::blk_report::{BlkReport, BlkReportError};
+use crate::guest::{GuestError, GuestRun};
 use crate::matrix::Point;
-use crate::sample::{RunSample, SampleError};
-use crate::vm_config::{vm_config, RunParams};
-use crate::vmm_log::{VmmLog, VmmLogError};
+use crate::sample::RunSample;
+use crate::vm_config::{vm_config, DriveParams};
 
 /// A run that produced no sample.
 #[derive(Debug, Error)]
@@ -30,28 +29,61 @@ pub enum VmRunError {
         source: std::io::Error,
     },
     /// Osprey ran past its deadline and was killed.
-    #[error("Osprey did not finish within {0:?} (killed); see {1}")]
-    Timeout(Duration, PathBuf),
-    /// The guest's report is missing or bad.
+    #[error("Osprey did not finish within {0:?} (killed); console ends: {1}; see {2}")]
+    Timeout(Duration, String, PathBuf),
+    /// The guest's outputs do not make a sample.
     #[error("{source} (osprey {status}; see {log})")]
     Report {
         /// Why.
         #[source]
-        source: BlkReportError,
+        source: GuestError,
         /// Osprey's exit status.
         status: ExitStatus,
         /// Saved log.
         log: PathBuf,
     },
-    /// A report from the BLK line's runs.
-    #[error(transparent)]
-    Blk(#[from] BlkReportError),
-    /// Osprey's log is missing a line.
-    #[error(transparent)]
-    Log(#[from] VmmLogError),
-    /// The numbers do not make a sample.
-    #[error(transparent)]
-    Sample(#[from] SampleError),
+}
+
+/// A killed Osprey process's output so far.
+#[derive(Debug, Clone)]
+pub struct TimedOut {
+    /// The deadline it ran past.
+    pub after: Duration,
+    /// Guest console (stdout) up to the kill.
+    pub console: String,
+    /// Osprey's log (stderr) up to the kill.
+    pub log: String,
+}
+
+/// Lines kept by [`excerpt`].
+const EXCERPT_LINES: usize = 6;
+/// Characters kept by [`excerpt`].
+const EXCERPT_CHARS: usize = 600;
+
+/// The last few of `lines` as `a | b | c` (at most 6 lines and 600 characters, the end kept),
+/// for error messages; `(empty)` for none.
+pub fn excerpt<S: AsRef<str>>(lines: &[S]) -> String {
+    let start = lines.len().saturating_sub(EXCERPT_LINES);
+    let text = lines[start..]
+        .iter()
+        .map(|l| l.as_ref().trim())
+        .collect::<Vec<_>>()
+        .join(" | ");
+    let n = text.chars().count();
+    if text.is_empty() {
+        "(empty)".to_string()
+    } else if n <= EXCERPT_CHARS {
+        text
+    } else {
+        let kept: String = text.chars().skip(n - EXCERPT_CHARS).collect();
+        format!("…{kept}")
+    }
+}
+
+/// The last non-empty lines of a console, as [`excerpt`] shows them.
+pub fn console_tail(console: &str) -> String {
+    let lines: Vec<&str> = console.lines().filter(|l| !l.trim().is_empty()).collect();
+    excerpt(&lines)
 }
 
 /// A finished Osprey process's output.
@@ -74,12 +106,12 @@ fn reader(mut src: impl Read + Send + 'static) -> thread::JoinHandle<String> {
     })
 }
 
-/// Runs `osprey ARGS` to completion or `deadline` (then kills it).
+/// Runs `osprey ARGS` to completion or `deadline` (then kills it and returns what it printed).
 pub fn run_osprey(
     osprey: &Path,
     args: &[&std::ffi::OsStr],
     deadline: Duration,
-) -> Result<Result<VmOutput, Duration>, std::io::Error> {
+) -> Result<Result<VmOutput, TimedOut>, std::io::Error> {
     let mut child = Command::new(osprey)
         .args(args)
         .stdin(Stdio::null())
@@ -109,7 +141,11 @@ pub fn run_osprey(
             log,
             status,
         }),
-        None => Err(deadline),
+        None => Err(TimedOut {
+            after: deadline,
+            console,
+            log,
+        }),
     })
 }
 
@@ -144,15 +180,16 @@ fn write(path: &Path, what: &'static str, data: &[u8]) -> Result<(), VmRunError>
     std::fs::write(path, data).map_err(io)
 }
 
-/// Boots the guest for one run of `point` and returns its sample.
+/// Boots `guest` for one run of `point` and returns its sample.
 pub fn run_point(
     osprey: &Path,
     point: &Point,
-    params: &RunParams<'_>,
+    drive: &DriveParams<'_>,
+    guest: &impl GuestRun,
     files: &RunFiles,
     deadline: Duration,
 ) -> Result<RunSample, VmRunError> {
-    let config = vm_config(point, params);
+    let config = vm_config(point, drive, &guest.boot(point));
     let text = serde_json::to_string_pretty(&config).unwrap_or_else(|_| config.to_string());
     write(&files.config, "Cannot write the VM config", text.as_bytes())?;
     let args = [std::ffi::OsStr::new("--config"), files.config.as_os_str()];
@@ -161,17 +198,46 @@ pub fn run_point(
         path: osprey.to_path_buf(),
         source,
     })?;
+    let save = |console: &str, log: &str| {
+        let saved = format!("== console ==\n{console}\n== log ==\n{log}");
+        write(&files.log, "Cannot write the run log", saved.as_bytes())
+    };
     let out = match out {
         Ok(out) => out,
-        Err(d) => return Err(VmRunError::Timeout(d, files.log.clone())),
+        Err(t) => {
+            save(&t.console, &t.log)?;
+            return Err(VmRunError::Timeout(
+                t.after,
+                console_tail(&t.console),
+                files.log.clone(),
+            ));
+        }
     };
-    let saved = format!("== console ==\n{}\n== log ==\n{}", out.console, out.log);
-    write(&files.log, "Cannot write the run log", saved.as_bytes())?;
-    let report = BlkReport::from_console(&out.console).map_err(|source| VmRunError::Report {
-        source,
-        status: out.status,
-        log: files.log.clone(),
-    })?;
-    let log = VmmLog::parse(&out.log)?;
-    RunSample::from_outputs(&report, &log)
+    save(&out.console, &out.log)?;
+    guest
+        .sample(point, &out)
+        .map_err(|source| VmRunError::Report {
+            source,
+            status: out.status,
+            log: files.log.clone(),
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn excerpts_keep_the_end() {
+        assert_eq!(console_tail("a\n\n  b\r\nc\n"), "a | b | c");
+        assert_eq!(console_tail(""), "(empty)");
+        let many: Vec<String> = (1..=10).map(|i| format!("line {i}")).collect();
+        assert_eq!(
+            excerpt(&many),
+            "line 5 | line 6 | line 7 | line 8 | line 9 | line 10"
+        );
+        let long = excerpt(&[format!("{}end", "x".repeat(1000))]);
+        assert!(long.starts_with('…') && long.ends_with("xend"), "{long}");
+        assert_eq!(long.chars().count(), 601);
+    }
 }

@@ -4,6 +4,7 @@
 use std::fmt::Write as _;
 
 use super::row::ResultRow;
+use crate::guest::GuestKind;
 use crate::machine::Machine;
 use crate::matrix::Skipped;
 use crate::units::thousands;
@@ -19,8 +20,12 @@ pub struct ReportHeader {
     pub osprey: String,
     /// The store's description.
     pub store: String,
-    /// vCPU TSC kHz.
-    pub tsc_khz: u64,
+    /// The guest kind.
+    pub guest: GuestKind,
+    /// The guest's files (ELF, or kit directory and kernel).
+    pub guest_desc: String,
+    /// vCPU TSC kHz (the test guest's clock), if read.
+    pub tsc_khz: Option<u64>,
     /// Seconds per run, repeats, warm-up.
     pub timing: String,
     /// Why the native columns are empty, if they are.
@@ -32,13 +37,6 @@ pub struct ReportHeader {
     /// The run was interrupted.
     pub interrupted: bool,
 }
-
-/// Why the runner drives Osprey's test guest rather than fio in a Linux guest.
-pub const GUEST_NOTE: &str = "This runner drives Osprey's test guest (guest-images/test-guest, \
-`mode=blk`): a minimal virtio-blk driver and load generator that runs its hot loop in ring 3. \
-On kvm_pvm hosts (software nested KVM, no VMX/SVM) guest ring 0 runs in KVM's instruction \
-emulator, so a Linux guest cannot get as far as user space and fio cannot run inside it. On \
-hosts with hardware virtualization the runner could drive fio inside a Linux guest instead.";
 
 fn num(x: Option<f64>, digits: usize) -> String {
     x.map_or_else(|| "–".into(), |v| format!("{v:.digits$}"))
@@ -70,23 +68,17 @@ pub fn render(h: &ReportHeader, rows: &[ResultRow], skipped: &[Skipped]) -> Stri
     let _ = writeln!(s, "| KVM | {} |", m.kvm);
     let _ = writeln!(s, "| Osprey | {} (commit {}) |", h.osprey, m.commit);
     let _ = writeln!(s, "| store | {} |", h.store);
-    let _ = writeln!(s, "| vCPU TSC | {} kHz |", thousands(h.tsc_khz as f64));
+    let _ = writeln!(s, "| guest | {} ({}) |", h.guest, h.guest_desc);
+    if let Some(khz) = h.tsc_khz {
+        let _ = writeln!(s, "| vCPU TSC | {} kHz |", thousands(khz as f64));
+    }
     let _ = writeln!(s, "| runs | {} |", h.timing);
-    let _ = writeln!(
-        s,
-        "| VM | 1 vCPU, 256 MiB, one virtio-blk drive (queue size 256) on iothread io0 |\n"
-    );
-    let _ = writeln!(s, "{GUEST_NOTE}\n");
+    let _ = writeln!(s, "| VM | {} |\n", h.guest.vm_line());
+    let _ = writeln!(s, "{}\n", h.guest.note());
     if let Some(n) = &h.native_note {
         let _ = writeln!(s, "Native (host fio) columns are empty: {n}.\n");
     }
-    let _ = writeln!(
-        s,
-        "IOPS and latency are the guest's own measurements; CPU/IO is Osprey's CPU time \
-         (all threads, vCPU threads, dataplane threads) per completed request, boot included; \
-         native is host fio on the same store (see docs/benchmarks.md for every column and the \
-         fio mapping). Values are medians over the repeats; spread is the min–max IOPS.\n"
-    );
+    let _ = writeln!(s, "{}\n", h.guest.numbers_note());
 
     let mut groups: Vec<(String, String)> = Vec::new();
     for r in rows {
@@ -217,5 +209,18 @@ mod tests {
         assert!(md.contains("## Host fio (native)"));
         assert!(md.contains("| randread | 4k | io_uring qd32×1 | 300,000 |"));
         assert!(md.contains("kvm_pvm"));
+        assert!(md.contains("| VM | 1 vCPU, 256 MiB"));
+        let linux = render(
+            &ReportHeader {
+                guest: GuestKind::Linux,
+                ..ReportHeader::default()
+            },
+            &[row(1, 1, 20_000.0)],
+            &[],
+        );
+        assert!(linux.contains("| guest | linux ("));
+        assert!(linux.contains("fio inside a Linux guest"));
+        assert!(linux.contains("not measured"));
+        assert!(!linux.contains("vCPU TSC"));
     }
 }
