@@ -4,7 +4,7 @@ CARGO ?= cargo
 GUEST := guest-images/build/test-guest.elf
 DISK := guest-images/build/disk.img
 
-.PHONY: all build guest kernel run test test-unit test-guest-check lint fmt clean help
+.PHONY: all build guest kernel kit run test test-linux test-unit test-guest-check lint fmt clean help
 
 help:
 	@echo "make run     build everything and boot examples/test-guest.json: a disk workload (the main job)"
@@ -12,6 +12,8 @@ help:
 	@echo "make lint    rustfmt check and clippy (warnings are errors)"
 	@echo "make guest   build Osprey's test guest ($(GUEST))"
 	@echo "make kernel  fetch the Debian cloud kernel into guest-images/cache/linux"
+	@echo "make kit     build the Linux kit (initramfs with busybox + fio, ext4 root disk) next to it"
+	@echo "make test-linux  the Linux guest tests alone (fio runs only on vmx/svm hosts; elsewhere: NOT RUN)"
 	@echo "make fuzz-smoke  run each fuzz target (fuzz/) for about 30 s; needs cargo-fuzz"
 
 all: build guest
@@ -24,6 +26,13 @@ guest:
 
 kernel:
 	bash guest-images/linux/fetch-kernel.sh
+
+kit: kernel
+	bash guest-images/linux/build-kit.sh
+
+# Linux guests: kernel milestones everywhere; fio inside Linux where the host has vmx/svm.
+test-linux: kit build
+	$(CARGO) test --release -p vmm --test linux_fio --test linux_milestones -- --nocapture
 
 $(DISK):
 	mkdir -p $(dir $@)
