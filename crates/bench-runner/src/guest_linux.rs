@@ -13,12 +13,12 @@ use std::time::Duration;
 use thiserror::Error;
 
 use crate::guest::{Boot, GuestError, GuestRun};
-use crate::host_kvm::KvmFlavor;
 use crate::kit_report::{kit_sample, KitError};
 use crate::matrix::Point;
 use crate::sample::RunSample;
 use crate::vm_run::VmOutput;
 use crate::vmm_log::VmmLog;
+use vmm::host::KvmFlavor;
 
 /// Kernel command line before the fio spec: serial console, reset on reboot and on panic (so
 /// Osprey exits), kernel messages only from warnings up.

@@ -9,7 +9,6 @@ mod fio;
 mod guest;
 mod guest_linux;
 mod guest_test;
-mod host_kvm;
 mod interrupt;
 mod kit_report;
 mod machine;

@@ -10,7 +10,6 @@ use crate::cli::Settings;
 use crate::fio::{run_fio, FioCache, FioJob, FioResult};
 use crate::guest::{Guest, GuestKind};
 use crate::guest_linux::{check_host, fio_spec, LinuxKit};
-use crate::host_kvm::KvmFlavor;
 use crate::interrupt::{self, interrupted};
 use crate::machine::{Machine, UtcTime};
 use crate::matrix::Point;
@@ -20,6 +19,7 @@ use crate::report::markdown::ReportHeader;
 use crate::report::row::{PointOutcome, ResultRow};
 use crate::store::{Store, StoreKind};
 use crate::units::format_bytes;
+use vmm::host::KvmFlavor;
 
 /// The most of the store the guest uses (its `range=` cap).
 const GUEST_RANGE_MAX: u64 = 1 << 30;
