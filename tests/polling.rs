@@ -165,3 +165,58 @@ fn bad_poll_settings_are_refused_with_the_field_named() {
         assert!(stderr.contains(want), "want `{want}` in: {stderr}");
     }
 }
+
+/// `iothreads[].cpu_affinity` pins the dataplane thread: while the guest works, the kernel's
+/// view of the `iothread-io0` task allows exactly the configured CPU.
+#[test]
+fn iothread_is_pinned_to_its_configured_cpus() {
+    let _one = serial();
+    // SAFETY: sched_getaffinity fills the zeroed set; CPU_ISSET only reads it.
+    let allowed: Vec<usize> = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        assert_eq!(
+            libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set),
+            0
+        );
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect()
+    };
+    let cpu = *allowed.last().expect("an allowed CPU");
+    let disk = Disk::new("affinity", 16 << 20);
+    let cfg = json!({
+        "machine-config": {"vcpu_count": 1, "mem_size_mib": 64},
+        "boot-source": {"kernel_image_path": common::test_guest(),
+                        "boot_args": "mode=blk rw=randread bs=4096 qd=1 count=400 think_us=5000"},
+        "drives": [{"drive_id": "disk0", "path_on_host": disk.path, "io_engine": "Sync"}],
+        "iothreads": [{"id": "io0", "cpu_affinity": [cpu]}],
+    });
+    let cfg_path = disk.dir.join("vm.json");
+    std::fs::write(&cfg_path, cfg.to_string()).expect("config");
+    let mut vm = common::Vmm::spawn(["--config".as_ref(), cfg_path.as_os_str()]);
+    let pinned = vm.wait_console(std::time::Duration::from_secs(30), |l| l.contains("ready"));
+    assert!(pinned.is_some(), "guest never ready\n{}", vm.log_text());
+    let tasks = std::path::PathBuf::from(format!("/proc/{}/task", vm.pid()));
+    let status = std::fs::read_dir(&tasks)
+        .expect("task dir")
+        .filter_map(|t| t.ok())
+        .find(|t| {
+            std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == "iothread-io0")
+        })
+        .map(|t| std::fs::read_to_string(t.path().join("status")).expect("status"))
+        .unwrap_or_else(|| panic!("no iothread-io0 task\n{}", vm.log_text()));
+    let list = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .expect("Cpus_allowed_list")
+        .trim()
+        .to_string();
+    let status = vm.wait_exit(std::time::Duration::from_secs(60));
+    let log = vm.log_text();
+    assert_eq!(list, cpu.to_string(), "the iothread's CPUs\n{log}");
+    assert!(
+        log.contains(&format!("iothread io0: pinned to CPUs {cpu}")),
+        "{log}"
+    );
+    assert!(status.success(), "{log}");
+}

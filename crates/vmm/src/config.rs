@@ -440,6 +440,11 @@ impl VmConfig {
                     format!("duplicate id `{}`", t.id),
                 ));
             }
+            if let Err(e) =
+                crate::affinity::check(&t.cpu_affinity, &crate::affinity::allowed_cpus())
+            {
+                return Err(invalid(format!("iothreads[{i}].cpu_affinity"), e));
+            }
             if let Err(e) = t.poll_params().validate() {
                 return Err(invalid(
                     format!("iothreads[{i}].{}", e.split(':').next().unwrap_or("poll")),
@@ -668,10 +673,21 @@ mod tests {
         let t: IoThreadConfig = serde_json::from_str(r#"{"id":"io0"}"#).expect("iothread");
         assert_eq!(t.poll_max_ns, 32768);
         assert_eq!(t.max_batch, 32);
-        dup.iothreads = vec![t.clone(), t];
+        dup.iothreads = vec![t.clone(), t.clone()];
         assert_eq!(
             dup.validate(1024).expect_err("dup").to_string(),
             "iothreads[1].id: duplicate id `io0`"
+        );
+        let mut pinned = c.clone();
+        let mut far = t;
+        far.cpu_affinity = vec![100_000];
+        pinned.iothreads = vec![far];
+        let e = pinned.validate(1024).expect_err("CPU 100000").to_string();
+        assert!(
+            e.starts_with(
+                "iothreads[0].cpu_affinity: CPU 100000 is not available to Osprey (allowed: "
+            ),
+            "{e}"
         );
     }
 

@@ -175,17 +175,37 @@ pub fn build(
     )?;
 
     let mut iothreads = BTreeMap::new();
-    let mut threads: Vec<(String, u32, dataplane::poll::PollParams)> = config
+    type ThreadSpec = (String, u32, dataplane::poll::PollParams, Vec<usize>);
+    let mut threads: Vec<ThreadSpec> = config
         .iothreads
         .iter()
-        .map(|t| (t.id.clone(), t.max_batch, t.poll_params()))
+        .map(|t| {
+            (
+                t.id.clone(),
+                t.max_batch,
+                t.poll_params(),
+                t.cpu_affinity.clone(),
+            )
+        })
         .collect();
     if threads.is_empty() && !config.drives.is_empty() {
-        threads.push((DEFAULT_IOTHREAD.to_string(), 0, Default::default()));
+        threads.push((
+            DEFAULT_IOTHREAD.to_string(),
+            0,
+            Default::default(),
+            Vec::new(),
+        ));
     }
-    for (name, max_batch, poll) in threads {
+    for (name, max_batch, poll, cpus) in threads {
         let t = IoThread::spawn_with(&name, max_batch as usize, poll)
             .map_err(|e| os(format!("iothread {name}"))(std::io::Error::other(e)))?;
+        if !cpus.is_empty() {
+            let shown = crate::affinity::describe(&cpus);
+            // Before the seccomp filter, which does not allow sched_setaffinity.
+            t.run_on_thread(Box::new(move || crate::affinity::pin_current_thread(&cpus)))
+                .map_err(|e| os(format!("iothread {name}"))(std::io::Error::other(e)))?;
+            log::info!("iothread {name}: pinned to CPUs {shown}");
+        }
         iothreads.insert(name, t);
     }
 

@@ -3,6 +3,7 @@
 //! The `osprey` binary (`main.rs`) is a thin shell over [`vm::run`]. Module map: `docs/ARCHITECTURE.md`.
 
 pub mod acpi;
+pub mod affinity;
 pub mod aml;
 pub mod api;
 pub mod boot;
