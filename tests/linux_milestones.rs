@@ -2,7 +2,8 @@
 //! an ELF entered through PVH, and as the same ELF entered through the 64-bit boot protocol (its PVH
 //! note hidden), with 2 vCPUs, and checks the milestones every host allows: the
 //! kernel prints its version, exactly our command line, a memory map matching the configured size,
-//! and (from the ACPI MADT) the number of CPUs.
+//! the Linux kit's initramfs where Osprey put it (the size of the file), Osprey's DSDT (with the
+//! PCI host bridge), and (from the ACPI MADT) the number of CPUs.
 //!
 //! On kvm_pvm hosts the guest kernel's ring 0 is emulated (~600 ns per instruction), so these
 //! milestones take tens of seconds and the kernel later dies in the emulator; the test stops the VM
@@ -27,19 +28,26 @@ ospke,vaes,vpclmulqdq,gfni,avx512f noxsave mitigations=off";
 /// Generous: the bzImage decompresses itself in the emulator before printing anything.
 const MILESTONE_TIMEOUT: Duration = Duration::from_secs(420);
 
-fn kernel_kit() -> (PathBuf, PathBuf) {
+/// The kernel (bzImage, vmlinux) and the Linux kit's initramfs, fetched and built on first use.
+fn kernel_kit() -> (PathBuf, PathBuf, PathBuf) {
     let root = repo_root();
-    let out = Command::new("bash")
-        .arg(root.join("guest-images/linux/fetch-kernel.sh"))
-        .output()
-        .expect("run fetch-kernel.sh");
-    assert!(
-        out.status.success(),
-        "fetching the Debian kernel failed (apt must reach Debian's archive):\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    for script in ["fetch-kernel.sh", "build-kit.sh"] {
+        let out = Command::new("bash")
+            .arg(root.join("guest-images/linux").join(script))
+            .output()
+            .unwrap_or_else(|e| panic!("run {script}: {e}"));
+        assert!(
+            out.status.success(),
+            "{script} failed (apt must reach Debian's archive):\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     let dir = root.join("guest-images/cache/linux");
-    (dir.join("bzImage"), dir.join("vmlinux"))
+    (
+        dir.join("bzImage"),
+        dir.join("vmlinux"),
+        dir.join("initramfs.cpio"),
+    )
 }
 
 /// `[mem 0xSTART-0xEND] usable` lines of the kernel's e820 printout as (start, end inclusive).
@@ -72,7 +80,7 @@ fn record(kind: &str, lines: &[String]) {
 /// A milestone's name and the console line that marks it.
 type Milestone = (&'static str, fn(&str) -> bool);
 
-fn boot_to_milestones(kind: &str, kernel: PathBuf) {
+fn boot_to_milestones(kind: &str, kernel: PathBuf, initrd: PathBuf) {
     let cmdline =
         format!("console=ttyS0 earlyprintk=serial,ttyS0,115200 reboot=k panic=-1 {PVM_ARGS}");
     let mut vmm = Vmm::spawn([
@@ -84,14 +92,18 @@ fn boot_to_milestones(kind: &str, kernel: PathBuf) {
         MEM_MIB.to_string().as_ref(),
         "--cmdline".as_ref(),
         cmdline.as_ref(),
+        "--initrd".as_ref(),
+        initrd.as_os_str(),
     ]);
     let mut times = Vec::new();
-    let milestones: [Milestone; 4] = [
+    let milestones: [Milestone; 6] = [
         ("version", |l| l.contains("Linux version ")),
         ("command line", |l| l.contains("] Command line: ")),
         ("memory map", |l| {
             l.contains("] BIOS-e820: ") && l.contains("usable")
         }),
+        ("initramfs", |l| l.contains("] RAMDISK: [mem ")),
+        ("ACPI DSDT", |l| l.contains("] ACPI: DSDT ")),
         ("CPU count", |l| l.contains("smpboot: Allowing ")),
     ];
     for (name, pred) in milestones.iter() {
@@ -152,6 +164,41 @@ fn boot_to_milestones(kind: &str, kernel: PathBuf) {
         "{kind}: usable RAM: {usable:x?}"
     );
 
+    // The kit's initramfs where the kernel says it is: its size rounded up to a page, below the
+    // top of RAM.
+    let ramdisk = console
+        .lines()
+        .find_map(|l| l.split("] RAMDISK: [mem ").nth(1))
+        .and_then(|r| r.split(']').next())
+        .and_then(|r| r.split_once('-'))
+        .and_then(|(a, b)| {
+            let parse = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok();
+            Some((parse(a)?, parse(b)?))
+        })
+        .expect("RAMDISK range");
+    let initrd_len = std::fs::metadata(&initrd).expect("initramfs").len();
+    assert_eq!(
+        ramdisk.1 + 1 - ramdisk.0,
+        initrd_len.div_ceil(4096) * 4096,
+        "{kind}: the kernel's RAMDISK must be our initramfs: {ramdisk:x?}"
+    );
+    assert!(ramdisk.1 < MEM_MIB << 20, "{kind}: {ramdisk:x?}");
+    // Our DSDT, with the PCI host bridge (an empty DSDT is only its 36-byte header).
+    let dsdt = console
+        .lines()
+        .find(|l| l.contains("] ACPI: DSDT "))
+        .expect("seen above");
+    let dsdt_len = dsdt
+        .split_whitespace()
+        .skip_while(|w| *w != "DSDT")
+        .nth(2)
+        .and_then(|w| u64::from_str_radix(w, 16).ok())
+        .unwrap_or_else(|| panic!("{kind}: no DSDT length in `{dsdt}`"));
+    assert!(
+        dsdt.contains("OSPREY") && dsdt_len > 36,
+        "{kind}: the kernel must see Osprey's DSDT with content: {dsdt}"
+    );
+
     let cpus_line = console
         .lines()
         .find(|l| l.contains("smpboot: Allowing "))
@@ -210,18 +257,18 @@ fn without_pvh_note(vmlinux: &std::path::Path) -> PathBuf {
 
 #[test]
 fn debian_kernel_bzimage_reaches_milestones() {
-    let (bz, _) = kernel_kit();
-    boot_to_milestones("bzImage", bz);
+    let (bz, _, initrd) = kernel_kit();
+    boot_to_milestones("bzImage", bz, initrd);
 }
 
 #[test]
 fn debian_kernel_elf_pvh_reaches_milestones() {
-    let (_, vmlinux) = kernel_kit();
-    boot_to_milestones("ELF/PVH", vmlinux);
+    let (_, vmlinux, initrd) = kernel_kit();
+    boot_to_milestones("ELF/PVH", vmlinux, initrd);
 }
 
 #[test]
 fn debian_kernel_elf_64bit_entry_reaches_milestones() {
-    let (_, vmlinux) = kernel_kit();
-    boot_to_milestones("ELF/64-bit", without_pvh_note(&vmlinux));
+    let (_, vmlinux, initrd) = kernel_kit();
+    boot_to_milestones("ELF/64-bit", without_pvh_note(&vmlinux), initrd);
 }
