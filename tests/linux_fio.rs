@@ -44,7 +44,6 @@ impl Kit {
 /// Builds (or finds cached) the kernel and the kit. `OSPREY_LINUX_KIT=DIR` uses a kit built
 /// elsewhere instead (e.g. against a Fedora kernel: guest-images/README.md, "Fedora path").
 fn kit() -> Kit {
-    let root = repo_root();
     if let Some(dir) = std::env::var_os("OSPREY_LINUX_KIT") {
         let kit = Kit { dir: dir.into() };
         eprintln!(
@@ -54,22 +53,8 @@ fn kit() -> Kit {
         check_kit(&kit);
         return kit;
     }
-    for script in ["fetch-kernel.sh", "build-kit.sh"] {
-        let t0 = Instant::now();
-        let out = Command::new("bash")
-            .arg(root.join("guest-images/linux").join(script))
-            .output()
-            .unwrap_or_else(|e| panic!("run {script}: {e}"));
-        assert!(
-            out.status.success(),
-            "{script} failed (it needs Debian's apt archive):\n{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        eprintln!("    {script}: {:.1} s", t0.elapsed().as_secs_f64());
-    }
     let kit = Kit {
-        dir: root.join("guest-images/cache/linux"),
+        dir: common::linux::build_kit(),
     };
     check_kit(&kit);
     kit

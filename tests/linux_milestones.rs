@@ -14,7 +14,6 @@ mod common;
 
 use std::io::Write;
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
 use common::{repo_root, Vmm};
@@ -30,19 +29,7 @@ const MILESTONE_TIMEOUT: Duration = Duration::from_secs(420);
 
 /// The kernel (bzImage, vmlinux) and the Linux kit's initramfs, fetched and built on first use.
 fn kernel_kit() -> (PathBuf, PathBuf, PathBuf) {
-    let root = repo_root();
-    for script in ["fetch-kernel.sh", "build-kit.sh"] {
-        let out = Command::new("bash")
-            .arg(root.join("guest-images/linux").join(script))
-            .output()
-            .unwrap_or_else(|e| panic!("run {script}: {e}"));
-        assert!(
-            out.status.success(),
-            "{script} failed (apt must reach Debian's archive):\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    let dir = root.join("guest-images/cache/linux");
+    let dir = common::linux::build_kit();
     (
         dir.join("bzImage"),
         dir.join("vmlinux"),

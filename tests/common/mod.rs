@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod blk;
+pub mod linux;
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};

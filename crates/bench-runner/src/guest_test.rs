@@ -70,20 +70,10 @@ impl GuestRun for TestRun<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::matrix::{Engine, PollSetting, Rw};
 
     #[test]
     fn builds_the_command_line_and_boot() {
-        let p = Point {
-            rw: Rw::RandWrite,
-            bs: 4096,
-            qd: 32,
-            queues: 2,
-            engine: Engine::LinuxAio,
-            poll: PollSetting::Weighted(3),
-            max_batch: 128,
-            irq: false,
-        };
+        let p = Point::example();
         let r = TestRun {
             elf: Path::new("/g.elf"),
             range: 1 << 30,

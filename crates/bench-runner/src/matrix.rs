@@ -214,6 +214,21 @@ pub struct Point {
 }
 
 impl Point {
+    /// A point with every field away from its default, for the config builders' tests.
+    #[cfg(test)]
+    pub fn example() -> Point {
+        Point {
+            rw: Rw::RandWrite,
+            bs: 4096,
+            qd: 32,
+            queues: 2,
+            engine: Engine::LinuxAio,
+            poll: PollSetting::Weighted(3),
+            max_batch: 128,
+            irq: false,
+        }
+    }
+
     /// Bytes of guest buffers this point needs.
     pub fn guest_pool_bytes(&self) -> u64 {
         self.bs * u64::from(self.qd) * u64::from(self.queues)

@@ -53,21 +53,11 @@ pub fn vm_config(p: &Point, drive: &DriveParams<'_>, boot: &Boot) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::matrix::{Engine, PollSetting, Rw};
     use std::path::PathBuf;
 
     #[test]
     fn builds_the_config() {
-        let p = Point {
-            rw: Rw::RandWrite,
-            bs: 4096,
-            qd: 32,
-            queues: 2,
-            engine: Engine::LinuxAio,
-            poll: PollSetting::Weighted(3),
-            max_batch: 128,
-            irq: false,
-        };
+        let p = Point::example();
         let drive = DriveParams {
             store: Path::new("/dev/loop0"),
             direct: true,

@@ -1,0 +1,28 @@
+//! The Linux kit for the Linux guest tests: fetches the Debian kernel and builds the kit (both
+//! cached in `guest-images/cache/linux/`) by running their scripts.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Instant;
+
+use super::repo_root;
+
+/// Runs `fetch-kernel.sh` and `build-kit.sh` (cheap when cached) and returns the kit folder.
+pub fn build_kit() -> PathBuf {
+    let root = repo_root();
+    for script in ["fetch-kernel.sh", "build-kit.sh"] {
+        let t0 = Instant::now();
+        let out = Command::new("bash")
+            .arg(root.join("guest-images/linux").join(script))
+            .output()
+            .unwrap_or_else(|e| panic!("run {script}: {e}"));
+        assert!(
+            out.status.success(),
+            "{script} failed (it needs Debian's apt archive):\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        eprintln!("    {script}: {:.1} s", t0.elapsed().as_secs_f64());
+    }
+    root.join("guest-images/cache/linux")
+}
