@@ -3,31 +3,10 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::time::Duration;
 
+use common::scratch::Scratch;
 use common::{run_to_exit, test_guest};
-
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let d = std::env::temp_dir().join(format!("osprey-cfgerr-{}-{name}", std::process::id()));
-        std::fs::create_dir_all(&d).expect("mkdir");
-        Scratch(d)
-    }
-    fn file(&self, name: &str, text: &str) -> PathBuf {
-        let p = self.0.join(name);
-        std::fs::write(&p, text).expect("write");
-        p
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// Runs osprey with `args`, expects status 2 and exactly one stderr line equal to `expected`.
 fn expect_error(args: &[&std::ffi::OsStr], expected: &str) {
@@ -51,7 +30,7 @@ fn with_kernel(json_rest: &str) -> String {
 
 #[test]
 fn file_errors_name_the_file_and_field() {
-    let s = Scratch::new("file");
+    let s = Scratch::new("cfgerr-file");
     let missing = s.0.join("absent.json");
     expect_error(
         &["--config".as_ref(), missing.as_os_str()],
@@ -111,7 +90,7 @@ fn file_errors_name_the_file_and_field() {
 
 #[test]
 fn value_errors_name_the_field() {
-    let s = Scratch::new("values");
+    let s = Scratch::new("cfgerr-values");
     let zero = s.file(
         "zero.json",
         &with_kernel(r#","machine-config":{"vcpu_count":0}"#),
@@ -205,7 +184,7 @@ fn flag_errors() {
 
 #[test]
 fn check_config_prints_effective_values() {
-    let s = Scratch::new("check");
+    let s = Scratch::new("cfgerr-check");
     let p = s.file("ok.json", &with_kernel(r#","iothreads":[{"id":"io0"}]"#));
     let (status, stdout, stderr) = run_to_exit(
         [

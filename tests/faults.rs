@@ -15,6 +15,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::blk::{boot_with, drive_stats, run, Disk};
+use common::scratch::Scratch;
 use common::{test_guest, Vmm};
 use serde_json::{json, Value};
 
@@ -31,24 +32,6 @@ fn sh(prog: &str, args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr).trim()
     );
     String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-/// A scratch folder, removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!("osprey-faults-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("mkdir scratch");
-        Scratch(dir)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// A tmpfs of a fixed size mounted on its own folder; unmounted and removed on drop.
@@ -218,7 +201,7 @@ fn read_direct(path: &Path, offset: u64, len: usize) -> Vec<u8> {
 /// guest's own status.
 #[test]
 fn enospc_completes_writes_with_ioerr_and_the_vm_keeps_running() {
-    let scratch = Scratch::new("enospc");
+    let scratch = Scratch::new("faults-enospc");
     let fs = Tmpfs::mount("enospc", "1m");
     let file = fs.dir.join("disk.img");
     std::fs::File::create(&file)
@@ -287,11 +270,8 @@ fn enospc_completes_writes_with_ioerr_and_the_vm_keeps_running() {
 #[test]
 #[ignore = "needs a kernel with device-mapper (the kvm_pvm CI hosts have none: /dev/mapper/control is missing); run with --ignored where dm exists"]
 fn eio_region_fails_its_requests_only() {
-    let scratch = Scratch::new("eio");
-    let backing = scratch.0.join("good.img");
-    std::fs::File::create(&backing)
-        .and_then(|f| f.set_len(8 << 20))
-        .expect("backing file");
+    let scratch = Scratch::new("faults-eio");
+    let backing = scratch.sparse("good.img", 8 << 20);
     let lo = Loop::attach(&backing);
     let name = format!("osprey-err-{}", std::process::id());
     let table = format!("0 16384 linear {} 0\n16384 16384 error", lo.dev);
@@ -343,11 +323,8 @@ fn eio_region_fails_its_requests_only() {
 fn injected_eio_fails_its_region_then_io_works_again() {
     const REGION: u64 = 16384; // sectors: the second 8 MiB
     const PATTERN_LBA: u64 = 20000; // inside the failed region
-    let scratch = Scratch::new("inject");
-    let file = scratch.0.join("disk.img");
-    std::fs::File::create(&file)
-        .and_then(|f| f.set_len(16 << 20))
-        .expect("backing file");
+    let scratch = Scratch::new("faults-inject");
+    let file = scratch.sparse("disk.img", 16 << 20);
     let disk = disk_at(&scratch, &file);
     let fault = json!({"error": "EIO", "operations": ["read", "write"],
                        "sector": REGION, "sectors": REGION, "max_errors": 2048});
@@ -430,11 +407,8 @@ fn lo_path(lo: &Loop) -> PathBuf {
 /// corruption, and the drive records that the engine was full.
 #[test]
 fn full_engine_applies_back_pressure_without_loss() {
-    let scratch = Scratch::new("full");
-    let backing = scratch.0.join("disk.img");
-    std::fs::File::create(&backing)
-        .and_then(|f| f.set_len(64 << 20))
-        .expect("backing file");
+    let scratch = Scratch::new("faults-full");
+    let backing = scratch.sparse("disk.img", 64 << 20);
     // The loop device does direct I/O on the backing file: each request waits for the host disk.
     let lo = Loop::attach_with(&backing, &["--direct-io=on"]);
     let disk = disk_at(&scratch, &lo_path(&lo));
@@ -510,15 +484,9 @@ fn blk_report(vmm: &Vmm) -> Value {
 fn sigkill_after_flush_loses_nothing_flushed() {
     const PATTERN: u32 = 0xc0ff_ee11;
     const LBA: u64 = 2048; // 1 MiB in
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("osprey-faults-{}-sigkill", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("mkdir");
-    let scratch = Scratch(dir);
-    let path = scratch.0.join("disk.img");
-    std::fs::File::create(&path)
-        .and_then(|f| f.set_len(16 << 20))
-        .expect("backing file");
+                           // On the host's own file system (not tmpfs): the test reads it back with O_DIRECT.
+    let scratch = Scratch::under(Path::new(env!("CARGO_TARGET_TMPDIR")), "faults-sigkill");
+    let path = scratch.sparse("disk.img", 16 << 20);
     let drive = json!({"direct": true});
 
     // VM 1: write, flush, halt; then SIGKILL.

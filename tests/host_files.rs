@@ -12,7 +12,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{osprey, repo_root, test_guest};
+use common::scratch::Scratch;
+use common::{osprey, test_guest};
 use serde_json::json;
 
 /// The syscalls that can create an entry, and whether they always do (else only with O_CREAT).
@@ -108,8 +109,8 @@ fn vmm_creates_only_the_files_its_config_names() {
         strace.is_ok_and(|o| o.status.success()),
         "this test needs strace (apt-get install strace; .ci/run installs it)"
     );
-    let root = std::env::temp_dir().join(format!("osprey-files-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
+    let scratch = Scratch::new("files");
+    let root = &scratch.0;
     let dirs: Vec<PathBuf> = ["cfg", "run", "cwd", "tmp", "home"]
         .iter()
         .map(|d| root.join(d))
@@ -212,6 +213,4 @@ fn vmm_creates_only_the_files_its_config_names() {
         "the socket is removed at exit"
     );
     assert_eq!(entries(cfg_dir), vec!["disk.img", "vm.json"]);
-    let _ = std::fs::remove_dir_all(&root);
-    let _ = repo_root();
 }

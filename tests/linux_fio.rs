@@ -23,6 +23,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::scratch::Scratch;
 use common::{repo_root, run_to_exit};
 use serde_json::{json, Value};
 
@@ -72,32 +73,9 @@ fn check_kit(kit: &Kit) {
     }
 }
 
-/// A scratch folder under `target/`, removed when dropped.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let p = repo_root()
-            .join("target/linux-fio")
-            .join(format!("{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).expect("scratch dir");
-        Scratch(p)
-    }
-
-    fn disk(&self, name: &str, mib: u64) -> PathBuf {
-        let p = self.0.join(name);
-        std::fs::File::create(&p)
-            .and_then(|f| f.set_len(mib << 20))
-            .expect("disk image");
-        p
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+/// A scratch folder under `target/linux-fio/` (disk images of up to 256 MiB: not on a tmpfs).
+fn scratch_dir(name: &str) -> Scratch {
+    Scratch::under(&repo_root().join("target/linux-fio"), name)
 }
 
 /// What one boot of the kit printed.
@@ -300,8 +278,11 @@ fn assert_jobs_ok(run: &(Value, i32), what: &str) {
 /// maps a CPU to each of the 4 queues.
 fn verify_on(engine: &str) {
     let kit = kit();
-    let scratch = Scratch::new(&format!("verify-{engine}"));
-    let (a, b) = (scratch.disk("one.img", 64), scratch.disk("four.img", 160));
+    let scratch = scratch_dir(&format!("verify-{engine}"));
+    let (a, b) = (
+        scratch.sparse("one.img", 64 << 20),
+        scratch.sparse("four.img", 160 << 20),
+    );
     let args = format!(
         "{} {}",
         verify_spec("q1", "/dev/vda", "io_uring", 1),
@@ -357,10 +338,10 @@ fn fio_verify_sync() {
 /// asserted.
 fn root_disk_boot_and_fio_matrix() {
     let kit = kit();
-    let scratch = Scratch::new("rootdisk");
+    let scratch = scratch_dir("rootdisk");
     let root = scratch.0.join("root.ext4");
     std::fs::copy(kit.path("rootfs.ext4"), &root).expect("copy the root disk");
-    let data = scratch.disk("data.img", 256);
+    let data = scratch.sparse("data.img", 256 << 20);
     let points = [
         ("randread", 1),
         ("randread", 32),

@@ -171,17 +171,7 @@ fn bad_poll_settings_are_refused_with_the_field_named() {
 #[test]
 fn iothread_is_pinned_to_its_configured_cpus() {
     let _one = serial();
-    // SAFETY: sched_getaffinity fills the zeroed set; CPU_ISSET only reads it.
-    let allowed: Vec<usize> = unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        assert_eq!(
-            libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set),
-            0
-        );
-        (0..libc::CPU_SETSIZE as usize)
-            .filter(|&c| libc::CPU_ISSET(c, &set))
-            .collect()
-    };
+    let allowed = vmm::affinity::allowed_cpus();
     let cpu = *allowed.last().expect("an allowed CPU");
     let disk = Disk::new("affinity", 16 << 20);
     let cfg = json!({

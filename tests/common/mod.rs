@@ -6,6 +6,7 @@
 
 pub mod blk;
 pub mod linux;
+pub mod scratch;
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
