@@ -1,6 +1,6 @@
 //! Shared set-up for Osprey's criterion benches (see `README.md`): the driver's side of a split
 //! virtqueue ([`ring`]), virtio-blk request chains and a Null-engine queue handler ([`block`]),
-//! a fake guest driver thread ([`driver`]) and the trimmed criterion settings every bench uses
+//! a fake guest driver thread ([`driver`]), an iothread rig combining them ([`rig`]) and the trimmed criterion settings every bench uses
 //! ([`criterion`]).
 
 use std::time::Duration;
@@ -9,6 +9,7 @@ use criterion::Criterion;
 
 pub mod block;
 pub mod driver;
+pub mod rig;
 pub mod ring;
 
 /// Criterion settings trimmed so each bench binary finishes in well under a minute: 0.5 s of
@@ -22,71 +23,35 @@ pub fn criterion() -> Criterion {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use dataplane::poll::PollParams;
-    use dataplane::{Handler, IoThread};
-    use devices::block::request_type;
-    use devices::block::stats::QueueStats;
-    use vm_memory::GuestAddress;
-    use vmm_sys_util::eventfd::EventFd;
 
-    use crate::block::{guest_memory, null_handler, ChainSpec, Chains, EventFdInterrupt};
-    use crate::driver::{DriverSetup, FakeDriver};
-    use crate::ring::DriverRing;
+    use crate::rig::LoopRig;
 
     /// The fake driver and a real iothread agree on the ring protocol, polling on and off.
     #[test]
     fn the_fake_driver_runs_requests_through_an_iothread() {
         for max_ns in [0, PollParams::default().max_ns] {
-            let mem = guest_memory();
-            let ring = DriverRing::new(mem.clone(), GuestAddress(0), 256, true);
-            let spec = ChainSpec {
-                descriptors: 3,
-                kind: request_type::IN,
-                segment: 4096,
-            };
-            let chains = Chains::write(&ring, &mem, 32, spec);
-            let kick = EventFd::new(libc::EFD_NONBLOCK).expect("eventfd");
-            let irq = EventFdInterrupt::new();
-            let stats = Arc::new(QueueStats::default());
-            let handler = null_handler(
-                &ring,
-                &mem,
-                kick.try_clone().expect("clone"),
-                irq.clone(),
-                stats.clone(),
-            );
             let poll = PollParams {
                 max_ns,
                 ..PollParams::default()
             };
-            let owner = handler.owner();
-            let thread = IoThread::spawn_with("bench-test", 8, poll).expect("iothread");
-            thread.attach(vec![Box::new(handler)]).expect("attach");
-            let driver = FakeDriver::spawn(DriverSetup {
-                ring,
-                mem,
-                chains,
-                kick,
-                irq: irq.fd.try_clone().expect("clone"),
-            });
-            let mut done = 0;
+            let mut rig = LoopRig::new("bench-test", 256, 32, poll, 8);
             for n in [1, 31, 32, 33, 5000] {
-                done += driver.run(n).requests;
+                rig.run(n);
             }
-            drop(driver);
-            assert_eq!(thread.detach(owner).expect("detach").len(), 1);
-            thread.shutdown();
-            let s = stats.snapshot();
-            assert_eq!(s.requests, done, "every request completed once");
-            assert_eq!((s.io_errors, s.malformed), (0, 0));
+            assert_eq!(rig.total.requests, 1 + 31 + 32 + 33 + 5000);
             assert_eq!(
-                stats.largest_batch_bound(),
+                rig.stats.largest_batch_bound(),
                 Some(8),
                 "max_batch caps a submission"
             );
-            assert!(!irq.needs_reset.load(std::sync::atomic::Ordering::SeqCst));
+            assert!(!rig
+                .irq
+                .needs_reset
+                .load(std::sync::atomic::Ordering::SeqCst));
+            // Stops the driver, takes the handler back (exactly one) and checks that every
+            // request completed once, without errors.
+            rig.finish();
         }
     }
 }
