@@ -176,11 +176,9 @@ impl IoUringEngine {
                 None => break,
             };
             let entry = self.slots[idx as usize].entry(u64::from(idx), target);
-            // SAFETY: the SQE points at the slot's iovec array and, through it, at the caller's
-            // buffers. The slot is neither refilled nor changed until its CQE is reaped (it is
-            // off the free list and `on_result` runs only on its CQE); the buffers outlive the
-            // request by the engine contract (module doc of `engine`); and `Drop` waits for
-            // in-kernel requests before the slots are freed.
+            // SAFETY: the SQE points at this slot's iovecs and the caller's buffers; the slot is
+            // off the free list, untouched until its CQE is reaped (`Drop` waits for in-kernel
+            // ones), and the buffers outlive the request (module doc of `engine`).
             if unsafe { sq.push(&entry) }.is_err() {
                 if is_retry {
                     self.retry.push_front(idx);

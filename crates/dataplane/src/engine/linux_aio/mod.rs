@@ -328,10 +328,9 @@ impl LinuxAioEngine {
                 None => {}
             }
         }
-        // SAFETY: each pointer targets the iocb of a slot in `self.slots`, a boxed slice that is
-        // never reallocated; the iocb's iovec array is that slot's `iov`, untouched until the
-        // slot is released after its completion, and the buffers it describes are kept alive by
-        // the submitter until the completion is reaped (module contract of `engine`).
+        // SAFETY: each pointer is a slot's iocb in `self.slots` (never reallocated); its iovecs
+        // (`iov`) stay untouched until the slot is released after completion, and the submitter
+        // keeps the buffers alive until the completion is reaped (module contract of `engine`).
         unsafe { self.ctx.submit(&mut ptrs[..n]) }
     }
 
