@@ -93,8 +93,10 @@ pub(crate) fn complete(e: &mut dyn IoEngine, n: usize) -> Vec<Completion> {
     out
 }
 
-struct Store {
-    path: PathBuf,
+/// A backing file for engine tests, removed on drop.
+pub(crate) struct Store {
+    /// Where it is.
+    pub(crate) path: PathBuf,
 }
 
 impl Drop for Store {
@@ -103,14 +105,20 @@ impl Drop for Store {
     }
 }
 
-fn store(dir: &Path, name: &str, size: u64) -> Store {
-    let path = dir.join(format!("osprey-conf-{}-{name}", std::process::id()));
+/// A `size`-byte file in `dir` (created if missing), named after `name` and unique in this
+/// process, so tests running in parallel never share one.
+pub(crate) fn store(dir: &Path, name: &str, size: u64) -> Store {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    std::fs::create_dir_all(dir).expect("store dir");
+    let path = dir.join(format!("osprey-engine-{}-{n}-{name}", std::process::id()));
     let f = File::create(&path).expect("create");
     f.set_len(size).expect("set_len");
     Store { path }
 }
 
-fn open(path: &Path, write: bool, direct: bool) -> File {
+/// Opens a store for reading (and writing), with O_DIRECT when `direct`.
+pub(crate) fn open(path: &Path, write: bool, direct: bool) -> File {
     let mut o = OpenOptions::new();
     o.read(true).write(write);
     if direct {

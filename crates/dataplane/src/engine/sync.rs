@@ -88,20 +88,14 @@ impl IoEngine for SyncEngine {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::conformance::{open, store, Store};
     use crate::engine::{IoOp, IoVec};
     use std::io::{Read, Seek, SeekFrom, Write};
 
-    fn temp(name: &str, size: u64) -> (std::path::PathBuf, File) {
-        let p = std::env::temp_dir().join(format!("osprey-sync-{}-{name}", std::process::id()));
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&p)
-            .expect("open");
-        f.set_len(size).expect("set_len");
-        (p, f)
+    fn temp(name: &str, size: u64) -> (Store, File) {
+        let t = store(&std::env::temp_dir(), name, size);
+        let f = open(&t.path, true, false);
+        (t, f)
     }
 
     fn iov(buf: &mut [u8]) -> Vec<IoVec> {
@@ -163,16 +157,15 @@ mod tests {
         );
         assert_eq!(dst, src);
         let mut check = vec![0u8; 4096];
-        let mut f2 = File::open(&p).expect("open");
+        let mut f2 = File::open(&p.path).expect("open");
         f2.seek(SeekFrom::Start(8192)).expect("seek");
         f2.read_exact(&mut check).expect("read");
         assert_eq!(check, src);
-        std::fs::remove_file(p).ok();
     }
 
     #[test]
     fn read_past_eof_is_zero_filled_and_full_engine_refuses() {
-        let (p, mut f) = temp("eof", 0);
+        let (_p, mut f) = temp("eof", 0);
         f.write_all(&[7u8; 512]).expect("write");
         let mut e = SyncEngine::new(f, 1);
         let mut dst = vec![0xffu8; 1024];
@@ -209,14 +202,13 @@ mod tests {
         assert_eq!(&dst[..512], &[7u8; 512][..]);
         assert_eq!(&dst[512..], &[0u8; 512][..]);
         assert_eq!(e.capacity(), 1);
-        std::fs::remove_file(p).ok();
     }
 
     #[test]
     fn errors_complete_with_negative_errno() {
         let (p, f) = temp("ro", 4096);
         drop(f);
-        let ro = File::open(&p).expect("open ro");
+        let ro = File::open(&p.path).expect("open ro");
         let mut e = SyncEngine::new(ro, 4);
         let mut src = vec![1u8; 512];
         e.submit(IoRequest {
@@ -237,12 +229,11 @@ mod tests {
                 result: -i64::from(libc::EBADF)
             }]
         );
-        std::fs::remove_file(p).ok();
     }
 
     #[test]
     fn discard_and_write_zeroes_zero_the_range_or_say_unsupported() {
-        let (p, mut f) = temp("zero", 0);
+        let (_p, mut f) = temp("zero", 0);
         f.write_all(&[9u8; 8192]).expect("write");
         let mut e = SyncEngine::new(f.try_clone().expect("clone"), 4);
         e.submit(IoRequest {
@@ -277,6 +268,5 @@ mod tests {
             f.read_exact(&mut check).expect("read");
             assert!(check.iter().all(|&b| b == 0));
         }
-        std::fs::remove_file(p).ok();
     }
 }

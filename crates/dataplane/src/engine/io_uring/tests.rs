@@ -1,36 +1,21 @@
 //! Tests of the io_uring engine that need its insides: the flags and extras in force, the opcode
 //! restrictions, the completion fd, short-read resubmission, local completions, `Drop`.
 
-use std::fs::OpenOptions;
+use std::fs::File;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use ::io_uring::{opcode, squeue, types};
 
 use super::*;
-use crate::engine::conformance::{complete, Aligned};
+use crate::engine::conformance::{complete, open, store, Aligned, Store};
 use crate::engine::{IoOp, IoUringFlags, IoVec};
 
-struct Temp(PathBuf);
-
-impl Drop for Temp {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-fn temp(name: &str, size: u64) -> (Temp, File) {
-    let p = PathBuf::from("/dev/shm").join(format!("osprey-uring-{}-{name}", std::process::id()));
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&p)
-        .expect("open");
-    f.set_len(size).expect("set_len");
-    (Temp(p), f)
+fn temp(name: &str, size: u64) -> (Store, File) {
+    let t = store(Path::new("/dev/shm"), name, size);
+    let f = open(&t.path, true, false);
+    (t, f)
 }
 
 fn opts(depth: u32, io_uring: IoUringFlags) -> EngineOptions {
@@ -316,18 +301,10 @@ fn probe_via_the_engine_type() {
 fn completion_fd_wakes_a_sleeping_thread_for_direct_io() {
     // O_DIRECT on the work tree's disk completes from the block layer through task work; with
     // COOP_TASKRUN the sleeping thread must still be woken (no busy reap here).
-    use std::os::unix::fs::OpenOptionsExt;
     let dir = std::env::current_dir().expect("cwd").join("target");
-    std::fs::create_dir_all(&dir).expect("target dir");
-    let p = dir.join(format!("osprey-uring-{}-wake", std::process::id()));
-    let _t = Temp(p.clone());
-    std::fs::write(&p, vec![0x77u8; 65536]).expect("fill");
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .custom_flags(libc::O_DIRECT)
-        .open(&p)
-        .expect("open direct");
+    let t = store(&dir, "wake", 0);
+    std::fs::write(&t.path, vec![0x77u8; 65536]).expect("fill");
+    let f = open(&t.path, true, true);
     let mut e = engine(f, 8);
     let dst = Aligned::new(65536);
     e.submit(IoRequest {

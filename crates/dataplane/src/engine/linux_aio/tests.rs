@@ -3,14 +3,14 @@
 //! short transfers and the completion eventfd.
 
 use std::collections::VecDeque;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::mem::{offset_of, size_of};
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
 
 use super::abi::{AioRingHeader, IoEvent, Iocb, AIO_RING_MAGIC};
 use super::*;
-use crate::engine::conformance::{complete, Aligned};
+use crate::engine::conformance::{complete, open, store, Aligned, Store};
 
 /// Test-only control over io_submit.
 #[derive(Debug, Default)]
@@ -32,24 +32,6 @@ pub(super) enum Scripted {
     Fail(i32),
 }
 
-struct Temp {
-    path: PathBuf,
-}
-
-impl Drop for Temp {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
-    }
-}
-
-fn temp(dir: &Path, name: &str, size: u64) -> Temp {
-    std::fs::create_dir_all(dir).expect("dir");
-    let path = dir.join(format!("osprey-aio-{}-{name}", std::process::id()));
-    let f = File::create(&path).expect("create");
-    f.set_len(size).expect("set_len");
-    Temp { path }
-}
-
 fn disk() -> PathBuf {
     std::env::current_dir().expect("cwd").join("target")
 }
@@ -58,13 +40,8 @@ fn shm() -> PathBuf {
     PathBuf::from("/dev/shm")
 }
 
-fn engine(t: &Temp, depth: u32, direct: bool) -> LinuxAioEngine {
-    let mut o = OpenOptions::new();
-    o.read(true).write(true);
-    if direct {
-        o.custom_flags(libc::O_DIRECT);
-    }
-    let f = o.open(&t.path).expect("open");
+fn engine(t: &Store, depth: u32, direct: bool) -> LinuxAioEngine {
+    let f = open(&t.path, true, direct);
     LinuxAioEngine::new(
         f,
         &EngineOptions {
@@ -123,7 +100,7 @@ fn abi_layout_matches_aio_abi_h() {
 #[test]
 fn probe_and_context_size() {
     probe().expect("probe");
-    let t = temp(&shm(), "size", 4096);
+    let t = store(&shm(), "size", 4096);
     let e = engine(&t, 4, false);
     assert_eq!(e.capacity(), 4);
     let big = engine(&t, 4096, false);
@@ -187,7 +164,7 @@ fn round_trip(e: &mut LinuxAioEngine) {
 #[test]
 fn reaps_from_the_mapped_ring() {
     for (dir, direct) in [(shm(), false), (disk(), true)] {
-        let t = temp(&dir, "ring", 1 << 20);
+        let t = store(&dir, "ring", 1 << 20);
         let mut e = engine(&t, 16, direct);
         let h = e.ctx.header();
         assert_eq!(h.magic, AIO_RING_MAGIC, "the kernel's ring layout");
@@ -205,7 +182,7 @@ fn reaps_from_the_mapped_ring() {
 #[test]
 fn io_getevents_fallback_reaps_the_same() {
     for (dir, direct) in [(shm(), false), (disk(), true)] {
-        let t = temp(&dir, "getev", 1 << 20);
+        let t = store(&dir, "getev", 1 << 20);
         let mut e = engine(&t, 16, direct);
         e.use_ring = false;
         round_trip(&mut e);
@@ -218,7 +195,7 @@ fn io_getevents_fallback_reaps_the_same() {
 
 #[test]
 fn has_completions_peeks_the_ring_and_eventfd_fires() {
-    let t = temp(&disk(), "efd", 1 << 20);
+    let t = store(&disk(), "efd", 1 << 20);
     let mut e = engine(&t, 8, true);
     let fd = e.completion_fd().expect("fd");
     let buf = Aligned::new(4096);
@@ -244,7 +221,7 @@ fn has_completions_peeks_the_ring_and_eventfd_fires() {
 
 #[test]
 fn partial_submission_keeps_the_rest_pending() {
-    let t = temp(&shm(), "partial", 1 << 20);
+    let t = store(&shm(), "partial", 1 << 20);
     let mut e = engine(&t, 8, false);
     let buf = Aligned::new(4096);
     for i in 0..5 {
@@ -273,7 +250,7 @@ fn partial_submission_keeps_the_rest_pending() {
 
 #[test]
 fn eagain_keeps_everything_pending() {
-    let t = temp(&shm(), "eagain", 1 << 20);
+    let t = store(&shm(), "eagain", 1 << 20);
     let mut e = engine(&t, 8, false);
     let buf = Aligned::new(4096);
     for i in 0..3 {
@@ -291,7 +268,7 @@ fn eagain_keeps_everything_pending() {
 
 #[test]
 fn first_iocb_error_completes_it_and_keeps_the_rest() {
-    let t = temp(&shm(), "einval", 1 << 20);
+    let t = store(&shm(), "einval", 1 << 20);
     let mut e = engine(&t, 8, false);
     let fd = e.completion_fd().expect("fd");
     let buf = Aligned::new(4096);
@@ -320,7 +297,7 @@ fn first_iocb_error_completes_it_and_keeps_the_rest() {
 
 #[test]
 fn refused_fdsync_falls_back_to_fdatasync() {
-    let t = temp(&shm(), "fdsync", 1 << 20);
+    let t = store(&shm(), "fdsync", 1 << 20);
     let mut e = engine(&t, 8, false);
     e.hooks.refuse_fdsync = true;
     let buf = Aligned::new(4096);
@@ -369,7 +346,7 @@ fn refused_fdsync_falls_back_to_fdatasync() {
 fn fdsync_through_aio_where_the_file_system_takes_it() {
     // Reports what the kernel does on each file system (the engine copes either way).
     for (dir, direct) in [(shm(), false), (disk(), true)] {
-        let t = temp(&dir, "flush", 1 << 20);
+        let t = store(&dir, "flush", 1 << 20);
         let mut e = engine(&t, 8, direct);
         e.submit(IoRequest {
             op: IoOp::Flush,
@@ -397,7 +374,7 @@ fn fdsync_through_aio_where_the_file_system_takes_it() {
 
 #[test]
 fn discard_and_write_zeroes_complete_through_reap() {
-    let t = temp(&shm(), "dz", 1 << 20);
+    let t = store(&shm(), "dz", 1 << 20);
     let mut e = engine(&t, 8, false);
     let fd = e.completion_fd().expect("fd");
     e.submit(IoRequest {
@@ -420,7 +397,7 @@ fn discard_and_write_zeroes_complete_through_reap() {
 
 #[test]
 fn short_write_resubmits_the_remainder_and_no_progress_is_enospc() {
-    let t = temp(&shm(), "short", 1 << 20);
+    let t = store(&shm(), "short", 1 << 20);
     let mut e = engine(&t, 8, false);
     let mut buf = Aligned::new(4096);
     pattern(&mut buf, 9);
@@ -485,7 +462,7 @@ fn short_write_resubmits_the_remainder_and_no_progress_is_enospc() {
 
 #[test]
 fn more_than_uio_maxiov_buffers_go_in_chunks() {
-    let t = temp(&shm(), "maxiov", 1 << 20);
+    let t = store(&shm(), "maxiov", 1 << 20);
     let mut e = engine(&t, 8, false);
     let n = libc::UIO_MAXIOV as usize + 100;
     let mut src = Aligned::new(n * 16);
@@ -526,7 +503,7 @@ fn more_than_uio_maxiov_buffers_go_in_chunks() {
 
 #[test]
 fn read_at_eof_zero_fills_with_o_direct() {
-    let t = temp(&disk(), "eof", 4096);
+    let t = store(&disk(), "eof", 4096);
     let mut e = engine(&t, 8, true);
     let mut dst = Aligned::new(3 * 4096);
     dst.fill(0xee);
@@ -550,7 +527,7 @@ fn read_at_eof_zero_fills_with_o_direct() {
 
 #[test]
 fn drop_waits_for_requests_in_the_kernel() {
-    let t = temp(&disk(), "drop", 1 << 20);
+    let t = store(&disk(), "drop", 1 << 20);
     let buf = Aligned::new(64 * 4096);
     let mut e = engine(&t, 64, true);
     for i in 0..64u64 {
