@@ -33,7 +33,6 @@ use devices::block::stats::QueueStats;
 use devices::block::ID_BYTES;
 use devices::virtio::{ActivatedQueue, VirtioInterrupt};
 use libfuzzer_sys::fuzz_target;
-use virtio_queue::{Queue, QueueT};
 use vm_memory::{Bytes, GuestAddress};
 use vmm_sys_util::eventfd::EventFd;
 
@@ -95,16 +94,10 @@ fuzz_target!(|data: &[u8]| {
         sanitize(&mem, size);
     }
 
-    let mut queue = Queue::new(256).expect("queue");
-    queue.set_size(size);
-    queue.set_desc_table_address(Some(DESC_TABLE as u32), Some(0));
-    queue.set_avail_ring_address(Some(AVAIL_RING as u32), Some(0));
-    queue.set_used_ring_address(Some(USED_RING as u32), Some(0));
-    queue.set_event_idx(flags & 0x08 != 0);
-    queue.set_ready(true);
-    if !queue.is_valid(&mem) {
-        return; // the transport would refuse DRIVER_OK
-    }
+    // The transport refuses DRIVER_OK for a queue that is not valid.
+    let Some(queue) = ready_queue(&mem, size, flags & 0x08 != 0) else {
+        return;
+    };
 
     let irq = Arc::new(FakeInterrupt::default());
     let mut serial = [0u8; ID_BYTES];

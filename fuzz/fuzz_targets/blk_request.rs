@@ -18,7 +18,7 @@ use dataplane::engine::{IoEngine, IoOp, IoRequest};
 use devices::block::request::{parse, DiskLimits, Malformed, RequestOp};
 use devices::block::{status, ID_BYTES, SECTOR_SIZE};
 use libfuzzer_sys::fuzz_target;
-use virtio_queue::{Queue, QueueT};
+use virtio_queue::QueueT;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend};
 
 fuzz_target!(|data: &[u8]| {
@@ -39,17 +39,10 @@ fuzz_target!(|data: &[u8]| {
     let image = input.take(MEM_SIZE as usize);
     mem.write_slice(image, GuestAddress(0)).expect("image fits");
 
-    let mut queue = Queue::new(256).expect("queue");
-    queue.set_size(size);
-    queue.set_desc_table_address(Some(DESC_TABLE as u32), Some(0));
-    queue.set_avail_ring_address(Some(AVAIL_RING as u32), Some(0));
-    queue.set_used_ring_address(Some(USED_RING as u32), Some(0));
-    queue.set_event_idx(flags & 0x08 != 0);
-    queue.set_ready(true);
     // The transport refuses DRIVER_OK for a queue that is not valid.
-    if !queue.is_valid(&mem) {
+    let Some(mut queue) = ready_queue(&mem, size, flags & 0x08 != 0) else {
         return;
-    }
+    };
 
     let mut engine = NullEngine::new(usize::from(size));
     let mut done = Vec::new();

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 use devices::virtio::GuestMemory;
+use virtio_queue::{Queue, QueueT};
 use vm_memory::GuestAddress;
 
 /// Guest memory size: 1 MiB, mapped at guest address 0.
@@ -15,6 +16,19 @@ pub const RING_END: u64 = 0x3000;
 
 pub fn memory() -> GuestMemory {
     GuestMemory::from_ranges(&[(GuestAddress(0), MEM_SIZE as usize)]).expect("guest memory")
+}
+
+/// A ready queue of `size` entries on the fixed ring addresses, or None when it is not valid
+/// (the transport refuses DRIVER_OK for such a queue).
+pub fn ready_queue(mem: &GuestMemory, size: u16, event_idx: bool) -> Option<Queue> {
+    let mut queue = Queue::new(256).expect("queue");
+    queue.set_size(size);
+    queue.set_desc_table_address(Some(DESC_TABLE as u32), Some(0));
+    queue.set_avail_ring_address(Some(AVAIL_RING as u32), Some(0));
+    queue.set_used_ring_address(Some(USED_RING as u32), Some(0));
+    queue.set_event_idx(event_idx);
+    queue.set_ready(true);
+    queue.is_valid(mem).then_some(queue)
 }
 
 /// A tiny cursor over the fuzz input.
