@@ -255,11 +255,7 @@ pub trait IoEngine: Send {
 pub(crate) fn run_blocking(fd: RawFd, op: &IoOp) -> i64 {
     fn ret(r: isize) -> i64 {
         if r < 0 {
-            -i64::from(
-                std::io::Error::last_os_error()
-                    .raw_os_error()
-                    .unwrap_or(libc::EIO),
-            )
+            -i64::from(last_errno())
         } else {
             r as i64
         }
@@ -339,14 +335,17 @@ fn fallocate(fd: RawFd, mode: libc::c_int, offset: u64, len: u64) -> i64 {
     // SAFETY: fallocate on a valid fd with in-range integers has no memory effects.
     let r = unsafe { libc::fallocate(fd, mode, off, l) };
     if r < 0 {
-        -i64::from(
-            std::io::Error::last_os_error()
-                .raw_os_error()
-                .unwrap_or(libc::EIO),
-        )
+        -i64::from(last_errno())
     } else {
         len as i64
     }
+}
+
+/// The calling thread's errno after a failed system call (EIO if the OS gave none).
+pub(crate) fn last_errno() -> i32 {
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
 }
 
 /// Skips `n` transferred bytes in `iov[*first..]`.

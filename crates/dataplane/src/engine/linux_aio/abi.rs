@@ -7,6 +7,8 @@ use std::mem::{offset_of, size_of};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use crate::engine::last_errno;
+
 /// `IOCB_CMD_FDSYNC`.
 pub(super) const IOCB_CMD_FDSYNC: u16 = 3;
 /// `IOCB_CMD_PREADV`.
@@ -87,12 +89,6 @@ const _: () = {
     assert!(offset_of!(AioRingHeader, tail) == 12);
     assert!(offset_of!(AioRingHeader, magic) == 16);
 };
-
-fn last_errno() -> i32 {
-    io::Error::last_os_error()
-        .raw_os_error()
-        .unwrap_or(libc::EIO)
-}
 
 /// A kernel AIO context (`aio_context_t`, the address of its completion ring); destroyed on drop.
 #[derive(Debug)]
