@@ -300,6 +300,22 @@ fn dedup<T: PartialEq + Clone>(v: &[T]) -> Vec<T> {
 }
 
 impl MatrixSpec {
+    /// One value per dimension (4 KiB randread QD1, one queue, IoUring, polling off), for tests
+    /// to vary.
+    #[cfg(test)]
+    pub fn single() -> MatrixSpec {
+        MatrixSpec {
+            rw: vec![Rw::RandRead],
+            bs: vec![4096],
+            qd: vec![1],
+            queues: vec![1],
+            engine: vec![Engine::IoUring],
+            poll: vec![PollSetting::Off],
+            max_batch: vec![32],
+            irq: vec![false],
+        }
+    }
+
     /// Every combination, in the order given (outermost rw, innermost irq), duplicates
     /// removed; points over the test guest's 8 MiB pool go to `skipped`. (The runner uses
     /// [`expand_with`](Self::expand_with) and its guest's limit.)
@@ -385,16 +401,7 @@ mod tests {
     use super::*;
 
     fn spec() -> MatrixSpec {
-        MatrixSpec {
-            rw: vec![Rw::RandRead],
-            bs: vec![4096],
-            qd: vec![1],
-            queues: vec![1],
-            engine: vec![Engine::IoUring],
-            poll: vec![PollSetting::Off],
-            max_batch: vec![32],
-            irq: vec![false],
-        }
+        MatrixSpec::single()
     }
 
     #[test]

@@ -122,20 +122,11 @@ fn dim_value(p: &Point, d: Dim) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::matrix::{Engine, PollSetting, Rw};
+    use crate::matrix::Engine;
 
     #[test]
     fn labels_name_only_varying_dimensions() {
-        let mut s = MatrixSpec {
-            rw: vec![Rw::RandRead],
-            bs: vec![4096],
-            qd: vec![1],
-            queues: vec![1],
-            engine: vec![Engine::IoUring],
-            poll: vec![PollSetting::Off],
-            max_batch: vec![32],
-            irq: vec![false],
-        };
+        let mut s = MatrixSpec::single();
         s.engine = vec![Engine::IoUring, Engine::Sync];
         s.qd = vec![1, 8];
         let v = s.varying();
