@@ -194,7 +194,7 @@ fuzz_target!(|data: &[u8]| {
             );
         }
     }
-    h.quiesce();
+    h.drain();
     let _ = h.into_queue();
 });
 

@@ -41,8 +41,23 @@ pub trait Handler: Send {
     fn poll_end(&mut self) -> bool {
         false
     }
-    /// Finishes in-flight I/O before the handler leaves its thread (bounded wait).
-    fn quiesce(&mut self);
+    /// Work waits for a resubmission that no fd will signal (the kernel refused a submission
+    /// with EAGAIN while nothing was in flight): the thread runs the handler again after
+    /// a short timer instead of sleeping until an fd fires.
+    fn retry_later(&self) -> bool {
+        false
+    }
+    /// The handler will do nothing more until it leaves the thread (a broken queue whose
+    /// in-flight I/O has been reaped): the thread stops watching its fds and polling it, so it
+    /// costs nothing while the guest does not reset it.
+    fn stopped(&self) -> bool {
+        false
+    }
+    /// Prepares to leave the thread, without blocking: take no new work, hand what is queued to
+    /// the kernel and complete what finished. Returns the requests still in flight; the thread
+    /// keeps running the handler (on its completion fd) and hands it back only once this
+    /// returns 0, because in-flight I/O may still write the owner's memory.
+    fn drain(&mut self) -> usize;
     /// Gives the handler back to its owner as its concrete type.
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send>;
 }

@@ -14,4 +14,4 @@ pub mod stats;
 
 pub use engine::{Completion, EngineKind, IoEngine, IoOp, IoRequest};
 pub use handler::Handler;
-pub use iothread::{IoThread, IoThreadError};
+pub use iothread::{Detach, IoThread, IoThreadError};

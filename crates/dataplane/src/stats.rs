@@ -15,6 +15,8 @@ pub struct IoThreadStats {
     pub commands: AtomicU64,
     /// Handlers currently attached.
     pub handlers: AtomicU64,
+    /// Fds the thread watches for its handlers (the command fd not counted).
+    pub watched_fds: AtomicU64,
     /// Handlers without a cheap check: while non-zero, the thread does not poll.
     pub poll_disabled_handlers: AtomicU64,
     /// The poll window of the last iteration, in ns.
@@ -33,7 +35,8 @@ pub struct IoThreadStats {
     pub work_ns: AtomicU64,
     /// Time spent asleep in epoll, in ns.
     pub sleep_ns: AtomicU64,
-    /// The thread's CPU time (CLOCK_THREAD_CPUTIME_ID), sampled before each sleep, in ns.
+    /// The thread's CPU time (CLOCK_THREAD_CPUTIME_ID), sampled before a sleep at most every
+    /// 5 ms, in ns.
     pub cpu_ns: AtomicU64,
 }
 
@@ -61,6 +64,7 @@ impl IoThreadStats {
             ("handler_runs", g(&self.handler_runs)),
             ("commands", g(&self.commands)),
             ("handlers", g(&self.handlers)),
+            ("watched_fds", g(&self.watched_fds)),
             ("poll_disabled_handlers", g(&self.poll_disabled_handlers)),
             ("poll_window_ns", g(&self.poll_window_ns)),
             ("poll_hits", g(&self.poll_hits)),

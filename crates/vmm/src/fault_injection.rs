@@ -1,22 +1,33 @@
-//! A drive's `fault_injection` section: make chosen requests fail with EIO or ENOSPC, as if the
-//! backing store had failed (QEMU's `blkdebug` idea). For tests and for rehearsing how a guest
-//! copes with disk errors; it is off unless the config names it.
+//! A drive's `fault_injection` section: make chosen requests fail with EIO or ENOSPC, hang, or
+//! have their submission refused with EAGAIN, as if the backing store or the kernel had failed
+//! (QEMU's `blkdebug` idea). For tests and for rehearsing how a guest copes with disk errors; it is
+//! off unless the config names it.
 //!
 //! ```json
 //! "fault_injection": {"error": "EIO", "operations": ["write"], "sector": 16384, "sectors": 16384}
 //! ```
 
-use dataplane::engine::fault::{FaultOps, FaultPlan};
+use dataplane::engine::fault::{FaultAction, FaultOps, FaultPlan};
 use serde::{Deserialize, Serialize};
 
-/// The error injected requests complete with.
+/// What happens to the injected requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum InjectedError {
     /// Input/output error: the guest sees VIRTIO_BLK_S_IOERR.
     EIO,
     /// No space left on device: the guest sees VIRTIO_BLK_S_IOERR.
     ENOSPC,
+    /// The submission is refused as if the kernel returned EAGAIN (once per submission round,
+    /// `max_errors` rounds per queue, default 100), then the requests go through: the guest
+    /// sees them complete late, not fail.
+    EAGAIN,
+    /// The requests never complete, as on a hung network file system: a reset of the device
+    /// then waits for them (and is not acknowledged to the guest) for as long as they hang.
+    HANG,
 }
+
+/// Refused submission rounds per queue when `EAGAIN` names no `max_errors`.
+const DEFAULT_EAGAIN_ROUNDS: u64 = 100;
 
 /// An operation class that can fail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -97,14 +108,19 @@ impl FaultInjectionConfig {
             .sectors
             .map_or(u64::MAX, |n| start.saturating_add(n.saturating_mul(512)));
         FaultPlan {
-            errno: match self.error {
-                InjectedError::EIO => libc::EIO,
-                InjectedError::ENOSPC => libc::ENOSPC,
+            action: match self.error {
+                InjectedError::EIO => FaultAction::Fail(libc::EIO),
+                InjectedError::ENOSPC => FaultAction::Fail(libc::ENOSPC),
+                InjectedError::EAGAIN => FaultAction::Refuse,
+                InjectedError::HANG => FaultAction::Hang,
             },
             ops,
             start,
             end,
-            max_errors: self.max_errors,
+            max_errors: match self.error {
+                InjectedError::EAGAIN => Some(self.max_errors.unwrap_or(DEFAULT_EAGAIN_ROUNDS)),
+                _ => self.max_errors,
+            },
         }
     }
 }
@@ -122,7 +138,7 @@ mod tests {
         let c = parse("{}");
         assert_eq!(c.check(), Ok(()));
         let p = c.to_plan();
-        assert_eq!(p.errno, libc::EIO);
+        assert_eq!(p.action, FaultAction::Fail(libc::EIO));
         assert!(p.ops.contains(FaultOps::READ) && p.ops.contains(FaultOps::WRITE));
         assert!(!p.ops.contains(FaultOps::FLUSH));
         assert_eq!((p.start, p.end, p.max_errors), (0, u64::MAX, None));
@@ -134,7 +150,7 @@ mod tests {
             r#"{"error":"ENOSPC","operations":["write","write_zeroes"],"sector":8,"sectors":4,"max_errors":3}"#,
         );
         let p = c.to_plan();
-        assert_eq!(p.errno, libc::ENOSPC);
+        assert_eq!(p.action, FaultAction::Fail(libc::ENOSPC));
         assert!(p.ops.contains(FaultOps::WRITE_ZEROES) && !p.ops.contains(FaultOps::READ));
         assert_eq!((p.start, p.end, p.max_errors), (4096, 6144, Some(3)));
     }

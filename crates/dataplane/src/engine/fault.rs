@@ -1,7 +1,8 @@
 //! Fault injection: an engine wrapper that completes chosen requests with an error instead of
 //! running them, like QEMU's `blkdebug` driver. It lets tests (and operators rehearsing failure
 //! handling) see EIO or ENOSPC from "the backing store" on hosts without device-mapper or a
-//! flaky disk. Requests that do not match go to the wrapped engine unchanged.
+//! flaky disk, a store that never answers (a hung NFS server), or a kernel that refuses a
+//! submission with EAGAIN. Requests that do not match go to the wrapped engine unchanged.
 //!
 //! Matching is per queue (each queue has its own engine and so its own error budget).
 
@@ -46,18 +47,32 @@ impl FaultOps {
     }
 }
 
+/// What happens to a matching request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultAction {
+    /// It completes with this errno (positive, e.g. `libc::EIO`) without reaching the file.
+    Fail(i32),
+    /// It never completes (it stays in flight until the engine is dropped).
+    Hang,
+    /// Its submission is refused as if the kernel returned EAGAIN, once per `commit`, until the
+    /// budget (`max_errors`) is spent; then it goes to the wrapped engine. Nothing signals the
+    /// refused requests: the caller must commit again on its own ([`IoEngine::unsubmitted`]).
+    Refuse,
+}
+
 /// Which requests fail, and how.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FaultPlan {
-    /// The errno the requests complete with (positive, e.g. `libc::EIO`).
-    pub errno: i32,
+    /// What happens to the requests.
+    pub action: FaultAction,
     /// The operations that fail.
     pub ops: FaultOps,
     /// The failing byte range: `[start, end)`. A request fails when it overlaps it.
     pub start: u64,
     /// End of the range (exclusive).
     pub end: u64,
-    /// At most this many injected errors per queue; afterwards the range works again.
+    /// At most this many injected errors (refused commits for `Refuse`) per queue; afterwards
+    /// the range works again.
     pub max_errors: Option<u64>,
 }
 
@@ -86,6 +101,10 @@ pub struct FaultInjectingEngine {
     plan: FaultPlan,
     /// Injected completions, handed out at the next `reap`.
     failed: Vec<Completion>,
+    /// Requests that never complete (`Hang`).
+    hung: usize,
+    /// Requests whose submission is being refused (`Refuse`).
+    refused: Vec<IoRequest>,
     injected: u64,
 }
 
@@ -106,6 +125,8 @@ impl FaultInjectingEngine {
             inner,
             plan,
             failed: Vec::new(),
+            hung: 0,
+            refused: Vec::new(),
             injected: 0,
         }
     }
@@ -120,18 +141,40 @@ impl IoEngine for FaultInjectingEngine {
         if self.capacity() == 0 {
             return Err(SubmitError::Full);
         }
-        if self.budget_left() && self.plan.matches(&request.op) {
-            self.injected += 1;
-            self.failed.push(Completion {
-                token: request.token,
-                result: -i64::from(self.plan.errno),
-            });
-            return Ok(());
+        if !(self.budget_left() && self.plan.matches(&request.op)) {
+            return self.inner.submit(request);
         }
-        self.inner.submit(request)
+        match self.plan.action {
+            FaultAction::Fail(errno) => {
+                self.injected += 1;
+                self.failed.push(Completion {
+                    token: request.token,
+                    result: -i64::from(errno),
+                });
+            }
+            FaultAction::Hang => {
+                self.injected += 1;
+                self.hung += 1;
+            }
+            // Counted per refused commit, not per request.
+            FaultAction::Refuse => self.refused.push(request),
+        }
+        Ok(())
     }
 
     fn commit(&mut self) -> usize {
+        if !self.refused.is_empty() {
+            if self.budget_left() {
+                self.injected += 1;
+            } else {
+                for request in std::mem::take(&mut self.refused) {
+                    // The inner engine had room when these were accepted (capacity counts them).
+                    if let Err(e) = self.inner.submit(request) {
+                        log::error!("fault injection: the wrapped engine refused a request: {e}");
+                    }
+                }
+            }
+        }
         self.inner.commit()
     }
 
@@ -146,15 +189,21 @@ impl IoEngine for FaultInjectingEngine {
     }
 
     fn capacity(&self) -> usize {
-        self.inner.capacity().saturating_sub(self.failed.len())
+        self.inner
+            .capacity()
+            .saturating_sub(self.failed.len() + self.hung + self.refused.len())
     }
 
     fn in_flight(&self) -> usize {
-        self.inner.in_flight() + self.failed.len()
+        self.inner.in_flight() + self.failed.len() + self.hung + self.refused.len()
     }
 
     fn has_completions(&self) -> bool {
         !self.failed.is_empty() || self.inner.has_completions()
+    }
+
+    fn unsubmitted(&self) -> usize {
+        self.refused.len() + self.inner.unsubmitted()
     }
 
     fn kind(&self) -> EngineKind {
@@ -163,10 +212,14 @@ impl IoEngine for FaultInjectingEngine {
 
     fn describe(&self) -> String {
         let p = &self.plan;
+        let what = match p.action {
+            FaultAction::Fail(errno) => std::io::Error::from_raw_os_error(errno).to_string(),
+            FaultAction::Hang => "never completing".to_string(),
+            FaultAction::Refuse => "submissions refused with EAGAIN".to_string(),
+        };
         format!(
-            "{} with fault injection ({} on ops {:#x} in bytes {}..{}, at most {} per queue)",
+            "{} with fault injection ({what} on ops {:#x} in bytes {}..{}, at most {} per queue)",
             self.inner.describe(),
-            std::io::Error::from_raw_os_error(p.errno),
             p.ops.0,
             p.start,
             p.end,
@@ -197,7 +250,7 @@ mod tests {
 
     fn plan(ops: FaultOps, start: u64, end: u64, max_errors: Option<u64>) -> FaultPlan {
         FaultPlan {
-            errno: libc::EIO,
+            action: FaultAction::Fail(libc::EIO),
             ops,
             start,
             end,
@@ -309,5 +362,52 @@ mod tests {
         assert!(e.has_completions());
         assert_eq!(results(&mut e).len(), 2);
         assert_eq!(e.capacity(), 2);
+    }
+
+    #[test]
+    fn hung_requests_stay_in_flight_for_ever() {
+        let mut e = FaultInjectingEngine::new(
+            Box::new(NullEngine::new(4)),
+            FaultPlan {
+                action: FaultAction::Hang,
+                ..plan(FaultOps::READ, 0, 512, None)
+            },
+        );
+        let mut buf = [0u8; 512];
+        e.submit(read(0, &mut buf, 0)).expect("room");
+        e.submit(read(4096, &mut buf, 1)).expect("room");
+        assert_eq!(
+            results(&mut e),
+            vec![(1, 512)],
+            "only the other one completes"
+        );
+        assert_eq!(e.in_flight(), 1);
+        assert_eq!(e.capacity(), 3);
+        assert!(!e.has_completions());
+        assert_eq!(e.unsubmitted(), 0, "a hung request was submitted");
+    }
+
+    #[test]
+    fn refused_submissions_wait_for_later_commits_then_complete() {
+        let mut e = FaultInjectingEngine::new(
+            Box::new(NullEngine::new(4)),
+            FaultPlan {
+                action: FaultAction::Refuse,
+                ..plan(FaultOps::READ, 0, u64::MAX, Some(2))
+            },
+        );
+        let mut buf = [1u8; 512];
+        e.submit(read(0, &mut buf, 7)).expect("room");
+        for _ in 0..2 {
+            assert_eq!(results(&mut e), vec![], "refused");
+            assert_eq!((e.unsubmitted(), e.in_flight()), (1, 1));
+            assert!(!e.has_completions(), "nothing signals a refused request");
+        }
+        assert_eq!(
+            results(&mut e),
+            vec![(7, 512)],
+            "the budget is spent: it goes"
+        );
+        assert_eq!((e.unsubmitted(), e.in_flight()), (0, 0));
     }
 }

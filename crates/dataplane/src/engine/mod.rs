@@ -242,6 +242,11 @@ pub trait IoEngine: Send {
     fn in_flight(&self) -> usize;
     /// A cheap check (no syscall) for reapable completions.
     fn has_completions(&self) -> bool;
+    /// Requests accepted by `submit` that the kernel has not taken yet (a submission refused
+    /// with EAGAIN, or a full ring). No fd signals them: the caller commits again later.
+    fn unsubmitted(&self) -> usize {
+        0
+    }
     /// Which engine this is.
     fn kind(&self) -> EngineKind;
     /// What is in force (flags, registered files, fallbacks), for logs and statistics.

@@ -3,10 +3,12 @@
 //! has drained.
 
 use std::fs::File;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 
 use dataplane::engine::EngineOptions;
-use dataplane::IoThread;
+use dataplane::{Detach, IoThread};
 
 use super::config::{self, BlockGeometry, CONFIG_LEN};
 use super::features;
@@ -15,9 +17,13 @@ use super::request::DiskLimits;
 use super::stats::QueueStats;
 use super::ID_BYTES;
 use crate::virtio::{
-    device_type, ActivateError, ActivatedQueue, GuestMemory, VirtioDevice, VirtioInterrupt,
-    VIRTIO_F_VERSION_1, VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC,
+    device_type, ActivateError, ActivatedQueue, GuestMemory, ResetOutcome, VirtioDevice,
+    VirtioInterrupt, VIRTIO_F_VERSION_1, VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC,
 };
+
+/// How long the guest's reset waits (its vCPU blocked) for in-flight I/O before the reset is
+/// left pending.
+const RESET_DRAIN_WAIT: Duration = Duration::from_millis(500);
 
 /// What the VMM decided about a drive.
 #[derive(Debug)]
@@ -52,6 +58,8 @@ pub struct VirtioBlock {
     stats: Vec<Arc<QueueStats>>,
     iothread: Arc<IoThread>,
     active: bool,
+    /// A reset is waiting for in-flight I/O (the handlers are still on the iothread).
+    resetting: bool,
 }
 
 impl std::fmt::Debug for VirtioBlock {
@@ -107,6 +115,7 @@ impl VirtioBlock {
                 .collect(),
             iothread,
             active: false,
+            resetting: false,
         }
     }
 
@@ -167,6 +176,9 @@ impl VirtioDevice for VirtioBlock {
         interrupt: Arc<dyn VirtioInterrupt>,
         queues: Vec<ActivatedQueue>,
     ) -> Result<(), ActivateError> {
+        if self.active || self.resetting {
+            return Err(ActivateError::AlreadyActive);
+        }
         if queues.is_empty() {
             return Err(ActivateError::BadConfig("no queue is ready".into()));
         }
@@ -202,24 +214,48 @@ impl VirtioDevice for VirtioBlock {
         Ok(())
     }
 
-    fn reset(&mut self) -> Option<Vec<ActivatedQueue>> {
-        if !self.active {
-            return None;
+    fn reset(&mut self) -> ResetOutcome {
+        if !self.active && !self.resetting {
+            return ResetOutcome::Inactive;
         }
+        // The first try blocks the guest's reset a little; later ones (the driver polling the
+        // status) only look.
+        let wait = if self.resetting {
+            Duration::ZERO
+        } else {
+            RESET_DRAIN_WAIT
+        };
         self.active = false;
-        let handlers = match self.iothread.detach(self.owner) {
-            Ok(h) => h,
+        self.resetting = true;
+        let handlers = match self.iothread.detach(self.owner, wait) {
+            Ok(Detach::Done(h)) => h,
+            Ok(Detach::Draining { in_flight }) => {
+                self.set_reset_pending(true);
+                return ResetOutcome::Pending { in_flight };
+            }
             Err(e) => {
+                // The thread did not answer: it may still hold the queues and their I/O.
                 log::error!("virtio-blk {}: reset: {e}", self.drive_id);
-                return None;
+                self.set_reset_pending(true);
+                return ResetOutcome::Pending { in_flight: 0 };
             }
         };
+        self.resetting = false;
+        self.set_reset_pending(false);
         let mut queues: Vec<ActivatedQueue> = handlers
             .into_iter()
             .filter_map(|h| h.into_any().downcast::<BlockQueueHandler>().ok())
             .map(|h| h.into_queue())
             .collect();
         queues.sort_by_key(|q| q.index);
-        Some(queues)
+        ResetOutcome::Done(queues)
+    }
+}
+
+impl VirtioBlock {
+    fn set_reset_pending(&self, pending: bool) {
+        for q in &self.stats {
+            q.reset_pending.store(u64::from(pending), Ordering::Relaxed);
+        }
     }
 }

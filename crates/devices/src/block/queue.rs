@@ -9,7 +9,6 @@ use std::any::Any;
 use std::os::unix::io::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use dataplane::engine::{Completion, EngineOptions, IoEngine, IoOp, IoRequest};
 use dataplane::Handler;
@@ -21,9 +20,6 @@ use super::request::{parse, BlockRequest, DiskLimits, Malformed, RequestOp};
 use super::stats::QueueStats;
 use super::status;
 use crate::virtio::{ActivatedQueue, GuestMemory, VirtioInterrupt};
-
-/// How long `quiesce` waits for in-flight I/O.
-const QUIESCE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A request handed to the engine, waiting for its completion.
 #[derive(Debug, Clone, Copy)]
@@ -84,7 +80,11 @@ pub struct BlockQueueHandler {
     free: Vec<usize>,
     completions: Vec<Completion>,
     used_pending: bool,
+    /// The guest broke the queue (DEVICE_NEEDS_RESET): take no more requests, reap what is in
+    /// flight, then stop until the device is reset.
     broken: bool,
+    /// The device is leaving the iothread (reset): take no more requests, reap what is in flight.
+    draining: bool,
     /// Between `poll_begin` and `poll_end`: leave guest notifications suppressed.
     polling: bool,
     log_limit: RateLimit,
@@ -128,6 +128,7 @@ impl BlockQueueHandler {
             completions: Vec::with_capacity(depth),
             used_pending: false,
             broken: false,
+            draining: false,
             polling: false,
             log_limit: RateLimit::default(),
         }
@@ -340,6 +341,13 @@ impl BlockQueueHandler {
         self.completions = done;
     }
 
+    /// Publishes the requests the engine holds (the API shows what a stuck reset waits for).
+    fn publish_in_flight(&self) {
+        self.stats
+            .in_flight
+            .store(self.engine.in_flight() as u64, Ordering::Relaxed);
+    }
+
     fn signal(&mut self) {
         if !self.used_pending {
             return;
@@ -387,13 +395,22 @@ impl Handler for BlockQueueHandler {
     }
 
     fn run(&mut self, max_batch: usize) -> bool {
-        if let Ok(n) = self.kick.read() {
-            QueueStats::add(&self.stats.kicks, n);
+        // While the thread polls, the guest does not kick (notifications are suppressed): the
+        // read would almost always find nothing. A kick that raced in keeps the fd readable and
+        // is read on the first turn after the thread re-enabled notifications.
+        if !self.polling {
+            if let Ok(n) = self.kick.read() {
+                QueueStats::add(&self.stats.kicks, n);
+            }
         }
-        if self.broken {
+        if self.broken || self.draining {
+            // Take nothing new; finish what the engine holds (it may still write guest memory).
+            self.engine.commit();
+            self.complete();
+            self.signal();
+            self.publish_in_flight();
             return false;
         }
-        self.complete();
         let stop = self.pop_and_submit(max_batch.max(1));
         let submitted = self.engine.commit();
         self.stats.record_batch(submitted as u64);
@@ -409,13 +426,21 @@ impl Handler for BlockQueueHandler {
         }
     }
 
+    fn retry_later(&self) -> bool {
+        self.engine.unsubmitted() > 0
+    }
+
+    fn stopped(&self) -> bool {
+        self.broken && self.engine.in_flight() == 0
+    }
+
     fn can_poll(&self) -> bool {
         true
     }
 
     fn poll(&mut self) -> bool {
-        if self.broken {
-            return false;
+        if self.broken || self.draining {
+            return self.engine.has_completions();
         }
         let next = self.queue.next_avail();
         let avail = self
@@ -426,6 +451,9 @@ impl Handler for BlockQueueHandler {
 
     fn poll_begin(&mut self) {
         self.polling = true;
+        if self.broken || self.draining {
+            return;
+        }
         if self.queue.disable_notification(&self.mem).is_err() {
             self.fail("cannot update the ring's notification state");
         }
@@ -433,8 +461,8 @@ impl Handler for BlockQueueHandler {
 
     fn poll_end(&mut self) -> bool {
         self.polling = false;
-        if self.broken {
-            return false;
+        if self.broken || self.draining {
+            return self.engine.has_completions();
         }
         match self.queue.enable_notification(&self.mem) {
             Ok(more) => more || self.engine.has_completions(),
@@ -445,23 +473,20 @@ impl Handler for BlockQueueHandler {
         }
     }
 
-    fn quiesce(&mut self) {
-        let deadline = Instant::now() + QUIESCE_TIMEOUT;
-        while self.engine.in_flight() > 0 && Instant::now() < deadline {
-            self.engine.commit();
-            self.complete();
-            if self.engine.in_flight() > 0 {
-                std::thread::sleep(Duration::from_micros(50));
-            }
-        }
-        self.signal();
-        if self.engine.in_flight() > 0 {
-            log::error!(
-                "virtio-blk queue {}: {} requests still in flight at reset",
+    fn drain(&mut self) -> usize {
+        if !self.draining {
+            self.draining = true;
+            log::debug!(
+                "virtio-blk queue {}: draining {} requests for a reset",
                 self.index,
                 self.engine.in_flight()
             );
         }
+        self.engine.commit();
+        self.complete();
+        self.signal();
+        self.publish_in_flight();
+        self.engine.in_flight()
     }
 
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {

@@ -38,6 +38,11 @@ pub struct QueueStats {
     pub batch_hist: [AtomicU64; BATCH_BUCKETS.len() + 1],
     /// Largest number of requests in flight at once.
     pub inflight_max: AtomicU64,
+    /// Requests the engine held at the queue's last drain or broken-queue turn (a gauge: what a
+    /// pending reset waits for).
+    pub in_flight: AtomicU64,
+    /// Set while a guest reset waits for this queue's in-flight requests (written by the device).
+    pub reset_pending: AtomicU64,
     /// The engine in force, as it describes itself.
     pub engine: Mutex<String>,
 }

@@ -76,6 +76,24 @@ pub enum ActivateError {
     /// Setting up the backend (threads, engines, fds) failed.
     #[error("Backend set-up failed: {0}")]
     Backend(String),
+    /// The device is already active (it must be reset first).
+    #[error("The device is already active")]
+    AlreadyActive,
+}
+
+/// What a device reset achieved.
+#[derive(Debug)]
+pub enum ResetOutcome {
+    /// The device was not active: nothing to stop.
+    Inactive,
+    /// The device stopped and its in-flight I/O finished; its queues come back.
+    Done(Vec<ActivatedQueue>),
+    /// Requests are still in flight and may yet write guest memory: the reset is not done, and
+    /// the transport must not report it done to the driver. Call `reset` again later.
+    Pending {
+        /// Requests still in flight.
+        in_flight: usize,
+    },
 }
 
 /// A virtio device model, independent of its transport.
@@ -100,7 +118,8 @@ pub trait VirtioDevice: Send {
         interrupt: Arc<dyn VirtioInterrupt>,
         queues: Vec<ActivatedQueue>,
     ) -> Result<(), ActivateError>;
-    /// Stops processing after in-flight requests complete and returns the queues, or `None` if
-    /// the device was not active.
-    fn reset(&mut self) -> Option<Vec<ActivatedQueue>>;
+    /// Stops processing and waits (bounded) for in-flight requests to complete. A `Pending`
+    /// answer means the device keeps draining: the transport calls `reset` again until it is
+    /// `Done` (or `Inactive`), and only then reports the reset complete.
+    fn reset(&mut self) -> ResetOutcome;
 }

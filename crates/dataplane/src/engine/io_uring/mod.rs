@@ -359,6 +359,13 @@ impl IoEngine for IoUringEngine {
         (self.slots.len() - self.free.len()) + self.local_done.len()
     }
 
+    fn unsubmitted(&self) -> usize {
+        // SAFETY: as in `has_completions`: no other handle of the SQ exists while `&self` is
+        // held.
+        let sq_backlog = unsafe { self.ring.submission_shared().len() };
+        self.pending.len() + self.retry.len() + sq_backlog
+    }
+
     fn has_completions(&self) -> bool {
         if !self.local_done.is_empty() || !self.retry.is_empty() {
             return true;

@@ -468,6 +468,10 @@ impl IoEngine for LinuxAioEngine {
         self.pending.len() + self.submitted + self.done.len() + self.retry.len()
     }
 
+    fn unsubmitted(&self) -> usize {
+        self.pending.len() + self.retry.len()
+    }
+
     fn has_completions(&self) -> bool {
         if !self.done.is_empty() {
             return true;

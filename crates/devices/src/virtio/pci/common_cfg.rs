@@ -17,6 +17,11 @@ const DRIVER_FEATURE: u64 = 0x0c;
 const CONFIG_MSIX_VECTOR: u64 = 0x10;
 const NUM_QUEUES: u64 = 0x12;
 const DEVICE_STATUS: u64 = 0x14;
+
+/// Whether a register access at `offset` of `len` bytes includes `device_status`.
+pub(super) fn covers_status(offset: u64, len: u64) -> bool {
+    offset <= DEVICE_STATUS && DEVICE_STATUS < offset.saturating_add(len)
+}
 const CONFIG_GENERATION: u64 = 0x15;
 const QUEUE_SELECT: u64 = 0x16;
 const QUEUE_SIZE: u64 = 0x18;

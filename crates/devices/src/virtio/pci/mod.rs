@@ -7,6 +7,7 @@
 //! the device status state machine, activation and reset, and BAR0 dispatch.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use virtio_queue::{Queue, QueueT};
 use vm_memory::GuestAddress;
@@ -17,8 +18,8 @@ use crate::pci::{
     PciConfigSpace, PciDevice, PciIds,
 };
 use crate::virtio::{
-    status, ActivateError, ActivatedQueue, GuestMemory, VirtioDevice, VirtioInterrupt,
-    VIRTIO_F_VERSION_1, VIRTIO_RING_F_EVENT_IDX,
+    status, ActivateError, ActivatedQueue, GuestMemory, ResetOutcome, VirtioDevice,
+    VirtioInterrupt, VIRTIO_F_VERSION_1, VIRTIO_RING_F_EVENT_IDX,
 };
 
 mod common_cfg;
@@ -75,7 +76,14 @@ pub struct VirtioPciDevice {
     /// BAR0 address at which the kicks are registered as ioeventfds.
     registered_at: Option<u64>,
     pci_cfg: PciCfgWindow,
+    /// A reset the device has not finished (in-flight I/O): when it was last tried. Until it
+    /// is done, `device_status` reads back its old value and other status writes are ignored.
+    reset_pending: Option<Instant>,
 }
+
+/// How often a driver polling `device_status` during a pending reset makes the transport ask the
+/// device again (each try is a round trip to the device's iothread).
+const RESET_RETRY_INTERVAL: Duration = Duration::from_millis(1);
 
 impl std::fmt::Debug for VirtioPciDevice {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -150,6 +158,7 @@ impl VirtioPciDevice {
             ioevents,
             registered_at: None,
             pci_cfg,
+            reset_pending: None,
         })
     }
 
@@ -165,6 +174,11 @@ impl VirtioPciDevice {
 
     /// Applies a driver write to `device_status`.
     fn write_status(&mut self, value: u8) {
+        if self.reset_pending.is_some() {
+            // The driver must wait for the reset to read back 0 before anything else.
+            self.retry_reset(true);
+            return;
+        }
         if value == 0 {
             self.reset();
             return;
@@ -238,10 +252,44 @@ impl VirtioPciDevice {
         self.device.activate(self.mem.clone(), irq, queues)
     }
 
-    /// Device reset: stops the device, takes its queues back and clears the registers.
+    /// Device reset: stops the device, takes its queues back and clears the registers. While
+    /// the device still has I/O in flight (which may write guest memory), the reset stays
+    /// pending: `device_status` keeps its value, as virtio allows (the driver waits for it to
+    /// read back 0), and reads of it retry.
     fn reset(&mut self) {
+        match self.device.reset() {
+            ResetOutcome::Inactive | ResetOutcome::Done(_) => self.finish_reset(),
+            ResetOutcome::Pending { in_flight } => {
+                log::error!(
+                    "virtio-pci: reset waits for {in_flight} requests the backing store has not \
+                     completed; the device stays in reset until they do"
+                );
+                self.reset_pending = Some(Instant::now());
+            }
+        }
+    }
+
+    /// Asks the device again whether a pending reset is done (at most every
+    /// `RESET_RETRY_INTERVAL` unless `now`).
+    fn retry_reset(&mut self, now: bool) {
+        let Some(last) = self.reset_pending else {
+            return;
+        };
+        if !now && last.elapsed() < RESET_RETRY_INTERVAL {
+            return;
+        }
+        match self.device.reset() {
+            ResetOutcome::Inactive | ResetOutcome::Done(_) => {
+                log::info!("virtio-pci: pending reset done");
+                self.reset_pending = None;
+                self.finish_reset();
+            }
+            ResetOutcome::Pending { .. } => self.reset_pending = Some(Instant::now()),
+        }
+    }
+
+    fn finish_reset(&mut self) {
         // The returned queues (and their kick clones) are dropped: the registers are the truth.
-        drop(self.device.reset());
         for kick in &self.kicks {
             // Discard stale notifications; EAGAIN just means there were none.
             let _ = kick.read();
@@ -273,6 +321,9 @@ impl VirtioPciDevice {
     fn bar0_read(&mut self, offset: u64, data: &mut [u8]) {
         data.fill(0);
         let len = data.len() as u64;
+        if self.reset_pending.is_some() && common_cfg::covers_status(offset, len) {
+            self.retry_reset(false);
+        }
         match offset {
             o if o + len <= COMMON_CFG_OFFSET + COMMON_CFG_LEN => self.common.read(o, data),
             ISR_OFFSET => data[0] = self.irq.take_isr(),

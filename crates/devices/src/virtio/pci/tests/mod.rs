@@ -26,6 +26,8 @@ struct MockState {
     interrupt: Option<Arc<dyn VirtioInterrupt>>,
     queues: Option<Vec<ActivatedQueue>>,
     resets: usize,
+    /// Resets to answer `Pending` before the next `Done`.
+    pending_resets: usize,
     fail_activate: bool,
     config_writes: Vec<(u64, Vec<u8>)>,
 }
@@ -82,11 +84,18 @@ impl VirtioDevice for MockDevice {
         s.queues = Some(queues);
         Ok(())
     }
-    fn reset(&mut self) -> Option<Vec<ActivatedQueue>> {
+    fn reset(&mut self) -> ResetOutcome {
         let mut s = self.0.lock().expect("lock");
         s.resets += 1;
+        if s.pending_resets > 0 {
+            s.pending_resets -= 1;
+            return ResetOutcome::Pending { in_flight: 1 };
+        }
         s.interrupt = None;
-        s.queues.take()
+        match s.queues.take() {
+            Some(q) => ResetOutcome::Done(q),
+            None => ResetOutcome::Inactive,
+        }
     }
 }
 

@@ -2,29 +2,28 @@
 //! fire. Control commands (attach, detach, shutdown) arrive over a channel plus an eventfd and
 //! are acknowledged, so callers know when ownership moved.
 
+mod event_loop;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 use vmm_sys_util::eventfd::EventFd;
 
 use crate::handler::Handler;
-use crate::poll::policy::FIRST_STEP_NS;
 use crate::poll::{PollParams, PollPolicy};
-use crate::stats::{thread_cpu_ns, IoThreadStats};
+use crate::stats::IoThreadStats;
+use event_loop::{Loop, COMMAND_TOKEN};
 
-const COMMAND_TOKEN: u64 = u64::MAX;
-const MAX_EVENTS: usize = 64;
 /// The default and the upper bound of `max_batch`.
 pub const DEFAULT_MAX_BATCH: usize = 32;
 /// The largest `max_batch` accepted.
 pub const MAX_MAX_BATCH: usize = 1024;
-/// Turns per wake-up before the thread checks its fds and commands again.
-const MAX_TURNS: usize = 64;
-/// How long a caller waits for the thread to acknowledge a command.
+/// How long a caller waits for the thread to acknowledge a command (beyond the command's own
+/// wait).
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Errors of the iothread and its control channel.
@@ -47,10 +46,31 @@ pub enum IoThreadError {
 
 enum Command {
     Attach(Vec<Box<dyn Handler>>, Sender<Result<(), String>>),
-    Detach(u64, Sender<Vec<Box<dyn Handler>>>),
+    Detach(u64, Duration, Sender<Detach>),
     SetPoll(PollParams, Sender<PollParams>),
     Run(OnThreadHook, Sender<Result<(), String>>),
     Shutdown,
+}
+
+/// The answer to [`IoThread::detach`].
+pub enum Detach {
+    /// Every handler of the owner, out of the thread, their I/O finished.
+    Done(Vec<Box<dyn Handler>>),
+    /// Requests were still in flight when the wait ended: the handlers stay on the thread,
+    /// taking no new work and completing what finishes; ask again later.
+    Draining {
+        /// Requests still in flight.
+        in_flight: usize,
+    },
+}
+
+impl std::fmt::Debug for Detach {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Detach::Done(h) => write!(f, "Done({} handlers)", h.len()),
+            Detach::Draining { in_flight } => write!(f, "Draining {{ in_flight: {in_flight} }}"),
+        }
+    }
 }
 
 /// Code the owner runs on the iothread itself (the VMM installs its seccomp filter this way).
@@ -105,19 +125,14 @@ impl IoThread {
         let (tx, rx) = mpsc::channel();
         let stats = Arc::new(IoThreadStats::default());
         let max_batch = Arc::new(AtomicUsize::new(effective_max_batch(max_batch)));
-        let mut lp = Loop {
-            max_batch: max_batch.clone(),
-            carry: Vec::new(),
-            policy: PollPolicy::new(poll),
-            suppressed: Vec::new(),
-            pollers: Vec::new(),
-            epoch: Instant::now(),
+        let mut lp = Loop::new(
+            max_batch.clone(),
+            PollPolicy::new(poll),
             epoll,
-            wake: wake.try_clone().map_err(os("eventfd clone"))?,
-            commands: rx,
-            slots: Vec::new(),
-            stats: stats.clone(),
-        };
+            wake.try_clone().map_err(os("eventfd clone"))?,
+            rx,
+            stats.clone(),
+        );
         let join = std::thread::Builder::new()
             .name(format!("iothread-{name}"))
             .spawn(move || lp.run())
@@ -216,11 +231,15 @@ impl IoThread {
         }
     }
 
-    /// Takes every handler of `owner` out of the thread after its in-flight I/O finished.
-    pub fn detach(&self, owner: u64) -> Result<Vec<Box<dyn Handler>>, IoThreadError> {
+    /// Takes every handler of `owner` out of the thread once its in-flight I/O finished,
+    /// waiting at most `wait` for that (the thread keeps serving its other handlers meanwhile).
+    /// With requests still in flight after `wait`, the handlers stay on the thread, draining,
+    /// and the answer says how many remain: nothing the engine still owns may outlive the
+    /// owner's memory, so the caller must not treat the handlers as gone.
+    pub fn detach(&self, owner: u64, wait: Duration) -> Result<Detach, IoThreadError> {
         let (tx, rx) = mpsc::channel();
-        self.send(Command::Detach(owner, tx))?;
-        rx.recv_timeout(COMMAND_TIMEOUT)
+        self.send(Command::Detach(owner, wait, tx))?;
+        rx.recv_timeout(COMMAND_TIMEOUT + wait)
             .map_err(|_| IoThreadError::NotResponding(self.name.clone()))
     }
 
@@ -259,283 +278,6 @@ impl RawFdI32 for EventFd {
     }
 }
 
-struct Loop {
-    max_batch: Arc<AtomicUsize>,
-    /// Handlers that still had work after their last turn.
-    carry: Vec<usize>,
-    /// The poll-window policy.
-    policy: PollPolicy,
-    /// Handlers whose notifications are suppressed (between poll_begin and poll_end).
-    suppressed: Vec<usize>,
-    /// Scratch: handlers polled this iteration.
-    pollers: Vec<usize>,
-    /// Origin of the monotonic ns the policy sees.
-    epoch: Instant,
-    epoll: Epoll,
-    wake: EventFd,
-    commands: Receiver<Command>,
-    slots: Vec<Option<Box<dyn Handler>>>,
-    stats: Arc<IoThreadStats>,
-}
-
-impl Loop {
-    fn now_ns(&self) -> u64 {
-        self.epoch.elapsed().as_nanos() as u64
-    }
-
-    fn run(&mut self) {
-        let mut events = vec![EpollEvent::default(); MAX_EVENTS];
-        let mut ready: Vec<usize> = Vec::with_capacity(MAX_EVENTS);
-        let mut hits: Vec<usize> = Vec::with_capacity(MAX_EVENTS);
-        loop {
-            let t0 = Instant::now();
-            hits.clear();
-            let window = self.window();
-            IoThreadStats::set(&self.stats.poll_window_ns, window);
-            if window > 0 && self.carry.is_empty() {
-                self.poll_for(window, t0, &mut hits);
-            }
-            // Sleep only with nothing pending: first re-enable notifications and re-check.
-            let mut timeout = 0;
-            if hits.is_empty() && self.carry.is_empty() {
-                for slot in std::mem::take(&mut self.suppressed) {
-                    if let Some(Some(h)) = self.slots.get_mut(slot) {
-                        if h.poll_end() {
-                            hits.push(slot);
-                        }
-                    }
-                }
-                if hits.is_empty() {
-                    timeout = -1;
-                    IoThreadStats::add(&self.stats.sleeps, 1);
-                    IoThreadStats::set(&self.stats.cpu_ns, thread_cpu_ns());
-                }
-            }
-            let sleep_start = Instant::now();
-            let n = match self.epoll.wait(timeout, &mut events) {
-                Ok(n) => n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => 0,
-                Err(e) => {
-                    log::error!("iothread: epoll_wait failed: {e}; stopping");
-                    return;
-                }
-            };
-            if timeout < 0 {
-                IoThreadStats::add(
-                    &self.stats.sleep_ns,
-                    sleep_start.elapsed().as_nanos() as u64,
-                );
-            }
-            if n > 0 {
-                IoThreadStats::add(&self.stats.wakeups, 1);
-            }
-            let block_ns = t0.elapsed().as_nanos() as u64;
-            ready.clear();
-            ready.append(&mut self.carry);
-            let mut command = false;
-            for ev in &events[..n] {
-                if ev.data() == COMMAND_TOKEN {
-                    command = true;
-                } else {
-                    IoThreadStats::add(&self.stats.fd_events, 1);
-                    let slot = ev.data() as usize;
-                    if !hits.contains(&slot) {
-                        hits.push(slot);
-                    }
-                }
-            }
-            for &slot in &hits {
-                if !ready.contains(&slot) {
-                    ready.push(slot);
-                }
-            }
-            let work_start = Instant::now();
-            self.take_turns(&mut ready);
-            IoThreadStats::add(&self.stats.work_ns, work_start.elapsed().as_nanos() as u64);
-            let now = self.now_ns();
-            self.policy.update(block_ns, &hits, now);
-            if command && !self.process_commands() {
-                return;
-            }
-        }
-    }
-
-    /// The poll window: 0 when polling is off or a handler has no cheap check. With polling on
-    /// and the policy's window at 0, the thread still probes for the first step (4 µs) before
-    /// sleeping: after a sleep, `block_ns` includes the thread's own wake-up latency (~100 µs on
-    /// a nested host), so a window that reached 0 could never grow again from sleeping
-    /// iterations alone, even when the guest's next request follows within microseconds. A probe
-    /// hit measures the real interval and lets the policy open the window.
-    fn window(&self) -> u64 {
-        if IoThreadStats::get(&self.stats.poll_disabled_handlers) > 0 {
-            return 0;
-        }
-        let max = self.policy.params().max_ns;
-        match self.policy.window() {
-            0 if max > 0 => FIRST_STEP_NS.min(max),
-            w => w,
-        }
-    }
-
-    /// Polls the cheap checks of the handlers in the poll set, notifications suppressed, until
-    /// one has work or `window` ns have passed since `t0`.
-    fn poll_for(&mut self, window: u64, t0: Instant, hits: &mut Vec<usize>) {
-        self.pollers.clear();
-        for (slot, h) in self.slots.iter_mut().enumerate() {
-            let Some(h) = h.as_mut() else { continue };
-            if !self.policy.is_polled(slot) {
-                continue;
-            }
-            if !self.suppressed.contains(&slot) {
-                h.poll_begin();
-                self.suppressed.push(slot);
-            }
-            self.pollers.push(slot);
-        }
-        let deadline = Duration::from_nanos(window);
-        'poll: loop {
-            for &slot in &self.pollers {
-                if let Some(Some(h)) = self.slots.get_mut(slot) {
-                    if h.poll() {
-                        hits.push(slot);
-                    }
-                }
-            }
-            if !hits.is_empty() {
-                break 'poll;
-            }
-            if t0.elapsed() >= deadline {
-                break 'poll;
-            }
-            std::hint::spin_loop();
-        }
-        IoThreadStats::add(&self.stats.poll_ns, t0.elapsed().as_nanos() as u64);
-        if hits.is_empty() {
-            IoThreadStats::add(&self.stats.poll_misses, 1);
-        } else {
-            IoThreadStats::add(&self.stats.poll_hits, 1);
-        }
-    }
-
-    /// Gives every ready handler turns of at most `max_batch` requests, round-robin, until none
-    /// has work left or `MAX_TURNS` rounds passed (the rest carry over to the next iteration).
-    fn take_turns(&mut self, ready: &mut Vec<usize>) {
-        let max_batch = self.max_batch.load(Ordering::Relaxed);
-        for _ in 0..MAX_TURNS {
-            if ready.is_empty() {
-                return;
-            }
-            ready.retain(|&slot| match self.slots.get_mut(slot) {
-                Some(Some(h)) => {
-                    IoThreadStats::add(&self.stats.handler_runs, 1);
-                    h.run(max_batch)
-                }
-                _ => false,
-            });
-        }
-        self.carry.append(ready);
-    }
-
-    /// Returns false on shutdown.
-    fn process_commands(&mut self) -> bool {
-        let _ = self.wake.read();
-        while let Ok(cmd) = self.commands.try_recv() {
-            IoThreadStats::add(&self.stats.commands, 1);
-            match cmd {
-                Command::Attach(handlers, reply) => {
-                    let r = handlers.into_iter().try_for_each(|h| self.add(h));
-                    let _ = reply.send(r);
-                }
-                Command::Detach(owner, reply) => {
-                    let _ = reply.send(self.remove(owner));
-                }
-                Command::SetPoll(params, reply) => {
-                    self.policy.set_params(params);
-                    let _ = reply.send(self.policy.params());
-                }
-                Command::Run(hook, reply) => {
-                    let _ = reply.send(hook());
-                }
-                Command::Shutdown => {
-                    for slot in self.slots.iter_mut() {
-                        if let Some(h) = slot.as_mut() {
-                            h.quiesce();
-                        }
-                    }
-                    return false;
-                }
-            }
-        }
-        true
-    }
-
-    fn add(&mut self, mut handler: Box<dyn Handler>) -> Result<(), String> {
-        handler.attach()?;
-        let slot = self
-            .slots
-            .iter()
-            .position(Option::is_none)
-            .unwrap_or(self.slots.len());
-        for fd in handler.wake_fds() {
-            self.epoll
-                .ctl(
-                    ControlOperation::Add,
-                    fd,
-                    EpollEvent::new(EventSet::IN, slot as u64),
-                )
-                .map_err(|e| format!("epoll_ctl add fd {fd}: {e}"))?;
-        }
-        // Work may have arrived before the fds were watched: look once.
-        if handler.run(self.max_batch.load(Ordering::Relaxed)) {
-            self.carry.push(slot);
-        }
-        if slot == self.slots.len() {
-            self.slots.push(Some(handler));
-        } else {
-            self.slots[slot] = Some(handler);
-        }
-        self.stats.handlers.fetch_add(1, Ordering::Relaxed);
-        if self.slots[slot].as_ref().is_some_and(|h| !h.can_poll()) {
-            self.stats
-                .poll_disabled_handlers
-                .fetch_add(1, Ordering::Relaxed);
-        }
-        let now = self.now_ns();
-        self.policy.add(slot, now);
-        Ok(())
-    }
-
-    fn remove(&mut self, owner: u64) -> Vec<Box<dyn Handler>> {
-        let mut out = Vec::new();
-        for (idx, slot) in self.slots.iter_mut().enumerate() {
-            if slot.as_ref().is_some_and(|h| h.owner() == owner) {
-                if let Some(mut h) = slot.take() {
-                    for fd in h.wake_fds() {
-                        let _ = self
-                            .epoll
-                            .ctl(ControlOperation::Delete, fd, EpollEvent::default());
-                    }
-                    if self.suppressed.contains(&idx) {
-                        h.poll_end();
-                    }
-                    h.quiesce();
-                    self.stats.handlers.fetch_sub(1, Ordering::Relaxed);
-                    if !h.can_poll() {
-                        self.stats
-                            .poll_disabled_handlers
-                            .fetch_sub(1, Ordering::Relaxed);
-                    }
-                    self.carry.retain(|&s| s != idx);
-                    self.suppressed.retain(|&s| s != idx);
-                    self.policy.remove(idx);
-                    out.push(h);
-                }
-            }
-        }
-        out
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -569,11 +311,21 @@ mod tests {
             }
             false
         }
-        fn quiesce(&mut self) {
+        fn drain(&mut self) -> usize {
             self.quiesced = true;
+            0
         }
         fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
             self
+        }
+    }
+
+    /// Detaches `owner`'s handlers, which must have drained.
+    #[track_caller]
+    fn detach(t: &IoThread, owner: u64) -> Vec<Box<dyn Handler>> {
+        match t.detach(owner, Duration::from_secs(1)).expect("detach") {
+            Detach::Done(h) => h,
+            other => panic!("not drained: {other:?}"),
         }
     }
 
@@ -611,8 +363,8 @@ mod tests {
         fd.write(2).expect("kick");
         wait_for(|| seen.load(Ordering::SeqCst) == 5);
         assert_eq!(IoThreadStats::get(&t.stats().handlers), 1);
-        assert!(t.detach(99).expect("detach other").is_empty());
-        let back = t.detach(7).expect("detach");
+        assert!(detach(&t, 99).is_empty());
+        let back = detach(&t, 7);
         assert_eq!(back.len(), 1);
         let counter = back
             .into_iter()
@@ -679,7 +431,9 @@ mod tests {
             }
             self.work > 0
         }
-        fn quiesce(&mut self) {}
+        fn drain(&mut self) -> usize {
+            0
+        }
         fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
             self
         }
@@ -708,7 +462,7 @@ mod tests {
         t.attach(hs).expect("attach");
         // Give both handlers 10 units at once, then wake them together.
         for (owner, _) in fds.iter().enumerate() {
-            let back = t.detach(owner as u64).expect("detach");
+            let back = detach(&t, owner as u64);
             let mut h = back
                 .into_iter()
                 .next()
@@ -790,7 +544,9 @@ mod tests {
             }
             false
         }
-        fn quiesce(&mut self) {}
+        fn drain(&mut self) -> usize {
+            0
+        }
         fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
             self
         }

@@ -1,0 +1,550 @@
+//! The iothread's loop: polls the handlers' cheap checks for the policy's window, sleeps in epoll
+//! on their fds otherwise, gives ready handlers turns of at most `max_batch` requests, and carries
+//! out commands. It owns the registry of watched fds, so a handler that failed to attach, stopped
+//! for good (a broken queue) or left the thread leaves no fd behind that could wake it.
+
+use std::os::unix::io::RawFd;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
+use vmm_sys_util::eventfd::EventFd;
+
+use super::{Command, Detach};
+use crate::handler::Handler;
+use crate::poll::policy::FIRST_STEP_NS;
+use crate::poll::PollPolicy;
+use crate::stats::{thread_cpu_ns, IoThreadStats};
+
+/// The epoll token of the command eventfd.
+pub(super) const COMMAND_TOKEN: u64 = u64::MAX;
+const MAX_EVENTS: usize = 64;
+/// Turns per wake-up before the thread checks its fds and commands again.
+const MAX_TURNS: usize = 64;
+/// How soon a handler whose submission the kernel refused (EAGAIN) gets another turn.
+const RETRY_DELAY: Duration = Duration::from_millis(1);
+/// After a poll hit the thread goes straight back to work without asking epoll, but at least
+/// this often it looks at its fds (commands, handlers outside the poll set).
+const EPOLL_CHECK_INTERVAL: Duration = Duration::from_millis(1);
+/// How often the thread samples its own CPU time for the statistics.
+const CPU_SAMPLE_INTERVAL: Duration = Duration::from_millis(5);
+/// How long shutdown waits for in-flight I/O of every handler.
+const SHUTDOWN_DRAIN: Duration = Duration::from_secs(5);
+
+/// A handler and what the loop knows about it.
+struct Slot {
+    handler: Box<dyn Handler>,
+    /// The fds registered in epoll for it (empty once it stopped).
+    watched: Vec<RawFd>,
+    /// It asked for another turn on a timer ([`Handler::retry_later`]).
+    retry: bool,
+}
+
+/// A detach waiting for the owner's in-flight I/O.
+struct PendingDetach {
+    owner: u64,
+    deadline: Instant,
+    reply: Sender<Detach>,
+}
+
+pub(super) struct Loop {
+    pub(super) max_batch: Arc<AtomicUsize>,
+    /// Handlers that still had work after their last turn.
+    pub(super) carry: Vec<usize>,
+    /// The poll-window policy.
+    pub(super) policy: PollPolicy,
+    /// Handlers whose notifications are suppressed (between poll_begin and poll_end).
+    pub(super) suppressed: Vec<usize>,
+    /// Scratch: handlers polled this iteration.
+    pub(super) pollers: Vec<usize>,
+    /// Origin of the monotonic ns the policy sees.
+    pub(super) epoch: Instant,
+    pub(super) epoll: Epoll,
+    pub(super) wake: EventFd,
+    pub(super) commands: Receiver<Command>,
+    slots: Vec<Option<Slot>>,
+    detaches: Vec<PendingDetach>,
+    /// Scratch: handlers that stopped during the last turns.
+    stopped: Vec<usize>,
+    pub(super) stats: Arc<IoThreadStats>,
+}
+
+impl Loop {
+    /// A loop that waits on `epoll` (which already watches `wake` with [`COMMAND_TOKEN`]).
+    pub(super) fn new(
+        max_batch: Arc<AtomicUsize>,
+        policy: PollPolicy,
+        epoll: Epoll,
+        wake: EventFd,
+        commands: Receiver<Command>,
+        stats: Arc<IoThreadStats>,
+    ) -> Self {
+        Self {
+            max_batch,
+            carry: Vec::new(),
+            policy,
+            suppressed: Vec::new(),
+            pollers: Vec::new(),
+            epoch: Instant::now(),
+            epoll,
+            wake,
+            commands,
+            slots: Vec::new(),
+            detaches: Vec::new(),
+            stopped: Vec::new(),
+            stats,
+        }
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    fn handler(&mut self, slot: usize) -> Option<&mut Box<dyn Handler>> {
+        self.slots
+            .get_mut(slot)
+            .and_then(Option::as_mut)
+            .map(|s| &mut s.handler)
+    }
+
+    pub(super) fn run(&mut self) {
+        let mut events = vec![EpollEvent::default(); MAX_EVENTS];
+        let mut ready: Vec<usize> = Vec::with_capacity(MAX_EVENTS);
+        let mut hits: Vec<usize> = Vec::with_capacity(MAX_EVENTS);
+        let mut last_epoll = Instant::now();
+        let mut last_cpu_sample = Instant::now();
+        loop {
+            let t0 = Instant::now();
+            hits.clear();
+            let window = self.window();
+            IoThreadStats::set(&self.stats.poll_window_ns, window);
+            if window > 0 && self.carry.is_empty() {
+                self.poll_for(window, t0, &mut hits);
+            }
+            // Sleep only with nothing pending: first re-enable notifications and re-check.
+            let mut timeout = 0;
+            if hits.is_empty() && self.carry.is_empty() {
+                for slot in std::mem::take(&mut self.suppressed) {
+                    if let Some(h) = self.handler(slot) {
+                        if h.poll_end() {
+                            hits.push(slot);
+                        }
+                    }
+                }
+                if hits.is_empty() {
+                    timeout = self.sleep_timeout_ms(t0);
+                    if timeout != 0 {
+                        IoThreadStats::add(&self.stats.sleeps, 1);
+                        if last_cpu_sample.elapsed() >= CPU_SAMPLE_INTERVAL {
+                            last_cpu_sample = Instant::now();
+                            IoThreadStats::set(&self.stats.cpu_ns, thread_cpu_ns());
+                        }
+                    }
+                }
+            }
+            // Polling found work: go straight to it (QEMU skips epoll too), unless the fds have
+            // not been looked at for a while.
+            let skip_epoll = timeout == 0
+                && !hits.is_empty()
+                && t0.duration_since(last_epoll) < EPOLL_CHECK_INTERVAL;
+            let n = if skip_epoll {
+                0
+            } else {
+                let sleep_start = Instant::now();
+                last_epoll = sleep_start;
+                let n = match self.epoll.wait(timeout, &mut events) {
+                    Ok(n) => n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => 0,
+                    Err(e) => {
+                        log::error!("iothread: epoll_wait failed: {e}; stopping");
+                        return;
+                    }
+                };
+                if timeout != 0 {
+                    IoThreadStats::add(
+                        &self.stats.sleep_ns,
+                        sleep_start.elapsed().as_nanos() as u64,
+                    );
+                }
+                if n > 0 {
+                    IoThreadStats::add(&self.stats.wakeups, 1);
+                }
+                n
+            };
+            let block_ns = t0.elapsed().as_nanos() as u64;
+            ready.clear();
+            ready.append(&mut self.carry);
+            let mut command = false;
+            for ev in &events[..n] {
+                if ev.data() == COMMAND_TOKEN {
+                    command = true;
+                } else {
+                    IoThreadStats::add(&self.stats.fd_events, 1);
+                    let slot = ev.data() as usize;
+                    if !hits.contains(&slot) {
+                        hits.push(slot);
+                    }
+                }
+            }
+            for &slot in &hits {
+                if !ready.contains(&slot) {
+                    ready.push(slot);
+                }
+            }
+            for (slot, s) in self.slots.iter().enumerate() {
+                if s.as_ref().is_some_and(|s| s.retry) && !ready.contains(&slot) {
+                    ready.push(slot);
+                }
+            }
+            let work_start = Instant::now();
+            self.take_turns(&mut ready);
+            IoThreadStats::add(&self.stats.work_ns, work_start.elapsed().as_nanos() as u64);
+            let now = self.now_ns();
+            self.policy.update(block_ns, &hits, now);
+            if !self.detaches.is_empty() {
+                self.finish_detaches();
+            }
+            if command && !self.process_commands() {
+                return;
+            }
+        }
+    }
+
+    /// How long the thread may sleep: for ever (-1), unless a handler waits for a retry or a
+    /// detach for its deadline.
+    fn sleep_timeout_ms(&self, now: Instant) -> i32 {
+        let retry = self
+            .slots
+            .iter()
+            .flatten()
+            .any(|s| s.retry)
+            .then(|| now + RETRY_DELAY);
+        let detach = self.detaches.iter().map(|d| d.deadline).min();
+        match retry.into_iter().chain(detach).min() {
+            None => -1,
+            Some(at) => {
+                let left = at.saturating_duration_since(now);
+                // Round up so the thread does not wake just before the deadline.
+                (left.as_micros().div_ceil(1000) as i32).max(1)
+            }
+        }
+    }
+
+    /// The poll window: 0 when polling is off or a handler has no cheap check. With polling on
+    /// and the policy's window at 0, the thread still probes for the first step (4 µs) before
+    /// sleeping: after a sleep, `block_ns` includes the thread's own wake-up latency (~100 µs on
+    /// a nested host), so a window that reached 0 could never grow again from sleeping
+    /// iterations alone, even when the guest's next request follows within microseconds. A probe
+    /// hit measures the real interval and lets the policy open the window.
+    fn window(&self) -> u64 {
+        if IoThreadStats::get(&self.stats.poll_disabled_handlers) > 0 {
+            return 0;
+        }
+        let max = self.policy.params().max_ns;
+        match self.policy.window() {
+            0 if max > 0 => FIRST_STEP_NS.min(max),
+            w => w,
+        }
+    }
+
+    /// Polls the cheap checks of the handlers in the poll set, notifications suppressed, until
+    /// one has work or `window` ns have passed since `t0`.
+    fn poll_for(&mut self, window: u64, t0: Instant, hits: &mut Vec<usize>) {
+        self.pollers.clear();
+        for (slot, s) in self.slots.iter_mut().enumerate() {
+            let Some(s) = s.as_mut() else { continue };
+            if s.watched.is_empty() || !self.policy.is_polled(slot) {
+                continue;
+            }
+            if !self.suppressed.contains(&slot) {
+                s.handler.poll_begin();
+                self.suppressed.push(slot);
+            }
+            self.pollers.push(slot);
+        }
+        if self.pollers.is_empty() {
+            return;
+        }
+        let deadline = Duration::from_nanos(window);
+        'poll: loop {
+            for &slot in &self.pollers {
+                if let Some(Some(s)) = self.slots.get_mut(slot) {
+                    if s.handler.poll() {
+                        hits.push(slot);
+                    }
+                }
+            }
+            if !hits.is_empty() {
+                break 'poll;
+            }
+            if t0.elapsed() >= deadline {
+                break 'poll;
+            }
+            std::hint::spin_loop();
+        }
+        IoThreadStats::add(&self.stats.poll_ns, t0.elapsed().as_nanos() as u64);
+        if hits.is_empty() {
+            IoThreadStats::add(&self.stats.poll_misses, 1);
+        } else {
+            IoThreadStats::add(&self.stats.poll_hits, 1);
+        }
+    }
+
+    /// Gives every ready handler turns of at most `max_batch` requests, round-robin, until none
+    /// has work left or `MAX_TURNS` rounds passed (the rest carry over to the next iteration).
+    fn take_turns(&mut self, ready: &mut Vec<usize>) {
+        let max_batch = self.max_batch.load(Ordering::Relaxed);
+        for _ in 0..MAX_TURNS {
+            if ready.is_empty() {
+                break;
+            }
+            ready.retain(|&slot| match self.slots.get_mut(slot) {
+                Some(Some(s)) if !s.watched.is_empty() => {
+                    IoThreadStats::add(&self.stats.handler_runs, 1);
+                    let more = s.handler.run(max_batch);
+                    s.retry = s.handler.retry_later();
+                    if s.handler.stopped() {
+                        self.stopped.push(slot);
+                        return false;
+                    }
+                    more
+                }
+                _ => false,
+            });
+        }
+        self.carry.append(ready);
+        self.unwatch_stopped();
+    }
+
+    /// Unwatches the handlers that stopped during the last turns.
+    fn unwatch_stopped(&mut self) {
+        while let Some(slot) = self.stopped.pop() {
+            log::info!("iothread: handler {slot} stopped; its fds are no longer watched");
+            self.unwatch(slot);
+        }
+    }
+
+    /// Stops watching a handler that will do nothing more until it leaves the thread.
+    fn unwatch(&mut self, slot: usize) {
+        let Some(Some(s)) = self.slots.get_mut(slot) else {
+            return;
+        };
+        let fds = std::mem::take(&mut s.watched);
+        s.retry = false;
+        for fd in fds {
+            self.unregister(fd);
+        }
+        self.carry.retain(|&c| c != slot);
+        self.suppressed.retain(|&c| c != slot);
+        self.policy.remove(slot);
+    }
+
+    fn unregister(&mut self, fd: RawFd) {
+        if let Err(e) = self
+            .epoll
+            .ctl(ControlOperation::Delete, fd, EpollEvent::default())
+        {
+            log::warn!("iothread: epoll_ctl delete fd {fd}: {e}");
+        }
+        self.stats.watched_fds.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Returns false on shutdown.
+    fn process_commands(&mut self) -> bool {
+        let _ = self.wake.read();
+        while let Ok(cmd) = self.commands.try_recv() {
+            IoThreadStats::add(&self.stats.commands, 1);
+            match cmd {
+                Command::Attach(handlers, reply) => {
+                    let _ = reply.send(self.attach_all(handlers));
+                }
+                Command::Detach(owner, wait, reply) => {
+                    self.detaches.push(PendingDetach {
+                        owner,
+                        deadline: Instant::now() + wait,
+                        reply,
+                    });
+                    self.finish_detaches();
+                }
+                Command::SetPoll(params, reply) => {
+                    self.policy.set_params(params);
+                    let _ = reply.send(self.policy.params());
+                }
+                Command::Run(hook, reply) => {
+                    let _ = reply.send(hook());
+                }
+                Command::Shutdown => {
+                    self.drain_all();
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    /// Drains every handler before the thread ends (bounded wait: the process is going away).
+    fn drain_all(&mut self) {
+        let deadline = Instant::now() + SHUTDOWN_DRAIN;
+        loop {
+            let left: usize = self
+                .slots
+                .iter_mut()
+                .flatten()
+                .map(|s| s.handler.drain())
+                .sum();
+            if left == 0 {
+                return;
+            }
+            if Instant::now() >= deadline {
+                log::error!("iothread: {left} requests still in flight at shutdown");
+                return;
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+
+    /// Answers the detaches whose owner drained (the handlers) or whose deadline passed (what is
+    /// still in flight; the handlers stay, draining, until a later detach finds them done).
+    fn finish_detaches(&mut self) {
+        let now = Instant::now();
+        let mut i = 0;
+        while i < self.detaches.len() {
+            let owner = self.detaches[i].owner;
+            let in_flight: usize = self
+                .slots
+                .iter_mut()
+                .flatten()
+                .filter(|s| s.handler.owner() == owner)
+                .map(|s| s.handler.drain())
+                .sum();
+            if in_flight == 0 {
+                let d = self.detaches.swap_remove(i);
+                let _ = d.reply.send(Detach::Done(self.remove(owner)));
+            } else if now >= self.detaches[i].deadline {
+                let d = self.detaches.swap_remove(i);
+                let _ = d.reply.send(Detach::Draining { in_flight });
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// Attaches every handler or none: on a failure, the ones already attached are taken out
+    /// again (no I/O has started: handlers get their first turn only once all are watched).
+    fn attach_all(&mut self, handlers: Vec<Box<dyn Handler>>) -> Result<(), String> {
+        let mut added = Vec::with_capacity(handlers.len());
+        for h in handlers {
+            match self.add(h) {
+                Ok(slot) => added.push(slot),
+                Err(e) => {
+                    for slot in added {
+                        self.unwatch(slot);
+                        self.forget(slot);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        // Work may have arrived before the fds were watched: look once.
+        let max_batch = self.max_batch.load(Ordering::Relaxed);
+        let mut more = Vec::new();
+        for slot in added {
+            if let Some(s) = self.slots.get_mut(slot).and_then(Option::as_mut) {
+                if s.handler.run(max_batch) {
+                    more.push(slot);
+                }
+                s.retry = s.handler.retry_later();
+                if s.handler.stopped() {
+                    self.stopped.push(slot);
+                }
+            }
+        }
+        self.carry.extend(more);
+        self.unwatch_stopped();
+        Ok(())
+    }
+
+    /// Attaches one handler and watches its fds; undoes its own registrations on failure.
+    fn add(&mut self, mut handler: Box<dyn Handler>) -> Result<usize, String> {
+        handler.attach()?;
+        let slot = self
+            .slots
+            .iter()
+            .position(Option::is_none)
+            .unwrap_or(self.slots.len());
+        let mut watched = Vec::new();
+        for fd in handler.wake_fds() {
+            let added = self.epoll.ctl(
+                ControlOperation::Add,
+                fd,
+                EpollEvent::new(EventSet::IN, slot as u64),
+            );
+            if let Err(e) = added {
+                for fd in watched {
+                    self.unregister(fd);
+                }
+                return Err(format!("epoll_ctl add fd {fd}: {e}"));
+            }
+            self.stats.watched_fds.fetch_add(1, Ordering::Relaxed);
+            watched.push(fd);
+        }
+        let polls = handler.can_poll();
+        let s = Slot {
+            handler,
+            watched,
+            retry: false,
+        };
+        if slot == self.slots.len() {
+            self.slots.push(Some(s));
+        } else {
+            self.slots[slot] = Some(s);
+        }
+        self.stats.handlers.fetch_add(1, Ordering::Relaxed);
+        if !polls {
+            self.stats
+                .poll_disabled_handlers
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        let now = self.now_ns();
+        self.policy.add(slot, now);
+        Ok(slot)
+    }
+
+    /// Takes an unwatched handler out of its slot and undoes its statistics.
+    fn forget(&mut self, slot: usize) -> Option<Box<dyn Handler>> {
+        let s = self.slots.get_mut(slot)?.take()?;
+        self.stats.handlers.fetch_sub(1, Ordering::Relaxed);
+        if !s.handler.can_poll() {
+            self.stats
+                .poll_disabled_handlers
+                .fetch_sub(1, Ordering::Relaxed);
+        }
+        self.carry.retain(|&c| c != slot);
+        self.suppressed.retain(|&c| c != slot);
+        self.policy.remove(slot);
+        Some(s.handler)
+    }
+
+    /// Takes every handler of `owner` out of the thread (the caller checked they drained).
+    fn remove(&mut self, owner: u64) -> Vec<Box<dyn Handler>> {
+        let mut out = Vec::new();
+        for slot in 0..self.slots.len() {
+            let mine = self.slots[slot]
+                .as_ref()
+                .is_some_and(|s| s.handler.owner() == owner);
+            if !mine {
+                continue;
+            }
+            if self.suppressed.contains(&slot) {
+                if let Some(h) = self.handler(slot) {
+                    h.poll_end();
+                }
+            }
+            self.unwatch(slot);
+            out.extend(self.forget(slot));
+        }
+        out
+    }
+}
