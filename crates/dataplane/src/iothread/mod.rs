@@ -730,4 +730,147 @@ mod tests {
         r.busy.store(false, Ordering::SeqCst);
         r.t.shutdown();
     }
+
+    /// A handler whose fds are given; it counts its runs, reads nothing, asks for retries and
+    /// reports in-flight requests as the test says.
+    struct Scripted {
+        owner: u64,
+        fds: Vec<RawFd>,
+        runs: Arc<AtomicU64>,
+        /// `stopped()` once it has run this many times.
+        stop_after: Option<u64>,
+        /// `retry_later()` until it has run this many times.
+        retry_until: u64,
+        in_flight: Arc<AtomicU64>,
+    }
+
+    impl Scripted {
+        fn new(owner: u64, fds: Vec<RawFd>) -> Self {
+            Self {
+                owner,
+                fds,
+                runs: Arc::new(AtomicU64::new(0)),
+                stop_after: None,
+                retry_until: 0,
+                in_flight: Arc::new(AtomicU64::new(0)),
+            }
+        }
+    }
+
+    impl Handler for Scripted {
+        fn owner(&self) -> u64 {
+            self.owner
+        }
+        fn wake_fds(&self) -> Vec<RawFd> {
+            self.fds.clone()
+        }
+        fn run(&mut self, _max_batch: usize) -> bool {
+            self.runs.fetch_add(1, Ordering::SeqCst);
+            false
+        }
+        fn retry_later(&self) -> bool {
+            self.runs.load(Ordering::SeqCst) < self.retry_until
+        }
+        fn stopped(&self) -> bool {
+            self.stop_after
+                .is_some_and(|n| self.runs.load(Ordering::SeqCst) >= n)
+        }
+        fn drain(&mut self) -> usize {
+            self.in_flight.load(Ordering::SeqCst) as usize
+        }
+        fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
+            self
+        }
+    }
+
+    #[test]
+    fn a_failed_attach_leaves_no_fd_registered() {
+        let t = IoThread::spawn("attach-undo", 0).expect("spawn");
+        let good = EventFd::new(libc::EFD_NONBLOCK).expect("efd");
+        let other = EventFd::new(libc::EFD_NONBLOCK).expect("efd");
+        // epoll refuses regular files (EPERM): the second handler's second fd fails.
+        let file = std::fs::File::open("/proc/self/status").expect("a regular file");
+        let first = Scripted::new(1, vec![good.as_raw_fd()]);
+        let first_runs = first.runs.clone();
+        let second = Scripted::new(1, vec![other.as_raw_fd(), file.as_raw_fd()]);
+        let e = t
+            .attach(vec![Box::new(first), Box::new(second)])
+            .expect_err("epoll_ctl fails on a regular file");
+        assert!(e.to_string().contains("epoll_ctl"), "{e}");
+        assert_eq!(stat(&t, "watched_fds"), 0, "every registration was undone");
+        assert_eq!(stat(&t, "handlers"), 0);
+        // The first handler's kick fd stays readable: it must not wake the thread.
+        good.write(1).expect("kick");
+        std::thread::sleep(Duration::from_millis(30));
+        assert_eq!(first_runs.load(Ordering::SeqCst), 0, "no turn before all attached");
+        assert_eq!(stat(&t, "handler_runs"), 0, "nothing runs on a stale fd");
+        t.shutdown();
+    }
+
+    #[test]
+    fn a_stopped_handler_is_no_longer_watched() {
+        let t = IoThread::spawn("stopped", 0).expect("spawn");
+        let fd = EventFd::new(libc::EFD_NONBLOCK).expect("efd");
+        let mut h = Scripted::new(3, vec![fd.as_raw_fd()]);
+        h.stop_after = Some(2);
+        let runs = h.runs.clone();
+        t.attach(vec![Box::new(h)]).expect("attach");
+        // The handler never reads its fd (like a broken queue's completion fd): level-triggered,
+        // it would wake the thread for ever unless the thread stops watching it.
+        fd.write(1).expect("kick");
+        wait_for(|| stat(&t, "watched_fds") == 0);
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(runs.load(Ordering::SeqCst), 2, "no turn once stopped");
+        let sleeps = stat(&t, "sleeps");
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(stat(&t, "sleeps"), sleeps, "asleep, not spinning");
+        assert_eq!(detach(&t, 3).len(), 1, "a stopped handler can still leave");
+        t.shutdown();
+    }
+
+    #[test]
+    fn refused_work_gets_another_turn_on_a_timer() {
+        let t = IoThread::spawn("retry", 0).expect("spawn");
+        let fd = EventFd::new(libc::EFD_NONBLOCK).expect("efd");
+        let mut h = Scripted::new(4, vec![fd.as_raw_fd()]);
+        h.retry_until = 5;
+        let runs = h.runs.clone();
+        // No fd ever fires: only the timer brings the handler back.
+        t.attach(vec![Box::new(h)]).expect("attach");
+        wait_for(|| runs.load(Ordering::SeqCst) >= 5);
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(runs.load(Ordering::SeqCst), 5, "no retries once it is done");
+        t.shutdown();
+    }
+
+    #[test]
+    fn detach_waits_for_in_flight_io_and_never_hands_back_early() {
+        let t = IoThread::spawn("drain", 0).expect("spawn");
+        let fd = EventFd::new(libc::EFD_NONBLOCK).expect("efd");
+        let h = Scripted::new(5, vec![fd.as_raw_fd()]);
+        let in_flight = h.in_flight.clone();
+        in_flight.store(2, Ordering::SeqCst);
+        let other_fd = EventFd::new(libc::EFD_NONBLOCK).expect("efd");
+        let seen = Arc::new(AtomicU64::new(0));
+        let other = Counter {
+            owner: 6,
+            fd: other_fd.try_clone().expect("clone"),
+            seen: seen.clone(),
+            quiesced: false,
+            attached_on: None,
+        };
+        t.attach(vec![Box::new(h), Box::new(other)]).expect("attach");
+        let d = t.detach(5, Duration::from_millis(20)).expect("answer");
+        assert!(
+            matches!(d, Detach::Draining { in_flight: 2 }),
+            "still in flight: {d:?}"
+        );
+        assert_eq!(stat(&t, "handlers"), 2, "the draining handler stays");
+        other_fd.write(1).expect("kick");
+        wait_for(|| seen.load(Ordering::SeqCst) == 1);
+        in_flight.store(0, Ordering::SeqCst);
+        assert_eq!(detach(&t, 5).len(), 1, "handed back once drained");
+        assert_eq!(stat(&t, "handlers"), 1);
+        t.shutdown();
+    }
 }

@@ -259,3 +259,92 @@ impl VirtioBlock {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dataplane::engine::{EngineKind, IoUringFlags};
+    use virtio_queue::mock::MockSplitQueue;
+    use vm_memory::GuestAddress;
+    use vmm_sys_util::eventfd::EventFd;
+
+    struct NoInterrupt;
+
+    impl VirtioInterrupt for NoInterrupt {
+        fn notify_queue(&self, _queue: u16) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn notify_config(&self) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn set_needs_reset(&self) {}
+    }
+
+    fn queue(mem: &GuestMemory) -> ActivatedQueue {
+        let vq = MockSplitQueue::new(mem, 16);
+        ActivatedQueue {
+            index: 0,
+            queue: vq.create_queue().expect("queue"),
+            kick: EventFd::new(libc::EFD_NONBLOCK).expect("efd"),
+        }
+    }
+
+    /// The transport refuses a second DRIVER_OK (found by fuzzing); the device must not rely on
+    /// it: a second activation would put a second handler on the same rings.
+    #[test]
+    fn a_second_activation_is_refused_until_reset() {
+        let mem = GuestMemory::from_ranges(&[(GuestAddress(0), 0x10_0000)]).expect("mem");
+        let file = tempfile_in_tmp();
+        let thread = IoThread::spawn("dev-activate", 0).expect("iothread");
+        let mut dev = VirtioBlock::new(
+            BlockDeviceConfig {
+                drive_id: "d0".into(),
+                file,
+                read_only: false,
+                capacity_sectors: 8,
+                num_queues: 1,
+                queue_size: 16,
+                engine: EngineOptions {
+                    kind: EngineKind::Sync,
+                    depth: 16,
+                    io_uring: IoUringFlags::default(),
+                    direct: false,
+                    fault: None,
+                },
+            },
+            thread.clone(),
+        );
+        let irq: Arc<dyn VirtioInterrupt> = Arc::new(NoInterrupt);
+        dev.activate(mem.clone(), irq.clone(), vec![queue(&mem)])
+            .expect("first activation");
+        let again = dev.activate(mem.clone(), irq.clone(), vec![queue(&mem)]);
+        assert!(
+            matches!(again, Err(ActivateError::AlreadyActive)),
+            "{again:?}"
+        );
+        assert_eq!(
+            dataplane::stats::IoThreadStats::get(&thread.stats().handlers),
+            1,
+            "one handler on the rings"
+        );
+        assert!(matches!(dev.reset(), ResetOutcome::Done(q) if q.len() == 1));
+        assert!(matches!(dev.reset(), ResetOutcome::Inactive));
+        dev.activate(mem.clone(), irq, vec![queue(&mem)])
+            .expect("activation after reset");
+        thread.shutdown();
+    }
+
+    fn tempfile_in_tmp() -> File {
+        let path = std::env::temp_dir().join(format!("osprey-dev-{}", std::process::id()));
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .expect("create");
+        f.set_len(4096).expect("len");
+        std::fs::remove_file(&path).ok();
+        f
+    }
+}

@@ -558,6 +558,10 @@ mod tests {
     }
 
     fn handler(r: &Rig, q: Queue) -> BlockQueueHandler {
+        handler_with(r, q, EngineKind::Sync)
+    }
+
+    fn handler_with(r: &Rig, q: Queue, kind: EngineKind) -> BlockQueueHandler {
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -569,7 +573,7 @@ mod tests {
             serial: [0; 20],
         };
         let opts = EngineOptions {
-            kind: EngineKind::Sync,
+            kind,
             depth: 16,
             io_uring: IoUringFlags::default(),
             direct: false,
@@ -754,6 +758,93 @@ mod tests {
             "{s:?}"
         );
         assert_eq!(r.stats.largest_batch_bound(), Some(4));
+        std::fs::remove_file(&r.path).ok();
+    }
+
+    /// A guest that posts a valid read and then a looping chain, and never resets: the queue
+    /// must still complete the read the engine holds, then stop costing anything.
+    #[test]
+    fn a_broken_queue_reaps_what_is_in_flight_then_stops() {
+        let r = rig("broken-inflight");
+        let vq = MockSplitQueue::new(&r.mem, 16);
+        let mut chains = read_chains(&r.mem, 1);
+        // A looping chain: 3 → 4 → 3.
+        chains.push(desc(0x10_0100, 16, F_NEXT, 4));
+        chains.push(desc(0x40_1000, 512, F_NEXT | F_WRITE, 3));
+        vq.add_desc_chains(&chains, 0).expect("chains");
+        r.mem.write_obj(0xffu8, GuestAddress(0x30_0000)).expect("w");
+        let mut h = handler_with(&r, vq.create_queue().expect("queue"), EngineKind::IoUring);
+        h.kick.write(1).expect("kick");
+        h.run(32);
+        assert!(r.irq.needs_reset.load(Ordering::SeqCst));
+        let mut turns = 0;
+        while !h.stopped() {
+            turns += 1;
+            assert!(turns < 2000, "the in-flight read was never reaped");
+            std::thread::sleep(std::time::Duration::from_micros(100));
+            h.run(32);
+        }
+        assert_eq!(
+            r.mem.read_obj::<u8>(GuestAddress(0x30_0000)).expect("r"),
+            status::OK,
+            "the valid read completed"
+        );
+        assert_eq!(vq.used().idx().load(), 2, "both chains came back once");
+        assert_eq!(h.drain(), 0, "nothing left in flight");
+        std::fs::remove_file(&r.path).ok();
+    }
+
+    #[test]
+    fn requests_refused_with_eagain_wait_for_a_retry_not_an_fd() {
+        let r = rig("eagain");
+        let vq = MockSplitQueue::new(&r.mem, 16);
+        vq.add_desc_chains(&read_chains(&r.mem, 2), 0)
+            .expect("chains");
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&r.path)
+            .expect("open");
+        let opts = EngineOptions {
+            kind: EngineKind::Sync,
+            depth: 16,
+            io_uring: IoUringFlags::default(),
+            direct: false,
+            fault: Some(dataplane::engine::fault::FaultPlan {
+                action: dataplane::engine::fault::FaultAction::Refuse,
+                ops: dataplane::engine::fault::FaultOps::READ,
+                start: 0,
+                end: u64::MAX,
+                max_errors: Some(3),
+            }),
+        };
+        let limits = DiskLimits {
+            capacity_sectors: 2048,
+            read_only: false,
+            serial: [0; 20],
+        };
+        let mut h = BlockQueueHandler::new(
+            1,
+            ActivatedQueue {
+                index: 0,
+                queue: vq.create_queue().expect("queue"),
+                kick: EventFd::new(libc::EFD_NONBLOCK).expect("efd"),
+            },
+            r.mem.clone(),
+            r.irq.clone(),
+            (file, opts),
+            Arc::new(limits),
+            r.stats.clone(),
+        );
+        h.attach().expect("attach");
+        h.run(32);
+        assert_eq!(vq.used().idx().load(), 0);
+        assert!(h.retry_later(), "refused requests ask for a timer");
+        for _ in 0..3 {
+            h.run(32);
+        }
+        assert_eq!(vq.used().idx().load(), 2, "the retries got them through");
+        assert!(!h.retry_later());
         std::fs::remove_file(&r.path).ok();
     }
 }

@@ -251,6 +251,37 @@ fn reset_returns_to_initial_state() {
     assert_eq!(d.state.lock().expect("lock").activations.len(), 2);
 }
 
+/// A device whose I/O is still in flight at reset (a hung store) must not see the reset
+/// reported done: `device_status` keeps its value, the driver's re-initialisation is ignored,
+/// and reads of the status retry until the device has drained.
+#[test]
+fn a_reset_the_device_cannot_finish_stays_pending() {
+    let d = driver();
+    d.bring_up();
+    let up = d.status();
+    assert_ne!(up, 0);
+    let before = {
+        let mut s = d.state.lock().expect("lock");
+        s.pending_resets = 2;
+        s.resets
+    };
+    d.set_status(0);
+    assert_eq!(d.status(), up, "not reset while I/O is in flight");
+    d.set_status(1); // a driver that does not wait: ignored, but it asks again
+    std::thread::sleep(std::time::Duration::from_millis(2));
+    assert_eq!(d.status(), 0, "the retry found the device drained");
+    let s = d.state.lock().expect("lock");
+    assert_eq!(
+        s.resets - before,
+        3,
+        "the first try, the status write, the status read"
+    );
+    assert!(s.queues.is_none(), "queues were taken back");
+    drop(s);
+    d.bring_up();
+    assert_eq!(d.state.lock().expect("lock").activations.len(), 2);
+}
+
 #[test]
 fn failed_activation_sets_needs_reset() {
     let d = driver();
