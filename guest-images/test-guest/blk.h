@@ -195,7 +195,8 @@ struct blk_opts {
     u64 flush_every;
     int event_idx, irq, discard, write_zeroes, hostile, reinit, indirect;
     int pattern_check;     /* pattern=: only read back and compare (no write, no flush) */
-    int hang;              /* after the BLK line, halt instead of exiting */
+    int hang;              /* after the BLK line: 1 halt, 2 idle in ring 3 for ever */
+    u64 broken_idle_ms;    /* break queue 0 and leave it alone this long (0: off) */
     int pattern_set;
     u64 pattern_lba;
     u32 pattern;
@@ -269,6 +270,9 @@ struct hostile_result {
 };
 void hostile_run(struct blk_dev *d, const struct blk_opts *o,
                  struct hostile_result *r);  /* ring 0 driver of ring-3 cases */
+
+/* ---- broken_idle.c ---- */
+void broken_idle_run(struct blk_dev *d, const struct blk_opts *o);  /* ring 0 */
 
 /* ---- fmt.c (any ring): bounded string builder ---- */
 struct sbuf {

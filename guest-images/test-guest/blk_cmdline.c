@@ -3,7 +3,7 @@
  *
  * Owns: defaults and parsing of rw= bs= qd= queues= qsize= count= range=
  * seed= flush_every= event_idx= irq= discard= write_zeroes= hostile=
- * reinit= pattern_lba= pattern= tsc_khz= timeout_ms= think_us= indirect= pattern_check= hang=, and their range
+ * reinit= pattern_lba= pattern= tsc_khz= timeout_ms= think_us= indirect= pattern_check= hang= broken_idle_ms=, and their range
  * checks. Numbers are decimal (range= also takes a k/m/g suffix, powers of
  * 1024); pattern= is hex with an optional 0x. Unknown tokens are ignored
  * (cmdline.c owns mode= and exit=); a bad value prints
@@ -107,7 +107,7 @@ static const struct num_opt num_opts[] = {
     { "irq=", 0, 1 }, { "discard=", 0, 1 }, { "write_zeroes=", 0, 1 }, { "hostile=", 0, 1 },
     { "reinit=", 0, 1 }, { "pattern_lba=", 0, ~0ULL }, { "tsc_khz=", 1000, 100000000 },
     { "timeout_ms=", 1, 3600000 }, { "think_us=", 0, 10000000 }, { "indirect=", 0, 1 },
-    { "pattern_check=", 0, 1 }, { "hang=", 0, 1 },
+    { "pattern_check=", 0, 1 }, { "hang=", 0, 2 }, { "broken_idle_ms=", 0, 600000 },
 };
 
 static void store(struct blk_opts *o, int idx, u64 v)
@@ -134,6 +134,7 @@ static void store(struct blk_opts *o, int idx, u64 v)
     case 18: o->indirect = (int)v; break;
     case 19: o->pattern_check = (int)v; break;
     case 20: o->hang = (int)v; break;
+    case 21: o->broken_idle_ms = v; break;
     }
 }
 

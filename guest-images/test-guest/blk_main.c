@@ -9,6 +9,7 @@
  * command line).
  */
 #include "blk.h"
+#include "hw.h"
 
 #define DEFAULT_RANGE_CAP (1ULL << 30)
 #define REINIT_VERIFY_BLOCKS 16
@@ -42,6 +43,15 @@ static const char *init_error(int r)
     }
 }
 
+/* hang=2: the vCPU stays in ring 3 (no exit), so the VM stays up for the test. */
+static long idle_forever_job(void *arg)
+{
+    (void)arg;
+    for (;;)
+        cpu_relax();
+    return 0;
+}
+
 static NORETURN void finish(void)
 {
     sum.d = &dev;
@@ -52,6 +62,8 @@ static NORETURN void finish(void)
     putc_serial('\n');
     if (opts.hang) {
         puts_serial("osprey-test-guest: hang\n");
+        if (opts.hang == 2)
+            run_in_user(idle_forever_job, 0);
         for (;;)
             __asm__ volatile("cli; hlt");
     }
@@ -143,6 +155,15 @@ NORETURN void blk_main(const char *cmdline, size_t len)
         extra.which = 1;
         run_user(extra_ops_job, &extra);
         sum.failures += (u64)extra_failed(&extra.discard) + (u64)extra_failed(&extra.wz);
+    }
+    if (opts.broken_idle_ms) {
+        broken_idle_run(&dev, &opts);
+        dev.resets++;
+        if (blk_init(&dev, &opts)) {
+            sum.error = "reinit after broken_idle failed";
+            sum.failures++;
+            finish();
+        }
     }
     if (opts.hostile) {
         hostile_run(&dev, &opts, &hres);

@@ -103,6 +103,8 @@ impl DriveHandle {
             "batch_hist": hist,
             "inflight_max": snaps.iter().map(|s| s.inflight_max).max().unwrap_or(0),
             "engine_full": sum(|s| s.engine_full),
+            "in_flight": sum(|s| s.in_flight),
+            "reset_pending": snaps.iter().any(|s| s.reset_pending),
         })
     }
 }

@@ -109,6 +109,10 @@ pub struct QueueStatsSnapshot {
     pub batch_hist: [u64; BATCH_BUCKETS.len() + 1],
     /// See [`QueueStats::inflight_max`].
     pub inflight_max: u64,
+    /// See [`QueueStats::in_flight`].
+    pub in_flight: u64,
+    /// See [`QueueStats::reset_pending`].
+    pub reset_pending: bool,
 }
 
 impl QueueStats {
@@ -129,6 +133,8 @@ impl QueueStats {
             submissions: g(&self.submissions),
             batch_hist: std::array::from_fn(|i| g(&self.batch_hist[i])),
             inflight_max: g(&self.inflight_max),
+            in_flight: g(&self.in_flight),
+            reset_pending: g(&self.reset_pending) != 0,
         }
     }
 }
