@@ -206,6 +206,14 @@ impl IoEngine for FaultInjectingEngine {
         self.refused.len() + self.inner.unsubmitted()
     }
 
+    fn poll_begin(&mut self) {
+        self.inner.poll_begin();
+    }
+
+    fn poll_end(&mut self) {
+        self.inner.poll_end();
+    }
+
     fn kind(&self) -> EngineKind {
         self.inner.kind()
     }

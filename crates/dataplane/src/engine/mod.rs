@@ -242,6 +242,12 @@ pub trait IoEngine: Send {
     fn in_flight(&self) -> usize;
     /// A cheap check (no syscall) for reapable completions.
     fn has_completions(&self) -> bool;
+    /// The caller starts polling [`IoEngine::has_completions`]: the engine may stop signalling
+    /// its completion fd (and `reap` need not clear it) until [`IoEngine::poll_end`].
+    fn poll_begin(&mut self) {}
+    /// The caller is about to sleep on the completion fd: signal it again for completions from
+    /// now on. The caller checks `has_completions` once more afterwards.
+    fn poll_end(&mut self) {}
     /// Requests accepted by `submit` that the kernel has not taken yet (a submission refused
     /// with EAGAIN, or a full ring). No fd signals them: the caller commits again later.
     fn unsubmitted(&self) -> usize {

@@ -451,6 +451,7 @@ impl Handler for BlockQueueHandler {
 
     fn poll_begin(&mut self) {
         self.polling = true;
+        self.engine.poll_begin();
         if self.broken || self.draining {
             return;
         }
@@ -461,6 +462,7 @@ impl Handler for BlockQueueHandler {
 
     fn poll_end(&mut self) -> bool {
         self.polling = false;
+        self.engine.poll_end();
         if self.broken || self.draining {
             return self.engine.has_completions();
         }

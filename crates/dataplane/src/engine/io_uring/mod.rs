@@ -58,6 +58,9 @@ pub struct IoUringEngine {
     in_kernel: usize,
     /// Resubmissions of short transfers and retries, for tests and statistics.
     resubmits: u64,
+    /// The caller polls the CQ: the kernel does not signal the eventfd (CQ flag
+    /// `IORING_CQ_EVENTFD_DISABLED`), so `reap` does not read it.
+    eventfd_off: bool,
 }
 
 impl std::fmt::Debug for IoUringEngine {
@@ -148,6 +151,7 @@ impl IoUringEngine {
             local_done: Vec::with_capacity(depth),
             in_kernel: 0,
             resubmits: 0,
+            eventfd_off: false,
         };
         log::debug!("{}", engine.describe());
         Ok(engine)
@@ -289,7 +293,11 @@ impl IoUringEngine {
 
     fn complete_locally(&mut self, c: Completion) {
         self.local_done.push(c);
-        // Wake a thread sleeping on the completion fd: no CQE will.
+        // Wake a thread sleeping on the completion fd: no CQE will. A polling caller sees
+        // `local_done` in `has_completions`.
+        if self.eventfd_off {
+            return;
+        }
         if let Err(e) = self.eventfd.write(1) {
             log::warn!("io_uring: signalling the completion fd: {e}");
         }
@@ -328,10 +336,12 @@ impl IoEngine for IoUringEngine {
         // Task work first: it posts CQEs and signals the eventfd, which is cleared next, so a
         // wake-up is left only for completions that arrive after this point.
         self.run_task_work();
-        match self.eventfd.read() {
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            Err(e) => log::warn!("io_uring: clearing the completion fd: {e}"),
+        if !self.eventfd_off {
+            match self.eventfd.read() {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => log::warn!("io_uring: clearing the completion fd: {e}"),
+            }
         }
         let mut n = self.local_done.len();
         out.append(&mut self.local_done);
@@ -357,6 +367,20 @@ impl IoEngine for IoUringEngine {
 
     fn in_flight(&self) -> usize {
         (self.slots.len() - self.free.len()) + self.local_done.len()
+    }
+
+    fn poll_begin(&mut self) {
+        if !self.eventfd_off {
+            self.ring.completion().disable_eventfd();
+            self.eventfd_off = true;
+        }
+    }
+
+    fn poll_end(&mut self) {
+        if self.eventfd_off {
+            self.ring.completion().enable_eventfd();
+            self.eventfd_off = false;
+        }
     }
 
     fn unsubmitted(&self) -> usize {
