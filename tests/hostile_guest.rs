@@ -68,7 +68,12 @@ fn blk_report(vmm: &Vmm) -> Value {
 #[test]
 fn a_broken_queue_left_alone_costs_the_host_no_cpu() {
     let scratch = Scratch::under(Path::new(env!("CARGO_TARGET_TMPDIR")), "hostile-broken");
-    let disk = scratch.sparse("disk.img", 16 << 20);
+    // Written out, not sparse: an O_DIRECT read of a hole completes inside the submission call.
+    let disk = scratch.0.join("disk.img");
+    std::fs::write(&disk, vec![0x5au8; 16 << 20]).expect("write the disk");
+    std::fs::File::open(&disk)
+        .and_then(|f| f.sync_all())
+        .expect("sync the disk");
     let cfg = config(
         &disk,
         json!({"io_engine": "IoUring", "direct": true}),
