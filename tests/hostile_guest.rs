@@ -125,7 +125,8 @@ fn a_broken_queue_left_alone_costs_the_host_no_cpu() {
     let r = blk_report(&vmm);
     assert_eq!(st.code(), Some(0), "{r}\n{}", vmm.log_text());
     assert!(
-        vmm.log_text().contains("stopped; its fds are no longer watched"),
+        vmm.log_text()
+            .contains("stopped; its fds are no longer watched"),
         "{}",
         vmm.log_text()
     );
@@ -147,12 +148,7 @@ fn a_reset_waits_for_a_hung_store_and_says_so() {
     );
     let mut vmm = spawn(&scratch, &cfg);
     let hung = vmm.wait_console(Duration::from_secs(60), |l| l == "osprey-test-guest: hang");
-    assert!(
-        hung.is_some(),
-        "{}\n{}",
-        vmm.console_text(),
-        vmm.log_text()
-    );
+    assert!(hung.is_some(), "{}\n{}", vmm.console_text(), vmm.log_text());
     let r = blk_report(&vmm);
     eprintln!("hung store: BLK error {} main {}", r["error"], r["runs"][0]);
     assert_eq!(r["runs"][0]["timed_out"], true, "{r}");
@@ -195,7 +191,11 @@ fn submissions_refused_with_eagain_are_retried_until_they_complete() {
     eprintln!("eagain: main {m}");
     assert_eq!(m["timed_out"], false, "{m}\n{}", vmm.log_text());
     assert_eq!(m["requests"], 64, "{m}");
-    assert_eq!((m["errors"].clone(), m["mismatches"].clone()), (json!(0), json!(0)), "{m}");
+    assert_eq!(
+        (m["errors"].clone(), m["mismatches"].clone()),
+        (json!(0), json!(0)),
+        "{m}"
+    );
     assert_eq!(st.code(), Some(0), "{}", vmm.log_text());
     assert!(
         vmm.log_text().contains("submissions refused with EAGAIN"),

@@ -802,7 +802,11 @@ mod tests {
         // The first handler's kick fd stays readable: it must not wake the thread.
         good.write(1).expect("kick");
         std::thread::sleep(Duration::from_millis(30));
-        assert_eq!(first_runs.load(Ordering::SeqCst), 0, "no turn before all attached");
+        assert_eq!(
+            first_runs.load(Ordering::SeqCst),
+            0,
+            "no turn before all attached"
+        );
         assert_eq!(stat(&t, "handler_runs"), 0, "nothing runs on a stale fd");
         t.shutdown();
     }
@@ -859,7 +863,8 @@ mod tests {
             quiesced: false,
             attached_on: None,
         };
-        t.attach(vec![Box::new(h), Box::new(other)]).expect("attach");
+        t.attach(vec![Box::new(h), Box::new(other)])
+            .expect("attach");
         let d = t.detach(5, Duration::from_millis(20)).expect("answer");
         assert!(
             matches!(d, Detach::Draining { in_flight: 2 }),
