@@ -25,6 +25,8 @@ pub struct IoThreadStats {
     pub poll_hits: AtomicU64,
     /// Iterations that polled the whole window and found nothing.
     pub poll_misses: AtomicU64,
+    /// Times the poll loop yielded its CPU (`sched_yield`) to let other runnable work in.
+    pub poll_yields: AtomicU64,
     /// Times the thread went to sleep in epoll (blocking).
     pub sleeps: AtomicU64,
     /// Handler wake-ups by fd (epoll events, not counting the command fd).
@@ -69,6 +71,7 @@ impl IoThreadStats {
             ("poll_window_ns", g(&self.poll_window_ns)),
             ("poll_hits", g(&self.poll_hits)),
             ("poll_misses", g(&self.poll_misses)),
+            ("poll_yields", g(&self.poll_yields)),
             ("sleeps", g(&self.sleeps)),
             ("fd_events", g(&self.fd_events)),
             ("poll_ns", g(&self.poll_ns)),

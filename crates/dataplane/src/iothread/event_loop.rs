@@ -32,6 +32,13 @@ const EPOLL_CHECK_INTERVAL: Duration = Duration::from_millis(1);
 const CPU_SAMPLE_INTERVAL: Duration = Duration::from_millis(5);
 /// Poll rounds between two reads of the clock while polling.
 const CLOCK_EVERY_SPINS: u32 = 8;
+/// While polling, the thread yields its CPU this often. On a host where every core is busy (the
+/// guest's vCPU spinning, this thread polling), the kernel worker that completes the I/O we poll
+/// for (io_uring's io-wq, the loop driver, a softirq thread) may be queued on this very CPU: a
+/// poll loop that never enters the kernel starves it until the next tick. A yield with nothing
+/// else runnable returns at once; measured on the 2-core development host, 4k QD1 reads went
+/// from 34k to 130k IOPS on a loop device and from 98k to 233k on a tmpfs file.
+const POLL_YIELD_INTERVAL: Duration = Duration::from_micros(2);
 /// How long shutdown waits for in-flight I/O of every handler.
 const SHUTDOWN_DRAIN: Duration = Duration::from_secs(5);
 
@@ -279,6 +286,8 @@ impl Loop {
         }
         let deadline = Duration::from_nanos(window);
         let mut spins: u32 = 0;
+        let mut next_yield = POLL_YIELD_INTERVAL;
+        let mut yields = 0;
         'poll: loop {
             for &slot in &self.pollers {
                 if let Some(Some(s)) = self.slots.get_mut(slot) {
@@ -293,12 +302,22 @@ impl Loop {
             // The clock costs more than a cheap check: read it every few rounds (the window
             // overshoots by a few checks at most).
             spins = spins.wrapping_add(1);
-            if spins.is_multiple_of(CLOCK_EVERY_SPINS) && t0.elapsed() >= deadline {
-                break 'poll;
+            if spins.is_multiple_of(CLOCK_EVERY_SPINS) {
+                let polled = t0.elapsed();
+                if polled >= deadline {
+                    break 'poll;
+                }
+                if polled >= next_yield {
+                    next_yield = polled + POLL_YIELD_INTERVAL;
+                    yields += 1;
+                    // SAFETY: sched_yield has no arguments and no memory effects.
+                    unsafe { libc::sched_yield() };
+                }
             }
             std::hint::spin_loop();
         }
         IoThreadStats::add(&self.stats.poll_ns, t0.elapsed().as_nanos() as u64);
+        IoThreadStats::add(&self.stats.poll_yields, yields);
         if hits.is_empty() {
             IoThreadStats::add(&self.stats.poll_misses, 1);
         } else {
