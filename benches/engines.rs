@@ -93,7 +93,7 @@ fn round(
         let request = IoRequest {
             op: IoOp::Read {
                 offset: *next * BLOCK as u64,
-                iovecs: vec![IoVec { base, len: BLOCK }],
+                iovecs: dataplane::engine::iovecs![IoVec { base, len: BLOCK }],
             },
             token: i as u64,
         };

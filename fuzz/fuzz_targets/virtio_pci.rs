@@ -26,7 +26,7 @@ use devices::pci::{
 };
 use devices::virtio::pci::VirtioPciDevice;
 use devices::virtio::{
-    ActivateError, ActivatedQueue, GuestMemory, VirtioDevice, VirtioInterrupt,
+    ActivateError, ActivatedQueue, GuestMemory, ResetOutcome, VirtioDevice, VirtioInterrupt,
     VIRTIO_F_VERSION_1, VIRTIO_RING_F_EVENT_IDX,
 };
 use libfuzzer_sys::fuzz_target;
@@ -86,9 +86,12 @@ impl VirtioDevice for MockDevice {
         self.queues = Some(queues);
         Ok(())
     }
-    fn reset(&mut self) -> Option<Vec<ActivatedQueue>> {
+    fn reset(&mut self) -> ResetOutcome {
         self.interrupt = None;
-        self.queues.take()
+        match self.queues.take() {
+            Some(q) => ResetOutcome::Done(q),
+            None => ResetOutcome::Inactive,
+        }
     }
 }
 

@@ -43,9 +43,13 @@ pub struct IoThreadStats {
 }
 
 impl IoThreadStats {
-    /// Adds `n` to `counter`.
+    /// Adds `n` to `counter`. Only the iothread writes its counters, so a relaxed load and store
+    /// do (no lock-prefixed read-modify-write in the loop).
     pub fn add(counter: &AtomicU64, n: u64) {
-        counter.fetch_add(n, Ordering::Relaxed);
+        counter.store(
+            counter.load(Ordering::Relaxed).wrapping_add(n),
+            Ordering::Relaxed,
+        );
     }
 
     /// Reads `counter`.

@@ -156,7 +156,7 @@ fn round_trip(make: Factory<'_>, dir: &Path, direct: bool, backed: bool, ctx: &s
     let dst = Aligned::new(16384);
     let w = IoOp::Write {
         offset: 65536,
-        iovecs: vec![src.iov(0, 4096), src.iov(4096, 12288)],
+        iovecs: crate::engine::iovecs![src.iov(0, 4096), src.iov(4096, 12288)],
     };
     e.submit(IoRequest { op: w, token: 11 })
         .expect("submit write");
@@ -171,7 +171,7 @@ fn round_trip(make: Factory<'_>, dir: &Path, direct: bool, backed: bool, ctx: &s
     );
     let r = IoOp::Read {
         offset: 65536,
-        iovecs: vec![dst.iov(0, 8192), dst.iov(8192, 8192)],
+        iovecs: crate::engine::iovecs![dst.iov(0, 8192), dst.iov(8192, 8192)],
     };
     e.submit(IoRequest { op: r, token: 12 })
         .expect("submit read");
@@ -213,7 +213,7 @@ fn read_at_eof(make: Factory<'_>, dir: &Path, direct: bool, backed: bool, ctx: &
     dst.fill(0xff);
     let r = IoOp::Read {
         offset: 0,
-        iovecs: vec![dst.iov(0, 8192)],
+        iovecs: crate::engine::iovecs![dst.iov(0, 8192)],
     };
     e.submit(IoRequest { op: r, token: 1 }).expect("submit");
     let c = complete(e.as_mut(), 1);
@@ -246,7 +246,7 @@ fn flush_and_full_engine(make: Factory<'_>, dir: &Path, direct: bool, ctx: &str)
     loop {
         let op = IoOp::Write {
             offset: submitted * 4096,
-            iovecs: vec![buf.iov((submitted as usize % 64) * 4096, 4096)],
+            iovecs: crate::engine::iovecs![buf.iov((submitted as usize % 64) * 4096, 4096)],
         };
         match e.submit(IoRequest {
             op,
@@ -293,7 +293,7 @@ fn error_completion(make: Factory<'_>, dir: &Path, direct: bool, ctx: &str) {
     let buf = Aligned::new(4096);
     let w = IoOp::Write {
         offset: 0,
-        iovecs: vec![buf.iov(0, 4096)],
+        iovecs: crate::engine::iovecs![buf.iov(0, 4096)],
     };
     e.submit(IoRequest { op: w, token: 5 }).expect("submit");
     let c = complete(e.as_mut(), 1);

@@ -247,7 +247,7 @@ mod tests {
         IoRequest {
             op: IoOp::Read {
                 offset,
-                iovecs: vec![IoVec {
+                iovecs: crate::engine::iovecs![IoVec {
                     base: buf.as_mut_ptr(),
                     len: buf.len(),
                 }],
@@ -311,7 +311,7 @@ mod tests {
         e.submit(IoRequest {
             op: IoOp::Write {
                 offset: 0,
-                iovecs: vec![IoVec {
+                iovecs: crate::engine::iovecs![IoVec {
                     base: buf.as_mut_ptr(),
                     len: 512,
                 }],

@@ -136,14 +136,41 @@ pub fn probe(kind: EngineKind) -> Result<(), EngineError> {
     }
 }
 
-/// One buffer of a request: a host address and a length.
+/// One buffer of a request: a host address and a length. Laid out as the kernel's `struct
+/// iovec`, so a slice of them goes to `preadv`/`pwritev` as it is ([`as_iovecs`]).
 #[derive(Debug, Clone, Copy)]
+#[repr(C)]
 pub struct IoVec {
     /// Host virtual address.
     pub base: *mut u8,
     /// Length in bytes.
     pub len: usize,
 }
+
+const _: () = {
+    assert!(std::mem::size_of::<IoVec>() == std::mem::size_of::<libc::iovec>());
+    assert!(std::mem::align_of::<IoVec>() == std::mem::align_of::<libc::iovec>());
+    assert!(std::mem::offset_of!(IoVec, base) == std::mem::offset_of!(libc::iovec, iov_base));
+    assert!(std::mem::offset_of!(IoVec, len) == std::mem::offset_of!(libc::iovec, iov_len));
+};
+
+/// `v` as the kernel's iovecs, without copying.
+pub fn as_iovecs(v: &[IoVec]) -> &[libc::iovec] {
+    // SAFETY: `IoVec` is `repr(C)` with the same size, alignment and field offsets as
+    // `libc::iovec` (checked at compile time above), and both fields have the same types up to
+    // the pointee of `base`; the returned slice borrows `v` for its lifetime.
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<libc::iovec>(), v.len()) }
+}
+
+/// Buffers a request carries inline, without a heap allocation. A virtio-blk request of up to
+/// this many data segments costs no allocation (Linux guests send 4 KiB pages merged into
+/// segments; 128 KiB of scattered pages is 32); longer ones spill to the heap.
+pub const IOVECS_INLINE: usize = 32;
+
+/// The buffers of a read or write.
+pub type IoVecs = smallvec::SmallVec<[IoVec; IOVECS_INLINE]>;
+/// Builds [`IoVecs`] like `vec!`.
+pub use smallvec::smallvec as iovecs;
 
 // SAFETY: an `IoVec` is only an address and a length; the engine that dereferences it relies on
 // the submitter's guarantee (see the module doc) that the memory outlives the request, whichever
@@ -158,14 +185,14 @@ pub enum IoOp {
         /// Byte offset in the file.
         offset: u64,
         /// Destination buffers, in order.
-        iovecs: Vec<IoVec>,
+        iovecs: IoVecs,
     },
     /// Write the buffers at `offset`.
     Write {
         /// Byte offset in the file.
         offset: u64,
         /// Source buffers, in order.
-        iovecs: Vec<IoVec>,
+        iovecs: IoVecs,
     },
     /// Make written data durable (fdatasync).
     Flush,
@@ -274,29 +301,29 @@ pub(crate) fn run_blocking(fd: RawFd, op: &IoOp) -> i64 {
     match op {
         IoOp::Read { offset, iovecs } | IoOp::Write { offset, iovecs } => {
             let is_read = matches!(op, IoOp::Read { .. });
-            let mut done: usize = 0;
             let total: usize = iovecs.iter().map(|v| v.len).sum();
-            let mut iov: Vec<libc::iovec> = iovecs
-                .iter()
-                .map(|v| libc::iovec {
-                    iov_base: v.base.cast(),
-                    iov_len: v.len,
-                })
-                .collect();
-            // Loop over short transfers; a zero-byte read means end of file: fill with zeros.
+            // The first transfer goes from the request's own buffers; only a short one (rare)
+            // copies the rest to advance through it.
+            let mut rest: Option<smallvec::SmallVec<[libc::iovec; IOVECS_INLINE]>> = None;
+            let mut done: usize = 0;
             let mut first = 0;
+            // Loop over short transfers; a zero-byte read means end of file: fill with zeros.
             while done < total {
+                let iov: &[libc::iovec] = match &rest {
+                    Some(r) => &r[first..],
+                    None => as_iovecs(iovecs),
+                };
                 let Ok(off) = libc::off_t::try_from(*offset + done as u64) else {
                     return -i64::from(libc::EINVAL);
                 };
-                let cnt = (iov.len() - first).min(libc::UIO_MAXIOV as usize) as libc::c_int;
-                // SAFETY: `iov[first..]` describes buffers the submitter keeps valid until
-                // completion (module contract); the kernel reads/writes at most their lengths.
+                let cnt = iov.len().min(libc::UIO_MAXIOV as usize) as libc::c_int;
+                // SAFETY: `iov` describes buffers the submitter keeps valid until completion
+                // (module contract); the kernel reads/writes at most their lengths.
                 let r = unsafe {
                     if is_read {
-                        libc::preadv(fd, iov[first..].as_ptr(), cnt, off)
+                        libc::preadv(fd, iov.as_ptr(), cnt, off)
                     } else {
-                        libc::pwritev(fd, iov[first..].as_ptr(), cnt, off)
+                        libc::pwritev(fd, iov.as_ptr(), cnt, off)
                     }
                 };
                 let r = ret(r);
@@ -308,13 +335,17 @@ pub(crate) fn run_blocking(fd: RawFd, op: &IoOp) -> i64 {
                 }
                 if r == 0 {
                     if is_read {
-                        zero_tail(&iov[first..]);
+                        zero_tail(iov);
                         return total as i64;
                     }
                     return -i64::from(libc::EIO);
                 }
                 done += r as usize;
-                advance(&mut iov, &mut first, r as usize);
+                if done < total {
+                    let r_iov =
+                        rest.get_or_insert_with(|| as_iovecs(iovecs).iter().copied().collect());
+                    advance(r_iov, &mut first, r as usize);
+                }
             }
             done as i64
         }

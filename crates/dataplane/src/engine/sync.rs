@@ -98,8 +98,8 @@ mod tests {
         (t, f)
     }
 
-    fn iov(buf: &mut [u8]) -> Vec<IoVec> {
-        vec![IoVec {
+    fn iov(buf: &mut [u8]) -> crate::engine::IoVecs {
+        crate::engine::iovecs![IoVec {
             base: buf.as_mut_ptr(),
             len: buf.len(),
         }]

@@ -1,5 +1,6 @@
-//! virtio-blk counters: written by the queue handlers on their iothread, read lock-free by
-//! anyone (tests, the API).
+//! virtio-blk counters: written by the queue handlers on their iothread (one writer each, so
+//! relaxed loads and stores, no atomic read-modify-write), read lock-free by anyone (tests, the
+//! API). `reset_pending` alone is written by the device (the vCPU thread that resets it).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -48,9 +49,13 @@ pub struct QueueStats {
 }
 
 impl QueueStats {
-    /// Adds `n` to `counter`.
+    /// Adds `n` to `counter`. Only the queue's iothread writes these counters, so a relaxed load
+    /// and store do (no lock-prefixed read-modify-write on the request path).
     pub fn add(counter: &AtomicU64, n: u64) {
-        counter.fetch_add(n, Ordering::Relaxed);
+        counter.store(
+            counter.load(Ordering::Relaxed).wrapping_add(n),
+            Ordering::Relaxed,
+        );
     }
 
     /// Records one submission call of `n` requests.
@@ -68,7 +73,9 @@ impl QueueStats {
 
     /// Raises the in-flight high-water mark to `n` if it is higher.
     pub fn record_inflight(&self, n: u64) {
-        self.inflight_max.fetch_max(n, Ordering::Relaxed);
+        if n > self.inflight_max.load(Ordering::Relaxed) {
+            self.inflight_max.store(n, Ordering::Relaxed);
+        }
     }
 
     /// The largest batch bound with a non-zero count (`u64::MAX` for the overflow bucket).

@@ -250,7 +250,7 @@ mod tests {
         IoRequest {
             op: IoOp::Read {
                 offset,
-                iovecs: vec![
+                iovecs: crate::engine::iovecs![
                     IoVec {
                         base: a.as_mut_ptr(),
                         len: a.len(),

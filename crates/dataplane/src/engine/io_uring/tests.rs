@@ -142,7 +142,7 @@ fn completion_fd_fires_and_reap_clears_it() {
     e.submit(IoRequest {
         op: IoOp::Write {
             offset: 4096,
-            iovecs: vec![IoVec {
+            iovecs: crate::engine::iovecs![IoVec {
                 base: buf.as_ptr().cast_mut(),
                 len: buf.len(),
             }],
@@ -178,7 +178,7 @@ fn short_read_on_a_growing_file_is_resubmitted() {
     e.submit(IoRequest {
         op: IoOp::Read {
             offset: 0,
-            iovecs: vec![dst.iov(0, 2048), dst.iov(2048, 6144)],
+            iovecs: crate::engine::iovecs![dst.iov(0, 2048), dst.iov(2048, 6144)],
         },
         token: 1,
     })
@@ -218,7 +218,7 @@ fn invalid_ranges_complete_locally_and_wake() {
     e.submit(IoRequest {
         op: IoOp::Read {
             offset: u64::MAX - 4,
-            iovecs: vec![IoVec {
+            iovecs: crate::engine::iovecs![IoVec {
                 base: b.as_mut_ptr(),
                 len: b.len(),
             }],
@@ -248,7 +248,7 @@ fn commit_makes_one_batch_and_full_requests_wait() {
         e.submit(IoRequest {
             op: IoOp::Write {
                 offset: t * 4096,
-                iovecs: vec![buf.iov(0, 4096)],
+                iovecs: crate::engine::iovecs![buf.iov(0, 4096)],
             },
             token: t,
         })
@@ -280,7 +280,7 @@ fn drop_waits_for_requests_in_the_kernel() {
         e.submit(IoRequest {
             op: IoOp::Write {
                 offset: t * 65536,
-                iovecs: vec![buf.iov(0, 65536)],
+                iovecs: crate::engine::iovecs![buf.iov(0, 65536)],
             },
             token: t,
         })
@@ -310,7 +310,7 @@ fn completion_fd_wakes_a_sleeping_thread_for_direct_io() {
     e.submit(IoRequest {
         op: IoOp::Read {
             offset: 0,
-            iovecs: vec![dst.iov(0, 65536)],
+            iovecs: crate::engine::iovecs![dst.iov(0, 65536)],
         },
         token: 4,
     })

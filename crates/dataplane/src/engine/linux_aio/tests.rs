@@ -59,7 +59,7 @@ fn write(offset: u64, buf: &Aligned, off: usize, len: usize, token: u64) -> IoRe
     IoRequest {
         op: IoOp::Write {
             offset,
-            iovecs: vec![buf.iov(off, len)],
+            iovecs: crate::engine::iovecs![buf.iov(off, len)],
         },
         token,
     }
@@ -145,7 +145,7 @@ fn round_trip(e: &mut LinuxAioEngine) {
     e.submit(IoRequest {
         op: IoOp::Read {
             offset: 0,
-            iovecs: vec![dst.iov(0, 4096), dst.iov(4096, 7 * 4096)],
+            iovecs: crate::engine::iovecs![dst.iov(0, 4096), dst.iov(4096, 7 * 4096)],
         },
         token: 100,
     })
@@ -510,7 +510,7 @@ fn read_at_eof_zero_fills_with_o_direct() {
     e.submit(IoRequest {
         op: IoOp::Read {
             offset: 0,
-            iovecs: vec![dst.iov(0, 3 * 4096)],
+            iovecs: crate::engine::iovecs![dst.iov(0, 3 * 4096)],
         },
         token: 4,
     })
