@@ -165,7 +165,7 @@ pub fn as_iovecs(v: &[IoVec]) -> &[libc::iovec] {
 /// Buffers a request carries inline, without a heap allocation. A virtio-blk request of up to
 /// this many data segments costs no allocation (Linux guests send 4 KiB pages merged into
 /// segments; 128 KiB of scattered pages is 32); longer ones spill to the heap.
-pub const IOVECS_INLINE: usize = 32;
+pub const IOVECS_INLINE: usize = 8;
 
 /// The buffers of a read or write.
 pub type IoVecs = smallvec::SmallVec<[IoVec; IOVECS_INLINE]>;
