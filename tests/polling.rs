@@ -143,7 +143,7 @@ fn bad_poll_settings_are_refused_with_the_field_named() {
         ),
         (
             json!({"poll_policy": "Fancy"}),
-            "unknown variant `Fancy`, expected `Classic` or `Weighted`",
+            "unknown variant `Fancy`, expected one of `Classic`, `Weighted`, `Adaptive`",
         ),
     ] {
         let mut t = json!({"id": "io0"});

@@ -7,8 +7,8 @@ use clap::Parser;
 
 use crate::guest::GuestKind;
 use crate::matrix::{
-    parse_bs, parse_irq, parse_max_batch, parse_qd, parse_queues, Engine, Matrix, MatrixSpec,
-    PollSetting, Rw,
+    parse_bs, parse_hog, parse_irq, parse_max_batch, parse_qd, parse_queues, Engine, Matrix,
+    MatrixSpec, PollSetting, Rw,
 };
 use crate::store::{is_root, StoreKind};
 use crate::units::parse_size;
@@ -53,7 +53,7 @@ pub struct Cli {
     /// Osprey I/O engines: IoUring, LinuxAio, Sync, Null.
     #[arg(long, value_delimiter = ',')]
     pub engine: Vec<Engine>,
-    /// Polling configs: off, classic, classic:<window> (e.g. classic:200us), weighted:<W>.
+    /// Polling configs: off, classic, classic:<window> (e.g. classic:200us), weighted:<W>, adaptive.
     #[arg(long, value_delimiter = ',')]
     pub poll: Vec<PollSetting>,
     /// The iothread's max_batch values (0–1024; 0 = Osprey's default 32).
@@ -63,6 +63,10 @@ pub struct Cli {
     /// the Linux guest always takes interrupts).
     #[arg(long, value_delimiter = ',', value_parser = parse_irq)]
     pub irq: Vec<bool>,
+    /// A busy host: CPU-bound processes (plain busy loops, stopped when the point ends) running
+    /// beside the VM during each run of the point, e.g. `--hog 0,1` for idle and busy side by side.
+    #[arg(long, value_delimiter = ',', value_parser = parse_hog)]
+    pub hog: Vec<u32>,
     /// Backing store [default: loop as root, else file].
     #[arg(long, value_enum)]
     pub store: Option<StoreKind>,
@@ -213,6 +217,7 @@ impl Cli {
             ),
             max_batch: or(&self.max_batch, &[32]),
             irq: or(&self.irq, if linux { &[true] } else { &[false] }),
+            hog: or(&self.hog, &[0]),
         };
         let seconds = self.seconds.unwrap_or(if q { 1.0 } else { 2.0 });
         if !(seconds > 0.0 && seconds <= 3600.0) {

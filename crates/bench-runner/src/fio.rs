@@ -307,6 +307,7 @@ mod tests {
             poll: PollSetting::Off,
             max_batch: 32,
             irq: false,
+            hog: 0,
         }
     }
 

@@ -257,6 +257,7 @@ mod tests {
             poll: PollSetting::Off,
             max_batch: 32,
             irq: true,
+            hog: 0,
         }
     }
 

@@ -332,6 +332,7 @@ mod tests {
             poll: PollSetting::Classic(None),
             max_batch: 32,
             irq: true,
+            hog: 0,
         }
     }
 

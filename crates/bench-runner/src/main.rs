@@ -9,6 +9,7 @@ mod fio;
 mod guest;
 mod guest_linux;
 mod guest_test;
+mod hog;
 mod interrupt;
 mod kit_report;
 mod machine;

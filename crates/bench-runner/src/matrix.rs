@@ -173,6 +173,11 @@ pub fn parse_irq(s: &str) -> Result<bool, MatrixError> {
     parse_ranged(s, "irq", 0, 1, "0 or 1").map(|v| v == 1)
 }
 
+/// `hog`: 0–64 CPU-bound processes beside the VM.
+pub fn parse_hog(s: &str) -> Result<u32, MatrixError> {
+    parse_ranged(s, "hog", 0, 64, "0-64")
+}
+
 fn parse_ranged(
     s: &str,
     what: &'static str,
@@ -211,6 +216,8 @@ pub struct Point {
     pub max_batch: u32,
     /// Guest takes MSI-X interrupts instead of polling the used rings.
     pub irq: bool,
+    /// CPU-bound processes running beside the VM (a busy host).
+    pub hog: u32,
 }
 
 impl Point {
@@ -226,6 +233,7 @@ impl Point {
             poll: PollSetting::Weighted(3),
             max_batch: 128,
             irq: false,
+            hog: 0,
         }
     }
 
@@ -237,7 +245,7 @@ impl Point {
     /// Short human label: `randread 4k qd32 q1 IoUring poll=classic mb=32`.
     pub fn label(&self) -> String {
         format!(
-            "{} {} qd{} q{} {} poll={} mb={}{}",
+            "{} {} qd{} q{} {} poll={} mb={}{}{}",
             self.rw,
             format_size(self.bs),
             self.qd,
@@ -245,7 +253,12 @@ impl Point {
             self.engine,
             self.poll,
             self.max_batch,
-            if self.irq { " irq" } else { "" }
+            if self.irq { " irq" } else { "" },
+            if self.hog > 0 {
+                format!(" hog={}", self.hog)
+            } else {
+                String::new()
+            }
         )
     }
 }
@@ -269,6 +282,8 @@ pub struct MatrixSpec {
     pub max_batch: Vec<u32>,
     /// Interrupt modes.
     pub irq: Vec<bool>,
+    /// CPU-bound processes beside the VM (0: an idle host).
+    pub hog: Vec<u32>,
 }
 
 /// A point set aside and why.
@@ -313,10 +328,11 @@ impl MatrixSpec {
             poll: vec![PollSetting::Off],
             max_batch: vec![32],
             irq: vec![false],
+            hog: vec![0],
         }
     }
 
-    /// Every combination, in the order given (outermost rw, innermost irq), duplicates
+    /// Every combination, in the order given (outermost rw, innermost hog), duplicates
     /// removed; points over the test guest's 8 MiB pool go to `skipped`. (The runner uses
     /// [`expand_with`](Self::expand_with) and its guest's limit.)
     #[cfg(test)]
@@ -338,6 +354,7 @@ impl MatrixSpec {
             dedup(&self.max_batch),
             dedup(&self.irq),
         );
+        let hog = dedup(&self.hog);
         let lens = [
             rw.len(),
             bs.len(),
@@ -347,6 +364,7 @@ impl MatrixSpec {
             poll.len(),
             max_batch.len(),
             irq.len(),
+            hog.len(),
         ];
         let mut m = Matrix {
             points: Vec::new(),
@@ -355,8 +373,8 @@ impl MatrixSpec {
         if lens.contains(&0) {
             return m;
         }
-        // An odometer over the eight lists, the last one turning fastest.
-        let mut i = [0usize; 8];
+        // An odometer over the nine lists, the last one turning fastest.
+        let mut i = [0usize; 9];
         loop {
             let point = Point {
                 rw: rw[i[0]],
@@ -367,6 +385,7 @@ impl MatrixSpec {
                 poll: poll[i[5]],
                 max_batch: max_batch[i[6]],
                 irq: irq[i[7]],
+                hog: hog[i[8]],
             };
             if let Some(limit) = pool_limit.filter(|l| point.guest_pool_bytes() > *l) {
                 m.skipped.push(Skipped {
@@ -420,7 +439,9 @@ mod tests {
         );
         assert_eq!("weighted:4".parse(), Ok(PollSetting::Weighted(4)));
         assert!("weighted:17".parse::<PollSetting>().is_err());
-        assert!("adaptive".parse::<PollSetting>().is_err());
+        assert_eq!("adaptive".parse(), Ok(PollSetting::Adaptive));
+        assert!("adaptive:3".parse::<PollSetting>().is_err());
+        assert!("fast".parse::<PollSetting>().is_err());
         assert_eq!(parse_bs("128k"), Ok(131072));
         assert!(parse_bs("1000").is_err());
         assert!(parse_bs("2m").is_err());
@@ -429,6 +450,8 @@ mod tests {
         assert!(parse_queues("9").is_err());
         assert_eq!(parse_max_batch("0"), Ok(0));
         assert_eq!(parse_irq("1"), Ok(true));
+        assert_eq!(parse_hog("2"), Ok(2));
+        assert!(parse_hog("65").is_err());
     }
 
     #[test]

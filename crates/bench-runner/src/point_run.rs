@@ -79,6 +79,16 @@ fn deadline(count: u64, iops: f64) -> Duration {
 
 /// Measures `p` (the `index`-th point).
 pub fn measure(env: &PointEnv<'_>, index: usize, p: &Point) -> Measured {
+    let _hogs = match crate::hog::Hogs::start(p.hog) {
+        Ok(h) => h,
+        Err(e) => {
+            return Measured {
+                count: 0,
+                summary: None,
+                error: Some(format!("cannot start {} CPU hogs: {e}", p.hog)),
+            };
+        }
+    };
     match env.guest {
         Guest::Test { elf, tsc_khz } => measure_test_guest(env, elf, *tsc_khz, index, p),
         Guest::Linux(kit) => measure_linux(env, kit, index, p),
@@ -231,6 +241,7 @@ mod tests {
             poll: PollSetting::Off,
             max_batch: 32,
             irq: false,
+            hog: 0,
         };
         assert_eq!(probe_count(&p), 4000);
         p.bs = 131072;

@@ -1,5 +1,5 @@
 //! An iothread polling configuration as the matrix names it (`off`, `classic`,
-//! `classic:<window>`, `weighted:<W>`) and the iothread config fields it stands for.
+//! `classic:<window>`, `weighted:<W>`, `adaptive`) and the iothread config fields it stands for.
 
 use std::fmt;
 use std::str::FromStr;
@@ -16,6 +16,8 @@ pub enum PollSetting {
     Classic(Option<u64>),
     /// The weighted policy with `poll_weight` W (default window).
     Weighted(u8),
+    /// Osprey's adaptive policy (classic windows, suspended while the host is busy).
+    Adaptive,
 }
 
 impl PollSetting {
@@ -35,6 +37,9 @@ impl PollSetting {
             PollSetting::Weighted(w) => {
                 m.insert("poll_policy".into(), "Weighted".into());
                 m.insert("poll_weight".into(), w.into());
+            }
+            PollSetting::Adaptive => {
+                m.insert("poll_policy".into(), "Adaptive".into());
             }
         }
         m
@@ -68,6 +73,7 @@ impl FromStr for PollSetting {
                 _ => Err(bad()),
             },
             ("weighted", None) => Ok(PollSetting::Weighted(3)),
+            ("adaptive", None) => Ok(PollSetting::Adaptive),
             _ => Err(bad()),
         }
     }
@@ -80,6 +86,7 @@ impl fmt::Display for PollSetting {
             PollSetting::Classic(None) => f.write_str("classic"),
             PollSetting::Classic(Some(ns)) => write!(f, "classic:{}", format_duration_ns(*ns)),
             PollSetting::Weighted(w) => write!(f, "weighted:{w}"),
+            PollSetting::Adaptive => f.write_str("adaptive"),
         }
     }
 }
@@ -90,7 +97,7 @@ mod tests {
 
     #[test]
     fn poll_settings_round_trip_and_map_to_config() {
-        for s in ["off", "classic", "classic:200us", "weighted:3"] {
+        for s in ["off", "classic", "classic:200us", "weighted:3", "adaptive"] {
             let p: PollSetting = s.parse().expect("parse");
             assert_eq!(p.to_string(), s);
         }

@@ -19,6 +19,7 @@ impl MatrixSpec {
             poll: many(&self.poll),
             max_batch: many(&self.max_batch),
             irq: many(&self.irq),
+            hog: many(&self.hog),
         }
     }
 }
@@ -42,6 +43,8 @@ pub struct Varying {
     pub max_batch: bool,
     /// irq varies.
     pub irq: bool,
+    /// hog varies.
+    pub hog: bool,
 }
 
 /// A dimension of the matrix, for labelling series.
@@ -63,6 +66,8 @@ pub enum Dim {
     MaxBatch,
     /// irq.
     Irq,
+    /// hog.
+    Hog,
 }
 
 impl Varying {
@@ -76,6 +81,7 @@ impl Varying {
             Dim::Poll => self.poll,
             Dim::MaxBatch => self.max_batch,
             Dim::Irq => self.irq,
+            Dim::Hog => self.hog,
         }
     }
 
@@ -91,6 +97,7 @@ impl Varying {
             Dim::Queues,
             Dim::MaxBatch,
             Dim::Irq,
+            Dim::Hog,
         ];
         let mut parts: Vec<String> = lead.iter().map(|d| dim_value(p, *d)).collect();
         for d in all {
@@ -116,6 +123,7 @@ fn dim_value(p: &Point, d: Dim) -> String {
         Dim::Poll => format!("poll={}", p.poll),
         Dim::MaxBatch => format!("mb={}", p.max_batch),
         Dim::Irq => format!("irq={}", u8::from(p.irq)),
+        Dim::Hog => format!("hog={}", p.hog),
     }
 }
 

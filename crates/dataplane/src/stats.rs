@@ -27,6 +27,16 @@ pub struct IoThreadStats {
     pub poll_misses: AtomicU64,
     /// Times the poll loop yielded its CPU (`sched_yield`) to let other runnable work in.
     pub poll_yields: AtomicU64,
+    /// Adaptive: the thread's cumulative run delay (runnable, waiting for a CPU), in ns.
+    pub run_delay_ns: AtomicU64,
+    /// Adaptive: the share of the last 1 ms sample spent waiting for a CPU, in ‰.
+    pub cpu_wait_permille: AtomicU64,
+    /// Adaptive: times polling was suspended because the host was busy.
+    pub poll_suspensions: AtomicU64,
+    /// Adaptive: 1 while polling is suspended.
+    pub poll_suspended: AtomicU64,
+    /// Adaptive: the current suspension back-off, in ns (0: not backing off).
+    pub poll_backoff_ns: AtomicU64,
     /// Times the thread went to sleep in epoll (blocking).
     pub sleeps: AtomicU64,
     /// Handler wake-ups by fd (epoll events, not counting the command fd).
@@ -76,6 +86,11 @@ impl IoThreadStats {
             ("poll_hits", g(&self.poll_hits)),
             ("poll_misses", g(&self.poll_misses)),
             ("poll_yields", g(&self.poll_yields)),
+            ("poll_suspended", g(&self.poll_suspended)),
+            ("poll_suspensions", g(&self.poll_suspensions)),
+            ("poll_backoff_ns", g(&self.poll_backoff_ns)),
+            ("cpu_wait_permille", g(&self.cpu_wait_permille)),
+            ("run_delay_ns", g(&self.run_delay_ns)),
             ("sleeps", g(&self.sleeps)),
             ("fd_events", g(&self.fd_events)),
             ("poll_ns", g(&self.poll_ns)),

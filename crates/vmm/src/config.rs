@@ -255,6 +255,9 @@ pub enum PollPolicyKind {
     Classic,
     /// The poll-weight policy: one window from weighted event-interval estimates, halving.
     Weighted,
+    /// Osprey's: the classic windows, suspended while the host is busy (the iothread's run
+    /// delay says the CPU it would poll with is wanted by someone else).
+    Adaptive,
 }
 
 impl From<PollPolicyKind> for dataplane::poll::PolicyKind {
@@ -262,6 +265,7 @@ impl From<PollPolicyKind> for dataplane::poll::PolicyKind {
         match k {
             PollPolicyKind::Classic => Self::Classic,
             PollPolicyKind::Weighted => Self::Weighted,
+            PollPolicyKind::Adaptive => Self::Adaptive,
         }
     }
 }
@@ -271,6 +275,7 @@ impl From<dataplane::poll::PolicyKind> for PollPolicyKind {
         match k {
             dataplane::poll::PolicyKind::Classic => Self::Classic,
             dataplane::poll::PolicyKind::Weighted => Self::Weighted,
+            dataplane::poll::PolicyKind::Adaptive => Self::Adaptive,
         }
     }
 }

@@ -91,22 +91,23 @@ pub fn render(h: &ReportHeader, rows: &[ResultRow], skipped: &[Skipped]) -> Stri
         let _ = writeln!(s, "## {bs} {rw}\n");
         let _ = writeln!(
             s,
-            "| qd | queues | engine | polling | max_batch | irq | IOPS | spread | MiB/s | mean µs | \
+            "| qd | queues | engine | polling | max_batch | irq | hog | IOPS | spread | MiB/s | mean µs | \
              p50 µs | p99 µs | CPU/IO µs all | vCPU | dataplane | kicks/IO guest | drive | \
              irqs/IO guest | drive | batch | native IOPS | native p99 µs | guest/native | errors |"
         );
-        let _ = writeln!(s, "|{}", "---|".repeat(24));
+        let _ = writeln!(s, "|{}", "---|".repeat(25));
         for r in rows.iter().filter(|r| &r.rw == rw && &r.bs == bs) {
             let _ = writeln!(
                 s,
                 "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | \
-                 {} | {} | {} | {} | {} | {} | {} | {} |",
+                 {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 r.qd,
                 r.queues,
                 r.engine,
                 r.poll,
                 r.max_batch,
                 r.irq,
+                r.hog,
                 int(r.iops),
                 spread(r),
                 num(r.bw_mib_s, 1),

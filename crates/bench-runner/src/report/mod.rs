@@ -94,6 +94,7 @@ mod tests {
             poll: vec![PollSetting::Off, PollSetting::Classic(None)],
             max_batch: vec![1, 32],
             irq: vec![false],
+            hog: vec![0],
         };
         let data: Vec<(Point, ResultRow)> = spec
             .expand()

@@ -50,6 +50,8 @@ pub struct ResultRow {
     pub poll: String,
     pub max_batch: u32,
     pub irq: u8,
+    /// CPU-bound processes beside the VM.
+    pub hog: u32,
     pub status: String,
     pub runs: usize,
     pub requests_first_run: u64,
@@ -116,6 +118,7 @@ impl ResultRow {
             poll: p.poll.to_string(),
             max_batch: p.max_batch,
             irq: u8::from(p.irq),
+            hog: p.hog,
             status: match (s, &o.error) {
                 (Some(_), None) => "ok".into(),
                 (Some(_), Some(_)) => "partial".into(),
@@ -171,6 +174,7 @@ pub fn sample_row(point: usize, qd: u32, iops: f64) -> ResultRow {
         poll: "off".into(),
         max_batch: 32,
         irq: 0,
+        hog: 0,
         status: "ok".into(),
         runs: 3,
         requests_first_run: 1000,
@@ -222,6 +226,7 @@ mod tests {
             poll: PollSetting::Classic(None),
             max_batch: 32,
             irq: false,
+            hog: 0,
         };
         let run = RunSample {
             iops: 150_000.0,

@@ -14,8 +14,9 @@ use vmm_sys_util::eventfd::EventFd;
 
 use super::{Command, Detach};
 use crate::handler::Handler;
+use crate::poll::contention::SAMPLE_PERIOD_NS;
 use crate::poll::policy::FIRST_STEP_NS;
-use crate::poll::PollPolicy;
+use crate::poll::{HostSample, PollPolicy};
 use crate::stats::{thread_cpu_ns, IoThreadStats};
 
 /// The epoll token of the command eventfd.
@@ -124,6 +125,12 @@ impl Loop {
         let mut hits: Vec<usize> = Vec::with_capacity(MAX_EVENTS);
         let mut last_epoll = Instant::now();
         let mut last_cpu_sample = Instant::now();
+        // The thread's run delay, for the Adaptive policy's contention guard (opened here, on
+        // the thread itself, before its seccomp filter; reads are one pread).
+        let schedstat = std::fs::File::open("/proc/thread-self/schedstat")
+            .map_err(|e| log::info!("iothread: no schedstat ({e}); contention guard off"))
+            .ok();
+        let mut next_host_sample = 0u64;
         // The end of one iteration's work is the start of the next (one clock read for both).
         let mut t0 = Instant::now();
         loop {
@@ -216,6 +223,16 @@ impl Loop {
                 t0.duration_since(work_start).as_nanos() as u64,
             );
             let now = t0.duration_since(self.epoch).as_nanos() as u64;
+            if now >= next_host_sample {
+                next_host_sample = now + SAMPLE_PERIOD_NS;
+                if let Some(run_delay_ns) = schedstat.as_ref().and_then(read_run_delay) {
+                    self.policy.observe_host(HostSample {
+                        now_ns: now,
+                        run_delay_ns,
+                    });
+                    self.publish_contention(run_delay_ns);
+                }
+            }
             self.policy.update(block_ns, &hits, now);
             if !self.detaches.is_empty() {
                 self.finish_detaches();
@@ -227,6 +244,18 @@ impl Loop {
                 t0 = Instant::now();
             }
         }
+    }
+
+    fn publish_contention(&self, run_delay_ns: u64) {
+        let c = self.policy.contention();
+        IoThreadStats::set(&self.stats.run_delay_ns, run_delay_ns);
+        IoThreadStats::set(&self.stats.cpu_wait_permille, c.wait_permille);
+        IoThreadStats::set(&self.stats.poll_suspensions, c.suspensions);
+        IoThreadStats::set(&self.stats.poll_backoff_ns, c.backoff_ns);
+        IoThreadStats::set(
+            &self.stats.poll_suspended,
+            u64::from(self.policy.suspended()),
+        );
     }
 
     /// How long the thread may sleep: for ever (-1), unless a handler waits for a retry or a
@@ -256,7 +285,7 @@ impl Loop {
     /// iterations alone, even when the guest's next request follows within microseconds. A probe
     /// hit measures the real interval and lets the policy open the window.
     fn window(&self) -> u64 {
-        if IoThreadStats::get(&self.stats.poll_disabled_handlers) > 0 {
+        if IoThreadStats::get(&self.stats.poll_disabled_handlers) > 0 || self.policy.suspended() {
             return 0;
         }
         let max = self.policy.params().max_ns;
@@ -580,4 +609,13 @@ impl Loop {
         }
         out
     }
+}
+
+/// The second field of a schedstat line: time spent runnable but waiting for a CPU (ns).
+fn read_run_delay(f: &std::fs::File) -> Option<u64> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = [0u8; 96];
+    let n = f.read_at(&mut buf, 0).ok()?;
+    let line = std::str::from_utf8(buf.get(..n)?).ok()?;
+    line.split_whitespace().nth(1)?.parse().ok()
 }

@@ -12,6 +12,12 @@
 //!   with weight 2^-W; handlers without an event accumulate `block_ns`; anything reaching
 //!   `poll_max_ns` resets to 0. The thread window grows towards the largest estimate among the
 //!   handlers with an event and shrinks by halving (`poll_shrink` or 2) rather than resetting.
+//! - **Adaptive** (Osprey's, the default): the classic windows, suspended while the host is busy
+//!   ([`super::contention`]): polling stops when the thread's own run delay says that the CPU it
+//!   would burn is wanted by someone else (the guest's vCPU, the worker completing our I/O,
+//!   another tenant), and resumes after a back-off.
+
+use super::contention::{ContentionGuard, ContentionStats, HostSample};
 
 /// Which policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,6 +26,8 @@ pub enum PolicyKind {
     Classic,
     /// One thread window from weighted event-interval estimates, shrinking gradually.
     Weighted,
+    /// Classic windows, suspended while the host is busy (the thread waits for a CPU).
+    Adaptive,
 }
 
 /// The tunable parameters (QMP: poll-max-ns, poll-grow, poll-shrink, poll-weight).
@@ -121,6 +129,10 @@ pub struct PollPolicy {
     handlers: Vec<Option<HandlerPoll>>,
     /// Weighted: the thread window.
     thread_ns: u64,
+    /// Adaptive: whether the host is busy, and what it saw.
+    guard: ContentionGuard,
+    /// Adaptive: polling is suspended (as of the last `update` or sample).
+    suspended: bool,
 }
 
 impl PollPolicy {
@@ -130,6 +142,8 @@ impl PollPolicy {
             params,
             handlers: Vec::new(),
             thread_ns: 0,
+            guard: ContentionGuard::default(),
+            suspended: false,
         }
     }
 
@@ -142,6 +156,8 @@ impl PollPolicy {
     pub fn set_params(&mut self, params: PollParams) {
         self.params = params;
         self.thread_ns = 0;
+        self.guard.reset();
+        self.suspended = false;
         for h in self.handlers.iter_mut().flatten() {
             h.ns = 0;
         }
@@ -171,6 +187,27 @@ impl PollPolicy {
         self.handlers.get(slot).copied().flatten()
     }
 
+    /// Adaptive: feeds the contention guard a sample of the thread's run delay (the caller takes
+    /// one every [`super::contention::SAMPLE_PERIOD_NS`] or so). Other policies ignore it.
+    pub fn observe_host(&mut self, sample: HostSample) {
+        if self.params.policy != PolicyKind::Adaptive || self.params.max_ns == 0 {
+            return;
+        }
+        self.guard.observe(sample);
+        self.suspended = self.guard.suspended(sample.now_ns);
+    }
+
+    /// Whether polling is suspended because the host is busy (Adaptive only): the thread then
+    /// sleeps between events, without even the first-step probe.
+    pub fn suspended(&self) -> bool {
+        self.suspended
+    }
+
+    /// The contention guard's view (Adaptive).
+    pub fn contention(&self) -> ContentionStats {
+        self.guard.stats()
+    }
+
     /// Whether handler `slot` is polled (classic: in the poll set; weighted: always).
     pub fn is_polled(&self, slot: usize) -> bool {
         self.handler(slot)
@@ -179,11 +216,11 @@ impl PollPolicy {
 
     /// The window to poll for before sleeping, in ns (0: do not poll).
     pub fn window(&self) -> u64 {
-        if self.params.max_ns == 0 {
+        if self.params.max_ns == 0 || self.suspended {
             return 0;
         }
         match self.params.policy {
-            PolicyKind::Classic => self
+            PolicyKind::Classic | PolicyKind::Adaptive => self
                 .handlers
                 .iter()
                 .flatten()
@@ -202,8 +239,11 @@ impl PollPolicy {
             return;
         }
         let p = self.params;
+        if p.policy == PolicyKind::Adaptive {
+            self.suspended = self.guard.suspended(now_ns);
+        }
         match p.policy {
-            PolicyKind::Classic => {
+            PolicyKind::Classic | PolicyKind::Adaptive => {
                 for (slot, h) in self.handlers.iter_mut().enumerate() {
                     let Some(h) = h.as_mut() else { continue };
                     if events.contains(&slot) {

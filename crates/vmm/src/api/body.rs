@@ -140,7 +140,7 @@ mod tests {
         );
         assert_eq!(
             message::<IoThreadUpdate>(r#"{"poll_policy": "Fast"}"#),
-            "poll_policy: unknown variant `Fast`, expected `Classic` or `Weighted`"
+            "poll_policy: unknown variant `Fast`, expected one of `Classic`, `Weighted`, `Adaptive`"
         );
         assert_eq!(
             message::<ActionRequest>(r#"{"action_type": 3}"#),

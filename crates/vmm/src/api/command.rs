@@ -44,7 +44,7 @@ pub struct IoThreadUpdate {
     /// Window shrink divisor.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub poll_shrink: Option<u64>,
-    /// `Classic` or `Weighted`.
+    /// `Classic`, `Weighted` or `Adaptive`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub poll_policy: Option<PollPolicyKind>,
     /// Weighted policy shift (1-16).

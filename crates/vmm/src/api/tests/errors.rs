@@ -79,7 +79,7 @@ fn malformed_bodies_name_the_field_and_the_reason() {
     );
     assert_eq!(
         patch_fault(&fake, r#"{"poll_policy": "Fast"}"#),
-        "poll_policy: unknown variant `Fast`, expected `Classic` or `Weighted`"
+        "poll_policy: unknown variant `Fast`, expected one of `Classic`, `Weighted`, `Adaptive`"
     );
     assert_eq!(
         patch_fault(&fake, "[1]"),
