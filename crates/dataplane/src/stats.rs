@@ -29,7 +29,7 @@ pub struct IoThreadStats {
     pub poll_yields: AtomicU64,
     /// Adaptive: the thread's cumulative run delay (runnable, waiting for a CPU), in ns.
     pub run_delay_ns: AtomicU64,
-    /// Adaptive: the share of the last 1 ms sample spent waiting for a CPU, in ‰.
+    /// Adaptive: the share of the last 10 ms window's runnable time spent waiting for a CPU, in ‰.
     pub cpu_wait_permille: AtomicU64,
     /// Adaptive: times polling was suspended because the host was busy.
     pub poll_suspensions: AtomicU64,

@@ -225,9 +225,10 @@ impl Loop {
             let now = t0.duration_since(self.epoch).as_nanos() as u64;
             if now >= next_host_sample {
                 next_host_sample = now + SAMPLE_PERIOD_NS;
-                if let Some(run_delay_ns) = schedstat.as_ref().and_then(read_run_delay) {
+                if let Some((cpu_ns, run_delay_ns)) = schedstat.as_ref().and_then(read_schedstat) {
                     self.policy.observe_host(HostSample {
                         now_ns: now,
+                        cpu_ns,
                         run_delay_ns,
                     });
                     self.publish_contention(run_delay_ns);
@@ -611,11 +612,13 @@ impl Loop {
     }
 }
 
-/// The second field of a schedstat line: time spent runnable but waiting for a CPU (ns).
-fn read_run_delay(f: &std::fs::File) -> Option<u64> {
+/// The first two fields of a schedstat line: CPU time and time spent runnable but waiting for a
+/// CPU (ns).
+fn read_schedstat(f: &std::fs::File) -> Option<(u64, u64)> {
     use std::os::unix::fs::FileExt;
     let mut buf = [0u8; 96];
     let n = f.read_at(&mut buf, 0).ok()?;
     let line = std::str::from_utf8(buf.get(..n)?).ok()?;
-    line.split_whitespace().nth(1)?.parse().ok()
+    let mut fields = line.split_whitespace().map(|v| v.parse::<u64>().ok());
+    Some((fields.next()??, fields.next()??))
 }

@@ -498,4 +498,42 @@ mod tests {
         };
         assert!(bad.validate().expect_err("grow").starts_with("poll_grow:"));
     }
+
+    #[test]
+    fn adaptive_polls_like_classic_until_the_host_is_busy() {
+        use crate::poll::contention::{HostSample, WINDOW_NS};
+        let p = PollParams {
+            policy: PolicyKind::Adaptive,
+            ..PollParams::default()
+        };
+        let (mut adaptive, mut classic) =
+            (PollPolicy::new(p), PollPolicy::new(PollParams::default()));
+        for pol in [&mut adaptive, &mut classic] {
+            pol.add(0, 0);
+            for i in 1..5 {
+                pol.update(1_000, &[0], i * 1_000);
+            }
+        }
+        assert_eq!(adaptive.window(), classic.window());
+        assert!(adaptive.window() > 0);
+        // A window in which the thread waited 96 % of its runnable time.
+        let sample = |now: u64, cpu: u64, delay: u64| HostSample {
+            now_ns: now,
+            cpu_ns: cpu,
+            run_delay_ns: delay,
+        };
+        adaptive.observe_host(sample(10_000, 0, 0));
+        adaptive.observe_host(sample(10_000 + WINDOW_NS, 400_000, 9_600_000));
+        assert!(adaptive.suspended());
+        assert_eq!(adaptive.window(), 0, "no polling on a busy host");
+        assert_eq!(adaptive.contention().suspensions, 1);
+        // Classic ignores the host.
+        classic.observe_host(sample(10_000, 0, 0));
+        classic.observe_host(sample(10_000 + WINDOW_NS, 400_000, 9_600_000));
+        assert!(!classic.suspended() && classic.window() > 0);
+        // The suspension ends with its back-off.
+        adaptive.update(1_000, &[0], 10_000 + 2 * WINDOW_NS + 1);
+        assert!(!adaptive.suspended());
+        assert!(adaptive.window() > 0);
+    }
 }
