@@ -83,7 +83,7 @@ fn polling_removes_most_kicks_at_qd1() {
         "polling off never polls: {t_off}"
     );
     assert_eq!(t_on["poll_max_ns"], 32768);
-    assert_eq!(t_on["poll_policy"], "Classic");
+    assert_eq!(t_on["poll_policy"], "Adaptive");
     assert!(
         t_on["stats"]["poll_hits"].as_u64().unwrap_or(0) > 10_000,
         "polling found the work: {t_on}"
@@ -97,7 +97,7 @@ fn idle_guest_collapses_the_window_and_the_thread_sleeps() {
     let disk = Disk::new("poll-idle", 16 << 20);
     // 300 requests, each followed by 5 ms of guest think time: ~1.5 s mostly idle.
     let args = "rw=randread qd=1 count=300 think_us=5000";
-    for policy in ["Classic", "Weighted"] {
+    for policy in ["Classic", "Weighted", "Adaptive"] {
         let (status, r, log) = boot_with(
             &disk,
             json!({"io_engine": "Sync"}),

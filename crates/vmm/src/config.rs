@@ -281,7 +281,7 @@ impl From<dataplane::poll::PolicyKind> for PollPolicyKind {
 }
 
 fn default_poll_policy() -> PollPolicyKind {
-    PollPolicyKind::Classic
+    PollPolicyKind::Adaptive
 }
 
 fn default_poll_weight() -> u32 {

@@ -51,7 +51,7 @@ impl Default for PollParams {
             max_ns: DEFAULT_MAX_NS,
             grow: 0,
             shrink: 0,
-            policy: PolicyKind::Classic,
+            policy: PolicyKind::Adaptive,
             weight: DEFAULT_WEIGHT,
         }
     }
@@ -506,8 +506,11 @@ mod tests {
             policy: PolicyKind::Adaptive,
             ..PollParams::default()
         };
-        let (mut adaptive, mut classic) =
-            (PollPolicy::new(p), PollPolicy::new(PollParams::default()));
+        let classic_params = PollParams {
+            policy: PolicyKind::Classic,
+            ..PollParams::default()
+        };
+        let (mut adaptive, mut classic) = (PollPolicy::new(p), PollPolicy::new(classic_params));
         for pol in [&mut adaptive, &mut classic] {
             pol.add(0, 0);
             for i in 1..5 {
