@@ -75,11 +75,10 @@ impl ContentionGuard {
         let waited = s.run_delay_ns.saturating_sub(start.run_delay_ns);
         let ran = s.cpu_ns.saturating_sub(start.cpu_ns);
         let runnable = waited.saturating_add(ran);
-        let permille = if runnable == 0 {
-            0
-        } else {
-            waited.saturating_mul(1000) / runnable
-        };
+        let permille = waited
+            .saturating_mul(1000)
+            .checked_div(runnable)
+            .unwrap_or(0);
         self.stats.wait_permille = permille;
         if s.now_ns < self.suspended_until_ns {
             return; // still suspended: the thread was sleeping, not polling
