@@ -149,6 +149,11 @@ pub enum IoEngineKind {
     LinuxAio,
     /// Completes at once without touching the file.
     Null,
+    /// The default: each read and write is tried inline on the iothread (`preadv2`/`pwritev2`
+    /// with RWF_NOWAIT, which succeeds only when it will not block: page-cache hits, tmpfs);
+    /// the rest goes to io_uring (else Linux AIO for O_DIRECT files, else Sync). Inline attempts
+    /// stop while most of them would block, and are probed again now and then.
+    Auto,
 }
 
 /// One entry of `drives`.
@@ -165,7 +170,7 @@ pub struct DriveConfig {
     /// Open with O_DIRECT.
     #[serde(default)]
     pub direct: bool,
-    /// The I/O engine (default: `IoUring` where the host has it, else `Sync`).
+    /// The I/O engine (default: `Auto`).
     #[serde(default = "default_engine")]
     pub io_engine: IoEngineKind,
     /// Number of virtqueues.
@@ -190,22 +195,14 @@ impl IoEngineKind {
             IoEngineKind::IoUring => dataplane::EngineKind::IoUring,
             IoEngineKind::LinuxAio => dataplane::EngineKind::LinuxAio,
             IoEngineKind::Null => dataplane::EngineKind::Null,
+            IoEngineKind::Auto => dataplane::EngineKind::Auto,
         }
     }
 }
 
-/// `IoUring` when this host can create a ring, otherwise `Sync`.
+/// `Auto`: inline where the data is at hand, asynchronous where it is not.
 fn default_engine() -> IoEngineKind {
-    static DEFAULT: std::sync::OnceLock<IoEngineKind> = std::sync::OnceLock::new();
-    *DEFAULT.get_or_init(
-        || match dataplane::engine::probe(dataplane::EngineKind::IoUring) {
-            Ok(()) => IoEngineKind::IoUring,
-            Err(e) => {
-                log::debug!("Default I/O engine is Sync: {e}");
-                IoEngineKind::Sync
-            }
-        },
-    )
+    IoEngineKind::Auto
 }
 
 fn default_queues() -> u16 {

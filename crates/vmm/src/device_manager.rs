@@ -104,6 +104,8 @@ impl DriveHandle {
             "inflight_max": snaps.iter().map(|s| s.inflight_max).max().unwrap_or(0),
             "engine_full": sum(|s| s.engine_full),
             "in_flight": sum(|s| s.in_flight),
+            "inline_requests": sum(|s| s.inline_requests),
+            "deferred_requests": sum(|s| s.deferred_requests),
             "reset_pending": snaps.iter().any(|s| s.reset_pending),
         })
     }

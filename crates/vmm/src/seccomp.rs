@@ -194,6 +194,7 @@ const IOTHREAD: &[libc::c_long] = &[
     libc::SYS_lseek,
     libc::SYS_fstat,
     libc::SYS_statx,
+    libc::SYS_fstatfs,
     libc::SYS_eventfd2,
     libc::SYS_fcntl,
     libc::SYS_dup,

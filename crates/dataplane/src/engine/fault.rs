@@ -210,6 +210,10 @@ impl IoEngine for FaultInjectingEngine {
         self.inner.poll_begin();
     }
 
+    fn inline_stats(&self) -> Option<super::auto::InlineStats> {
+        self.inner.inline_stats()
+    }
+
     fn poll_end(&mut self) {
         self.inner.poll_end();
     }

@@ -20,6 +20,7 @@
 use std::fs::File;
 use std::os::unix::io::RawFd;
 
+pub mod auto;
 #[cfg(test)]
 pub(crate) mod conformance;
 pub mod fault;
@@ -39,6 +40,9 @@ pub enum EngineKind {
     LinuxAio,
     /// Completes at once without touching the file (reads return zeros).
     Null,
+    /// Reads and writes inline with RWF_NOWAIT where they will not block, the rest on an
+    /// asynchronous engine (io_uring, else Linux AIO for O_DIRECT files, else Sync).
+    Auto,
 }
 
 impl std::fmt::Display for EngineKind {
@@ -48,6 +52,7 @@ impl std::fmt::Display for EngineKind {
             EngineKind::IoUring => "IoUring",
             EngineKind::LinuxAio => "LinuxAio",
             EngineKind::Null => "Null",
+            EngineKind::Auto => "Auto",
         };
         f.write_str(name)
     }
@@ -116,6 +121,19 @@ pub enum EngineError {
 /// SINGLE_ISSUER ties the ring to its creator).
 pub fn open(file: File, opts: &EngineOptions) -> Result<Box<dyn IoEngine>, EngineError> {
     let engine: Box<dyn IoEngine> = match opts.kind {
+        EngineKind::Auto => {
+            let inline = file.try_clone().map_err(|source| EngineError::Setup {
+                engine: EngineKind::Auto,
+                what: "duplicating the file for the inline path",
+                source,
+            })?;
+            let inner = EngineOptions {
+                kind: auto_async_kind(opts.direct),
+                fault: None,
+                ..*opts
+            };
+            Box::new(auto::AutoEngine::new(inline, open(file, &inner)?))
+        }
         EngineKind::Sync => Box::new(sync::SyncEngine::new(file, opts.depth as usize)),
         EngineKind::Null => Box::new(null::NullEngine::new(opts.depth as usize)),
         EngineKind::IoUring => Box::new(self::io_uring::IoUringEngine::new(file, opts)?),
@@ -127,10 +145,23 @@ pub fn open(file: File, opts: &EngineOptions) -> Result<Box<dyn IoEngine>, Engin
     })
 }
 
+/// The asynchronous engine `Auto` hands what would block to: io_uring where the host has it,
+/// else Linux AIO for O_DIRECT files (asynchronous only with O_DIRECT), else Sync.
+pub fn auto_async_kind(direct: bool) -> EngineKind {
+    static IO_URING: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if *IO_URING.get_or_init(|| self::io_uring::IoUringEngine::probe().is_ok()) {
+        EngineKind::IoUring
+    } else if direct && linux_aio::probe().is_ok() {
+        EngineKind::LinuxAio
+    } else {
+        EngineKind::Sync
+    }
+}
+
 /// Checks, before boot, that the host can provide `kind`.
 pub fn probe(kind: EngineKind) -> Result<(), EngineError> {
     match kind {
-        EngineKind::Sync | EngineKind::Null => Ok(()),
+        EngineKind::Sync | EngineKind::Null | EngineKind::Auto => Ok(()),
         EngineKind::LinuxAio => linux_aio::probe(),
         EngineKind::IoUring => self::io_uring::IoUringEngine::probe(),
     }
@@ -282,6 +313,10 @@ pub trait IoEngine: Send {
     }
     /// Which engine this is.
     fn kind(&self) -> EngineKind;
+    /// What the inline path did, for engines that have one (`Auto`).
+    fn inline_stats(&self) -> Option<auto::InlineStats> {
+        None
+    }
     /// What is in force (flags, registered files, fallbacks), for logs and statistics.
     fn describe(&self) -> String {
         self.kind().to_string()

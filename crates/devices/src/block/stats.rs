@@ -44,6 +44,10 @@ pub struct QueueStats {
     pub in_flight: AtomicU64,
     /// Set while a guest reset waits for this queue's in-flight requests (written by the device).
     pub reset_pending: AtomicU64,
+    /// `Auto` engine: reads and writes completed inline (RWF_NOWAIT) on the iothread.
+    pub inline_requests: AtomicU64,
+    /// `Auto` engine: reads and writes handed to the asynchronous engine.
+    pub deferred_requests: AtomicU64,
     /// The engine in force, as it describes itself.
     pub engine: Mutex<String>,
 }
@@ -120,6 +124,10 @@ pub struct QueueStatsSnapshot {
     pub in_flight: u64,
     /// See [`QueueStats::reset_pending`].
     pub reset_pending: bool,
+    /// See [`QueueStats::inline_requests`].
+    pub inline_requests: u64,
+    /// See [`QueueStats::deferred_requests`].
+    pub deferred_requests: u64,
 }
 
 impl QueueStats {
@@ -142,6 +150,8 @@ impl QueueStats {
             inflight_max: g(&self.inflight_max),
             in_flight: g(&self.in_flight),
             reset_pending: g(&self.reset_pending) != 0,
+            inline_requests: g(&self.inline_requests),
+            deferred_requests: g(&self.deferred_requests),
         }
     }
 }

@@ -1,0 +1,440 @@
+//! The `Auto` engine: each read or write is first tried inline on the iothread with
+//! `preadv2`/`pwritev2` and `RWF_NOWAIT`, which succeeds only when it will not block (page-cache
+//! hits, tmpfs); what would block goes to a wrapped asynchronous engine (io_uring, else Linux AIO
+//! for `O_DIRECT` files, else Sync).
+//!
+//! On a file whose data is in memory, io_uring hands each read to an io-wq worker that must find
+//! a CPU while the guest's vCPU and the polling iothread hold the cores; the inline path does the
+//! copy at once, with no thread hop. On a store that completes asynchronously (`O_DIRECT` on a
+//! device), trying inline costs a failed syscall per request, or blocks the thread: the engine
+//! watches what its attempts do and stops trying while most of them fail or take longer than
+//! [`SLOW_INLINE_NS`], probing again every [`REPROBE_REQUESTS`] requests.
+//!
+//! tmpfs refuses `RWF_NOWAIT` (EOPNOTSUPP, Linux 6.18), but its reads and writes are memory
+//! copies that do not wait for a device: on tmpfs (and ramfs) the inline path uses plain
+//! `preadv`/`pwritev`. Any other file system that refuses the flag gets no inline attempts.
+//!
+//! Ordering: a flush goes to the wrapped engine only once every earlier request it holds has
+//! completed (inline writes are in the page cache before their completion exists), so a flush
+//! never completes before an earlier write, whichever path the write took.
+
+use std::fs::File;
+use std::os::unix::io::{AsRawFd, RawFd};
+use std::time::Instant;
+
+use super::{as_iovecs, Completion, EngineKind, IoEngine, IoOp, IoRequest, SubmitError};
+
+/// Attempts per decision window.
+const WINDOW: u32 = 64;
+/// Inline attempts that may fail (EAGAIN or slow) per window before inline is switched off.
+const MAX_FAILED: u32 = WINDOW * 3 / 4;
+/// An inline call that takes longer than this blocked the thread (O_DIRECT on a device
+/// completes synchronously even with RWF_NOWAIT): it counts as a failure.
+pub const SLOW_INLINE_NS: u64 = 20_000;
+/// While inline is off, every this many requests one window of attempts probes again.
+pub const REPROBE_REQUESTS: u32 = 4096;
+
+/// Counters of the inline path.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct InlineStats {
+    /// Reads and writes completed inline.
+    pub inline: u64,
+    /// Reads and writes handed to the wrapped engine.
+    pub deferred: u64,
+    /// Inline attempts that returned EAGAIN, transferred less than asked, or were slow.
+    pub failed: u64,
+}
+
+/// Inline first, asynchronous for the rest.
+pub struct AutoEngine {
+    file: File,
+    inner: Box<dyn IoEngine>,
+    /// Inline completions, handed out at the next `reap`.
+    done: Vec<Completion>,
+    /// Flushes waiting for the wrapped engine to drain.
+    flushes: Vec<u64>,
+    /// Whether reads and writes are tried inline now.
+    trying: bool,
+    /// Attempts and failures in the current window.
+    attempts: u32,
+    failures: u32,
+    /// Requests since inline was switched off.
+    skipped: u32,
+    /// The flags of the inline calls: RWF_NOWAIT, or 0 on a memory file system.
+    rwf: libc::c_int,
+    /// The file system refuses RWF_NOWAIT for reads ([0]) or writes ([1]) (ext4 does for
+    /// buffered writes on some kernels): no inline attempts of that kind ever.
+    unsupported: [bool; 2],
+    stats: InlineStats,
+}
+
+impl std::fmt::Debug for AutoEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AutoEngine")
+            .field("inner", &self.inner.describe())
+            .field("trying", &self.trying)
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AutoEngine {
+    /// Inline on `file` (a clone of the wrapped engine's file), the rest to `inner`.
+    pub fn new(file: File, inner: Box<dyn IoEngine>) -> Self {
+        Self::with_inline(file, inner, true)
+    }
+
+    /// Like [`AutoEngine::new`], starting with inline attempts on or off (tests force the
+    /// deferred path with `false`; it stays off until the next probe).
+    pub fn with_inline(file: File, inner: Box<dyn IoEngine>, trying: bool) -> Self {
+        let rwf = if in_memory(&file) {
+            0
+        } else {
+            libc::RWF_NOWAIT
+        };
+        Self {
+            rwf,
+            unsupported: [false; 2],
+            file,
+            inner,
+            done: Vec::new(),
+            flushes: Vec::new(),
+            trying,
+            attempts: 0,
+            failures: 0,
+            skipped: 0,
+            stats: InlineStats::default(),
+        }
+    }
+
+    /// What the inline path did so far.
+    pub fn inline_stats(&self) -> InlineStats {
+        self.stats
+    }
+
+    /// Tries `op` (a read or write) inline; returns the byte count when it completed in full.
+    fn try_inline(&mut self, op: &IoOp) -> Option<i64> {
+        let (offset, iovecs, read) = match op {
+            IoOp::Read { offset, iovecs } => (*offset, iovecs, true),
+            IoOp::Write { offset, iovecs } => (*offset, iovecs, false),
+            _ => return None,
+        };
+        if self.unsupported[usize::from(!read)] {
+            return None;
+        }
+        let total: usize = iovecs.iter().map(|v| v.len).sum();
+        let iov = as_iovecs(iovecs);
+        let off = libc::off_t::try_from(offset).ok()?;
+        if iov.is_empty() || iov.len() > libc::UIO_MAXIOV as usize {
+            return None;
+        }
+        let fd: RawFd = self.file.as_raw_fd();
+        let start = Instant::now();
+        // SAFETY: `iov` describes buffers the submitter keeps valid until the request's
+        // completion has been reaped (module contract of `engine`); the kernel touches at most
+        // their lengths, and RWF_NOWAIT only makes the call fail instead of blocking.
+        let r = unsafe {
+            if read {
+                libc::preadv2(fd, iov.as_ptr(), iov.len() as i32, off, self.rwf)
+            } else {
+                libc::pwritev2(fd, iov.as_ptr(), iov.len() as i32, off, self.rwf)
+            }
+        };
+        if r < 0 && super::last_errno() == libc::EOPNOTSUPP {
+            let what = if read { "reads" } else { "writes" };
+            log::info!("auto engine: the file system refuses RWF_NOWAIT {what}; those go async");
+            self.unsupported[usize::from(!read)] = true;
+            self.stats.failed += 1;
+            return None;
+        }
+        let slow = start.elapsed().as_nanos() as u64 > SLOW_INLINE_NS;
+        self.attempts += 1;
+        let full = r >= 0 && r as usize == total;
+        if !full || slow {
+            self.failures += 1;
+            self.stats.failed += 1;
+        }
+        if self.attempts >= WINDOW {
+            if self.failures > MAX_FAILED {
+                log::debug!(
+                    "auto engine: {} of {} inline attempts failed; deferring",
+                    self.failures,
+                    self.attempts
+                );
+                self.trying = false;
+                self.skipped = 0;
+            }
+            self.attempts = 0;
+            self.failures = 0;
+        }
+        if full {
+            Some(r as i64)
+        } else {
+            // EAGAIN, another error, a short transfer (partly cached, or end of file): the
+            // wrapped engine does the whole request with its full semantics.
+            None
+        }
+    }
+
+    /// Hands waiting flushes to the wrapped engine once it has nothing else in flight.
+    fn release_flushes(&mut self) {
+        while !self.flushes.is_empty() && self.inner.in_flight() == 0 {
+            let token = self.flushes.remove(0);
+            if self
+                .inner
+                .submit(IoRequest {
+                    op: IoOp::Flush,
+                    token,
+                })
+                .is_err()
+            {
+                self.flushes.insert(0, token);
+                return;
+            }
+            self.inner.commit();
+        }
+    }
+}
+
+impl IoEngine for AutoEngine {
+    fn submit(&mut self, request: IoRequest) -> Result<(), SubmitError> {
+        if self.capacity() == 0 {
+            return Err(SubmitError::Full);
+        }
+        match request.op {
+            IoOp::Flush => {
+                self.flushes.push(request.token);
+                return Ok(());
+            }
+            IoOp::Read { .. } | IoOp::Write { .. } => {
+                if !self.trying {
+                    self.skipped += 1;
+                    if self.skipped >= REPROBE_REQUESTS {
+                        self.trying = true;
+                        self.attempts = 0;
+                        self.failures = 0;
+                    }
+                }
+                if self.trying {
+                    if let Some(result) = self.try_inline(&request.op) {
+                        self.stats.inline += 1;
+                        self.done.push(Completion {
+                            token: request.token,
+                            result,
+                        });
+                        return Ok(());
+                    }
+                }
+                self.stats.deferred += 1;
+            }
+            _ => {}
+        }
+        self.inner.submit(request)
+    }
+
+    fn commit(&mut self) -> usize {
+        self.release_flushes();
+        self.inner.commit()
+    }
+
+    fn reap(&mut self, out: &mut Vec<Completion>) -> usize {
+        let n = self.done.len();
+        out.append(&mut self.done);
+        let n = n + self.inner.reap(out);
+        self.release_flushes();
+        n
+    }
+
+    fn completion_fd(&self) -> Option<RawFd> {
+        self.inner.completion_fd()
+    }
+
+    fn capacity(&self) -> usize {
+        if !self.flushes.is_empty() {
+            // Nothing new until the flush went: later writes must not keep it waiting.
+            return 0;
+        }
+        self.inner.capacity().saturating_sub(self.done.len())
+    }
+
+    fn in_flight(&self) -> usize {
+        self.inner.in_flight() + self.done.len() + self.flushes.len()
+    }
+
+    fn has_completions(&self) -> bool {
+        !self.done.is_empty() || self.inner.has_completions()
+    }
+
+    fn poll_begin(&mut self) {
+        self.inner.poll_begin();
+    }
+
+    fn poll_end(&mut self) {
+        self.inner.poll_end();
+    }
+
+    fn unsubmitted(&self) -> usize {
+        self.inner.unsubmitted()
+    }
+
+    fn kind(&self) -> EngineKind {
+        EngineKind::Auto
+    }
+
+    fn describe(&self) -> String {
+        let inline = if self.rwf == 0 {
+            "inline preadv/pwritev on a memory file system"
+        } else {
+            "inline RWF_NOWAIT"
+        };
+        format!("auto ({inline}, then {})", self.inner.describe())
+    }
+
+    fn inline_stats(&self) -> Option<InlineStats> {
+        Some(self.stats)
+    }
+}
+
+/// Whether `file` lives on tmpfs or ramfs, whose reads and writes never wait for a device.
+fn in_memory(file: &File) -> bool {
+    const TMPFS_MAGIC: libc::c_long = 0x0102_1994;
+    const RAMFS_MAGIC: libc::c_long = 0x8584_58f6;
+    // SAFETY: an all-zero statfs is a valid value for the kernel to overwrite.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: fstatfs writes one statfs into `st`, which lives for the call.
+    if unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) } != 0 {
+        return false;
+    }
+    matches!(st.f_type as libc::c_long, TMPFS_MAGIC | RAMFS_MAGIC)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::conformance::{check_all, complete, open, store, Aligned};
+    use crate::engine::{iovecs, EngineOptions, IoUringFlags};
+
+    fn inner(file: File, depth: u32, direct: bool, kind: EngineKind) -> Box<dyn IoEngine> {
+        crate::engine::open(
+            file,
+            &EngineOptions {
+                kind,
+                depth,
+                io_uring: IoUringFlags::default(),
+                direct,
+                fault: None,
+            },
+        )
+        .expect("engine")
+    }
+
+    fn auto(file: File, depth: u32, direct: bool, trying: bool) -> Box<dyn IoEngine> {
+        let inline = file.try_clone().expect("dup");
+        let kind = crate::engine::auto_async_kind(direct);
+        Box::new(AutoEngine::with_inline(
+            inline,
+            inner(file, depth, direct, kind),
+            trying,
+        ))
+    }
+
+    #[test]
+    fn conformance_inline_first() {
+        check_all("Auto", &|f, d, direct| auto(f, d, direct, true), true);
+    }
+
+    #[test]
+    fn conformance_deferred() {
+        check_all("Auto (deferred)", &|f, d, direct| auto(f, d, direct, false), true);
+    }
+
+    fn read(buf: &Aligned, offset: u64, token: u64) -> IoRequest {
+        IoRequest {
+            op: IoOp::Read {
+                offset,
+                iovecs: iovecs![buf.iov(0, 4096)],
+            },
+            token,
+        }
+    }
+
+    #[test]
+    fn page_cache_hits_complete_inline_and_misses_go_async() {
+        let s = store(std::path::Path::new("/dev/shm"), "auto-inline", 1 << 20);
+        let mut e = AutoEngine::new(
+            open(&s.path, true, false),
+            inner(open(&s.path, true, false), 32, false, EngineKind::Sync),
+        );
+        let buf = Aligned::new(4096);
+        for t in 0..8 {
+            e.submit(read(&buf, t * 4096, t)).expect("room");
+        }
+        assert_eq!(complete(&mut e, 8).len(), 8);
+        let st = e.inline_stats();
+        assert_eq!((st.inline, st.deferred), (8, 0), "tmpfs never blocks: {st:?}");
+        // Past the end of the file: a short read, which the async engine finishes (zeros).
+        e.submit(read(&buf, (1 << 20) - 2048, 9)).expect("room");
+        let c = complete(&mut e, 1);
+        assert_eq!(c, vec![Completion { token: 9, result: 4096 }]);
+        assert_eq!(e.inline_stats().deferred, 1);
+    }
+
+    #[test]
+    fn a_store_where_inline_fails_stops_trying_then_probes_again() {
+        // O_DIRECT on the work tree's file system: RWF_NOWAIT reads are refused or blocking.
+        let dir = std::env::current_dir().expect("cwd").join("target");
+        let s = store(&dir, "auto-direct", 1 << 20);
+        let kind = crate::engine::auto_async_kind(true);
+        let mut e = AutoEngine::new(
+            open(&s.path, true, true),
+            inner(open(&s.path, true, true), 32, true, kind),
+        );
+        let buf = Aligned::new(4096);
+        // Force every attempt to fail by reading a range the page cache cannot hold for
+        // O_DIRECT: count how the decision moves instead of what the kernel does.
+        e.failures = MAX_FAILED + 1;
+        e.attempts = WINDOW - 1;
+        e.submit(read(&buf, 0, 0)).expect("room");
+        assert_eq!(complete(&mut e, 1).len(), 1);
+        assert!(!e.trying, "more than 3/4 failures in a window switch inline off");
+        let before = e.inline_stats();
+        for t in 1..=u64::from(REPROBE_REQUESTS) - 1 {
+            e.submit(read(&buf, (t % 64) * 4096, t)).expect("room");
+            assert_eq!(complete(&mut e, 1).len(), 1);
+        }
+        let after = e.inline_stats();
+        assert_eq!(after.inline + after.failed, before.inline + before.failed, "no attempts while off");
+        e.submit(read(&buf, 0, 1 << 20)).expect("room");
+        assert_eq!(complete(&mut e, 1).len(), 1);
+        assert!(e.trying, "probing again after {REPROBE_REQUESTS} requests");
+    }
+
+    #[test]
+    fn a_flush_waits_for_earlier_writes_on_the_async_engine() {
+        let s = store(std::path::Path::new("/dev/shm"), "auto-flush", 1 << 20);
+        // Inline off: the writes go to the (io_uring or Sync) engine and may be in flight.
+        let mut e = auto(open(&s.path, true, false), 32, false, false);
+        let buf = Aligned::new(4096);
+        for t in 0..4 {
+            e.submit(IoRequest {
+                op: IoOp::Write {
+                    offset: t * 4096,
+                    iovecs: iovecs![buf.iov(0, 4096)],
+                },
+                token: t,
+            })
+            .expect("room");
+        }
+        e.submit(IoRequest {
+            op: IoOp::Flush,
+            token: 100,
+        })
+        .expect("room");
+        assert_eq!(e.capacity(), 0, "nothing new while a flush waits");
+        let c = complete(e.as_mut(), 5);
+        let flush_at = c.iter().position(|c| c.token == 100).expect("flush done");
+        assert_eq!(flush_at, 4, "the flush completes after every earlier write: {c:?}");
+        assert!(c.iter().all(|c| c.result >= 0), "{c:?}");
+        assert!(e.capacity() > 0);
+    }
+}
