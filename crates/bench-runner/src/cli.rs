@@ -50,7 +50,7 @@ pub struct Cli {
     /// Virtqueues the guest drives (1–8); also fio's numjobs.
     #[arg(long, value_delimiter = ',', value_parser = parse_queues)]
     pub queues: Vec<u32>,
-    /// Osprey I/O engines: IoUring, LinuxAio, Sync, Null.
+    /// Osprey I/O engines: Auto (the default), IoUring, LinuxAio, Sync, Null.
     #[arg(long, value_delimiter = ',')]
     pub engine: Vec<Engine>,
     /// Polling configs: off, classic, classic:<window> (e.g. classic:200us), weighted:<W>, adaptive.

@@ -55,7 +55,7 @@ impl FioJob {
     /// synchronous engine has one request in flight per job, like Osprey's Sync engine).
     pub fn for_point(p: &Point) -> Self {
         let (ioengine, iodepth) = match p.engine {
-            Engine::IoUring | Engine::Null => ("io_uring", p.qd),
+            Engine::IoUring | Engine::Null | Engine::Auto => ("io_uring", p.qd),
             Engine::LinuxAio => ("libaio", p.qd),
             Engine::Sync => ("psync", 1),
         };

@@ -102,6 +102,8 @@ pub enum Engine {
     Sync,
     /// Completes at once: Osprey's own overhead.
     Null,
+    /// Osprey's default: inline where it will not block, io_uring for the rest.
+    Auto,
 }
 
 impl Engine {
@@ -112,6 +114,7 @@ impl Engine {
             Engine::LinuxAio => "LinuxAio",
             Engine::Sync => "Sync",
             Engine::Null => "Null",
+            Engine::Auto => "Auto",
         }
     }
 }
@@ -129,6 +132,7 @@ impl FromStr for Engine {
             "linuxaio" | "aio" | "libaio" => Ok(Engine::LinuxAio),
             "sync" => Ok(Engine::Sync),
             "null" => Ok(Engine::Null),
+            "auto" => Ok(Engine::Auto),
             _ => Err(MatrixError::Engine(s.to_string())),
         }
     }

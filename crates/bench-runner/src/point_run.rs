@@ -27,6 +27,8 @@ pub struct PointEnv<'a> {
     pub store: &'a Path,
     /// Store opened with O_DIRECT.
     pub direct: bool,
+    /// Drop the store's pages from the page cache before every recorded run.
+    pub cold: bool,
     /// Bytes of the store in use.
     pub range: u64,
     /// Output directory.
@@ -160,6 +162,12 @@ fn measure_test_guest(
             break;
         }
         let name = format!("run{}", r + 1);
+        if env.cold {
+            if let Err(e) = crate::store::drop_cache(env.store) {
+                error.get_or_insert_with(|| format!("{name}: {e}"));
+                break;
+            }
+        }
         match run_point(
             env.osprey,
             p,

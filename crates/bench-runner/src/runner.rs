@@ -165,6 +165,9 @@ pub fn run(settings: &Settings, command: &str) -> anyhow::Result<Outcome> {
         match settings.store {
             StoreKind::Loop => "loop",
             StoreKind::File => "file",
+            StoreKind::Buffered => "buffered",
+            StoreKind::BufferedCold => "buffered-cold",
+            StoreKind::Zram => "zram",
         },
         format_bytes(settings.store_size)
     );
@@ -176,6 +179,7 @@ pub fn run(settings: &Settings, command: &str) -> anyhow::Result<Outcome> {
         guest: &guest,
         store: &store.path,
         direct: store.direct,
+        cold: store.cold,
         range,
         out: &out,
         seconds: settings.seconds,

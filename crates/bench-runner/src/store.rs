@@ -16,12 +16,15 @@ use crate::units::format_bytes;
 /// The store could not be set up.
 #[derive(Debug, Error)]
 pub enum StoreError {
-    /// losetup needs root.
+    /// losetup and zram need root.
     #[error(
-        "--store loop needs root (it runs losetup to attach a loop device with direct I/O); \
-         run as root, or use --store file [--store-dir DIR]"
+        "--store loop and --store zram need root (losetup, /sys/block/zram0); run as root, or \
+         use --store file|buffered|buffered-cold [--store-dir DIR]"
     )]
     NotRoot,
+    /// zram is missing or busy.
+    #[error("--store zram: {0}")]
+    Zram(String),
     /// A file operation failed.
     #[error("{what} {path}")]
     Io {
@@ -43,8 +46,17 @@ pub enum StoreError {
 pub enum StoreKind {
     /// A loop device with direct I/O over a file in /dev/shm.
     Loop,
-    /// A regular file in `--store-dir`.
+    /// A regular file in `--store-dir` (O_DIRECT when the file system allows; on /dev/shm it
+    /// cannot: tmpfs).
     File,
+    /// A regular file in `--store-dir` through the page cache, hot (read once after filling).
+    Buffered,
+    /// Like `buffered`, with the file's pages dropped from the cache (posix_fadvise DONTNEED)
+    /// before every recorded run.
+    BufferedCold,
+    /// /dev/zram0 (a compressed RAM block device that completes in the submitter's context),
+    /// configured for the run and reset afterwards; needs root and an unused zram0.
+    Zram,
 }
 
 /// A live store; dropping it removes it.
@@ -58,6 +70,8 @@ pub struct Store {
     pub backing: PathBuf,
     /// Open with O_DIRECT.
     pub direct: bool,
+    /// Drop the file's pages from the page cache before every recorded run.
+    pub cold: bool,
     /// Bytes.
     pub size: u64,
     loop_attached: bool,
@@ -92,6 +106,48 @@ fn fill(path: &Path, size: u64) -> Result<(), StoreError> {
         left -= n as u64;
     }
     f.sync_all().map_err(io("Cannot sync", path))
+}
+
+/// Writes `size` bytes of xorshift data over the block device at `path`.
+fn fill_device(path: &Path, size: u64) -> Result<(), StoreError> {
+    let tmp = std::env::temp_dir().join(format!("osprey-bench-zram-{}", std::process::id()));
+    fill(&tmp, size.min(64 << 20))?;
+    let chunk = std::fs::read(&tmp).map_err(io("Cannot read", &tmp))?;
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(io("Cannot open", path))?;
+    let mut left = size;
+    while left > 0 {
+        let n = left.min(chunk.len() as u64) as usize;
+        f.write_all(&chunk[..n]).map_err(io("Cannot write", path))?;
+        left -= n as u64;
+    }
+    f.sync_all().map_err(io("Cannot sync", path))
+}
+
+/// Drops `path`'s pages from the page cache (a cold store for the next run).
+pub fn drop_cache(path: &Path) -> Result<(), StoreError> {
+    let f = File::open(path).map_err(io("Cannot open", path))?;
+    f.sync_all().map_err(io("Cannot sync", path))?;
+    // SAFETY: posix_fadvise on an fd we own, with in-range arguments, has no memory effects.
+    let rc = unsafe {
+        libc::posix_fadvise(
+            std::os::unix::io::AsRawFd::as_raw_fd(&f),
+            0,
+            0,
+            libc::POSIX_FADV_DONTNEED,
+        )
+    };
+    if rc != 0 {
+        return Err(StoreError::Io {
+            what: "Cannot drop the page cache of",
+            path: path.to_path_buf(),
+            source: std::io::Error::from_raw_os_error(rc),
+        });
+    }
+    Ok(())
 }
 
 /// Whether `path` opens with O_DIRECT.
@@ -138,6 +194,7 @@ impl Store {
                     path: PathBuf::from(dev),
                     backing,
                     direct: true,
+                    cold: false,
                     size,
                     loop_attached: true,
                 })
@@ -152,9 +209,56 @@ impl Store {
                     path: backing.clone(),
                     backing,
                     direct,
+                    cold: false,
                     size,
                     loop_attached: false,
                 })
+            }
+            StoreKind::Buffered | StoreKind::BufferedCold => {
+                std::fs::create_dir_all(dir).map_err(io("Cannot create", dir))?;
+                let backing = dir.join(name);
+                fill(&backing, size)?;
+                // Hot: read it once so its pages are in the cache.
+                let mut f = File::open(&backing).map_err(io("Cannot open", &backing))?;
+                std::io::copy(&mut f, &mut std::io::sink()).map_err(io("Cannot read", &backing))?;
+                Ok(Store {
+                    kind,
+                    path: backing.clone(),
+                    backing,
+                    direct: false,
+                    cold: kind == StoreKind::BufferedCold,
+                    size,
+                    loop_attached: false,
+                })
+            }
+            StoreKind::Zram => {
+                if !is_root() {
+                    return Err(StoreError::NotRoot);
+                }
+                let sys = Path::new("/sys/block/zram0");
+                let disksize = std::fs::read_to_string(sys.join("disksize")).map_err(|_| {
+                    StoreError::Zram("the kernel has no /dev/zram0 (zram module not loaded)".into())
+                })?;
+                if disksize.trim() != "0" {
+                    return Err(StoreError::Zram(format!(
+                        "/dev/zram0 is in use (disksize {}); reset it first",
+                        disksize.trim()
+                    )));
+                }
+                std::fs::write(sys.join("disksize"), size.to_string())
+                    .map_err(io("Cannot size", &sys.join("disksize")))?;
+                let dev = PathBuf::from("/dev/zram0");
+                let store = Store {
+                    kind,
+                    path: dev.clone(),
+                    backing: dev.clone(),
+                    direct: true,
+                    cold: false,
+                    size,
+                    loop_attached: false,
+                };
+                fill_device(&dev, size)?;
+                Ok(store)
             }
         }
     }
@@ -166,6 +270,21 @@ impl Store {
                 "loop device {} (direct-io over {}, {} of pseudo-random data)",
                 self.path.display(),
                 self.backing.display(),
+                format_bytes(self.size)
+            ),
+            StoreKind::Buffered | StoreKind::BufferedCold => format!(
+                "file {} ({} of pseudo-random data, page cache, {})",
+                self.path.display(),
+                format_bytes(self.size),
+                if self.cold {
+                    "dropped from the cache before every run"
+                } else {
+                    "hot"
+                }
+            ),
+            StoreKind::Zram => format!(
+                "zram block device {} ({} of pseudo-random data, O_DIRECT)",
+                self.path.display(),
                 format_bytes(self.size)
             ),
             StoreKind::File => format!(
@@ -184,6 +303,12 @@ impl Store {
 
 impl Drop for Store {
     fn drop(&mut self) {
+        if self.kind == StoreKind::Zram {
+            if let Err(e) = std::fs::write("/sys/block/zram0/reset", "1") {
+                eprintln!("osprey-bench: warning: could not reset /dev/zram0: {e}");
+            }
+            return;
+        }
         if self.loop_attached {
             match Command::new("losetup").arg("-d").arg(&self.path).output() {
                 Ok(o) if o.status.success() => {}

@@ -345,7 +345,11 @@ mod tests {
 
     #[test]
     fn conformance_deferred() {
-        check_all("Auto (deferred)", &|f, d, direct| auto(f, d, direct, false), true);
+        check_all(
+            "Auto (deferred)",
+            &|f, d, direct| auto(f, d, direct, false),
+            true,
+        );
     }
 
     fn read(buf: &Aligned, offset: u64, token: u64) -> IoRequest {
@@ -371,11 +375,21 @@ mod tests {
         }
         assert_eq!(complete(&mut e, 8).len(), 8);
         let st = e.inline_stats();
-        assert_eq!((st.inline, st.deferred), (8, 0), "tmpfs never blocks: {st:?}");
+        assert_eq!(
+            (st.inline, st.deferred),
+            (8, 0),
+            "tmpfs never blocks: {st:?}"
+        );
         // Past the end of the file: a short read, which the async engine finishes (zeros).
         e.submit(read(&buf, (1 << 20) - 2048, 9)).expect("room");
         let c = complete(&mut e, 1);
-        assert_eq!(c, vec![Completion { token: 9, result: 4096 }]);
+        assert_eq!(
+            c,
+            vec![Completion {
+                token: 9,
+                result: 4096
+            }]
+        );
         assert_eq!(e.inline_stats().deferred, 1);
     }
 
@@ -396,14 +410,21 @@ mod tests {
         e.attempts = WINDOW - 1;
         e.submit(read(&buf, 0, 0)).expect("room");
         assert_eq!(complete(&mut e, 1).len(), 1);
-        assert!(!e.trying, "more than 3/4 failures in a window switch inline off");
+        assert!(
+            !e.trying,
+            "more than 3/4 failures in a window switch inline off"
+        );
         let before = e.inline_stats();
         for t in 1..=u64::from(REPROBE_REQUESTS) - 1 {
             e.submit(read(&buf, (t % 64) * 4096, t)).expect("room");
             assert_eq!(complete(&mut e, 1).len(), 1);
         }
         let after = e.inline_stats();
-        assert_eq!(after.inline + after.failed, before.inline + before.failed, "no attempts while off");
+        assert_eq!(
+            after.inline + after.failed,
+            before.inline + before.failed,
+            "no attempts while off"
+        );
         e.submit(read(&buf, 0, 1 << 20)).expect("room");
         assert_eq!(complete(&mut e, 1).len(), 1);
         assert!(e.trying, "probing again after {REPROBE_REQUESTS} requests");
@@ -433,7 +454,10 @@ mod tests {
         assert_eq!(e.capacity(), 0, "nothing new while a flush waits");
         let c = complete(e.as_mut(), 5);
         let flush_at = c.iter().position(|c| c.token == 100).expect("flush done");
-        assert_eq!(flush_at, 4, "the flush completes after every earlier write: {c:?}");
+        assert_eq!(
+            flush_at, 4,
+            "the flush completes after every earlier write: {c:?}"
+        );
         assert!(c.iter().all(|c| c.result >= 0), "{c:?}");
         assert!(e.capacity() > 0);
     }

@@ -418,8 +418,12 @@ impl Handler for BlockQueueHandler {
         self.complete();
         self.signal();
         if let Some(s) = self.engine.inline_stats() {
-            self.stats.inline_requests.store(s.inline, Ordering::Relaxed);
-            self.stats.deferred_requests.store(s.deferred, Ordering::Relaxed);
+            self.stats
+                .inline_requests
+                .store(s.inline, Ordering::Relaxed);
+            self.stats
+                .deferred_requests
+                .store(s.deferred, Ordering::Relaxed);
         }
         match stop {
             Stop::Budget => !self.broken,
