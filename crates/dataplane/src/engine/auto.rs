@@ -60,8 +60,15 @@ pub struct AutoEngine {
     failures: u32,
     /// Requests since inline was switched off.
     skipped: u32,
-    /// The flags of the inline calls: RWF_NOWAIT, or 0 on a memory file system.
-    rwf: libc::c_int,
+    /// The flags of the inline calls for reads ([0]) and writes ([1]): RWF_NOWAIT, or 0 where
+    /// the call does not wait for a device (tmpfs) or the file system refuses the flag on a
+    /// buffered file (its page-cache writes are quick, and slow ones switch inline off).
+    rwf: [libc::c_int; 2],
+    /// The file was opened with O_DIRECT: an inline call waits for the device (RWF_NOWAIT only
+    /// keeps it from queueing), so only a request that is alone goes inline.
+    direct: bool,
+    /// O_DIRECT: reads and writes of the current turn, held for `commit`.
+    held: Vec<IoRequest>,
     /// The file system refuses RWF_NOWAIT for reads ([0]) or writes ([1]) (ext4 does for
     /// buffered writes on some kernels): no inline attempts of that kind ever.
     unsupported: [bool; 2],
@@ -92,8 +99,11 @@ impl AutoEngine {
         } else {
             libc::RWF_NOWAIT
         };
+        let direct = is_direct(&file);
         Self {
-            rwf,
+            rwf: [rwf; 2],
+            direct,
+            held: Vec::new(),
             unsupported: [false; 2],
             file,
             inner,
@@ -119,9 +129,13 @@ impl AutoEngine {
             IoOp::Write { offset, iovecs } => (*offset, iovecs, false),
             _ => return None,
         };
-        if self.unsupported[usize::from(!read)] {
+        let kind = usize::from(!read);
+        if self.unsupported[kind] {
             return None;
         }
+        let rwf = self.rwf[kind];
+        // A RWF_NOWAIT call on a buffered file cannot block: no need to time it.
+        let timed = self.direct || rwf == 0;
         let total: usize = iovecs.iter().map(|v| v.len).sum();
         let iov = as_iovecs(iovecs);
         let off = libc::off_t::try_from(offset).ok()?;
@@ -129,25 +143,36 @@ impl AutoEngine {
             return None;
         }
         let fd: RawFd = self.file.as_raw_fd();
-        let start = Instant::now();
+        let start = timed.then(Instant::now);
         // SAFETY: `iov` describes buffers the submitter keeps valid until the request's
         // completion has been reaped (module contract of `engine`); the kernel touches at most
         // their lengths, and RWF_NOWAIT only makes the call fail instead of blocking.
         let r = unsafe {
             if read {
-                libc::preadv2(fd, iov.as_ptr(), iov.len() as i32, off, self.rwf)
+                libc::preadv2(fd, iov.as_ptr(), iov.len() as i32, off, rwf)
             } else {
-                libc::pwritev2(fd, iov.as_ptr(), iov.len() as i32, off, self.rwf)
+                libc::pwritev2(fd, iov.as_ptr(), iov.len() as i32, off, rwf)
             }
         };
-        if r < 0 && super::last_errno() == libc::EOPNOTSUPP {
+        if r < 0 && super::last_errno() == libc::EOPNOTSUPP && rwf != 0 {
             let what = if read { "reads" } else { "writes" };
-            log::info!("auto engine: the file system refuses RWF_NOWAIT {what}; those go async");
-            self.unsupported[usize::from(!read)] = true;
             self.stats.failed += 1;
+            if self.direct {
+                log::info!(
+                    "auto engine: the file system refuses RWF_NOWAIT {what}; those go async"
+                );
+                self.unsupported[kind] = true;
+            } else {
+                // Buffered: page-cache copies, inline without the flag (timed: a slow one,
+                // e.g. dirty-page throttling, counts against inline).
+                log::info!(
+                    "auto engine: the file system refuses RWF_NOWAIT {what}; inline without it"
+                );
+                self.rwf[kind] = 0;
+            }
             return None;
         }
-        let slow = start.elapsed().as_nanos() as u64 > SLOW_INLINE_NS;
+        let slow = start.is_some_and(|s| s.elapsed().as_nanos() as u64 > SLOW_INLINE_NS);
         self.attempts += 1;
         let full = r >= 0 && r as usize == total;
         if !full || slow {
@@ -173,6 +198,48 @@ impl AutoEngine {
             // EAGAIN, another error, a short transfer (partly cached, or end of file): the
             // wrapped engine does the whole request with its full semantics.
             None
+        }
+    }
+
+    /// O_DIRECT: a request alone (nothing else this turn, nothing in flight) goes inline; the
+    /// others go to the wrapped engine, which overlaps them.
+    fn release_held(&mut self) {
+        if self.held.is_empty() {
+            return;
+        }
+        if self.held.len() == 1 && self.inner.in_flight() == 0 {
+            self.count_probe();
+            if self.trying {
+                let request = self.held.pop().expect("one held request");
+                if let Some(result) = self.try_inline(&request.op) {
+                    self.stats.inline += 1;
+                    self.done.push(Completion {
+                        token: request.token,
+                        result,
+                    });
+                    return;
+                }
+                self.held.push(request);
+            }
+        }
+        for request in self.held.drain(..) {
+            self.stats.deferred += 1;
+            if self.inner.submit(request).is_err() {
+                // `capacity` counted the held requests against the wrapped engine's room.
+                log::error!("auto engine: the wrapped engine refused a request");
+            }
+        }
+    }
+
+    /// Counts a request while inline is off; switches it back on for a probe now and then.
+    fn count_probe(&mut self) {
+        if !self.trying {
+            self.skipped += 1;
+            if self.skipped >= REPROBE_REQUESTS {
+                self.trying = true;
+                self.attempts = 0;
+                self.failures = 0;
+            }
         }
     }
 
@@ -206,15 +273,12 @@ impl IoEngine for AutoEngine {
                 self.flushes.push(request.token);
                 return Ok(());
             }
+            IoOp::Read { .. } | IoOp::Write { .. } if self.direct => {
+                self.held.push(request);
+                return Ok(());
+            }
             IoOp::Read { .. } | IoOp::Write { .. } => {
-                if !self.trying {
-                    self.skipped += 1;
-                    if self.skipped >= REPROBE_REQUESTS {
-                        self.trying = true;
-                        self.attempts = 0;
-                        self.failures = 0;
-                    }
-                }
+                self.count_probe();
                 if self.trying {
                     if let Some(result) = self.try_inline(&request.op) {
                         self.stats.inline += 1;
@@ -233,6 +297,7 @@ impl IoEngine for AutoEngine {
     }
 
     fn commit(&mut self) -> usize {
+        self.release_held();
         self.release_flushes();
         self.inner.commit()
     }
@@ -254,11 +319,13 @@ impl IoEngine for AutoEngine {
             // Nothing new until the flush went: later writes must not keep it waiting.
             return 0;
         }
-        self.inner.capacity().saturating_sub(self.done.len())
+        self.inner
+            .capacity()
+            .saturating_sub(self.done.len() + self.held.len())
     }
 
     fn in_flight(&self) -> usize {
-        self.inner.in_flight() + self.done.len() + self.flushes.len()
+        self.inner.in_flight() + self.done.len() + self.flushes.len() + self.held.len()
     }
 
     fn has_completions(&self) -> bool {
@@ -282,10 +349,10 @@ impl IoEngine for AutoEngine {
     }
 
     fn describe(&self) -> String {
-        let inline = if self.rwf == 0 {
-            "inline preadv/pwritev on a memory file system"
-        } else {
-            "inline RWF_NOWAIT"
+        let inline = match (self.rwf[0], self.direct) {
+            (0, _) => "inline preadv/pwritev on a memory file system",
+            (_, true) => "inline RWF_NOWAIT when a request is alone (O_DIRECT)",
+            _ => "inline RWF_NOWAIT",
         };
         format!("auto ({inline}, then {})", self.inner.describe())
     }
@@ -293,6 +360,13 @@ impl IoEngine for AutoEngine {
     fn inline_stats(&self) -> Option<InlineStats> {
         Some(self.stats)
     }
+}
+
+/// Whether `file` was opened with O_DIRECT.
+fn is_direct(file: &File) -> bool {
+    // SAFETY: F_GETFL on an fd we own has no memory effects.
+    let flags = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETFL) };
+    flags >= 0 && flags & libc::O_DIRECT != 0
 }
 
 /// Whether `file` lives on tmpfs or ramfs, whose reads and writes never wait for a device.
