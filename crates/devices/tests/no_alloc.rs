@@ -1,5 +1,5 @@
 //! The request path allocates nothing: a virtio-blk queue handler serving 4 KiB reads in steady
-//! state makes zero heap allocations per request, with the Null, Sync and io_uring engines.
+//! state makes zero heap allocations per request, with the Null, Sync, io_uring and Auto engines.
 //!
 //! A counting global allocator (this test binary only) counts the allocations made by the test's
 //! own thread while it drives the handler: a warm-up round first (engines and buffers reach their
@@ -206,7 +206,12 @@ fn tempfile(len: u64) -> std::fs::File {
 
 #[test]
 fn steady_state_requests_allocate_nothing() {
-    for kind in [EngineKind::Null, EngineKind::Sync, EngineKind::IoUring] {
+    for kind in [
+        EngineKind::Null,
+        EngineKind::Sync,
+        EngineKind::IoUring,
+        EngineKind::Auto,
+    ] {
         let per_request = allocations_per_request(kind, 100);
         eprintln!("{kind}: {per_request} allocations per request");
         assert_eq!(per_request, 0.0, "{kind} allocates on the request path");

@@ -31,6 +31,11 @@ const MAX_FAILED: u32 = WINDOW * 3 / 4;
 /// An inline call that takes longer than this blocked the thread (O_DIRECT on a device
 /// completes synchronously even with RWF_NOWAIT): it counts as a failure.
 pub const SLOW_INLINE_NS: u64 = 20_000;
+/// O_DIRECT: an inline call that takes less than this on average (zram, or a device that
+/// completes in the caller's context) is as good as an asynchronous one at any depth; a slower
+/// one (a loop device, NVMe waiting for its interrupt) serializes requests the asynchronous
+/// engine would overlap, so only a request alone in its turn goes inline.
+pub const FAST_DIRECT_NS: u64 = 4_000;
 /// While inline is off, every this many requests one window of attempts probes again.
 pub const REPROBE_REQUESTS: u32 = 4096;
 
@@ -69,6 +74,10 @@ pub struct AutoEngine {
     direct: bool,
     /// O_DIRECT: reads and writes of the current turn, held for `commit`.
     held: Vec<IoRequest>,
+    /// Scratch for `held` (its capacity is reused).
+    spare: Vec<IoRequest>,
+    /// O_DIRECT: the average duration of an inline call (ns, weight 1/8).
+    inline_ns: u64,
     /// The file system refuses RWF_NOWAIT for reads ([0]) or writes ([1]) (ext4 does for
     /// buffered writes on some kernels): no inline attempts of that kind ever.
     unsupported: [bool; 2],
@@ -104,6 +113,8 @@ impl AutoEngine {
             rwf: [rwf; 2],
             direct,
             held: Vec::new(),
+            spare: Vec::new(),
+            inline_ns: 0,
             unsupported: [false; 2],
             file,
             inner,
@@ -172,7 +183,15 @@ impl AutoEngine {
             }
             return None;
         }
-        let slow = start.is_some_and(|s| s.elapsed().as_nanos() as u64 > SLOW_INLINE_NS);
+        let took = start.map_or(0, |s| s.elapsed().as_nanos() as u64);
+        let slow = took > SLOW_INLINE_NS;
+        if self.direct && r >= 0 {
+            self.inline_ns = if self.inline_ns == 0 {
+                took
+            } else {
+                self.inline_ns - (self.inline_ns >> 3) + (took >> 3)
+            };
+        }
         self.attempts += 1;
         let full = r >= 0 && r as usize == total;
         if !full || slow {
@@ -207,7 +226,30 @@ impl AutoEngine {
         if self.held.is_empty() {
             return;
         }
-        if self.held.len() == 1 && self.inner.in_flight() == 0 {
+        let fast = self.inline_ns != 0 && self.inline_ns < FAST_DIRECT_NS;
+        if fast && self.trying {
+            // Inline costs no more than handing over: every request goes inline.
+            // `spare` keeps its capacity turn after turn: no allocation.
+            std::mem::swap(&mut self.held, &mut self.spare);
+            let mut held = std::mem::take(&mut self.spare);
+            for request in held.drain(..) {
+                self.count_probe();
+                match self.try_inline(&request.op) {
+                    Some(result) => {
+                        self.stats.inline += 1;
+                        self.done.push(Completion {
+                            token: request.token,
+                            result,
+                        });
+                    }
+                    None => self.held.push(request),
+                }
+            }
+            self.spare = held;
+            if self.held.is_empty() {
+                return;
+            }
+        } else if self.held.len() == 1 && self.inner.in_flight() == 0 {
             self.count_probe();
             if self.trying {
                 let request = self.held.pop().expect("one held request");
