@@ -416,7 +416,7 @@ fn full_engine_applies_back_pressure_without_loss() {
     let t0 = Instant::now();
     let (status, r, log) = boot_with(
         &disk,
-        json!({"queue_size": 256, "direct": true}),
+        json!({"io_engine": "IoUring", "queue_size": 256, "direct": true}),
         json!({"max_batch": 1}),
         "rw=verify indirect=1 qd=256 qsize=256 count=32768 bs=4096 seed=7",
     );

@@ -411,8 +411,13 @@ fn is_direct(file: &File) -> bool {
     flags >= 0 && flags & libc::O_DIRECT != 0
 }
 
-/// Whether `file` lives on tmpfs or ramfs, whose reads and writes never wait for a device.
+/// Whether `file` is a regular file on tmpfs or ramfs, whose reads and writes never wait for a
+/// device. A block device node lives on devtmpfs, which reports tmpfs's magic: its I/O goes to
+/// the device, so only regular files count.
 fn in_memory(file: &File) -> bool {
+    if !file.metadata().is_ok_and(|m| m.file_type().is_file()) {
+        return false;
+    }
     const TMPFS_MAGIC: libc::c_long = 0x0102_1994;
     const RAMFS_MAGIC: libc::c_long = 0x8584_58f6;
     // SAFETY: an all-zero statfs is a valid value for the kernel to overwrite.
@@ -427,6 +432,24 @@ fn in_memory(file: &File) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn device_nodes_on_devtmpfs_are_not_memory_files() {
+        // devtmpfs reports tmpfs's magic; a loop or NVMe node there must keep RWF_NOWAIT.
+        let null = File::open("/dev/null").expect("/dev/null");
+        assert!(!in_memory(&null));
+        let dir = std::env::temp_dir();
+        let shm = std::path::Path::new("/dev/shm");
+        let base = if shm.is_dir() { shm } else { dir.as_path() };
+        let p = base.join(format!("osprey-auto-memfs-{}", std::process::id()));
+        let f = File::create(&p).expect("create");
+        let on_tmpfs = shm.is_dir();
+        let got = in_memory(&f);
+        let _ = std::fs::remove_file(&p);
+        if on_tmpfs {
+            assert!(got, "a regular file in /dev/shm is a memory file");
+        }
+    }
     use crate::engine::conformance::{check_all, complete, open, store, Aligned};
     use crate::engine::{iovecs, EngineOptions, IoUringFlags};
 
