@@ -103,12 +103,11 @@ impl AutoEngine {
     /// Like [`AutoEngine::new`], starting with inline attempts on or off (tests force the
     /// deferred path with `false`; it stays off until the next probe).
     pub fn with_inline(file: File, inner: Box<dyn IoEngine>, trying: bool) -> Self {
-        let rwf = if in_memory(&file) {
-            0
-        } else {
-            libc::RWF_NOWAIT
-        };
-        let direct = is_direct(&file);
+        let memory = in_memory(&file);
+        let rwf = if memory { 0 } else { libc::RWF_NOWAIT };
+        // tmpfs takes O_DIRECT since Linux 6.6, but its I/O is still a memory copy that waits
+        // for no device: a memory file is never treated as direct.
+        let direct = is_direct(&file) && !memory;
         Self {
             rwf: [rwf; 2],
             direct,
@@ -433,6 +432,9 @@ fn in_memory(file: &File) -> bool {
 mod tests {
     use super::*;
 
+    use crate::engine::conformance::{check_all, complete, open, store, Aligned};
+    use crate::engine::{iovecs, EngineOptions, IoUringFlags};
+
     #[test]
     fn device_nodes_on_devtmpfs_are_not_memory_files() {
         // devtmpfs reports tmpfs's magic; a loop or NVMe node there must keep RWF_NOWAIT.
@@ -450,8 +452,6 @@ mod tests {
             assert!(got, "a regular file in /dev/shm is a memory file");
         }
     }
-    use crate::engine::conformance::{check_all, complete, open, store, Aligned};
-    use crate::engine::{iovecs, EngineOptions, IoUringFlags};
 
     fn inner(file: File, depth: u32, direct: bool, kind: EngineKind) -> Box<dyn IoEngine> {
         crate::engine::open(
@@ -530,6 +530,34 @@ mod tests {
             }]
         );
         assert_eq!(e.inline_stats().deferred, 1);
+    }
+
+    #[test]
+    fn a_tmpfs_file_opened_o_direct_goes_inline_at_any_depth() {
+        use std::os::unix::fs::OpenOptionsExt;
+        let s = store(std::path::Path::new("/dev/shm"), "auto-shm-direct", 1 << 20);
+        let opened = || {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .custom_flags(libc::O_DIRECT)
+                .open(&s.path)
+        };
+        let (Ok(a), Ok(b)) = (opened(), opened()) else {
+            eprintln!("tmpfs refuses O_DIRECT on this kernel (before Linux 6.6): nothing to check");
+            return;
+        };
+        let mut e = AutoEngine::new(a, inner(b, 32, true, EngineKind::Sync));
+        assert!(!e.direct, "a memory file is never treated as direct");
+        let buf = Aligned::new(4096);
+        for round in 0..4 {
+            for t in 0..16 {
+                e.submit(read(&buf, t * 4096, round * 16 + t)).expect("room");
+            }
+            assert_eq!(complete(&mut e, 16).len(), 16);
+        }
+        let st = e.inline_stats();
+        assert_eq!((st.inline, st.deferred), (64, 0), "{st:?}");
     }
 
     #[test]
