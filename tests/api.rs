@@ -58,7 +58,9 @@ fn boot(name: &str, disk_mib: u64, boot_args: &str, thread: Value) -> Vm {
     let cfg = json!({
         "machine-config": {"vcpu_count": 1, "mem_size_mib": 128},
         "boot-source": {"kernel_image_path": test_guest(), "boot_args": boot_args},
-        "drives": [{"drive_id": "disk0", "path_on_host": disk.path, "io_engine": "Sync", "iothread": "io0"}],
+        "drives": [{"drive_id": "disk0", "path_on_host": disk.path, "io_engine": "Sync", "iothread": "io0",
+                    "rate_limit_group": "tenant"}],
+        "rate_limit_groups": [{"id": "tenant", "ops": {"size": 1000000, "refill_time": 10}}],
         "iothreads": [t],
         "api": {"socket": sock},
     });
@@ -402,7 +404,14 @@ fn every_openapi_example_is_accepted() {
                     actions.push(body);
                     continue;
                 }
-                let concrete = path.replace("{id}", "io0");
+                let id = if path.starts_with("/drives") {
+                    "disk0"
+                } else if path.starts_with("/rate-limit-groups") {
+                    "tenant"
+                } else {
+                    "io0"
+                };
+                let concrete = path.replace("{id}", id);
                 let (st, reply) = call(
                     &vm.sock,
                     &method.to_uppercase(),

@@ -47,6 +47,12 @@ pub trait Handler: Send {
     fn retry_later(&self) -> bool {
         false
     }
+    /// The handler stopped taking new work until this time (a rate limiter's bucket is dry):
+    /// the thread runs it again then (or when one of its fds fires, or on
+    /// [`crate::IoThread::wake_throttled`]), and does not poll its queue meanwhile.
+    fn throttled_until(&self) -> Option<std::time::Instant> {
+        None
+    }
     /// The handler will do nothing more until it leaves the thread (a broken queue whose
     /// in-flight I/O has been reaped): the thread stops watching its fds and polling it, so it
     /// costs nothing while the guest does not reset it.

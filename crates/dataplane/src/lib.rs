@@ -10,6 +10,7 @@ pub mod engine;
 pub mod handler;
 pub mod iothread;
 pub mod poll;
+pub mod rate_limit;
 pub mod stats;
 
 pub use engine::{Completion, EngineKind, IoEngine, IoOp, IoRequest};

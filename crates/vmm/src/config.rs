@@ -73,6 +73,9 @@ pub struct VmConfig {
     /// Dataplane threads.
     #[serde(default)]
     pub iothreads: Vec<IoThreadConfig>,
+    /// Rate limits shared by several drives (`drives[].rate_limit_group`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rate_limit_groups: Vec<crate::rate_limit::RateLimitGroupConfig>,
     /// The REST API socket.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api: Option<ApiConfig>,
@@ -185,6 +188,12 @@ pub struct DriveConfig {
     /// Make chosen requests fail (EIO/ENOSPC) as if the backing store had; off by default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fault_injection: Option<crate::fault_injection::FaultInjectionConfig>,
+    /// The drive's own IOPS and bandwidth limits (Firecracker's `rate_limiter`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limiter: Option<crate::rate_limit::RateLimiterConfig>,
+    /// A `rate_limit_groups` id: the drive also shares that group's limits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit_group: Option<String>,
 }
 
 impl IoEngineKind {
@@ -477,6 +486,22 @@ impl VmConfig {
         if let Some(a) = &self.api {
             check_parent_dir("api.socket", &a.socket)?;
         }
+        let mut groups = std::collections::HashSet::new();
+        for (i, g) in self.rate_limit_groups.iter().enumerate() {
+            let at = format!("rate_limit_groups[{i}]");
+            if g.id.is_empty() {
+                return Err(invalid(format!("{at}.id"), "must not be empty"));
+            }
+            if !groups.insert(g.id.as_str()) {
+                return Err(invalid(
+                    format!("{at}.id"),
+                    format!("duplicate id `{}`", g.id),
+                ));
+            }
+            g.limits()
+                .check(&at)
+                .map_err(|(field, why)| invalid(field, why))?;
+        }
         let mut drive_ids = std::collections::HashSet::new();
         for (i, d) in self.drives.iter().enumerate() {
             let f = |name: &str| format!("drives[{i}].{name}");
@@ -518,6 +543,30 @@ impl VmConfig {
             if let Some(fi) = &d.fault_injection {
                 fi.check()
                     .map_err(|(field, msg)| invalid(f(&format!("fault_injection.{field}")), msg))?;
+            }
+            if let Some(r) = &d.rate_limiter {
+                r.check(&f("rate_limiter"))
+                    .map_err(|(field, why)| invalid(field, why))?;
+            }
+            if let Some(g) = &d.rate_limit_group {
+                if !groups.contains(g.as_str()) {
+                    let known: Vec<&str> = self
+                        .rate_limit_groups
+                        .iter()
+                        .map(|g| g.id.as_str())
+                        .collect();
+                    return Err(invalid(
+                        f("rate_limit_group"),
+                        format!(
+                            "unknown group `{g}` (defined in rate_limit_groups: {})",
+                            if known.is_empty() {
+                                "none".to_string()
+                            } else {
+                                known.join(", ")
+                            }
+                        ),
+                    ));
+                }
             }
             if let Some(t) = &d.iothread {
                 if !ids.contains(t.as_str()) {

@@ -7,7 +7,9 @@ use std::time::Instant;
 
 use serde_json::{json, Value};
 
-use crate::api::command::{ApiCommand, ApiError, ApiReply, ApiRequest, IoThreadUpdate, VmAction};
+use crate::api::command::{
+    ApiCommand, ApiError, ApiReply, ApiRequest, DriveUpdate, GroupUpdate, IoThreadUpdate, VmAction,
+};
 use crate::config::{IoThreadConfig, VmConfig};
 use crate::device_manager::{iothread_json, Devices};
 use crate::stop::StopReason;
@@ -118,6 +120,28 @@ impl Controller<'_> {
                     .ok_or_else(|| not_found("drive", &id)),
                 Effect::None,
             ),
+            ApiCommand::PatchDrive(id, update) => (self.patch_drive(&id, &update), Effect::None),
+            ApiCommand::ListRateLimitGroups => (
+                Ok(Value::Array(
+                    self.devices
+                        .rate_limit_groups
+                        .keys()
+                        .map(|id| self.group_json(id))
+                        .collect(),
+                )),
+                Effect::None,
+            ),
+            ApiCommand::GetRateLimitGroup(id) => (
+                if self.devices.rate_limit_groups.contains_key(&id) {
+                    Ok(self.group_json(&id))
+                } else {
+                    Err(not_found("rate limit group", &id))
+                },
+                Effect::None,
+            ),
+            ApiCommand::PatchRateLimitGroup(id, update) => {
+                (self.patch_group(&id, &update), Effect::None)
+            }
             ApiCommand::GetMetrics => (Ok(self.metrics()), Effect::None),
             ApiCommand::Action(action) => self.action(action),
         }
@@ -207,6 +231,88 @@ impl Controller<'_> {
         Ok(iothread_json(id, thread))
     }
 
+    /// Sets, changes or removes a drive's own limits; the drive's queues see them at their
+    /// next request (a throttled queue is woken to look).
+    fn patch_drive(&mut self, id: &str, u: &DriveUpdate) -> ApiReply {
+        let drive = self
+            .devices
+            .drives
+            .iter()
+            .find(|d| d.id == id)
+            .ok_or_else(|| not_found("drive", id))?;
+        let cfg = self
+            .config
+            .drives
+            .iter_mut()
+            .find(|c| c.drive_id == id)
+            .ok_or_else(|| ApiError::Internal(format!("drive {id} has no config")))?;
+        if let Some(limits) = u.rate_limiter {
+            if let Some(r) = &limits {
+                r.check("rate_limiter")
+                    .map_err(|(field, why)| ApiError::BadRequest(format!("{field}: {why}")))?;
+            }
+            drive
+                .rate_limits
+                .drive
+                .set(limits.unwrap_or_default().to_dataplane());
+            cfg.rate_limiter = limits;
+            drive
+                .iothread
+                .wake_throttled()
+                .map_err(|e| ApiError::Internal(e.to_string()))?;
+            log::info!("drive {id}: rate_limiter changed by the API: {limits:?}");
+        }
+        Ok(self.drive_json(drive))
+    }
+
+    /// Changes a group's buckets (each absent: kept; null: removed); every drive of the group
+    /// sees them at its next request.
+    fn patch_group(&mut self, id: &str, u: &GroupUpdate) -> ApiReply {
+        let limiter = self
+            .devices
+            .rate_limit_groups
+            .get(id)
+            .ok_or_else(|| not_found("rate limit group", id))?;
+        let cfg = self
+            .config
+            .rate_limit_groups
+            .iter_mut()
+            .find(|g| g.id == id)
+            .ok_or_else(|| ApiError::Internal(format!("group {id} has no config")))?;
+        let mut next = cfg.clone();
+        if let Some(b) = u.bandwidth {
+            next.bandwidth = b;
+        }
+        if let Some(o) = u.ops {
+            next.ops = o;
+        }
+        next.limits().check("").map_err(|(field, why)| {
+            ApiError::BadRequest(format!("{}: {why}", field.trim_start_matches('.')))
+        })?;
+        limiter.set(next.limits().to_dataplane());
+        *cfg = next;
+        for t in self.devices.iothreads.values() {
+            t.wake_throttled()
+                .map_err(|e| ApiError::Internal(e.to_string()))?;
+        }
+        log::info!("rate limit group {id}: changed by the API: {u:?}");
+        Ok(self.group_json(id))
+    }
+
+    fn group_json(&self, id: &str) -> Value {
+        let drives: Vec<&str> = self
+            .config
+            .drives
+            .iter()
+            .filter(|d| d.rate_limit_group.as_deref() == Some(id))
+            .map(|d| d.drive_id.as_str())
+            .collect();
+        match self.devices.rate_limit_groups.get(id) {
+            Some(l) => crate::rate_limit::group_json(id, l, &drives),
+            None => Value::Null,
+        }
+    }
+
     fn drive_json(&self, d: &crate::device_manager::DriveHandle) -> Value {
         let mut v = d.stats_json();
         if let (Some(obj), Some(cfg)) = (
@@ -220,6 +326,8 @@ impl Controller<'_> {
             obj.insert("num_queues".into(), json!(cfg.num_queues));
             obj.insert("queue_size".into(), json!(cfg.queue_size));
             obj.insert("pci_slot".into(), json!(d.slot));
+            obj.insert("rate_limiter".into(), json!(cfg.rate_limiter));
+            obj.insert("rate_limit_group".into(), json!(cfg.rate_limit_group));
         }
         v
     }
@@ -234,6 +342,7 @@ impl Controller<'_> {
             },
             "iothreads": self.devices.iothreads.iter().map(|(id, t)| iothread_json(id, t)).collect::<Vec<_>>(),
             "drives": self.devices.drives.iter().map(|d| d.stats_json()).collect::<Vec<_>>(),
+            "rate_limit_groups": self.devices.rate_limit_groups.keys().map(|id| self.group_json(id)).collect::<Vec<_>>(),
         })
     }
 }

@@ -6,8 +6,10 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use dataplane::engine::EngineOptions;
+use dataplane::rate_limit::RateLimiter;
 use dataplane::IoThread;
 use devices::block::stats::QueueStats;
+use devices::block::throttle::DriveRateLimits;
 use devices::block::{BlockDeviceConfig, VirtioBlock};
 use devices::bus::{Bus, BusError};
 use devices::debug_exit::{DebugExit, DEBUG_EXIT_PORT};
@@ -68,12 +70,17 @@ pub struct DriveHandle {
     pub stats: Vec<Arc<QueueStats>>,
     /// The engine configured.
     pub engine: crate::config::IoEngineKind,
+    /// The drive's own limiter and its group's (shared with its queues).
+    pub rate_limits: DriveRateLimits,
+    /// The iothread serving its queues (woken when its limits change).
+    pub iothread: Arc<IoThread>,
 }
 
 impl DriveHandle {
     /// The drive's counters summed over its queues, as one JSON object (for the log and tests).
     pub fn stats_json(&self) -> serde_json::Value {
         let snaps: Vec<_> = self.stats.iter().map(|q| q.snapshot()).collect();
+        let limiter = self.rate_limits.drive.stats();
         let sum = |f: fn(&devices::block::stats::QueueStatsSnapshot) -> u64| -> u64 {
             snaps.iter().map(f).sum()
         };
@@ -107,6 +114,10 @@ impl DriveHandle {
             "inline_requests": sum(|s| s.inline_requests),
             "deferred_requests": sum(|s| s.deferred_requests),
             "reset_pending": snaps.iter().any(|s| s.reset_pending),
+            "throttled_events": sum(|s| s.throttled_events),
+            "throttled_ns": sum(|s| s.throttled_ns),
+            "ops_tokens": limiter.ops_tokens,
+            "bandwidth_tokens": limiter.bandwidth_tokens,
         })
     }
 }
@@ -123,6 +134,8 @@ pub struct Devices {
     pub iothreads: BTreeMap<String, Arc<IoThread>>,
     /// Drives in config order.
     pub drives: Vec<DriveHandle>,
+    /// `rate_limit_groups`, by id.
+    pub rate_limit_groups: BTreeMap<String, Arc<RateLimiter>>,
     /// The PCI root.
     pub pci: Arc<Mutex<PciRoot>>,
 }
@@ -213,6 +226,16 @@ pub fn build(
         iothreads.insert(name, t);
     }
 
+    let rate_limit_groups: BTreeMap<String, Arc<RateLimiter>> = config
+        .rate_limit_groups
+        .iter()
+        .map(|g| {
+            (
+                g.id.clone(),
+                Arc::new(RateLimiter::new(g.limits().to_dataplane())),
+            )
+        })
+        .collect();
     let router = Arc::new(GsiRouter::new(vm.clone()));
     let ioevents = Arc::new(KvmIoEvents(vm.clone()));
     let mut drives = Vec::with_capacity(config.drives.len());
@@ -251,6 +274,17 @@ pub fn build(
             direct: d.direct,
             fault: d.fault_injection.as_ref().map(|fi| fi.to_plan()),
         };
+        let rate_limits = DriveRateLimits {
+            drive: Arc::new(RateLimiter::new(
+                d.rate_limiter.unwrap_or_default().to_dataplane(),
+            )),
+            group: match &d.rate_limit_group {
+                Some(g) => Some(rate_limit_groups.get(g).cloned().ok_or_else(|| {
+                    DeviceError::Pci(format!("drives[{i}]: rate_limit_group {g} missing"))
+                })?),
+                None => None,
+            },
+        };
         let block = VirtioBlock::new(
             BlockDeviceConfig {
                 drive_id: d.drive_id.clone(),
@@ -260,8 +294,9 @@ pub fn build(
                 num_queues: d.num_queues,
                 queue_size: d.queue_size,
                 engine,
+                rate_limits: rate_limits.clone(),
             },
-            thread,
+            thread.clone(),
         );
         let stats = block.stats();
         let vectors = router
@@ -294,6 +329,8 @@ pub fn build(
             slot,
             stats,
             engine: d.io_engine,
+            rate_limits,
+            iothread: thread,
         });
     }
     Ok(Devices {
@@ -302,6 +339,7 @@ pub fn build(
         serial,
         iothreads,
         drives,
+        rate_limit_groups,
         pci,
     })
 }

@@ -20,6 +20,7 @@ pub mod interrupts;
 pub mod layout;
 pub mod mptable;
 pub mod msr;
+pub mod rate_limit;
 pub mod regs;
 pub mod seccomp;
 pub mod stop;

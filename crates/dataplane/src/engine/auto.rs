@@ -36,6 +36,10 @@ pub const SLOW_INLINE_NS: u64 = 20_000;
 /// one (a loop device, NVMe waiting for its interrupt) serializes requests the asynchronous
 /// engine would overlap, so only a request alone in its turn goes inline.
 pub const FAST_DIRECT_NS: u64 = 4_000;
+/// A turn with at least this many requests on a page-cache file goes to io_uring whole: the
+/// ring copies cached pages in the submitting call (one syscall for the batch, where inline
+/// takes one per request) and hands only misses to its workers.
+pub const RING_BATCH: usize = 4;
 /// While inline is off, every this many requests one window of attempts probes again.
 pub const REPROBE_REQUESTS: u32 = 4096;
 
@@ -72,8 +76,14 @@ pub struct AutoEngine {
     /// The file was opened with O_DIRECT: an inline call waits for the device (RWF_NOWAIT only
     /// keeps it from queueing), so only a request that is alone goes inline.
     direct: bool,
-    /// O_DIRECT: reads and writes of the current turn, held for `commit`.
+    /// Reads and writes of the current turn, held for `commit` (O_DIRECT, and page-cache
+    /// files whose batches io_uring serves better than inline calls).
     held: Vec<IoRequest>,
+    /// A page-cache file (not tmpfs, not O_DIRECT) wrapped around io_uring: a batch of
+    /// [`RING_BATCH`] or more requests goes to the ring.
+    ring_batches: bool,
+    /// The wrapped engine's in-flight count last added to the thread's total.
+    async_reported: usize,
     /// Scratch for `held` (its capacity is reused).
     spare: Vec<IoRequest>,
     /// O_DIRECT: the average duration of an inline call (ns, weight 1/8).
@@ -108,7 +118,12 @@ impl AutoEngine {
         // tmpfs takes O_DIRECT since Linux 6.6, but its I/O is still a memory copy that waits
         // for no device: a memory file is never treated as direct.
         let direct = is_direct(&file) && !memory;
+        // tmpfs lacks non-blocking reads in io_uring (every request goes to a worker thread):
+        // only other page-cache files batch to the ring.
+        let ring_batches = !memory && !direct && inner.kind() == EngineKind::IoUring;
         Self {
+            ring_batches,
+            async_reported: 0,
             rwf: [rwf; 2],
             direct,
             held: Vec::new(),
@@ -225,6 +240,10 @@ impl AutoEngine {
         if self.held.is_empty() {
             return;
         }
+        if !self.direct {
+            self.release_buffered();
+            return;
+        }
         let fast = self.inline_ns != 0 && self.inline_ns < FAST_DIRECT_NS;
         if fast && self.trying {
             // Inline costs no more than handing over: every request goes inline.
@@ -248,7 +267,7 @@ impl AutoEngine {
             if self.held.is_empty() {
                 return;
             }
-        } else if self.held.len() == 1 && self.inner.in_flight() == 0 {
+        } else if self.held.len() == 1 && self.alone_on_thread() {
             self.count_probe();
             if self.trying {
                 let request = self.held.pop().expect("one held request");
@@ -270,6 +289,55 @@ impl AutoEngine {
                 log::error!("auto engine: the wrapped engine refused a request");
             }
         }
+    }
+
+    /// Nothing else on the thread is in flight or has work this round: an inline call that
+    /// waits for the device holds up no other request.
+    fn alone_on_thread(&self) -> bool {
+        self.inner.in_flight() == 0
+            && crate::iothread::turn::async_in_flight() == 0
+            && crate::iothread::turn::ready_handlers() <= 1
+    }
+
+    /// Publishes the wrapped engine's in-flight count to the thread's total.
+    fn publish_async(&mut self) {
+        let now = self.inner.in_flight();
+        if now != self.async_reported {
+            crate::iothread::turn::note_async_in_flight(self.async_reported, now);
+            self.async_reported = now;
+        }
+    }
+
+    /// A page-cache file's turn: a batch goes to io_uring (kinds the file system lets it do
+    /// without blocking), the rest inline first.
+    fn release_buffered(&mut self) {
+        let batch = self.held.len() >= RING_BATCH;
+        std::mem::swap(&mut self.held, &mut self.spare);
+        let mut held = std::mem::take(&mut self.spare);
+        for request in held.drain(..) {
+            let write = matches!(request.op, IoOp::Write { .. });
+            // Writes the file system will not do with RWF_NOWAIT (ext4) block the ring's
+            // submitter or serialize in its workers: those stay inline.
+            let to_ring = batch && self.rwf[usize::from(write)] != 0;
+            if !to_ring {
+                self.count_probe();
+                if self.trying {
+                    if let Some(result) = self.try_inline(&request.op) {
+                        self.stats.inline += 1;
+                        self.done.push(Completion {
+                            token: request.token,
+                            result,
+                        });
+                        continue;
+                    }
+                }
+            }
+            self.stats.deferred += 1;
+            if self.inner.submit(request).is_err() {
+                log::error!("auto engine: the wrapped engine refused a request");
+            }
+        }
+        self.spare = held;
     }
 
     /// Counts a request while inline is off; switches it back on for a probe now and then.
@@ -304,6 +372,12 @@ impl AutoEngine {
     }
 }
 
+impl Drop for AutoEngine {
+    fn drop(&mut self) {
+        crate::iothread::turn::note_async_in_flight(self.async_reported, 0);
+    }
+}
+
 impl IoEngine for AutoEngine {
     fn submit(&mut self, request: IoRequest) -> Result<(), SubmitError> {
         if self.capacity() == 0 {
@@ -314,7 +388,7 @@ impl IoEngine for AutoEngine {
                 self.flushes.push(request.token);
                 return Ok(());
             }
-            IoOp::Read { .. } | IoOp::Write { .. } if self.direct => {
+            IoOp::Read { .. } | IoOp::Write { .. } if self.direct || self.ring_batches => {
                 self.held.push(request);
                 return Ok(());
             }
@@ -340,7 +414,9 @@ impl IoEngine for AutoEngine {
     fn commit(&mut self) -> usize {
         self.release_held();
         self.release_flushes();
-        self.inner.commit()
+        let n = self.inner.commit();
+        self.publish_async();
+        n
     }
 
     fn reap(&mut self, out: &mut Vec<Completion>) -> usize {
@@ -348,6 +424,7 @@ impl IoEngine for AutoEngine {
         out.append(&mut self.done);
         let n = n + self.inner.reap(out);
         self.release_flushes();
+        self.publish_async();
         n
     }
 
@@ -390,9 +467,10 @@ impl IoEngine for AutoEngine {
     }
 
     fn describe(&self) -> String {
-        let inline = match (self.rwf[0], self.direct) {
-            (0, _) => "inline preadv/pwritev on a memory file system",
-            (_, true) => "inline RWF_NOWAIT when a request is alone (O_DIRECT)",
+        let inline = match (self.rwf[0], self.direct, self.ring_batches) {
+            (0, _, _) => "inline preadv/pwritev on a memory file system",
+            (_, true, _) => "inline RWF_NOWAIT when a request is alone (O_DIRECT)",
+            (_, _, true) => "inline RWF_NOWAIT, turns of 4 or more requests to the ring",
             _ => "inline RWF_NOWAIT",
         };
         format!("auto ({inline}, then {})", self.inner.describe())
@@ -552,7 +630,8 @@ mod tests {
         let buf = Aligned::new(4096);
         for round in 0..4 {
             for t in 0..16 {
-                e.submit(read(&buf, t * 4096, round * 16 + t)).expect("room");
+                e.submit(read(&buf, t * 4096, round * 16 + t))
+                    .expect("room");
             }
             assert_eq!(complete(&mut e, 16).len(), 16);
         }

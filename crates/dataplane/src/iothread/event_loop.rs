@@ -50,6 +50,8 @@ struct Slot {
     watched: Vec<RawFd>,
     /// It asked for another turn on a timer ([`Handler::retry_later`]).
     retry: bool,
+    /// It waits for a rate limiter until then ([`Handler::throttled_until`]).
+    wake_at: Option<Instant>,
 }
 
 /// A detach waiting for the owner's in-flight I/O.
@@ -212,7 +214,10 @@ impl Loop {
                 }
             }
             for (slot, s) in self.slots.iter().enumerate() {
-                if s.as_ref().is_some_and(|s| s.retry) && !ready.contains(&slot) {
+                let due = s
+                    .as_ref()
+                    .is_some_and(|s| s.retry || s.wake_at.is_some_and(|at| at <= work_start));
+                if due && !ready.contains(&slot) {
                     ready.push(slot);
                 }
             }
@@ -260,7 +265,7 @@ impl Loop {
     }
 
     /// How long the thread may sleep: for ever (-1), unless a handler waits for a retry or a
-    /// detach for its deadline.
+    /// rate limiter, or a detach for its deadline.
     fn sleep_timeout_ms(&self, now: Instant) -> i32 {
         let retry = self
             .slots
@@ -268,8 +273,9 @@ impl Loop {
             .flatten()
             .any(|s| s.retry)
             .then(|| now + RETRY_DELAY);
+        let throttled = self.slots.iter().flatten().filter_map(|s| s.wake_at).min();
         let detach = self.detaches.iter().map(|d| d.deadline).min();
-        match retry.into_iter().chain(detach).min() {
+        match retry.into_iter().chain(throttled).chain(detach).min() {
             None => -1,
             Some(at) => {
                 let left = at.saturating_duration_since(now);
@@ -363,11 +369,13 @@ impl Loop {
             if ready.is_empty() {
                 break;
             }
+            super::turn::set_ready_handlers(ready.len());
             ready.retain(|&slot| match self.slots.get_mut(slot) {
                 Some(Some(s)) if !s.watched.is_empty() => {
                     IoThreadStats::add(&self.stats.handler_runs, 1);
                     let more = s.handler.run(max_batch);
                     s.retry = s.handler.retry_later();
+                    s.wake_at = s.handler.throttled_until();
                     if s.handler.stopped() {
                         self.stopped.push(slot);
                         return false;
@@ -396,6 +404,7 @@ impl Loop {
         };
         let fds = std::mem::take(&mut s.watched);
         s.retry = false;
+        s.wake_at = None;
         for fd in fds {
             self.unregister(fd);
         }
@@ -437,6 +446,15 @@ impl Loop {
                 }
                 Command::Run(hook, reply) => {
                     let _ = reply.send(hook());
+                }
+                Command::WakeThrottled => {
+                    // Limits changed: throttled handlers look at their buckets again now.
+                    let now = Instant::now();
+                    for s in self.slots.iter_mut().flatten() {
+                        if s.wake_at.is_some() {
+                            s.wake_at = Some(now);
+                        }
+                    }
                 }
                 Command::Shutdown => {
                     self.drain_all();
@@ -519,6 +537,7 @@ impl Loop {
                     more.push(slot);
                 }
                 s.retry = s.handler.retry_later();
+                s.wake_at = s.handler.throttled_until();
                 if s.handler.stopped() {
                     self.stopped.push(slot);
                 }
@@ -558,6 +577,7 @@ impl Loop {
             handler,
             watched,
             retry: false,
+            wake_at: None,
         };
         if slot == self.slots.len() {
             self.slots.push(Some(s));

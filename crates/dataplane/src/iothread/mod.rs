@@ -3,6 +3,7 @@
 //! are acknowledged, so callers know when ownership moved.
 
 mod event_loop;
+pub(crate) mod turn;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Sender};
@@ -49,6 +50,7 @@ enum Command {
     Detach(u64, Duration, Sender<Detach>),
     SetPoll(PollParams, Sender<PollParams>),
     Run(OnThreadHook, Sender<Result<(), String>>),
+    WakeThrottled,
     Shutdown,
 }
 
@@ -214,6 +216,12 @@ impl IoThread {
             }),
             Err(_) => Err(IoThreadError::NotResponding(self.name.clone())),
         }
+    }
+
+    /// Limits changed ([`crate::rate_limit::RateLimiter::set`]): throttled handlers check
+    /// their buckets again at the thread's next turn instead of at their old deadline.
+    pub fn wake_throttled(&self) -> Result<(), IoThreadError> {
+        self.send(Command::WakeThrottled)
     }
 
     /// Moves `handlers` into the thread; returns once they are polled.

@@ -15,6 +15,7 @@ use super::features;
 use super::queue::{next_owner_id, BlockQueueHandler};
 use super::request::DiskLimits;
 use super::stats::QueueStats;
+use super::throttle::DriveRateLimits;
 use super::ID_BYTES;
 use crate::virtio::{
     device_type, ActivateError, ActivatedQueue, GuestMemory, ResetOutcome, VirtioDevice,
@@ -42,6 +43,8 @@ pub struct BlockDeviceConfig {
     pub queue_size: u16,
     /// The engine each queue gets (`depth` is replaced by each queue's size).
     pub engine: EngineOptions,
+    /// The rate limiters that govern the drive (inactive ones by default).
+    pub rate_limits: DriveRateLimits,
 }
 
 /// A virtio-blk device.
@@ -55,6 +58,7 @@ pub struct VirtioBlock {
     acked: u64,
     config_space: [u8; CONFIG_LEN],
     limits: Arc<DiskLimits>,
+    rate_limits: DriveRateLimits,
     stats: Vec<Arc<QueueStats>>,
     iothread: Arc<IoThread>,
     active: bool,
@@ -110,6 +114,7 @@ impl VirtioBlock {
                 read_only: cfg.read_only,
                 serial,
             }),
+            rate_limits: cfg.rate_limits,
             stats: (0..cfg.num_queues)
                 .map(|_| Arc::new(QueueStats::default()))
                 .collect(),
@@ -191,15 +196,18 @@ impl VirtioDevice for VirtioBlock {
                 )));
             };
             let engine = self.engine_spec(virtio_queue::QueueT::size(&q.queue))?;
-            handlers.push(Box::new(BlockQueueHandler::new(
-                self.owner,
-                q,
-                mem.clone(),
-                interrupt.clone(),
-                engine,
-                self.limits.clone(),
-                stats,
-            )));
+            handlers.push(Box::new(
+                BlockQueueHandler::new(
+                    self.owner,
+                    q,
+                    mem.clone(),
+                    interrupt.clone(),
+                    engine,
+                    self.limits.clone(),
+                    stats,
+                )
+                .with_rate_limits(self.rate_limits.clone()),
+            ));
         }
         self.iothread
             .attach(handlers)
@@ -311,6 +319,7 @@ mod tests {
                     direct: false,
                     fault: None,
                 },
+                rate_limits: Default::default(),
             },
             thread.clone(),
         );

@@ -1,12 +1,13 @@
 //! virtio-blk: the device model ([`device`]), its config space ([`config`]), request parsing
 //! against hostile guest memory ([`request`]), the per-queue handler that runs on an iothread
-//! ([`queue`]) and its counters ([`stats`]).
+//! ([`queue`]), its rate-limit state ([`throttle`]) and its counters ([`stats`]).
 
 pub mod config;
 pub mod device;
 pub mod queue;
 pub mod request;
 pub mod stats;
+pub mod throttle;
 
 pub use device::{BlockDeviceConfig, VirtioBlock};
 

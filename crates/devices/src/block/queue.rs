@@ -19,6 +19,7 @@ use vmm_sys_util::eventfd::EventFd;
 use super::request::{parse, BlockRequest, DiskLimits, Malformed, RequestOp};
 use super::stats::QueueStats;
 use super::status;
+use super::throttle::{DriveRateLimits, QueueThrottle};
 use crate::virtio::{ActivatedQueue, GuestMemory, VirtioInterrupt};
 
 /// A request handed to the engine, waiting for its completion.
@@ -41,6 +42,8 @@ enum Stop {
     Full,
     /// `max_batch` requests were queued this turn.
     Budget,
+    /// A rate limiter refused the next request: it stays on the ring until the deadline.
+    Throttled,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,6 +90,8 @@ pub struct BlockQueueHandler {
     draining: bool,
     /// Between `poll_begin` and `poll_end`: leave guest notifications suppressed.
     polling: bool,
+    /// Rate limits: whether the queue waits for a bucket.
+    throttle: QueueThrottle,
     log_limit: RateLimit,
 }
 
@@ -130,8 +135,15 @@ impl BlockQueueHandler {
             broken: false,
             draining: false,
             polling: false,
+            throttle: QueueThrottle::default(),
             log_limit: RateLimit::default(),
         }
+    }
+
+    /// The rate limiters that govern the queue's drive (none by default).
+    pub fn with_rate_limits(mut self, limits: DriveRateLimits) -> Self {
+        self.throttle = QueueThrottle::new(limits);
+        self
     }
 
     /// Hands the queue back (after `quiesce`).
@@ -201,6 +213,23 @@ impl BlockQueueHandler {
                 let Some(chain) = chain else { break };
                 let head = chain.head_index();
                 let parsed = parse(chain, &self.mem, &self.limits);
+                if let Ok(BlockRequest {
+                    op: RequestOp::Io(op),
+                    ..
+                }) = &parsed
+                {
+                    let bytes = match op {
+                        IoOp::Read { .. } | IoOp::Write { .. } => op.data_len() as u64,
+                        // Discard, write-zeroes and flush move no data: one operation each.
+                        _ => 0,
+                    };
+                    if !self.throttle.admit(bytes, &self.stats) {
+                        // Left on the ring, notifications off: nothing to kick for until the
+                        // bucket refills and the thread runs the queue again.
+                        self.queue.go_to_previous_position();
+                        return Stop::Throttled;
+                    }
+                }
                 if self.start(head, parsed) {
                     queued += 1;
                 }
@@ -411,6 +440,8 @@ impl Handler for BlockQueueHandler {
             self.publish_in_flight();
             return false;
         }
+        // A throttled queue asks its buckets again (the limits may have changed): a refusal
+        // costs one parse and one admission check.
         let stop = self.pop_and_submit(max_batch.max(1));
         let submitted = self.engine.commit();
         self.stats.record_batch(submitted as u64);
@@ -430,7 +461,7 @@ impl Handler for BlockQueueHandler {
             // Engines that complete inside `commit` have room again; the others wake us through
             // their completion fd.
             Stop::Full => !self.broken && self.engine.capacity() > 0,
-            Stop::Empty => false,
+            Stop::Empty | Stop::Throttled => false,
         }
     }
 
@@ -442,12 +473,20 @@ impl Handler for BlockQueueHandler {
         self.broken && self.engine.in_flight() == 0
     }
 
+    fn throttled_until(&self) -> Option<std::time::Instant> {
+        if self.broken || self.draining {
+            return None;
+        }
+        self.throttle.until()
+    }
+
     fn can_poll(&self) -> bool {
         true
     }
 
     fn poll(&mut self) -> bool {
-        if self.broken || self.draining {
+        if self.broken || self.draining || self.throttle.until().is_some() {
+            // A throttled queue's ring is not watched until its deadline (the thread's timer).
             return self.engine.has_completions();
         }
         let next = self.queue.next_avail();
@@ -471,7 +510,8 @@ impl Handler for BlockQueueHandler {
     fn poll_end(&mut self) -> bool {
         self.polling = false;
         self.engine.poll_end();
-        if self.broken || self.draining {
+        if self.broken || self.draining || self.throttle.until().is_some() {
+            // Throttled: guest notifications stay off until the queue reads its ring again.
             return self.engine.has_completions();
         }
         match self.queue.enable_notification(&self.mem) {

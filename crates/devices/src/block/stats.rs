@@ -48,6 +48,10 @@ pub struct QueueStats {
     pub inline_requests: AtomicU64,
     /// `Auto` engine: reads and writes handed to the asynchronous engine.
     pub deferred_requests: AtomicU64,
+    /// Times the queue stopped taking requests because a rate limiter's bucket was dry.
+    pub throttled_events: AtomicU64,
+    /// Time the queue spent stopped by a rate limiter (ns).
+    pub throttled_ns: AtomicU64,
     /// The engine in force, as it describes itself.
     pub engine: Mutex<String>,
 }
@@ -128,6 +132,10 @@ pub struct QueueStatsSnapshot {
     pub inline_requests: u64,
     /// See [`QueueStats::deferred_requests`].
     pub deferred_requests: u64,
+    /// See [`QueueStats::throttled_events`].
+    pub throttled_events: u64,
+    /// See [`QueueStats::throttled_ns`].
+    pub throttled_ns: u64,
 }
 
 impl QueueStats {
@@ -152,6 +160,8 @@ impl QueueStats {
             reset_pending: g(&self.reset_pending) != 0,
             inline_requests: g(&self.inline_requests),
             deferred_requests: g(&self.deferred_requests),
+            throttled_events: g(&self.throttled_events),
+            throttled_ns: g(&self.throttled_ns),
         }
     }
 }

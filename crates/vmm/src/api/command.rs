@@ -7,6 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::config::PollPolicyKind;
+pub use crate::rate_limit::{DriveUpdate, GroupUpdate};
 
 /// A request for the control thread.
 #[derive(Debug, Clone, PartialEq)]
@@ -25,6 +26,15 @@ pub enum ApiCommand {
     ListDrives,
     /// `GET /drives/{id}`.
     GetDrive(String),
+    /// `PATCH /drives/{id}`: the drive's `rate_limiter`; the reply is the drive with the values
+    /// in force.
+    PatchDrive(String, DriveUpdate),
+    /// `GET /rate-limit-groups`.
+    ListRateLimitGroups,
+    /// `GET /rate-limit-groups/{id}`.
+    GetRateLimitGroup(String),
+    /// `PATCH /rate-limit-groups/{id}`: the group's buckets; the reply is the group in force.
+    PatchRateLimitGroup(String, GroupUpdate),
     /// `GET /metrics`: see [`crate::api`] for the JSON shape the Prometheus view is built from.
     GetMetrics,
     /// `PUT /actions`.

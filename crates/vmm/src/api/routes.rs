@@ -13,7 +13,7 @@ use axum::Router;
 use serde::Deserialize;
 
 use super::body;
-use super::command::{ActionRequest, ApiCommand, IoThreadUpdate, Submit};
+use super::command::{ActionRequest, ApiCommand, DriveUpdate, GroupUpdate, IoThreadUpdate, Submit};
 use super::fault::{self, Fault};
 use super::prometheus;
 use super::reply::{call, call_and_respond, respond};
@@ -28,6 +28,10 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("PATCH", "/iothreads/{id}"),
     ("GET", "/drives"),
     ("GET", "/drives/{id}"),
+    ("PATCH", "/drives/{id}"),
+    ("GET", "/rate-limit-groups"),
+    ("GET", "/rate-limit-groups/{id}"),
+    ("PATCH", "/rate-limit-groups/{id}"),
     ("GET", "/metrics"),
     ("PUT", "/actions"),
 ];
@@ -60,7 +64,9 @@ pub fn router(state: ApiState) -> Router {
         .route("/iothreads", get(list_iothreads))
         .route("/iothreads/{id}", get(get_iothread).patch(patch_iothread))
         .route("/drives", get(list_drives))
-        .route("/drives/{id}", get(get_drive))
+        .route("/drives/{id}", get(get_drive).patch(patch_drive))
+        .route("/rate-limit-groups", get(list_groups))
+        .route("/rate-limit-groups/{id}", get(get_group).patch(patch_group))
         .route("/metrics", get(metrics))
         .route("/actions", axum::routing::put(action))
         .fallback(fault::no_such_path)
@@ -116,6 +122,47 @@ async fn list_drives(State(s): State<ApiState>) -> Response {
 async fn get_drive(State(s): State<ApiState>, id: Result<Path<String>, PathRejection>) -> Response {
     match path_id(id) {
         Ok(id) => send(&s, ApiCommand::GetDrive(id)).await,
+        Err(f) => f.into_response(),
+    }
+}
+
+async fn patch_drive(
+    State(s): State<ApiState>,
+    id: Result<Path<String>, PathRejection>,
+    request: Request,
+) -> Response {
+    let id = match path_id(id) {
+        Ok(id) => id,
+        Err(f) => return f.into_response(),
+    };
+    match body::parse_json::<DriveUpdate>(request, s.max_body).await {
+        Ok(update) => send(&s, ApiCommand::PatchDrive(id, update)).await,
+        Err(f) => f.into_response(),
+    }
+}
+
+async fn list_groups(State(s): State<ApiState>) -> Response {
+    send(&s, ApiCommand::ListRateLimitGroups).await
+}
+
+async fn get_group(State(s): State<ApiState>, id: Result<Path<String>, PathRejection>) -> Response {
+    match path_id(id) {
+        Ok(id) => send(&s, ApiCommand::GetRateLimitGroup(id)).await,
+        Err(f) => f.into_response(),
+    }
+}
+
+async fn patch_group(
+    State(s): State<ApiState>,
+    id: Result<Path<String>, PathRejection>,
+    request: Request,
+) -> Response {
+    let id = match path_id(id) {
+        Ok(id) => id,
+        Err(f) => return f.into_response(),
+    };
+    match body::parse_json::<GroupUpdate>(request, s.max_body).await {
+        Ok(update) => send(&s, ApiCommand::PatchRateLimitGroup(id, update)).await,
         Err(f) => f.into_response(),
     }
 }

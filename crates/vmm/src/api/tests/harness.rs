@@ -200,6 +200,17 @@ fn answer(command: &ApiCommand) -> ApiReply {
             Err(ApiError::Internal("engine failed".into()))
         }
         ApiCommand::GetDrive(id) => not_found("drive", id),
+        ApiCommand::PatchDrive(id, _) if id == "disk0" => Ok(drive()),
+        ApiCommand::PatchDrive(id, _) => not_found("drive", id),
+        ApiCommand::ListRateLimitGroups => Ok(json!([{"id": "tenant"}])),
+        ApiCommand::GetRateLimitGroup(id) | ApiCommand::PatchRateLimitGroup(id, _)
+            if id == "tenant" =>
+        {
+            Ok(json!({"id": "tenant"}))
+        }
+        ApiCommand::GetRateLimitGroup(id) | ApiCommand::PatchRateLimitGroup(id, _) => {
+            not_found("rate limit group", id)
+        }
         ApiCommand::GetMetrics => Ok(metrics()),
         ApiCommand::Action(VmAction::Resume) => Err(ApiError::Conflict("VM is running".into())),
         ApiCommand::Action(_) => Ok(Value::Null),

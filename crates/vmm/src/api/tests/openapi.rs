@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::harness::Fake;
 use crate::api::body::parse_bytes;
-use crate::api::command::{ActionRequest, IoThreadUpdate};
+use crate::api::command::{ActionRequest, DriveUpdate, GroupUpdate, IoThreadUpdate};
 use crate::api::routes::ROUTES;
 
 const METHODS: [&str; 5] = ["GET", "PUT", "PATCH", "POST", "DELETE"];
@@ -35,6 +35,8 @@ fn operations(spec: &Value) -> BTreeSet<(String, String)> {
 fn concrete(path: &str) -> String {
     if path.starts_with("/drives/") {
         path.replace("{id}", "disk0")
+    } else if path.starts_with("/rate-limit-groups/") {
+        path.replace("{id}", "tenant")
     } else {
         path.replace("{id}", "io0")
     }
@@ -97,6 +99,14 @@ fn every_request_example_parses_and_is_accepted() {
                     parse_bytes::<ActionRequest>(body.as_bytes())
                         .unwrap_or_else(|f| panic!("{name}: {}", f.message));
                 }
+                "/drives/{id}" => {
+                    parse_bytes::<DriveUpdate>(body.as_bytes())
+                        .unwrap_or_else(|f| panic!("{name}: {}", f.message));
+                }
+                "/rate-limit-groups/{id}" => {
+                    parse_bytes::<GroupUpdate>(body.as_bytes())
+                        .unwrap_or_else(|f| panic!("{name}: {}", f.message));
+                }
                 other => panic!("no Rust type known for the body of {method} {other}"),
             }
             // Accepted by the HTTP layer: it reaches the control thread (the fake answers
@@ -111,8 +121,9 @@ fn every_request_example_parses_and_is_accepted() {
             count += 1;
         }
     }
-    // PATCH: polling off, classic, weighted W=3, max_batch 8; PUT /actions: three actions.
-    assert_eq!(count, 7);
+    // PATCH iothread: polling off, classic, weighted W=3, max_batch 8; PUT /actions: three
+    // actions; PATCH drive: three rate limiters; PATCH group: two.
+    assert_eq!(count, 12);
 }
 
 #[test]

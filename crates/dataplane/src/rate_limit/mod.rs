@@ -1,0 +1,258 @@
+//! Rate limiting in the dataplane: a [`RateLimiter`] (an operations bucket and a bandwidth
+//! bucket, either optional) shared by the queues it governs, a drive's or a group's, and
+//! [`admit`], which lets a request pass every limiter that governs it or none.
+//!
+//! There is no timer thread: a queue asks [`admit`] before it takes a request; when a bucket is
+//! dry it leaves the request on the ring and tells its iothread when to look again
+//! ([`crate::Handler::throttled_until`]). Limits change live ([`RateLimiter::set`]); the owner
+//! then wakes the iothreads ([`crate::IoThread::wake_throttled`]) so throttled queues re-check
+//! at once instead of at their old deadline.
+
+pub mod bucket;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+pub use bucket::{BucketConfig, TokenBucket};
+
+/// The limits of one limiter: either bucket may be absent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LimitConfig {
+    /// Bytes per `refill_time` (reads and writes; discard, write-zeroes and flush move none).
+    pub bandwidth: Option<BucketConfig>,
+    /// Requests per `refill_time` (every request counts one).
+    pub ops: Option<BucketConfig>,
+}
+
+#[derive(Debug, Default)]
+struct Buckets {
+    ops: Option<TokenBucket>,
+    bandwidth: Option<TokenBucket>,
+}
+
+/// What a limiter reports.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LimiterStats {
+    /// Times a queue stopped taking requests because of this limiter.
+    pub throttled_events: u64,
+    /// Time queues spent stopped because of it (ns, summed over queues).
+    pub throttled_ns: u64,
+    /// Operations left in the ops bucket (burst included), if it has one.
+    pub ops_tokens: Option<u64>,
+    /// Bytes left in the bandwidth bucket (burst included), if it has one.
+    pub bandwidth_tokens: Option<u64>,
+}
+
+/// One set of limits, shared by every queue it governs (a drive's, or a group's).
+#[derive(Debug)]
+pub struct RateLimiter {
+    buckets: Mutex<Buckets>,
+    config: Mutex<LimitConfig>,
+    /// Whether any bucket limits anything: the hot path's only check when none does.
+    active: AtomicBool,
+    throttled_events: AtomicU64,
+    throttled_ns: AtomicU64,
+    epoch: Instant,
+}
+
+impl Default for RateLimiter {
+    fn default() -> Self {
+        Self::new(LimitConfig::default())
+    }
+}
+
+impl RateLimiter {
+    /// A limiter with full buckets.
+    pub fn new(config: LimitConfig) -> Self {
+        let limiter = Self {
+            buckets: Mutex::new(Buckets::default()),
+            config: Mutex::new(LimitConfig::default()),
+            active: AtomicBool::new(false),
+            throttled_events: AtomicU64::new(0),
+            throttled_ns: AtomicU64::new(0),
+            epoch: Instant::now(),
+        };
+        limiter.set(config);
+        limiter
+    }
+
+    fn now_ns(&self, now: Instant) -> u64 {
+        u64::try_from(now.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Buckets> {
+        // A panic elsewhere while holding the lock leaves plain numbers behind: keep going.
+        self.buckets.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Replaces the limits, with full buckets (as Firecracker's update does); takes effect at
+    /// the next request of every queue it governs.
+    pub fn set(&self, config: LimitConfig) {
+        let now = self.now_ns(Instant::now());
+        let mut b = self.lock();
+        b.ops = config.ops.and_then(|c| TokenBucket::new(c, now));
+        b.bandwidth = config.bandwidth.and_then(|c| TokenBucket::new(c, now));
+        self.active
+            .store(b.ops.is_some() || b.bandwidth.is_some(), Ordering::Release);
+        *self.config.lock().unwrap_or_else(|p| p.into_inner()) = config;
+    }
+
+    /// The limits in force.
+    pub fn config(&self) -> LimitConfig {
+        *self.config.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether any bucket limits anything.
+    pub fn is_active(&self) -> bool {
+        self.active.load(Ordering::Acquire)
+    }
+
+    /// A queue stopped because of this limiter.
+    pub fn record_throttle_start(&self) {
+        self.throttled_events.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A queue stopped because of this limiter took requests again after `waited`.
+    pub fn record_throttle_end(&self, waited: Duration) {
+        let ns = u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX);
+        self.throttled_ns.fetch_add(ns, Ordering::Relaxed);
+    }
+
+    /// Counters and tokens left.
+    pub fn stats(&self) -> LimiterStats {
+        let now = self.now_ns(Instant::now());
+        let mut b = self.lock();
+        let left = |bucket: &mut Option<TokenBucket>| {
+            bucket.as_mut().map(|t| {
+                t.wait_for(0, now);
+                t.tokens()
+            })
+        };
+        LimiterStats {
+            throttled_events: self.throttled_events.load(Ordering::Relaxed),
+            throttled_ns: self.throttled_ns.load(Ordering::Relaxed),
+            ops_tokens: left(&mut b.ops),
+            bandwidth_tokens: left(&mut b.bandwidth),
+        }
+    }
+}
+
+/// Lets one request (`bytes` of data, counted against bandwidth) pass every limiter in
+/// `limiters`, or none: on refusal nothing is spent and the answer is how long to wait and the
+/// index of the limiter that refused (the longest wait).
+pub fn admit(limiters: &[&RateLimiter], bytes: u64, now: Instant) -> Result<(), (Duration, usize)> {
+    // Lock in the given order (a drive's own limiter before its group's, everywhere): no cycle.
+    let mut guards: smallvec::SmallVec<[(usize, MutexGuard<'_, Buckets>, u64); 2]> = limiters
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| l.is_active())
+        .map(|(i, l)| (i, l.lock(), l.now_ns(now)))
+        .collect();
+    let mut worst: Option<(u64, usize)> = None;
+    for (i, b, now_ns) in guards.iter_mut() {
+        let wait_ops = b.ops.as_mut().map_or(0, |t| t.wait_for(1, *now_ns));
+        let wait_bw = b
+            .bandwidth
+            .as_mut()
+            .map_or(0, |t| t.wait_for(bytes, *now_ns));
+        let wait = wait_ops.max(wait_bw);
+        if wait > 0 && worst.is_none_or(|(w, _)| wait > w) {
+            worst = Some((wait, *i));
+        }
+    }
+    if let Some((wait, i)) = worst {
+        return Err((Duration::from_nanos(wait), i));
+    }
+    for (_, b, _) in guards.iter_mut() {
+        if let Some(t) = b.ops.as_mut() {
+            t.spend(1);
+        }
+        if let Some(t) = b.bandwidth.as_mut() {
+            t.spend(bytes);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ops(size: u64, refill_time_ms: u64) -> LimitConfig {
+        LimitConfig {
+            ops: Some(BucketConfig {
+                size,
+                one_time_burst: 0,
+                refill_time_ms,
+            }),
+            bandwidth: None,
+        }
+    }
+
+    #[test]
+    fn inactive_limiters_let_everything_pass() {
+        let l = RateLimiter::default();
+        assert!(!l.is_active());
+        for _ in 0..1000 {
+            assert!(admit(&[&l], 1 << 20, Instant::now()).is_ok());
+        }
+        assert_eq!(l.stats().ops_tokens, None);
+    }
+
+    #[test]
+    fn all_or_nothing_across_a_drive_and_its_group() {
+        let drive = RateLimiter::new(ops(10, 1000));
+        let group = RateLimiter::new(ops(3, 1000));
+        let now = Instant::now();
+        for _ in 0..3 {
+            assert!(admit(&[&drive, &group], 0, now).is_ok());
+        }
+        let (wait, by) = admit(&[&drive, &group], 0, now).expect_err("group dry");
+        assert_eq!(by, 1, "the group refused");
+        assert!(wait > Duration::from_millis(300) && wait <= Duration::from_millis(334));
+        assert_eq!(
+            drive.stats().ops_tokens,
+            Some(7),
+            "the drive spent nothing on the refusal"
+        );
+    }
+
+    #[test]
+    fn bandwidth_counts_bytes_and_ops_count_requests() {
+        let l = RateLimiter::new(LimitConfig {
+            bandwidth: Some(BucketConfig {
+                size: 8192,
+                one_time_burst: 0,
+                refill_time_ms: 1000,
+            }),
+            ops: Some(BucketConfig {
+                size: 100,
+                one_time_burst: 0,
+                refill_time_ms: 1000,
+            }),
+        });
+        let now = Instant::now();
+        assert!(admit(&[&l], 4096, now).is_ok());
+        assert!(admit(&[&l], 0, now).is_ok(), "a flush moves no bytes");
+        assert!(admit(&[&l], 4096, now).is_ok());
+        assert!(admit(&[&l], 1, now).is_err());
+        let s = l.stats();
+        assert_eq!(s.ops_tokens, Some(97));
+        assert_eq!(s.bandwidth_tokens, Some(0));
+    }
+
+    #[test]
+    fn set_replaces_limits_with_full_buckets_and_none_turns_them_off() {
+        let l = RateLimiter::new(ops(1, 1000));
+        let now = Instant::now();
+        assert!(admit(&[&l], 0, now).is_ok());
+        assert!(admit(&[&l], 0, now).is_err());
+        l.set(ops(5, 1000));
+        assert_eq!(l.config(), ops(5, 1000));
+        assert_eq!(l.stats().ops_tokens, Some(5));
+        l.set(LimitConfig::default());
+        assert!(!l.is_active());
+        assert!(admit(&[&l], 0, now).is_ok());
+    }
+}

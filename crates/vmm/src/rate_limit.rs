@@ -1,0 +1,217 @@
+//! Rate-limit configuration: a drive's `rate_limiter`, the VM's `rate_limit_groups` and the
+//! `PATCH` bodies that change them, with Firecracker's field names and meaning (`size` tokens
+//! per `refill_time` ms, a `one_time_burst` spent once), their validation and their conversion
+//! to the dataplane's limiter.
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+use dataplane::rate_limit::{BucketConfig, LimitConfig, LimiterStats};
+
+/// Longest `refill_time` accepted (ms): one day.
+pub const MAX_REFILL_TIME_MS: u64 = 86_400_000;
+
+/// One token bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenBucketConfig {
+    /// Tokens (bytes or operations) the bucket holds when full, and refills per `refill_time`.
+    /// 0 turns the bucket off.
+    pub size: u64,
+    /// Extra tokens spent before the bucket's own, once (default 0).
+    #[serde(default)]
+    pub one_time_burst: u64,
+    /// Milliseconds to refill the bucket from empty (1 to 86,400,000).
+    pub refill_time: u64,
+}
+
+/// `rate_limiter`: a bandwidth bucket (bytes) and an operations bucket, both optional.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimiterConfig {
+    /// Bytes read or written per `refill_time` (discard, write-zeroes and flush count none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bandwidth: Option<TokenBucketConfig>,
+    /// Requests per `refill_time` (every request counts one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ops: Option<TokenBucketConfig>,
+}
+
+/// One entry of `rate_limit_groups`: limits shared by every drive that names the group.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimitGroupConfig {
+    /// Unique id drives refer to (`drives[].rate_limit_group`).
+    pub id: String,
+    /// Bytes per `refill_time`, summed over the group's drives.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bandwidth: Option<TokenBucketConfig>,
+    /// Requests per `refill_time`, summed over the group's drives.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ops: Option<TokenBucketConfig>,
+}
+
+impl RateLimitGroupConfig {
+    /// The group's limits as a drive's `rate_limiter` states them.
+    pub fn limits(&self) -> RateLimiterConfig {
+        RateLimiterConfig {
+            bandwidth: self.bandwidth,
+            ops: self.ops,
+        }
+    }
+}
+
+/// `PATCH /drives/{id}` body: `rate_limiter` set, changed, or `null` to remove it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DriveUpdate {
+    /// Absent: unchanged; `null`: removed; an object: the new limits (full buckets).
+    #[serde(default, deserialize_with = "present")]
+    pub rate_limiter: Option<Option<RateLimiterConfig>>,
+}
+
+/// `PATCH /rate-limit-groups/{id}` body: each bucket set, changed, or `null` to remove it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupUpdate {
+    /// Absent: unchanged; `null`: removed; an object: the new bucket.
+    #[serde(default, deserialize_with = "present")]
+    pub bandwidth: Option<Option<TokenBucketConfig>>,
+    /// Absent: unchanged; `null`: removed; an object: the new bucket.
+    #[serde(default, deserialize_with = "present")]
+    pub ops: Option<Option<TokenBucketConfig>>,
+}
+
+/// A field that is present (`null` included) deserializes to `Some`; `#[serde(default)]` makes
+/// an absent one `None`.
+fn present<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(d).map(Some)
+}
+
+impl TokenBucketConfig {
+    fn check(&self) -> Result<(), (&'static str, String)> {
+        if self.size == 0 {
+            // Firecracker's meaning: a bucket of size 0 limits nothing.
+            return Ok(());
+        }
+        if self.refill_time == 0 || self.refill_time > MAX_REFILL_TIME_MS {
+            return Err((
+                "refill_time",
+                format!(
+                    "must be from 1 to {MAX_REFILL_TIME_MS} ms when size is set, got {}",
+                    self.refill_time
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn to_dataplane(self) -> BucketConfig {
+        BucketConfig {
+            size: self.size,
+            one_time_burst: self.one_time_burst,
+            refill_time_ms: self.refill_time,
+        }
+    }
+}
+
+impl RateLimiterConfig {
+    /// Checks both buckets; the error names the field under `at` (e.g. `drives[0].rate_limiter`).
+    pub fn check(&self, at: &str) -> Result<(), (String, String)> {
+        for (name, bucket) in [("bandwidth", &self.bandwidth), ("ops", &self.ops)] {
+            if let Some(b) = bucket {
+                b.check()
+                    .map_err(|(field, why)| (format!("{at}.{name}.{field}"), why))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The dataplane's form.
+    pub fn to_dataplane(self) -> LimitConfig {
+        LimitConfig {
+            bandwidth: self.bandwidth.map(TokenBucketConfig::to_dataplane),
+            ops: self.ops.map(TokenBucketConfig::to_dataplane),
+        }
+    }
+}
+
+/// A group's limits and counters as the API shows them.
+pub fn group_json(
+    id: &str,
+    limiter: &dataplane::rate_limit::RateLimiter,
+    drives: &[&str],
+) -> serde_json::Value {
+    let s: LimiterStats = limiter.stats();
+    let c = limiter.config();
+    let bucket = |b: Option<BucketConfig>| {
+        b.map(|b| TokenBucketConfig {
+            size: b.size,
+            one_time_burst: b.one_time_burst,
+            refill_time: b.refill_time_ms,
+        })
+    };
+    serde_json::json!({
+        "id": id,
+        "bandwidth": bucket(c.bandwidth),
+        "ops": bucket(c.ops),
+        "drives": drives,
+        "throttled_events": s.throttled_events,
+        "throttled_ns": s.throttled_ns,
+        "ops_tokens": s.ops_tokens,
+        "bandwidth_tokens": s.bandwidth_tokens,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patch_bodies_tell_absent_from_null() {
+        let absent: DriveUpdate = serde_json::from_str("{}").expect("empty");
+        assert_eq!(absent.rate_limiter, None);
+        let removed: DriveUpdate = serde_json::from_str(r#"{"rate_limiter": null}"#).expect("null");
+        assert_eq!(removed.rate_limiter, Some(None));
+        let set: DriveUpdate = serde_json::from_str(
+            r#"{"rate_limiter": {"ops": {"size": 100, "refill_time": 1000}}}"#,
+        )
+        .expect("set");
+        let ops = set.rate_limiter.flatten().and_then(|r| r.ops).expect("ops");
+        assert_eq!(
+            (ops.size, ops.one_time_burst, ops.refill_time),
+            (100, 0, 1000)
+        );
+        assert!(serde_json::from_str::<DriveUpdate>(r#"{"rate_limit": null}"#).is_err());
+        let g: GroupUpdate = serde_json::from_str(r#"{"ops": null}"#).expect("group");
+        assert_eq!((g.ops, g.bandwidth), (Some(None), None));
+    }
+
+    #[test]
+    fn checks_name_the_field() {
+        let r = RateLimiterConfig {
+            bandwidth: None,
+            ops: Some(TokenBucketConfig {
+                size: 10,
+                one_time_burst: 0,
+                refill_time: 0,
+            }),
+        };
+        let (field, why) = r.check("drives[1].rate_limiter").expect_err("refill 0");
+        assert_eq!(field, "drives[1].rate_limiter.ops.refill_time");
+        assert!(why.contains("got 0"), "{why}");
+        let off = RateLimiterConfig {
+            bandwidth: Some(TokenBucketConfig {
+                size: 0,
+                one_time_burst: 0,
+                refill_time: 0,
+            }),
+            ops: None,
+        };
+        assert!(off.check("x").is_ok(), "size 0 turns the bucket off");
+        assert!(!dataplane::rate_limit::RateLimiter::new(off.to_dataplane()).is_active());
+    }
+}
