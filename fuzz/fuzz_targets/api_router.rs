@@ -60,6 +60,15 @@ fn answer(command: &ApiCommand, metrics_reply: &Option<Value>) -> ApiReply {
         ApiCommand::GetDrive(id) if id == "disk0" => Ok(json!({"drive_id": "disk0"})),
         ApiCommand::GetDrive(id) if id == "broken" => Err(ApiError::Internal("engine failed".into())),
         ApiCommand::GetDrive(id) => not_found("drive", id),
+        ApiCommand::PatchDrive(id, _) if id == "disk0" => Ok(json!({"drive_id": "disk0"})),
+        ApiCommand::PatchDrive(id, _) => not_found("drive", id),
+        ApiCommand::ListRateLimitGroups => Ok(json!([{"id": "tenant"}])),
+        ApiCommand::GetRateLimitGroup(id) | ApiCommand::PatchRateLimitGroup(id, _) if id == "tenant" => {
+            Ok(json!({"id": "tenant"}))
+        }
+        ApiCommand::GetRateLimitGroup(id) | ApiCommand::PatchRateLimitGroup(id, _) => {
+            not_found("rate limit group", id)
+        }
         ApiCommand::GetMetrics => Ok(metrics_reply.clone().unwrap_or_else(metrics)),
         ApiCommand::Action(_) => Ok(Value::Null),
     }

@@ -52,6 +52,8 @@ pub struct BootEntry {
     pub mode: EntryMode,
     /// Guest-physical entry address.
     pub entry: u64,
+    /// A bzImage Osprey unpacked itself: the payload's format and the time it took.
+    pub unpacked: Option<(crate::unpack::Compression, std::time::Duration)>,
 }
 
 /// Errors loading the guest's boot images.
@@ -132,6 +134,8 @@ pub struct BootSpec<'a> {
     pub mem_bytes: u64,
     /// Address of the ACPI RSDP, handed to the guest by PVH or the zero page.
     pub rsdp: u64,
+    /// Unpack a bzImage on the host (`boot-source.unpack`, on by default).
+    pub unpack: bool,
 }
 
 /// Loads kernel, initrd and command line and writes the boot information.
@@ -143,8 +147,28 @@ pub fn load(mem: &GuestMemoryMmap, spec: &BootSpec<'_>) -> Result<BootEntry, Boo
         source,
     };
     let highmem = Some(GuestAddress(HIMEM_START));
-    let (entry, setup_header, kernel_end) = match format {
-        KernelFormat::Elf | KernelFormat::ElfPvh => {
+    let unpacked = match format {
+        KernelFormat::BzImage if spec.unpack => unpack_bzimage(&mut file, spec.kernel)?,
+        _ => None,
+    };
+    let (entry, setup_header, kernel_end) = match (format, unpacked) {
+        (_, Some((vmlinux, header, compression, took))) => {
+            // The vmlinux inside the bzImage, loaded as an ELF and entered in 64-bit mode
+            // with the bzImage's setup header in the zero page.
+            let mut cursor = std::io::Cursor::new(vmlinux);
+            let r = Elf::load(mem, None, &mut cursor, highmem).map_err(load_err)?;
+            (
+                BootEntry {
+                    format,
+                    mode: EntryMode::Linux64,
+                    entry: r.kernel_load.0,
+                    unpacked: Some((compression, took)),
+                },
+                Some(header),
+                r.kernel_end,
+            )
+        }
+        (KernelFormat::Elf | KernelFormat::ElfPvh, None) => {
             let r = Elf::load(mem, None, &mut file, highmem).map_err(load_err)?;
             match r.pvh_boot_cap {
                 PvhBootCapability::PvhEntryPresent(addr) => (
@@ -152,6 +176,7 @@ pub fn load(mem: &GuestMemoryMmap, spec: &BootSpec<'_>) -> Result<BootEntry, Boo
                         format: KernelFormat::ElfPvh,
                         mode: EntryMode::Pvh,
                         entry: addr.0,
+                        unpacked: None,
                     },
                     None,
                     r.kernel_end,
@@ -161,19 +186,21 @@ pub fn load(mem: &GuestMemoryMmap, spec: &BootSpec<'_>) -> Result<BootEntry, Boo
                         format,
                         mode: EntryMode::Linux64,
                         entry: r.kernel_load.0,
+                        unpacked: None,
                     },
                     None,
                     r.kernel_end,
                 ),
             }
         }
-        KernelFormat::BzImage => {
+        (KernelFormat::BzImage, None) => {
             let r = BzImage::load(mem, None, &mut file, highmem).map_err(load_err)?;
             (
                 BootEntry {
                     format,
                     mode: EntryMode::Linux64,
                     entry: r.kernel_load.0 + BZIMAGE_64BIT_ENTRY_OFFSET,
+                    unpacked: None,
                 },
                 r.setup_header,
                 r.kernel_end,
@@ -209,6 +236,46 @@ pub fn load(mem: &GuestMemoryMmap, spec: &BootSpec<'_>) -> Result<BootEntry, Boo
         )?,
     }
     Ok(entry)
+}
+
+/// A bzImage's vmlinux, setup header, payload format and unpack time; `None` (logged) when the
+/// payload cannot be unpacked here, so the kernel decompresses itself in the guest as before.
+type UnpackedKernel = (
+    Vec<u8>,
+    linux_loader::loader::bootparam::setup_header,
+    crate::unpack::Compression,
+    std::time::Duration,
+);
+
+fn unpack_bzimage(file: &mut File, path: &Path) -> Result<Option<UnpackedKernel>, BootError> {
+    use vm_memory::ByteValued;
+    let mut image = Vec::new();
+    file.seek(SeekFrom::Start(0)).map_err(io_err(path))?;
+    file.read_to_end(&mut image).map_err(io_err(path))?;
+    let u = match crate::unpack::unpack(&image) {
+        Ok(u) => u,
+        Err(e) => {
+            log::warn!(
+                "{}: not unpacked ({e}); the kernel decompresses itself in the guest",
+                path.display()
+            );
+            return Ok(None);
+        }
+    };
+    let mut header = linux_loader::loader::bootparam::setup_header::default();
+    let size = std::mem::size_of_val(&header);
+    let Some(bytes) = image.get(0x1f1..0x1f1 + size) else {
+        return Ok(None);
+    };
+    header.as_mut_slice().copy_from_slice(bytes);
+    log::info!(
+        "{}: unpacked the {} payload on the host in {:.1} ms ({} MiB vmlinux)",
+        path.display(),
+        u.compression,
+        u.took.as_secs_f64() * 1e3,
+        u.vmlinux.len() >> 20
+    );
+    Ok(Some((u.vmlinux, header, u.compression, u.took)))
 }
 
 fn write_cmdline(mem: &GuestMemoryMmap, cmdline: &str) -> Result<(), BootError> {

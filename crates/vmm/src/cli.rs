@@ -48,6 +48,11 @@ pub struct Cli {
     #[arg(long, value_name = "PATH")]
     pub initrd: Option<PathBuf>,
 
+    /// Boot a bzImage as its kernel does by itself (its decompressor runs in the guest)
+    /// instead of unpacking it on the host first. Sets boot-source.unpack to false.
+    #[arg(long)]
+    pub no_unpack: bool,
+
     /// Guest command line. Overrides boot-source.boot_args.
     #[arg(long, value_name = "STRING", allow_hyphen_values = true)]
     pub cmdline: Option<String>,
@@ -109,6 +114,9 @@ impl Cli {
         }
         if let Some(c) = &self.cmdline {
             config.boot.boot_args = c.clone();
+        }
+        if self.no_unpack {
+            config.boot.unpack = false;
         }
         if let Some(n) = self.cpus {
             config.machine.vcpu_count = n;

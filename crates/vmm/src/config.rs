@@ -128,7 +128,7 @@ impl Default for MachineConfig {
 }
 
 /// `boot-source`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BootSourceConfig {
     /// An ELF (with or without a PVH note) or a bzImage.
@@ -139,6 +139,25 @@ pub struct BootSourceConfig {
     /// The guest's command line.
     #[serde(default)]
     pub boot_args: String,
+    /// Unpack a bzImage's compressed kernel on the host and boot it as an ELF vmlinux (off:
+    /// the kernel's own decompressor runs in the guest).
+    #[serde(default = "default_unpack")]
+    pub unpack: bool,
+}
+
+fn default_unpack() -> bool {
+    true
+}
+
+impl Default for BootSourceConfig {
+    fn default() -> Self {
+        Self {
+            kernel_image_path: PathBuf::new(),
+            initrd_path: None,
+            boot_args: String::new(),
+            unpack: default_unpack(),
+        }
+    }
 }
 
 /// The I/O engine a drive uses.

@@ -71,9 +71,12 @@ impl Controller<'_> {
     pub fn execute(&mut self, command: ApiCommand) -> (ApiReply, Effect) {
         match command {
             ApiCommand::GetInfo => (
-                Ok(
-                    json!({"name": "osprey", "version": env!("CARGO_PKG_VERSION"), "state": self.state()}),
-                ),
+                Ok(json!({
+                    "name": "osprey",
+                    "version": env!("CARGO_PKG_VERSION"),
+                    "state": self.state(),
+                    "boot_timings": crate::boot_timing::json(),
+                })),
                 Effect::None,
             ),
             ApiCommand::GetConfig => (

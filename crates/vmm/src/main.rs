@@ -10,6 +10,7 @@ const EXIT_CONFIG: i32 = 2;
 const EXIT_VMM: i32 = 1;
 
 fn main() {
+    vmm::boot_timing::start();
     let cli = Cli::parse();
     env_logger::Builder::new()
         .filter_level(cli.log_level)
@@ -31,6 +32,7 @@ fn main() {
             std::process::exit(EXIT_CONFIG);
         }
     };
+    vmm::boot_timing::mark(vmm::boot_timing::Step::ConfigParsed);
     if cli.check_config {
         match serde_json::to_string_pretty(&config) {
             Ok(text) => println!("{text}"),

@@ -95,6 +95,9 @@ impl VcpuRunner {
                 return;
             }
         }
+        if id == 0 {
+            crate::boot_timing::mark(crate::boot_timing::Step::FirstVcpuEntry);
+        }
         while !self.stop.load(Ordering::Acquire) {
             self.pause.park_while_paused(&self.stop);
             if self.stop.load(Ordering::Acquire) {

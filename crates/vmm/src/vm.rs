@@ -149,6 +149,7 @@ pub fn start(config: &VmConfig) -> Result<RunningVm, VmError> {
         .map_err(kvm_err("KVM_SET_TSS_ADDR"))?;
     let mem_bytes = config.machine.mem_size_mib << 20;
     let mem = create_memory(&vm, mem_bytes, config.machine.mem_size_mib)?;
+    crate::boot_timing::mark(crate::boot_timing::Step::MemorySetUp);
     vm.create_irq_chip()
         .map_err(kvm_err("creating the in-kernel irqchip"))?;
     let pit = kvm_pit_config {
@@ -177,8 +178,13 @@ pub fn start(config: &VmConfig) -> Result<RunningVm, VmError> {
         cmdline: &config.boot.boot_args,
         mem_bytes,
         rsdp,
+        unpack: config.boot.unpack,
     };
     let entry = boot::load(&mem, &spec)?;
+    crate::boot_timing::mark(crate::boot_timing::Step::KernelLoaded);
+    if let Some((_, took)) = entry.unpacked {
+        crate::boot_timing::set_unpack(took);
+    }
     log::info!(
         "Loaded {} ({:?}, {:?} entry at {:#x})",
         spec.kernel.display(),
@@ -258,9 +264,10 @@ pub fn start(config: &VmConfig) -> Result<RunningVm, VmError> {
         None => None,
     };
     log::info!(
-        "Started {count} vCPU(s), {} MiB in {:.1} ms",
+        "Started {count} vCPU(s), {} MiB in {:.1} ms; boot timings {}",
         config.machine.mem_size_mib,
-        started.elapsed().as_secs_f64() * 1e3
+        started.elapsed().as_secs_f64() * 1e3,
+        crate::boot_timing::json()
     );
     Ok(RunningVm {
         vcpus,

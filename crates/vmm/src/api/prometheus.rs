@@ -5,7 +5,8 @@
 //! - per iothread, each numeric field and each `stats` entry as
 //!   `osprey_iothread_<name>{iothread="<id>"}`;
 //! - per drive, each numeric field as `osprey_drive_<name>{drive="<drive_id>"}` and
-//!   `batch_bounds`/`batch_hist` as the histogram `osprey_drive_batch_size`.
+//!   `batch_bounds`/`batch_hist` as the histogram `osprey_drive_batch_size`;
+//! - per rate-limit group, each numeric field as `osprey_rate_limit_group_<name>{group="<id>"}`.
 //!
 //! Strings other than the label sources, and other arrays or objects, are skipped.
 
@@ -87,6 +88,10 @@ pub fn render(metrics: &Value) -> String {
         let labels = label_set("drive", drive.get("drive_id"));
         numeric_fields(&mut exp, "osprey_drive_", drive, &labels);
         batch_histogram(&mut exp, drive);
+    }
+    for group in array(metrics, "rate_limit_groups") {
+        let labels = label_set("group", group.get("id"));
+        numeric_fields(&mut exp, "osprey_rate_limit_group_", group, &labels);
     }
     exp.render()
 }
@@ -239,7 +244,9 @@ mod tests {
                 "bytes_read": 4096, "avg_ns": 1.5,
                 "batch_bounds": [1, 2, 4, 8, 16, 32, 64, 128, 256],
                 "batch_hist": [3, 2, 1, 0, 0, 0, 0, 0, 1, 4]
-            }]
+            }],
+            "rate_limit_groups": [{"id": "tenant", "ops": {"size": 60}, "drives": ["disk0"],
+                "throttled_events": 7, "ops_tokens": null}]
         })
     }
 
@@ -292,6 +299,8 @@ osprey_drive_batch_size_bucket{drive="disk0",le="128"} 6
 osprey_drive_batch_size_bucket{drive="disk0",le="256"} 7
 osprey_drive_batch_size_bucket{drive="disk0",le="+Inf"} 11
 osprey_drive_batch_size_count{drive="disk0"} 11
+# TYPE osprey_rate_limit_group_throttled_events untyped
+osprey_rate_limit_group_throttled_events{group="tenant"} 7
 "#;
         assert_eq!(text, expected, "got:\n{text}");
     }
