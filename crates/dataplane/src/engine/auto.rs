@@ -48,6 +48,9 @@ pub const CPU_SAMPLE_EVERY: u32 = 16;
 /// another thread, so every request goes inline at any depth. Calls that sleep (the thread waits
 /// for an interrupt: NVMe, a loop device's worker) go inline only when alone.
 pub const ON_CPU_PERMILLE: u32 = 750;
+/// O_DIRECT: every this many turns whose requests are not inline, the first goes inline as a
+/// probe of the device (its CPU share is sampled).
+pub const DIRECT_PROBE_TURNS: u32 = 256;
 /// While inline is off, every this many requests one window of attempts probes again.
 pub const REPROBE_REQUESTS: u32 = 4096;
 
@@ -101,6 +104,10 @@ pub struct AutoEngine {
     on_cpu_permille: Option<u32>,
     /// O_DIRECT: inline calls so far (for the sampling).
     direct_calls: u32,
+    /// O_DIRECT: turns so far (for the probes).
+    direct_turns: u32,
+    /// O_DIRECT: the next inline call samples the CPU clock whatever `direct_calls` says.
+    force_cpu_sample: bool,
     /// A tmpfs or ramfs file.
     memory: bool,
     stats: InlineStats,
@@ -143,6 +150,8 @@ impl AutoEngine {
             inline_ns: 0,
             on_cpu_permille: None,
             direct_calls: 0,
+            direct_turns: 0,
+            force_cpu_sample: false,
             memory,
             file,
             inner,
@@ -182,7 +191,8 @@ impl AutoEngine {
             return None;
         }
         let fd: RawFd = self.file.as_raw_fd();
-        let sample_cpu = timed && self.direct_calls.is_multiple_of(CPU_SAMPLE_EVERY);
+        let sample_cpu =
+            timed && (self.force_cpu_sample || self.direct_calls.is_multiple_of(CPU_SAMPLE_EVERY));
         if timed {
             self.direct_calls = self.direct_calls.wrapping_add(1);
         }
@@ -293,19 +303,35 @@ impl AutoEngine {
             if self.held.is_empty() {
                 return;
             }
-        } else if self.held.len() == 1 && self.alone_on_thread() {
-            self.count_probe();
-            if self.trying {
-                let request = self.held.pop().expect("one held request");
-                if let Some(result) = self.try_inline(&request.op) {
-                    self.stats.inline += 1;
-                    self.done.push(Completion {
-                        token: request.token,
-                        result,
-                    });
-                    return;
+        } else {
+            // A request alone on the thread goes inline; so does the first of a turn now and
+            // then (always until the first CPU sample), to learn whether the device completes
+            // in the caller's context: at depth no request is ever alone.
+            self.direct_turns = self.direct_turns.wrapping_add(1);
+            let lone = self.held.len() == 1 && self.alone_on_thread();
+            let probe = self.on_cpu_permille.is_none()
+                || self.direct_turns.is_multiple_of(DIRECT_PROBE_TURNS);
+            if lone {
+                self.count_probe();
+            }
+            if self.trying && (lone || probe) {
+                let request = self.held.remove(0);
+                self.force_cpu_sample = !lone;
+                let done = self.try_inline(&request.op);
+                self.force_cpu_sample = false;
+                match done {
+                    Some(result) => {
+                        self.stats.inline += 1;
+                        self.done.push(Completion {
+                            token: request.token,
+                            result,
+                        });
+                        if self.held.is_empty() {
+                            return;
+                        }
+                    }
+                    None => self.held.insert(0, request),
                 }
-                self.held.push(request);
             }
         }
         for request in self.held.drain(..) {
@@ -715,6 +741,8 @@ mod tests {
             return;
         }
         let buf = Aligned::new(4096);
+        // A device known to sleep in its calls (no probe due: the CPU share is sampled).
+        e.on_cpu_permille = Some(0);
         // Another queue of the thread has work this round: the request must not block it.
         crate::iothread::turn::set_ready_handlers(2);
         e.submit(read(&buf, 0, 1)).expect("room");
@@ -727,6 +755,43 @@ mod tests {
         assert_eq!(complete(&mut e, 1).len(), 1);
         let st = e.inline_stats();
         assert_eq!(st.inline + st.failed, 1, "{st:?}");
+        crate::iothread::turn::set_ready_handlers(0);
+    }
+
+    #[test]
+    fn a_device_completing_on_the_callers_cpu_gets_every_request_inline() {
+        let dir = std::env::current_dir().expect("cwd").join("target");
+        let s = store(&dir, "auto-on-cpu", 1 << 20);
+        let kind = crate::engine::auto_async_kind(true);
+        let mut e = AutoEngine::new(
+            open(&s.path, true, true),
+            inner(open(&s.path, true, true), 32, true, kind),
+        );
+        if !e.direct {
+            eprintln!("target/ is a memory file system: nothing to check");
+            return;
+        }
+        let buf = Aligned::new(4096);
+        crate::iothread::turn::set_ready_handlers(2);
+        // Unknown device: the first request of the turn is a probe, the others go async.
+        for t in 0..8 {
+            e.submit(read(&buf, t * 4096, t)).expect("room");
+        }
+        assert_eq!(complete(&mut e, 8).len(), 8);
+        let st = e.inline_stats();
+        assert_eq!(st.inline + st.failed, 1, "one probe: {st:?}");
+        // A device measured to keep the caller on its CPU (zram): every request inline.
+        e.on_cpu_permille = Some(950);
+        for t in 0..8 {
+            e.submit(read(&buf, t * 4096, 100 + t)).expect("room");
+        }
+        assert_eq!(complete(&mut e, 8).len(), 8);
+        let after = e.inline_stats();
+        assert_eq!(
+            (after.inline + after.failed) - (st.inline + st.failed),
+            8,
+            "{after:?}"
+        );
         crate::iothread::turn::set_ready_handlers(0);
     }
 
