@@ -35,23 +35,6 @@ fn spawn(scratch: &Scratch, cfg: &Value) -> Vmm {
     Vmm::spawn(["--config".as_ref(), path.as_os_str()])
 }
 
-/// CPU time in ns of the VMM's thread named `comm`, from /proc (schedstat's first field).
-fn thread_cpu_ns(pid: u32, comm: &str) -> u64 {
-    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("task dir");
-    for t in tasks.flatten() {
-        let name = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
-        if name.trim() == comm {
-            let s = std::fs::read_to_string(t.path().join("schedstat")).expect("schedstat");
-            return s
-                .split_whitespace()
-                .next()
-                .and_then(|v| v.parse().ok())
-                .expect("schedstat field");
-        }
-    }
-    panic!("no thread {comm} in {pid}");
-}
-
 fn blk_report(vmm: &Vmm) -> Value {
     let console = vmm.console_text();
     let line = console
@@ -90,7 +73,10 @@ fn a_broken_queue_left_alone_costs_the_host_no_cpu() {
         vmm.console_text(),
         vmm.log_text()
     );
-    let (t0, cpu0) = (Instant::now(), thread_cpu_ns(vmm.pid(), "iothread-io0"));
+    let (t0, cpu0) = (
+        Instant::now(),
+        common::thread_cpu_ns(vmm.pid(), "iothread-io0"),
+    );
     let end = vmm
         .wait_console(Duration::from_secs(30), |l| {
             l.starts_with("osprey-test-guest: broken-idle end")
@@ -98,7 +84,7 @@ fn a_broken_queue_left_alone_costs_the_host_no_cpu() {
         .unwrap_or_else(|| panic!("{}\n{}", vmm.console_text(), vmm.log_text()));
     let (wall, cpu) = (
         t0.elapsed(),
-        thread_cpu_ns(vmm.pid(), "iothread-io0") - cpu0,
+        common::thread_cpu_ns(vmm.pid(), "iothread-io0") - cpu0,
     );
     let share = cpu as f64 / wall.as_nanos() as f64;
     eprintln!(

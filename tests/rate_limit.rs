@@ -145,28 +145,6 @@ fn call(sock: &Path, method: &str, path: &str, body: Option<&str>) -> (u16, Valu
     (status, serde_json::from_str(&text).unwrap_or(Value::Null))
 }
 
-/// CPU ns of the VMM's thread named `comm` (schedstat's first field).
-fn thread_cpu_ns(pid: u32, comm: &str) -> u64 {
-    for t in std::fs::read_dir(format!("/proc/{pid}/task"))
-        .expect("tasks")
-        .flatten()
-    {
-        if std::fs::read_to_string(t.path().join("comm"))
-            .unwrap_or_default()
-            .trim()
-            == comm
-        {
-            let s = std::fs::read_to_string(t.path().join("schedstat")).expect("schedstat");
-            return s
-                .split_whitespace()
-                .next()
-                .and_then(|v| v.parse().ok())
-                .expect("field");
-        }
-    }
-    panic!("no thread {comm}");
-}
-
 /// Completed requests of `disk0` now, and when they were read.
 fn requests(sock: &Path) -> (Instant, u64) {
     let (st, d) = call(sock, "GET", "/drives/disk0", None);
@@ -218,10 +196,10 @@ fn a_throttled_queue_costs_no_cpu_and_patch_changes_or_removes_the_limit_live() 
     }
     // Throttled at 100 IOPS with 32 requests waiting: the iothread sleeps between tokens.
     std::thread::sleep(Duration::from_millis(300));
-    let cpu0 = thread_cpu_ns(vmm.pid(), "iothread-io0");
+    let cpu0 = common::thread_cpu_ns(vmm.pid(), "iothread-io0");
     let (w0, n0) = requests(&sock);
     std::thread::sleep(Duration::from_millis(1500));
-    let cpu1 = thread_cpu_ns(vmm.pid(), "iothread-io0");
+    let cpu1 = common::thread_cpu_ns(vmm.pid(), "iothread-io0");
     let (w1, n1) = requests(&sock);
     let wall = w1.duration_since(w0).as_nanos() as f64;
     let share = (cpu1 - cpu0) as f64 / wall;

@@ -233,3 +233,20 @@ where
     let status = vmm.wait_exit(timeout);
     (status, vmm.console_text(), vmm.log_text())
 }
+
+/// CPU time in ns of the VMM's thread named `comm`, from /proc (schedstat's first field).
+pub fn thread_cpu_ns(pid: u32, comm: &str) -> u64 {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("task dir");
+    for t in tasks.flatten() {
+        let name = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        if name.trim() == comm {
+            let s = std::fs::read_to_string(t.path().join("schedstat")).expect("schedstat");
+            return s
+                .split_whitespace()
+                .next()
+                .and_then(|v| v.parse().ok())
+                .expect("schedstat field");
+        }
+    }
+    panic!("no thread {comm} in {pid}");
+}

@@ -324,6 +324,16 @@ mod tests {
     use super::*;
     use std::io::Write;
 
+    /// Every format with a decoder.
+    const DECODED: [Compression; 6] = [
+        Compression::Gzip,
+        Compression::Bzip2,
+        Compression::Xz,
+        Compression::Lzma,
+        Compression::Zstd,
+        Compression::Lz4,
+    ];
+
     /// A tiny x86-64 ELF header padded with a pattern: what the decoders must give back.
     fn elf() -> Vec<u8> {
         let mut v = vec![0u8; 200_000];
@@ -412,14 +422,7 @@ mod tests {
     #[test]
     fn every_supported_format_unpacks_to_the_same_vmlinux() {
         let data = elf();
-        for format in [
-            Compression::Gzip,
-            Compression::Bzip2,
-            Compression::Xz,
-            Compression::Lzma,
-            Compression::Zstd,
-            Compression::Lz4,
-        ] {
+        for format in DECODED {
             let image = bzimage(&compress(format, &data));
             let u = unpack(&image).unwrap_or_else(|e| panic!("{format}: {e}"));
             assert_eq!(u.compression, format);
@@ -442,14 +445,7 @@ mod tests {
     #[test]
     fn corrupt_payloads_are_errors_not_panics() {
         let data = elf();
-        for format in [
-            Compression::Gzip,
-            Compression::Bzip2,
-            Compression::Xz,
-            Compression::Lzma,
-            Compression::Zstd,
-            Compression::Lz4,
-        ] {
+        for format in DECODED {
             let mut c = compress(format, &data);
             // Keep the magic, damage the middle, and also cut it short.
             let mid = c.len() / 2;

@@ -727,19 +727,28 @@ mod tests {
         assert_eq!(st.inline + st.failed, 1, "{st:?}");
     }
 
-    #[test]
-    fn an_o_direct_request_goes_inline_only_when_alone_on_the_thread() {
+    /// An Auto engine on an O_DIRECT file of the work tree's file system (`None` where that
+    /// is a memory file system, which is never treated as direct).
+    fn direct_engine(name: &str) -> Option<(crate::engine::conformance::Store, AutoEngine)> {
         let dir = std::env::current_dir().expect("cwd").join("target");
-        let s = store(&dir, "auto-alone", 1 << 20);
+        let s = store(&dir, name, 1 << 20);
         let kind = crate::engine::auto_async_kind(true);
-        let mut e = AutoEngine::new(
+        let e = AutoEngine::new(
             open(&s.path, true, true),
             inner(open(&s.path, true, true), 32, true, kind),
         );
         if !e.direct {
             eprintln!("target/ is a memory file system: nothing to check");
-            return;
+            return None;
         }
+        Some((s, e))
+    }
+
+    #[test]
+    fn an_o_direct_request_goes_inline_only_when_alone_on_the_thread() {
+        let Some((_store, mut e)) = direct_engine("auto-alone") else {
+            return;
+        };
         let buf = Aligned::new(4096);
         // A device known to sleep in its calls (no probe due: the CPU share is sampled).
         e.on_cpu_permille = Some(0);
@@ -760,17 +769,9 @@ mod tests {
 
     #[test]
     fn a_device_completing_on_the_callers_cpu_gets_every_request_inline() {
-        let dir = std::env::current_dir().expect("cwd").join("target");
-        let s = store(&dir, "auto-on-cpu", 1 << 20);
-        let kind = crate::engine::auto_async_kind(true);
-        let mut e = AutoEngine::new(
-            open(&s.path, true, true),
-            inner(open(&s.path, true, true), 32, true, kind),
-        );
-        if !e.direct {
-            eprintln!("target/ is a memory file system: nothing to check");
+        let Some((_store, mut e)) = direct_engine("auto-on-cpu") else {
             return;
-        }
+        };
         let buf = Aligned::new(4096);
         crate::iothread::turn::set_ready_handlers(2);
         // Unknown device: the first request of the turn is a probe, the others go async.

@@ -108,6 +108,31 @@ impl RateLimiter {
         self.active.load(Ordering::Acquire)
     }
 
+    /// [`admit`] for a request governed by this limiter alone.
+    fn admit_alone(&self, bytes: u64, now: Instant) -> Result<(), Duration> {
+        if !self.is_active() {
+            return Ok(());
+        }
+        let now_ns = self.now_ns(now);
+        let mut b = self.lock();
+        let wait_ops = b.ops.as_mut().map_or(0, |t| t.wait_for(1, now_ns));
+        let wait_bw = b
+            .bandwidth
+            .as_mut()
+            .map_or(0, |t| t.wait_for(bytes, now_ns));
+        let wait = wait_ops.max(wait_bw);
+        if wait > 0 {
+            return Err(Duration::from_nanos(wait));
+        }
+        if let Some(t) = b.ops.as_mut() {
+            t.spend(1);
+        }
+        if let Some(t) = b.bandwidth.as_mut() {
+            t.spend(bytes);
+        }
+        Ok(())
+    }
+
     /// A queue stopped because of this limiter.
     pub fn record_throttle_start(&self) {
         self.throttled_events.fetch_add(1, Ordering::Relaxed);
@@ -142,6 +167,10 @@ impl RateLimiter {
 /// `limiters`, or none: on refusal nothing is spent and the answer is how long to wait and the
 /// index of the limiter that refused (the longest wait).
 pub fn admit(limiters: &[&RateLimiter], bytes: u64, now: Instant) -> Result<(), (Duration, usize)> {
+    if let [only] = limiters {
+        // A drive without a group: one lock, no bookkeeping of which limiter refused.
+        return only.admit_alone(bytes, now).map_err(|wait| (wait, 0));
+    }
     // Lock in the given order (a drive's own limiter before its group's, everywhere): no cycle.
     let mut guards: smallvec::SmallVec<[(usize, MutexGuard<'_, Buckets>, u64); 2]> = limiters
         .iter()

@@ -66,14 +66,15 @@ impl QueueThrottle {
         self.stopped.map(|s| s.until)
     }
 
-    /// Admits one request moving `bytes` of data; on refusal the queue is stopped until the
-    /// buckets allow it (the caller leaves the request on the ring) and false is returned.
-    pub fn admit(&mut self, bytes: u64, stats: &QueueStats) -> bool {
+    /// Admits one request moving `bytes` of data at `now` (the caller reads the clock once per
+    /// turn: the buckets are refilled up to the turn's start); on refusal the queue is stopped
+    /// until the buckets allow it (the caller leaves the request on the ring) and false is
+    /// returned.
+    pub fn admit(&mut self, bytes: u64, now: Instant, stats: &QueueStats) -> bool {
         if !self.is_active() {
             self.resume(stats);
             return true;
         }
-        let now = Instant::now();
         let result = match &self.limits.group {
             Some(g) => admit(&[&self.limits.drive, g], bytes, now),
             None => admit(&[&self.limits.drive], bytes, now),
@@ -146,13 +147,13 @@ mod tests {
             group: None,
         });
         let stats = QueueStats::default();
-        assert!(t.admit(0, &stats) && t.admit(0, &stats));
-        assert!(!t.admit(0, &stats));
-        assert!(!t.admit(0, &stats), "still dry");
+        assert!(t.admit(0, Instant::now(), &stats) && t.admit(0, Instant::now(), &stats));
+        assert!(!t.admit(0, Instant::now(), &stats));
+        assert!(!t.admit(0, Instant::now(), &stats), "still dry");
         let until = t.until().expect("stopped");
         assert!(until > Instant::now() && until <= Instant::now() + Duration::from_millis(10));
         std::thread::sleep(until.saturating_duration_since(Instant::now()));
-        assert!(t.admit(0, &stats));
+        assert!(t.admit(0, Instant::now(), &stats));
         assert!(t.until().is_none());
         let s = stats.snapshot();
         assert_eq!(s.throttled_events, 1, "one stop, however many refusals");
@@ -177,10 +178,10 @@ mod tests {
             group: None,
         });
         let stats = QueueStats::default();
-        assert!(t.admit(0, &stats));
-        assert!(!t.admit(0, &stats));
+        assert!(t.admit(0, Instant::now(), &stats));
+        assert!(!t.admit(0, Instant::now(), &stats));
         drive.set(LimitConfig::default());
-        assert!(t.admit(0, &stats));
+        assert!(t.admit(0, Instant::now(), &stats));
         assert!(t.until().is_none());
     }
 }

@@ -105,12 +105,22 @@ async fn patch_iothread(
     id: Result<Path<String>, PathRejection>,
     request: Request,
 ) -> Response {
+    patch::<IoThreadUpdate>(&s, id, request, ApiCommand::PatchIoThread).await
+}
+
+/// A PATCH on `/{kind}/{id}`: the id, then a JSON body of type `T`, then the command.
+async fn patch<T: serde::de::DeserializeOwned>(
+    s: &ApiState,
+    id: Result<Path<String>, PathRejection>,
+    request: Request,
+    command: fn(String, T) -> ApiCommand,
+) -> Response {
     let id = match path_id(id) {
         Ok(id) => id,
         Err(f) => return f.into_response(),
     };
-    match body::parse_json::<IoThreadUpdate>(request, s.max_body).await {
-        Ok(update) => send(&s, ApiCommand::PatchIoThread(id, update)).await,
+    match body::parse_json::<T>(request, s.max_body).await {
+        Ok(update) => send(s, command(id, update)).await,
         Err(f) => f.into_response(),
     }
 }
@@ -131,14 +141,7 @@ async fn patch_drive(
     id: Result<Path<String>, PathRejection>,
     request: Request,
 ) -> Response {
-    let id = match path_id(id) {
-        Ok(id) => id,
-        Err(f) => return f.into_response(),
-    };
-    match body::parse_json::<DriveUpdate>(request, s.max_body).await {
-        Ok(update) => send(&s, ApiCommand::PatchDrive(id, update)).await,
-        Err(f) => f.into_response(),
-    }
+    patch::<DriveUpdate>(&s, id, request, ApiCommand::PatchDrive).await
 }
 
 async fn list_groups(State(s): State<ApiState>) -> Response {
@@ -157,14 +160,7 @@ async fn patch_group(
     id: Result<Path<String>, PathRejection>,
     request: Request,
 ) -> Response {
-    let id = match path_id(id) {
-        Ok(id) => id,
-        Err(f) => return f.into_response(),
-    };
-    match body::parse_json::<GroupUpdate>(request, s.max_body).await {
-        Ok(update) => send(&s, ApiCommand::PatchRateLimitGroup(id, update)).await,
-        Err(f) => f.into_response(),
-    }
+    patch::<GroupUpdate>(&s, id, request, ApiCommand::PatchRateLimitGroup).await
 }
 
 async fn action(State(s): State<ApiState>, request: Request) -> Response {
