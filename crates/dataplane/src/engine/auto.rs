@@ -269,6 +269,22 @@ impl AutoEngine {
         }
     }
 
+    /// Does `request` inline; on success its completion waits for the next `reap`, otherwise
+    /// the request comes back for the wrapped engine.
+    fn inline(&mut self, request: IoRequest) -> Result<(), IoRequest> {
+        match self.try_inline(&request.op) {
+            Some(result) => {
+                self.stats.inline += 1;
+                self.done.push(Completion {
+                    token: request.token,
+                    result,
+                });
+                Ok(())
+            }
+            None => Err(request),
+        }
+    }
+
     /// O_DIRECT: a request alone (nothing else this turn, nothing in flight) goes inline; the
     /// others go to the wrapped engine, which overlaps them.
     fn release_held(&mut self) {
@@ -288,15 +304,8 @@ impl AutoEngine {
             let mut held = std::mem::take(&mut self.spare);
             for request in held.drain(..) {
                 self.count_probe();
-                match self.try_inline(&request.op) {
-                    Some(result) => {
-                        self.stats.inline += 1;
-                        self.done.push(Completion {
-                            token: request.token,
-                            result,
-                        });
-                    }
-                    None => self.held.push(request),
+                if let Err(request) = self.inline(request) {
+                    self.held.push(request);
                 }
             }
             self.spare = held;
@@ -317,20 +326,12 @@ impl AutoEngine {
             if self.trying && (lone || probe) {
                 let request = self.held.remove(0);
                 self.force_cpu_sample = !lone;
-                let done = self.try_inline(&request.op);
+                let done = self.inline(request);
                 self.force_cpu_sample = false;
                 match done {
-                    Some(result) => {
-                        self.stats.inline += 1;
-                        self.done.push(Completion {
-                            token: request.token,
-                            result,
-                        });
-                        if self.held.is_empty() {
-                            return;
-                        }
-                    }
-                    None => self.held.insert(0, request),
+                    Ok(()) if self.held.is_empty() => return,
+                    Ok(()) => {}
+                    Err(request) => self.held.insert(0, request),
                 }
             }
         }
@@ -366,7 +367,7 @@ impl AutoEngine {
         let batch = self.held.len() >= RING_BATCH;
         std::mem::swap(&mut self.held, &mut self.spare);
         let mut held = std::mem::take(&mut self.spare);
-        for request in held.drain(..) {
+        for mut request in held.drain(..) {
             let write = matches!(request.op, IoOp::Write { .. });
             // Writes the file system will not do with RWF_NOWAIT (ext4) block the ring's
             // submitter or serialize in its workers: those stay inline.
@@ -374,13 +375,9 @@ impl AutoEngine {
             if !to_ring {
                 self.count_probe();
                 if self.trying {
-                    if let Some(result) = self.try_inline(&request.op) {
-                        self.stats.inline += 1;
-                        self.done.push(Completion {
-                            token: request.token,
-                            result,
-                        });
-                        continue;
+                    match self.inline(request) {
+                        Ok(()) => continue,
+                        Err(back) => request = back,
                     }
                 }
             }
@@ -431,7 +428,7 @@ impl Drop for AutoEngine {
 }
 
 impl IoEngine for AutoEngine {
-    fn submit(&mut self, request: IoRequest) -> Result<(), SubmitError> {
+    fn submit(&mut self, mut request: IoRequest) -> Result<(), SubmitError> {
         if self.capacity() == 0 {
             return Err(SubmitError::Full);
         }
@@ -447,13 +444,9 @@ impl IoEngine for AutoEngine {
             IoOp::Read { .. } | IoOp::Write { .. } => {
                 self.count_probe();
                 if self.trying {
-                    if let Some(result) = self.try_inline(&request.op) {
-                        self.stats.inline += 1;
-                        self.done.push(Completion {
-                            token: request.token,
-                            result,
-                        });
-                        return Ok(());
+                    match self.inline(request) {
+                        Ok(()) => return Ok(()),
+                        Err(back) => request = back,
                     }
                 }
                 self.stats.deferred += 1;
