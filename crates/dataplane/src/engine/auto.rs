@@ -269,9 +269,9 @@ impl AutoEngine {
         }
     }
 
-    /// Does `request` inline; on success its completion waits for the next `reap`, otherwise
-    /// the request comes back for the wrapped engine.
-    fn inline(&mut self, request: IoRequest) -> Result<(), IoRequest> {
+    /// Does `request` inline (its completion waits for the next `reap`); returns it when it
+    /// must go to the wrapped engine instead.
+    fn inline(&mut self, request: IoRequest) -> Option<IoRequest> {
         match self.try_inline(&request.op) {
             Some(result) => {
                 self.stats.inline += 1;
@@ -279,9 +279,9 @@ impl AutoEngine {
                     token: request.token,
                     result,
                 });
-                Ok(())
+                None
             }
-            None => Err(request),
+            None => Some(request),
         }
     }
 
@@ -304,7 +304,7 @@ impl AutoEngine {
             let mut held = std::mem::take(&mut self.spare);
             for request in held.drain(..) {
                 self.count_probe();
-                if let Err(request) = self.inline(request) {
+                if let Some(request) = self.inline(request) {
                     self.held.push(request);
                 }
             }
@@ -329,9 +329,9 @@ impl AutoEngine {
                 let done = self.inline(request);
                 self.force_cpu_sample = false;
                 match done {
-                    Ok(()) if self.held.is_empty() => return,
-                    Ok(()) => {}
-                    Err(request) => self.held.insert(0, request),
+                    None if self.held.is_empty() => return,
+                    None => {}
+                    Some(request) => self.held.insert(0, request),
                 }
             }
         }
@@ -376,8 +376,8 @@ impl AutoEngine {
                 self.count_probe();
                 if self.trying {
                     match self.inline(request) {
-                        Ok(()) => continue,
-                        Err(back) => request = back,
+                        None => continue,
+                        Some(back) => request = back,
                     }
                 }
             }
@@ -445,8 +445,8 @@ impl IoEngine for AutoEngine {
                 self.count_probe();
                 if self.trying {
                     match self.inline(request) {
-                        Ok(()) => return Ok(()),
-                        Err(back) => request = back,
+                        None => return Ok(()),
+                        Some(back) => request = back,
                     }
                 }
                 self.stats.deferred += 1;
