@@ -81,19 +81,34 @@ fn deadline(count: u64, iops: f64) -> Duration {
 
 /// Measures `p` (the `index`-th point).
 pub fn measure(env: &PointEnv<'_>, index: usize, p: &Point) -> Measured {
-    let _hogs = match crate::hog::Hogs::start(p.hog) {
-        Ok(h) => h,
-        Err(e) => {
-            return Measured {
-                count: 0,
-                summary: None,
-                error: Some(format!("cannot start {} CPU hogs: {e}", p.hog)),
-            };
-        }
-    };
     match env.guest {
-        Guest::Test { elf, tsc_khz } => measure_test_guest(env, elf, *tsc_khz, index, p),
-        Guest::Linux(kit) => measure_linux(env, kit, index, p),
+        Guest::Test { elf, tsc_khz } => {
+            let tp = TestPoint {
+                env,
+                elf,
+                tsc_khz: *tsc_khz,
+                index,
+                p,
+            };
+            let mut sizing = tp.size();
+            for r in 0..env.repeats {
+                tp.record(r, &mut sizing);
+            }
+            sizing.into()
+        }
+        Guest::Linux(kit) => {
+            let _hogs = match crate::hog::Hogs::start(p.hog) {
+                Ok(h) => h,
+                Err(e) => {
+                    return Measured {
+                        count: 0,
+                        summary: None,
+                        error: Some(format!("cannot start {} CPU hogs: {e}", p.hog)),
+                    };
+                }
+            };
+            measure_linux(env, kit, index, p)
+        }
     }
 }
 
@@ -104,94 +119,165 @@ fn drive<'a>(env: &PointEnv<'a>) -> DriveParams<'a> {
     }
 }
 
-fn measure_test_guest(
-    env: &PointEnv<'_>,
-    elf: &Path,
+/// A test-guest point between its runs: how many requests the next run asks for, and what the
+/// recorded runs gave so far.
+struct Sizing {
+    floor: u64,
+    iops: f64,
+    count: u64,
+    first_count: u64,
+    samples: Vec<RunSample>,
+    error: Option<String>,
+}
+
+struct TestPoint<'a, 'e> {
+    env: &'a PointEnv<'e>,
+    elf: &'a Path,
     tsc_khz: u64,
     index: usize,
-    p: &Point,
-) -> Measured {
-    let drive = drive(env);
-    let params = |count: u64, seed: u64| TestRun {
-        elf,
-        range: env.range,
-        count,
-        tsc_khz,
-        seed,
-    };
-    let files = |what: &str| RunFiles::new(env.out, &format!("point-{index:03}-{what}"));
-    let floor = probe_count(p);
-    let probe = run_point(
-        env.osprey,
-        p,
-        &drive,
-        &params(floor, 1),
-        &files("probe"),
-        Duration::from_secs(120),
-    );
-    let mut iops = match probe {
-        Ok(s) => s.iops,
-        Err(e) => {
-            return Measured {
-                count: floor,
-                summary: None,
-                error: Some(format!("probe: {e}")),
+    p: &'a Point,
+}
+
+impl TestPoint<'_, '_> {
+    fn run(
+        &self,
+        count: u64,
+        seed: u64,
+        what: &str,
+        deadline: Duration,
+    ) -> Result<RunSample, String> {
+        let _hogs = crate::hog::Hogs::start(self.p.hog)
+            .map_err(|e| format!("cannot start {} CPU hogs: {e}", self.p.hog))?;
+        let params = TestRun {
+            elf: self.elf,
+            range: self.env.range,
+            count,
+            tsc_khz: self.tsc_khz,
+            seed,
+        };
+        let files = RunFiles::new(self.env.out, &format!("point-{:03}-{what}", self.index));
+        run_point(
+            self.env.osprey,
+            self.p,
+            &drive(self.env),
+            &params,
+            &files,
+            deadline,
+        )
+        .map_err(|e| e.to_string())
+    }
+
+    /// The probe (and the optional warm-up) that size the recorded runs.
+    fn size(&self) -> Sizing {
+        let floor = probe_count(self.p);
+        let mut sizing = Sizing {
+            floor,
+            iops: 0.0,
+            count: floor,
+            first_count: floor,
+            samples: Vec::new(),
+            error: None,
+        };
+        match self.run(floor, 1, "probe", Duration::from_secs(120)) {
+            Ok(s) => sizing.iops = s.iops,
+            Err(e) => {
+                sizing.error = Some(format!("probe: {e}"));
+                return sizing;
             }
         }
-    };
-    if env.warmup > 0.0 && !interrupted() {
-        let n = sized_count(iops, env.warmup, floor);
-        if let Ok(s) = run_point(
-            env.osprey,
-            p,
-            &drive,
-            &params(n, 1),
-            &files("warmup"),
-            deadline(n, iops),
-        ) {
-            iops = s.iops;
+        if self.env.warmup > 0.0 && !interrupted() {
+            let n = sized_count(sizing.iops, self.env.warmup, floor);
+            if let Ok(s) = self.run(n, 1, "warmup", deadline(n, sizing.iops)) {
+                sizing.iops = s.iops;
+            }
         }
+        sizing.count = sized_count(sizing.iops, self.env.seconds, floor);
+        sizing.first_count = sizing.count;
+        sizing
     }
-    let mut count = sized_count(iops, env.seconds, floor);
-    let first_count = count;
-    let mut samples: Vec<RunSample> = Vec::new();
-    let mut error = None;
-    for r in 0..env.repeats {
+
+    /// Recorded run `r` (0-based); later runs are sized from this one, longer than the probe.
+    fn record(&self, r: u32, sizing: &mut Sizing) {
+        if sizing
+            .error
+            .as_deref()
+            .is_some_and(|e| e.starts_with("probe"))
+        {
+            return;
+        }
         if interrupted() {
-            error.get_or_insert_with(|| "interrupted".to_string());
-            break;
+            sizing
+                .error
+                .get_or_insert_with(|| "interrupted".to_string());
+            return;
         }
         let name = format!("run{}", r + 1);
-        if env.cold {
-            if let Err(e) = crate::store::drop_cache(env.store) {
-                error.get_or_insert_with(|| format!("{name}: {e}"));
-                break;
+        if self.env.cold {
+            if let Err(e) = crate::store::drop_cache(self.env.store) {
+                sizing.error.get_or_insert_with(|| format!("{name}: {e}"));
+                return;
             }
         }
-        match run_point(
-            env.osprey,
-            p,
-            &drive,
-            &params(count, u64::from(r) + 1),
-            &files(&name),
-            deadline(count, iops),
+        match self.run(
+            sizing.count,
+            u64::from(r) + 1,
+            &name,
+            deadline(sizing.count, sizing.iops),
         ) {
             Ok(s) => {
-                // Later repeats are sized from this run, which is longer than the probe.
-                iops = s.iops;
-                count = sized_count(iops, env.seconds, floor);
-                samples.push(s);
+                sizing.iops = s.iops;
+                sizing.count = sized_count(sizing.iops, self.env.seconds, sizing.floor);
+                sizing.samples.push(s);
             }
             Err(e) => {
-                error.get_or_insert_with(|| format!("{name}: {e}"));
+                sizing.error.get_or_insert_with(|| format!("{name}: {e}"));
             }
         }
     }
-    Measured {
-        count: first_count,
-        summary: (!samples.is_empty()).then(|| PointSummary::of(&samples)),
-        error,
+}
+
+impl From<Sizing> for Measured {
+    fn from(s: Sizing) -> Self {
+        Measured {
+            count: s.first_count,
+            summary: (!s.samples.is_empty()).then(|| PointSummary::of(&s.samples)),
+            error: s.error,
+        }
     }
+}
+
+/// Whether two points run the same workload (they differ only in what is compared: engine,
+/// polling, `max_batch`, completion mode, CPU hogs).
+pub fn same_workload(a: &Point, b: &Point) -> bool {
+    (a.rw, a.bs, a.qd, a.queues) == (b.rw, b.bs, b.qd, b.queues)
+}
+
+/// Measures the points of one workload side by side (`points`: (index, point), indexes
+/// 1-based). Test guest: each point is sized by its own probe, then the recorded runs go round by
+/// round, every point's run r before any point's run r + 1, so a host that drifts (another
+/// tenant, the page cache, the CPU clock) shifts all of them alike and no variant always runs
+/// first. Linux guest: one point after the other.
+pub fn measure_group(env: &PointEnv<'_>, points: &[(usize, Point)]) -> Vec<Measured> {
+    let Guest::Test { elf, tsc_khz } = env.guest else {
+        return points.iter().map(|(i, p)| measure(env, *i, p)).collect();
+    };
+    let tps: Vec<TestPoint<'_, '_>> = points
+        .iter()
+        .map(|(index, p)| TestPoint {
+            env,
+            elf,
+            tsc_khz: *tsc_khz,
+            index: *index,
+            p,
+        })
+        .collect();
+    let mut sizings: Vec<Sizing> = tps.iter().map(TestPoint::size).collect();
+    for r in 0..env.repeats {
+        for (tp, sizing) in tps.iter().zip(sizings.iter_mut()) {
+            tp.record(r, sizing);
+        }
+    }
+    sizings.into_iter().map(Measured::from).collect()
 }
 
 fn measure_linux(env: &PointEnv<'_>, kit: &LinuxKit, index: usize, p: &Point) -> Measured {

@@ -13,7 +13,7 @@ use crate::guest_linux::{check_host, fio_spec, LinuxKit};
 use crate::interrupt::{self, interrupted};
 use crate::machine::{Machine, UtcTime};
 use crate::matrix::Point;
-use crate::point_run::{measure, PointEnv};
+use crate::point_run::{measure_group, same_workload, PointEnv};
 use crate::prereq::{ensure_fio, guest_image, osprey_binary, probe_vmm, repo_root};
 use crate::report::markdown::ReportHeader;
 use crate::report::row::{PointOutcome, ResultRow};
@@ -191,44 +191,54 @@ pub fn run(settings: &Settings, command: &str) -> anyhow::Result<Outcome> {
     let mut data: Vec<(Point, ResultRow)> = Vec::new();
     let total = matrix.points.len();
     let loop_started = Instant::now();
-    for (i, p) in matrix.points.iter().enumerate() {
+    let indexed: Vec<(usize, Point)> = matrix
+        .points
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (i, *p))
+        .collect();
+    // The points of one workload are measured side by side, their runs round-robin.
+    'groups: for group in indexed.chunk_by(|a, b| same_workload(&a.1, &b.1)) {
         if interrupted() {
             break;
         }
-        let m = measure(&env, i + 1, p);
-        if m.summary.is_none() && interrupted() {
-            // Stopped before any recorded run: not a failure of the point.
-            break;
+        let one_based: Vec<(usize, Point)> = group.iter().map(|(i, p)| (i + 1, *p)).collect();
+        let results = measure_group(&env, &one_based);
+        for ((i, p), m) in group.iter().zip(results) {
+            if m.summary.is_none() && interrupted() {
+                // Stopped before any recorded run: not a failure of the point.
+                break 'groups;
+            }
+            let job = FioJob::for_point(p);
+            let native: Result<FioResult, String> = match &native_note {
+                Some(n) => Err(n.clone()),
+                None => match cache.get(&job) {
+                    Some(r) => r.clone(),
+                    None if interrupted() => Err("interrupted".into()),
+                    None => {
+                        let r = run_fio(&job, &store.path, store.direct, range, settings.seconds)
+                            .map_err(|e| format!("{e:#}"));
+                        cache.insert(job.clone(), r.clone());
+                        r
+                    }
+                },
+            };
+            let outcome = PointOutcome {
+                index: i + 1,
+                point: *p,
+                count: m.count,
+                summary: m.summary,
+                error: m.error,
+                native_job: job,
+                native,
+            };
+            let row = ResultRow::from_outcome(&outcome);
+            eprintln!(
+                "{}",
+                crate::progress::line(i + 1, total, &p.label(), &row, loop_started.elapsed())
+            );
+            data.push((*p, row));
         }
-        let job = FioJob::for_point(p);
-        let native: Result<FioResult, String> = match &native_note {
-            Some(n) => Err(n.clone()),
-            None => match cache.get(&job) {
-                Some(r) => r.clone(),
-                None if interrupted() => Err("interrupted".into()),
-                None => {
-                    let r = run_fio(&job, &store.path, store.direct, range, settings.seconds)
-                        .map_err(|e| format!("{e:#}"));
-                    cache.insert(job.clone(), r.clone());
-                    r
-                }
-            },
-        };
-        let outcome = PointOutcome {
-            index: i + 1,
-            point: *p,
-            count: m.count,
-            summary: m.summary,
-            error: m.error,
-            native_job: job,
-            native,
-        };
-        let row = ResultRow::from_outcome(&outcome);
-        eprintln!(
-            "{}",
-            crate::progress::line(i + 1, total, &p.label(), &row, loop_started.elapsed())
-        );
-        data.push((*p, row));
     }
     let was_interrupted = interrupted();
     let store_desc = store.describe();
@@ -237,7 +247,7 @@ pub fn run(settings: &Settings, command: &str) -> anyhow::Result<Outcome> {
     let machine = Machine::describe(&root, &kvm, started_at);
     let timing = match settings.guest {
         GuestKind::TestGuest => format!(
-            "{} s per recorded run, median of {}, {} warm-up, request counts sized by a probe run",
+            "{} s per recorded run, median of {} (the points of one workload run round by round, interleaved), {} warm-up, request counts sized by a probe run",
             settings.seconds,
             settings.repeats,
             if settings.warmup > 0.0 {
