@@ -20,6 +20,7 @@ case $target in
     blk_queue) max_len=24576 ;;
     virtio_pci) max_len=8192 ;;
     vm_config | api_router) max_len=4096 ;;
+    bzimage_header) max_len=65536 ;;
     *) echo "unknown target $target" >&2; exit 2 ;;
 esac
 command -v cargo-fuzz >/dev/null || { echo "cargo-fuzz missing: cargo install cargo-fuzz" >&2; exit 2; }
