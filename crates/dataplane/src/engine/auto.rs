@@ -106,8 +106,6 @@ pub struct AutoEngine {
     direct_calls: u32,
     /// O_DIRECT: turns so far (for the probes).
     direct_turns: u32,
-    /// O_DIRECT: the next inline call samples the CPU clock whatever `direct_calls` says.
-    force_cpu_sample: bool,
     /// A tmpfs or ramfs file.
     memory: bool,
     stats: InlineStats,
@@ -151,7 +149,6 @@ impl AutoEngine {
             on_cpu_permille: None,
             direct_calls: 0,
             direct_turns: 0,
-            force_cpu_sample: false,
             memory,
             file,
             inner,
@@ -171,7 +168,8 @@ impl AutoEngine {
     }
 
     /// Tries `op` (a read or write) inline; returns the byte count when it completed in full.
-    fn try_inline(&mut self, op: &IoOp) -> Option<i64> {
+    /// `probe`: an O_DIRECT call that samples the CPU clock whatever the sampling period says.
+    fn try_inline(&mut self, op: &IoOp, probe: bool) -> Option<i64> {
         let (offset, iovecs, read) = match op {
             IoOp::Read { offset, iovecs } => (*offset, iovecs, true),
             IoOp::Write { offset, iovecs } => (*offset, iovecs, false),
@@ -191,8 +189,7 @@ impl AutoEngine {
             return None;
         }
         let fd: RawFd = self.file.as_raw_fd();
-        let sample_cpu =
-            timed && (self.force_cpu_sample || self.direct_calls.is_multiple_of(CPU_SAMPLE_EVERY));
+        let sample_cpu = timed && (probe || self.direct_calls.is_multiple_of(CPU_SAMPLE_EVERY));
         if timed {
             self.direct_calls = self.direct_calls.wrapping_add(1);
         }
@@ -270,9 +267,9 @@ impl AutoEngine {
     }
 
     /// Does `request` inline (its completion waits for the next `reap`); returns it when it
-    /// must go to the wrapped engine instead.
-    fn inline(&mut self, request: IoRequest) -> Option<IoRequest> {
-        match self.try_inline(&request.op) {
+    /// must go to the wrapped engine instead. `probe` as for [`AutoEngine::try_inline`].
+    fn inline(&mut self, request: IoRequest, probe: bool) -> Option<IoRequest> {
+        match self.try_inline(&request.op, probe) {
             Some(result) => {
                 self.stats.inline += 1;
                 self.done.push(Completion {
@@ -304,7 +301,7 @@ impl AutoEngine {
             let mut held = std::mem::take(&mut self.spare);
             for request in held.drain(..) {
                 self.count_probe();
-                if let Some(request) = self.inline(request) {
+                if let Some(request) = self.inline(request, false) {
                     self.held.push(request);
                 }
             }
@@ -325,10 +322,7 @@ impl AutoEngine {
             }
             if self.trying && (lone || probe) {
                 let request = self.held.remove(0);
-                self.force_cpu_sample = !lone;
-                let done = self.inline(request);
-                self.force_cpu_sample = false;
-                match done {
+                match self.inline(request, !lone) {
                     None if self.held.is_empty() => return,
                     None => {}
                     Some(request) => self.held.insert(0, request),
@@ -375,7 +369,7 @@ impl AutoEngine {
             if !to_ring {
                 self.count_probe();
                 if self.trying {
-                    match self.inline(request) {
+                    match self.inline(request, false) {
                         None => continue,
                         Some(back) => request = back,
                     }
@@ -444,7 +438,7 @@ impl IoEngine for AutoEngine {
             IoOp::Read { .. } | IoOp::Write { .. } => {
                 self.count_probe();
                 if self.trying {
-                    match self.inline(request) {
+                    match self.inline(request, false) {
                         None => return Ok(()),
                         Some(back) => request = back,
                     }
@@ -515,7 +509,7 @@ impl IoEngine for AutoEngine {
         let inline = if self.memory {
             "inline preadv/pwritev on a memory file system"
         } else if self.direct {
-            "inline RWF_NOWAIT for every request while calls average under 4 us, else when a request is alone on the thread (O_DIRECT)"
+            "inline RWF_NOWAIT for every request while calls average under 4 us or stay on the CPU, else when a request is alone on the thread (O_DIRECT)"
         } else if self.ring_batches {
             "inline RWF_NOWAIT, turns of 4 or more requests to the ring"
         } else {

@@ -31,6 +31,28 @@ struct Buckets {
     bandwidth: Option<TokenBucket>,
 }
 
+impl Buckets {
+    /// Ns until one request of `bytes` can pass both buckets (0: now).
+    fn wait_for(&mut self, bytes: u64, now_ns: u64) -> u64 {
+        let ops = self.ops.as_mut().map_or(0, |t| t.wait_for(1, now_ns));
+        let bw = self
+            .bandwidth
+            .as_mut()
+            .map_or(0, |t| t.wait_for(bytes, now_ns));
+        ops.max(bw)
+    }
+
+    /// Spends one request of `bytes` (after `wait_for` said 0 at the same time).
+    fn spend(&mut self, bytes: u64) {
+        if let Some(t) = self.ops.as_mut() {
+            t.spend(1);
+        }
+        if let Some(t) = self.bandwidth.as_mut() {
+            t.spend(bytes);
+        }
+    }
+}
+
 /// What a limiter reports.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LimiterStats {
@@ -115,22 +137,13 @@ impl RateLimiter {
         }
         let now_ns = self.now_ns(now);
         let mut b = self.lock();
-        let wait_ops = b.ops.as_mut().map_or(0, |t| t.wait_for(1, now_ns));
-        let wait_bw = b
-            .bandwidth
-            .as_mut()
-            .map_or(0, |t| t.wait_for(bytes, now_ns));
-        let wait = wait_ops.max(wait_bw);
-        if wait > 0 {
-            return Err(Duration::from_nanos(wait));
+        match b.wait_for(bytes, now_ns) {
+            0 => {
+                b.spend(bytes);
+                Ok(())
+            }
+            wait => Err(Duration::from_nanos(wait)),
         }
-        if let Some(t) = b.ops.as_mut() {
-            t.spend(1);
-        }
-        if let Some(t) = b.bandwidth.as_mut() {
-            t.spend(bytes);
-        }
-        Ok(())
     }
 
     /// A queue stopped because of this limiter.
@@ -180,12 +193,7 @@ pub fn admit(limiters: &[&RateLimiter], bytes: u64, now: Instant) -> Result<(), 
         .collect();
     let mut worst: Option<(u64, usize)> = None;
     for (i, b, now_ns) in guards.iter_mut() {
-        let wait_ops = b.ops.as_mut().map_or(0, |t| t.wait_for(1, *now_ns));
-        let wait_bw = b
-            .bandwidth
-            .as_mut()
-            .map_or(0, |t| t.wait_for(bytes, *now_ns));
-        let wait = wait_ops.max(wait_bw);
+        let wait = b.wait_for(bytes, *now_ns);
         if wait > 0 && worst.is_none_or(|(w, _)| wait > w) {
             worst = Some((wait, *i));
         }
@@ -194,12 +202,7 @@ pub fn admit(limiters: &[&RateLimiter], bytes: u64, now: Instant) -> Result<(), 
         return Err((Duration::from_nanos(wait), i));
     }
     for (_, b, _) in guards.iter_mut() {
-        if let Some(t) = b.ops.as_mut() {
-            t.spend(1);
-        }
-        if let Some(t) = b.bandwidth.as_mut() {
-            t.spend(bytes);
-        }
+        b.spend(bytes);
     }
     Ok(())
 }

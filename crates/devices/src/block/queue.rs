@@ -220,21 +220,16 @@ impl BlockQueueHandler {
                     ..
                 }) = &parsed
                 {
-                    let bytes = match op {
-                        IoOp::Read { .. } | IoOp::Write { .. } => op.data_len() as u64,
-                        // Discard, write-zeroes and flush move no data: one operation each.
-                        _ => 0,
-                    };
-                    if self.throttle.is_active() {
-                        let at = *now.get_or_insert_with(std::time::Instant::now);
-                        if !self.throttle.admit(bytes, at, &self.stats) {
-                            // Left on the ring, notifications off: nothing to kick for until
-                            // the bucket refills and the thread runs the queue again.
-                            self.queue.go_to_previous_position();
-                            return Stop::Throttled;
-                        }
-                    } else {
-                        self.throttle.resume(&self.stats);
+                    // Discard, write-zeroes and flush move no data (`data_len` 0): one
+                    // operation each.
+                    if !self
+                        .throttle
+                        .admit(op.data_len() as u64, &mut now, &self.stats)
+                    {
+                        // Left on the ring, notifications off: nothing to kick for until the
+                        // bucket refills and the thread runs the queue again.
+                        self.queue.go_to_previous_position();
+                        return Stop::Throttled;
                     }
                 }
                 if self.start(head, parsed) {

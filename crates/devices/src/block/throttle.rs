@@ -66,15 +66,16 @@ impl QueueThrottle {
         self.stopped.map(|s| s.until)
     }
 
-    /// Admits one request moving `bytes` of data at `now` (the caller reads the clock once per
-    /// turn: the buckets are refilled up to the turn's start); on refusal the queue is stopped
-    /// until the buckets allow it (the caller leaves the request on the ring) and false is
-    /// returned.
-    pub fn admit(&mut self, bytes: u64, now: Instant, stats: &QueueStats) -> bool {
+    /// Admits one request moving `bytes` of data; on refusal the queue is stopped until the
+    /// buckets allow it (the caller leaves the request on the ring) and false is returned. `now`
+    /// is the turn's clock, read on first use only (and only when a limiter is active), so the
+    /// buckets are refilled up to the turn's start.
+    pub fn admit(&mut self, bytes: u64, now: &mut Option<Instant>, stats: &QueueStats) -> bool {
         if !self.is_active() {
             self.resume(stats);
             return true;
         }
+        let now = *now.get_or_insert_with(Instant::now);
         let result = match &self.limits.group {
             Some(g) => admit(&[&self.limits.drive, g], bytes, now),
             None => admit(&[&self.limits.drive], bytes, now),
@@ -106,7 +107,7 @@ impl QueueThrottle {
     }
 
     /// The queue takes requests again (limits removed, or a request was admitted).
-    pub fn resume(&mut self, stats: &QueueStats) {
+    fn resume(&mut self, stats: &QueueStats) {
         if self.stopped.is_some() {
             self.resume_at(Instant::now(), stats);
         }
@@ -132,28 +133,34 @@ mod tests {
     use dataplane::rate_limit::{BucketConfig, LimitConfig};
     use std::time::Duration;
 
-    #[test]
-    fn a_dry_bucket_stops_the_queue_until_it_refills_and_counts_once() {
+    /// A queue whose drive allows `size` requests per `refill_time_ms`.
+    fn ops_limited(size: u64, refill_time_ms: u64) -> (Arc<RateLimiter>, QueueThrottle) {
         let drive = Arc::new(RateLimiter::new(LimitConfig {
             ops: Some(BucketConfig {
-                size: 2,
+                size,
                 one_time_burst: 0,
-                refill_time_ms: 20,
+                refill_time_ms,
             }),
             bandwidth: None,
         }));
-        let mut t = QueueThrottle::new(DriveRateLimits {
+        let t = QueueThrottle::new(DriveRateLimits {
             drive: drive.clone(),
             group: None,
         });
+        (drive, t)
+    }
+
+    #[test]
+    fn a_dry_bucket_stops_the_queue_until_it_refills_and_counts_once() {
+        let (drive, mut t) = ops_limited(2, 20);
         let stats = QueueStats::default();
-        assert!(t.admit(0, Instant::now(), &stats) && t.admit(0, Instant::now(), &stats));
-        assert!(!t.admit(0, Instant::now(), &stats));
-        assert!(!t.admit(0, Instant::now(), &stats), "still dry");
+        assert!(t.admit(0, &mut None, &stats) && t.admit(0, &mut None, &stats));
+        assert!(!t.admit(0, &mut None, &stats));
+        assert!(!t.admit(0, &mut None, &stats), "still dry");
         let until = t.until().expect("stopped");
         assert!(until > Instant::now() && until <= Instant::now() + Duration::from_millis(10));
         std::thread::sleep(until.saturating_duration_since(Instant::now()));
-        assert!(t.admit(0, Instant::now(), &stats));
+        assert!(t.admit(0, &mut None, &stats));
         assert!(t.until().is_none());
         let s = stats.snapshot();
         assert_eq!(s.throttled_events, 1, "one stop, however many refusals");
@@ -165,23 +172,12 @@ mod tests {
 
     #[test]
     fn removing_the_limits_resumes_at_once() {
-        let drive = Arc::new(RateLimiter::new(LimitConfig {
-            ops: Some(BucketConfig {
-                size: 1,
-                one_time_burst: 0,
-                refill_time_ms: 60_000,
-            }),
-            bandwidth: None,
-        }));
-        let mut t = QueueThrottle::new(DriveRateLimits {
-            drive: drive.clone(),
-            group: None,
-        });
+        let (drive, mut t) = ops_limited(1, 60_000);
         let stats = QueueStats::default();
-        assert!(t.admit(0, Instant::now(), &stats));
-        assert!(!t.admit(0, Instant::now(), &stats));
+        assert!(t.admit(0, &mut None, &stats));
+        assert!(!t.admit(0, &mut None, &stats));
         drive.set(LimitConfig::default());
-        assert!(t.admit(0, Instant::now(), &stats));
+        assert!(t.admit(0, &mut None, &stats));
         assert!(t.until().is_none());
     }
 }
