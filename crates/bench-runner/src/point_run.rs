@@ -90,7 +90,10 @@ pub fn measure(env: &PointEnv<'_>, index: usize, p: &Point) -> Measured {
                 index,
                 p,
             };
-            let mut sizing = tp.size();
+            let mut sizing = match tp.size() {
+                Ok(s) => s,
+                Err(e) => return tp.probe_failed(e),
+            };
             for r in 0..env.repeats {
                 tp.record(r, &mut sizing);
             }
@@ -128,6 +131,8 @@ struct Sizing {
     first_count: u64,
     samples: Vec<RunSample>,
     error: Option<String>,
+    /// No more recorded runs (interrupted, or the page cache could not be dropped).
+    stopped: bool,
 }
 
 struct TestPoint<'a, 'e> {
@@ -167,24 +172,22 @@ impl TestPoint<'_, '_> {
         .map_err(|e| e.to_string())
     }
 
-    /// The probe (and the optional warm-up) that size the recorded runs.
-    fn size(&self) -> Sizing {
+    /// The probe (and the optional warm-up) that size the recorded runs; a failed probe is the
+    /// point's whole measurement.
+    fn size(&self) -> Result<Sizing, String> {
         let floor = probe_count(self.p);
+        let probe = self
+            .run(floor, 1, "probe", Duration::from_secs(120))
+            .map_err(|e| format!("probe: {e}"))?;
         let mut sizing = Sizing {
             floor,
-            iops: 0.0,
+            iops: probe.iops,
             count: floor,
             first_count: floor,
             samples: Vec::new(),
             error: None,
+            stopped: false,
         };
-        match self.run(floor, 1, "probe", Duration::from_secs(120)) {
-            Ok(s) => sizing.iops = s.iops,
-            Err(e) => {
-                sizing.error = Some(format!("probe: {e}"));
-                return sizing;
-            }
-        }
         if self.env.warmup > 0.0 && !interrupted() {
             let n = sized_count(sizing.iops, self.env.warmup, floor);
             if let Ok(s) = self.run(n, 1, "warmup", deadline(n, sizing.iops)) {
@@ -193,28 +196,35 @@ impl TestPoint<'_, '_> {
         }
         sizing.count = sized_count(sizing.iops, self.env.seconds, floor);
         sizing.first_count = sizing.count;
-        sizing
+        Ok(sizing)
+    }
+
+    /// The measurement of a point whose probe failed.
+    fn probe_failed(&self, error: String) -> Measured {
+        Measured {
+            count: probe_count(self.p),
+            summary: None,
+            error: Some(error),
+        }
     }
 
     /// Recorded run `r` (0-based); later runs are sized from this one, longer than the probe.
     fn record(&self, r: u32, sizing: &mut Sizing) {
-        if sizing
-            .error
-            .as_deref()
-            .is_some_and(|e| e.starts_with("probe"))
-        {
+        if sizing.stopped {
             return;
         }
         if interrupted() {
             sizing
                 .error
                 .get_or_insert_with(|| "interrupted".to_string());
+            sizing.stopped = true;
             return;
         }
         let name = format!("run{}", r + 1);
         if self.env.cold {
             if let Err(e) = crate::store::drop_cache(self.env.store) {
                 sizing.error.get_or_insert_with(|| format!("{name}: {e}"));
+                sizing.stopped = true;
                 return;
             }
         }
@@ -271,13 +281,18 @@ pub fn measure_group(env: &PointEnv<'_>, points: &[(usize, Point)]) -> Vec<Measu
             p,
         })
         .collect();
-    let mut sizings: Vec<Sizing> = tps.iter().map(TestPoint::size).collect();
+    let mut sizings: Vec<Result<Sizing, String>> = tps.iter().map(TestPoint::size).collect();
     for r in 0..env.repeats {
         for (tp, sizing) in tps.iter().zip(sizings.iter_mut()) {
-            tp.record(r, sizing);
+            if let Ok(sizing) = sizing {
+                tp.record(r, sizing);
+            }
         }
     }
-    sizings.into_iter().map(Measured::from).collect()
+    tps.iter()
+        .zip(sizings)
+        .map(|(tp, s)| s.map_or_else(|e| tp.probe_failed(e), Measured::from))
+        .collect()
 }
 
 fn measure_linux(env: &PointEnv<'_>, kit: &LinuxKit, index: usize, p: &Point) -> Measured {

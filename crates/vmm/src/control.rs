@@ -289,9 +289,9 @@ impl Controller<'_> {
         if let Some(o) = u.ops {
             next.ops = o;
         }
-        next.limits().check("").map_err(|(field, why)| {
-            ApiError::BadRequest(format!("{}: {why}", field.trim_start_matches('.')))
-        })?;
+        next.limits()
+            .check("")
+            .map_err(|(field, why)| ApiError::BadRequest(format!("{field}: {why}")))?;
         limiter.set(next.limits().to_dataplane());
         *cfg = next;
         for t in self.devices.iothreads.values() {

@@ -119,12 +119,20 @@ impl TokenBucketConfig {
 }
 
 impl RateLimiterConfig {
-    /// Checks both buckets; the error names the field under `at` (e.g. `drives[0].rate_limiter`).
+    /// Checks both buckets; the error names the field under `at` (e.g. `drives[0].rate_limiter`;
+    /// empty: the bucket's name is the top of the path, as in a group's PATCH body).
     pub fn check(&self, at: &str) -> Result<(), (String, String)> {
         for (name, bucket) in [("bandwidth", &self.bandwidth), ("ops", &self.ops)] {
             if let Some(b) = bucket {
-                b.check()
-                    .map_err(|(field, why)| (format!("{at}.{name}.{field}"), why))?;
+                b.check().map_err(|(field, why)| {
+                    let path = format!("{name}.{field}");
+                    let path = if at.is_empty() {
+                        path
+                    } else {
+                        format!("{at}.{path}")
+                    };
+                    (path, why)
+                })?;
             }
         }
         Ok(())
@@ -202,6 +210,11 @@ mod tests {
         };
         let (field, why) = r.check("drives[1].rate_limiter").expect_err("refill 0");
         assert_eq!(field, "drives[1].rate_limiter.ops.refill_time");
+        let (field, _) = r.check("").expect_err("refill 0");
+        assert_eq!(
+            field, "ops.refill_time",
+            "a group's PATCH body names the bucket first"
+        );
         assert!(why.contains("got 0"), "{why}");
         let off = RateLimiterConfig {
             bandwidth: Some(TokenBucketConfig {
