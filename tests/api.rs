@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::blk::Disk;
-use common::{test_guest, Vmm};
+use common::{api_call as call, test_guest, Vmm};
 use serde_json::{json, Value};
 
 /// The live-tuning test measures timing on a 2-core machine: run these tests one at a time.
@@ -19,16 +19,6 @@ static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-fn call(sock: &Path, method: &str, path: &str, body: Option<&str>) -> (u16, Value) {
-    let (status, text) = vmm::api::client::request(sock, method, path, body).expect("API request");
-    let v = if text.trim().is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_str(&text).unwrap_or(Value::String(text))
-    };
-    (status, v)
 }
 
 /// A raw HTTP/1.1 exchange, for requests the client would not send.

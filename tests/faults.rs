@@ -468,15 +468,6 @@ fn vm_config(path: &Path, drive: Value, args: &str) -> Value {
     })
 }
 
-fn blk_report(vmm: &Vmm) -> Value {
-    let console = vmm.console_text();
-    let line = console
-        .lines()
-        .find_map(|l| l.strip_prefix("BLK "))
-        .unwrap_or_else(|| panic!("no BLK report\n{console}\n{}", vmm.log_text()));
-    serde_json::from_str(line).unwrap_or_else(|e| panic!("BLK is not JSON ({e}): {line}"))
-}
-
 /// Scenario 4: the guest writes a pattern and FLUSHes it (O_DIRECT backing file on the host's
 /// own file system), then halts; Osprey is SIGKILLed. The pattern must be on the disk: read with
 /// O_DIRECT on the host, and by a second VM that only reads and compares.
@@ -501,7 +492,7 @@ fn sigkill_after_flush_loses_nothing_flushed() {
         vmm.console_text(),
         vmm.log_text()
     );
-    let r = blk_report(&vmm);
+    let r = common::blk_report(&vmm);
     let p = &r["pattern"];
     assert_eq!(p["status"], 0, "{p}");
     assert_eq!(p["flush_status"], 0, "the FLUSH must succeed: {p}");
@@ -530,7 +521,7 @@ fn sigkill_after_flush_loses_nothing_flushed() {
         std::fs::write(&cfg, vm_config(&path, drive.clone(), &args).to_string()).expect("cfg");
         let mut vmm = Vmm::spawn(["--config".as_ref(), cfg.as_os_str()]);
         let st = vmm.wait_exit(Duration::from_secs(60));
-        let r = blk_report(&vmm);
+        let r = common::blk_report(&vmm);
         let p = &r["pattern"];
         eprintln!("sigkill: second VM pattern={value:x}: {p}");
         assert_eq!(p["status"], "skipped", "{p}");

@@ -35,15 +35,6 @@ fn spawn(scratch: &Scratch, cfg: &Value) -> Vmm {
     Vmm::spawn(["--config".as_ref(), path.as_os_str()])
 }
 
-fn blk_report(vmm: &Vmm) -> Value {
-    let console = vmm.console_text();
-    let line = console
-        .lines()
-        .find_map(|l| l.strip_prefix("BLK "))
-        .unwrap_or_else(|| panic!("no BLK report\n{console}\n{}", vmm.log_text()));
-    serde_json::from_str(line).unwrap_or_else(|e| panic!("BLK is not JSON ({e}): {line}"))
-}
-
 /// The guest posts a valid read and a looping chain, kicks once and then leaves the broken queue
 /// alone for 2 s without resetting. The read goes to io_uring with O_DIRECT (it completes after
 /// the turn that broke the queue): the queue must reap it, then stop costing anything. Before the
@@ -108,7 +99,7 @@ fn a_broken_queue_left_alone_costs_the_host_no_cpu() {
         share * 100.0
     );
     let st = vmm.wait_exit(Duration::from_secs(60));
-    let r = blk_report(&vmm);
+    let r = common::blk_report(&vmm);
     assert_eq!(st.code(), Some(0), "{r}\n{}", vmm.log_text());
     assert!(
         vmm.log_text()
@@ -135,7 +126,7 @@ fn a_reset_waits_for_a_hung_store_and_says_so() {
     let mut vmm = spawn(&scratch, &cfg);
     let hung = vmm.wait_console(Duration::from_secs(60), |l| l == "osprey-test-guest: hang");
     assert!(hung.is_some(), "{}\n{}", vmm.console_text(), vmm.log_text());
-    let r = blk_report(&vmm);
+    let r = common::blk_report(&vmm);
     eprintln!("hung store: BLK error {} main {}", r["error"], r["runs"][0]);
     assert_eq!(r["runs"][0]["timed_out"], true, "{r}");
     assert_eq!(
@@ -172,7 +163,7 @@ fn submissions_refused_with_eagain_are_retried_until_they_complete() {
     );
     let mut vmm = spawn(&scratch, &cfg);
     let st = vmm.wait_exit(Duration::from_secs(60));
-    let r = blk_report(&vmm);
+    let r = common::blk_report(&vmm);
     let m = &r["runs"][0];
     eprintln!("eagain: main {m}");
     assert_eq!(m["timed_out"], false, "{m}\n{}", vmm.log_text());

@@ -9,8 +9,8 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::blk::{boot_with, drive_stats, run, Disk};
-use common::{test_guest, Vmm};
+use common::blk::{boot_with, drive_stats, run, run_config, Disk};
+use common::{api_call as call, test_guest, Vmm};
 use serde_json::{json, Value};
 
 /// These tests time rates on a 2-core host: one at a time.
@@ -124,28 +124,13 @@ fn a_one_time_burst_is_spent_first_and_once_and_a_group_limit_binds_its_drive() 
             {"drive_id": "disk1", "path_on_host": other, "rate_limit_group": "tenant"},
         ],
     });
-    let p = disk.dir.join("group.json");
-    std::fs::write(&p, cfg.to_string()).expect("config");
-    let (status, console, log) = common::run_to_exit(
-        ["--config".as_ref(), p.as_os_str()],
-        Duration::from_secs(60),
-    );
-    let line = console
-        .lines()
-        .find_map(|l| l.strip_prefix("BLK "))
-        .unwrap_or_else(|| panic!("no BLK report\n{console}\n{log}"));
-    let r: Value = serde_json::from_str(line).expect("BLK JSON");
-    assert_eq!(status.code(), Some(0), "{r}\n{log}");
+    let (status, r, log) = run_config(&disk, &cfg, "a group of two drives");
+    assert_eq!(status, 0, "{r}\n{log}");
     let iops = run(&r, "main")["iops"].as_f64().expect("iops");
     assert!(
         within(iops, 6000.0, 0.03),
         "group limit 6,000: the guest measured {iops}"
     );
-}
-
-fn call(sock: &Path, method: &str, path: &str, body: Option<&str>) -> (u16, Value) {
-    let (status, text) = vmm::api::client::request(sock, method, path, body).expect("API request");
-    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
 }
 
 /// Completed requests of `disk0` now, and when they were read.
@@ -254,12 +239,7 @@ fn a_throttled_queue_costs_no_cpu_and_patch_changes_or_removes_the_limit_live() 
     assert!(r > 20_000.0, "no limit: {r:.0} IOPS from 100 ms on");
 
     let status = vmm.wait_exit(Duration::from_secs(60));
-    let console = vmm.console_text();
-    let line = console
-        .lines()
-        .find_map(|l| l.strip_prefix("BLK "))
-        .expect("BLK");
-    let report: Value = serde_json::from_str(line).expect("BLK JSON");
+    let report = common::blk_report(&vmm);
     assert_eq!(status.code(), Some(0), "{report}");
     let m = run(&report, "main");
     assert_eq!(

@@ -73,17 +73,24 @@ pub fn boot_with(disk: &Disk, drive: Value, iothread: Value, args: &str) -> (i32
     run_config(disk, &cfg, args)
 }
 
-fn run_config(disk: &Disk, cfg: &Value, args: &str) -> (i32, Value, String) {
+/// Boots the whole config `cfg` (written to the disk's folder) to its exit; returns (status,
+/// BLK report, log). `args` names the run in a failure.
+pub fn run_config(disk: &Disk, cfg: &Value, args: &str) -> (i32, Value, String) {
     let cfg_path = disk.dir.join("vm.json");
     std::fs::write(&cfg_path, cfg.to_string()).expect("write config");
     let (status, console, log) = run_to_exit(["--config".as_ref(), cfg_path.as_os_str()], TIMEOUT);
+    let report = report(&console, &format!("for `{args}`"), &log);
+    (status.code().unwrap_or(-1), report, log)
+}
+
+/// The test guest's `BLK {...}` report in `console` (panics naming `what`, with the console and
+/// `log`, when there is none or it is not JSON).
+pub fn report(console: &str, what: &str, log: &str) -> Value {
     let line = console
         .lines()
         .find_map(|l| l.strip_prefix("BLK "))
-        .unwrap_or_else(|| panic!("no BLK report for `{args}`\nconsole:\n{console}\nlog:\n{log}"));
-    let report: Value =
-        serde_json::from_str(line).unwrap_or_else(|e| panic!("BLK is not JSON ({e}): {line}"));
-    (status.code().unwrap_or(-1), report, log)
+        .unwrap_or_else(|| panic!("no BLK report {what}\nconsole:\n{console}\nlog:\n{log}"));
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("BLK is not JSON ({e}): {line}"))
 }
 
 /// Osprey's `drive stats {...}` log line for the (only) drive.

@@ -250,3 +250,24 @@ pub fn thread_cpu_ns(pid: u32, comm: &str) -> u64 {
     }
     panic!("no thread {comm} in {pid}");
 }
+
+/// The test guest's `BLK {...}` report on a running or exited VMM's console.
+pub fn blk_report(vmm: &Vmm) -> serde_json::Value {
+    blk::report(&vmm.console_text(), "", &vmm.log_text())
+}
+
+/// One REST API request on `sock`: (status, body as JSON, or as a string when it is not JSON).
+pub fn api_call(
+    sock: &Path,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+) -> (u16, serde_json::Value) {
+    let (status, text) = vmm::api::client::request(sock, method, path, body).expect("API request");
+    let v = if text.trim().is_empty() {
+        serde_json::Value::Null
+    } else {
+        serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text))
+    };
+    (status, v)
+}
