@@ -94,10 +94,7 @@ async fn get_iothread(
     State(s): State<ApiState>,
     id: Result<Path<String>, PathRejection>,
 ) -> Response {
-    match path_id(id) {
-        Ok(id) => send(&s, ApiCommand::GetIoThread(id)).await,
-        Err(f) => f.into_response(),
-    }
+    get_by_id(&s, id, ApiCommand::GetIoThread).await
 }
 
 async fn patch_iothread(
@@ -106,6 +103,18 @@ async fn patch_iothread(
     request: Request,
 ) -> Response {
     patch::<IoThreadUpdate>(&s, id, request, ApiCommand::PatchIoThread).await
+}
+
+/// A GET on `/{kind}/{id}`: the id, then the command.
+async fn get_by_id(
+    s: &ApiState,
+    id: Result<Path<String>, PathRejection>,
+    command: fn(String) -> ApiCommand,
+) -> Response {
+    match path_id(id) {
+        Ok(id) => send(s, command(id)).await,
+        Err(f) => f.into_response(),
+    }
 }
 
 /// A PATCH on `/{kind}/{id}`: the id, then a JSON body of type `T`, then the command.
@@ -130,10 +139,7 @@ async fn list_drives(State(s): State<ApiState>) -> Response {
 }
 
 async fn get_drive(State(s): State<ApiState>, id: Result<Path<String>, PathRejection>) -> Response {
-    match path_id(id) {
-        Ok(id) => send(&s, ApiCommand::GetDrive(id)).await,
-        Err(f) => f.into_response(),
-    }
+    get_by_id(&s, id, ApiCommand::GetDrive).await
 }
 
 async fn patch_drive(
@@ -149,10 +155,7 @@ async fn list_groups(State(s): State<ApiState>) -> Response {
 }
 
 async fn get_group(State(s): State<ApiState>, id: Result<Path<String>, PathRejection>) -> Response {
-    match path_id(id) {
-        Ok(id) => send(&s, ApiCommand::GetRateLimitGroup(id)).await,
-        Err(f) => f.into_response(),
-    }
+    get_by_id(&s, id, ApiCommand::GetRateLimitGroup).await
 }
 
 async fn patch_group(
