@@ -405,6 +405,11 @@ fn lo_path(lo: &Loop) -> PathBuf {
 /// entry per request) fill the io_uring engine, one request per submission call over a loop
 /// device. The handler must leave the rest on the ring and finish them later: no loss, no
 /// corruption, and the drive records that the engine was full.
+///
+/// The loop device alone cannot be relied on to fall behind (on a fast host disk it keeps pace
+/// with one request per submission), so the first 300 submission rounds are refused as EAGAIN
+/// (`fault_injection`): the refused requests stay in flight until the budget is spent, which
+/// fills the engine on every host; then everything goes through to the loop device.
 #[test]
 fn full_engine_applies_back_pressure_without_loss() {
     let scratch = Scratch::new("faults-full");
@@ -416,7 +421,8 @@ fn full_engine_applies_back_pressure_without_loss() {
     let t0 = Instant::now();
     let (status, r, log) = boot_with(
         &disk,
-        json!({"io_engine": "IoUring", "queue_size": 256, "direct": true}),
+        json!({"io_engine": "IoUring", "queue_size": 256, "direct": true,
+               "fault_injection": {"error": "EAGAIN", "max_errors": 300}}),
         json!({"max_batch": 1}),
         "rw=verify indirect=1 qd=256 qsize=256 count=32768 bs=4096 seed=7",
     );
