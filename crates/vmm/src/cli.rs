@@ -78,10 +78,26 @@ pub struct Cli {
     #[arg(long, value_name = "LEVEL", default_value = "info")]
     pub log_level: log::LevelFilter,
 
-    /// Seccomp filters on the vCPU, iothread and API threads: on (the default) or off (for
-    /// debugging; a forbidden syscall otherwise ends Osprey with a message). See docs/seccomp.md.
+    /// Seccomp filters on every thread: on (the default) or off (for debugging; a forbidden
+    /// syscall otherwise ends Osprey with a message). See docs/seccomp.md.
     #[arg(long, value_name = "MODE", value_enum, default_value = "on")]
     pub seccomp: crate::seccomp::SeccompMode,
+
+    /// The sandbox each thread enters once set up: on (the default: seccomp, Landlock on the
+    /// configured files only, no_new_privs, no capabilities; what the kernel lacks is logged),
+    /// strict (the same, but anything the kernel cannot enforce is an error), off (debugging).
+    /// Overrides sandbox.mode. See docs/security.md.
+    #[arg(long, value_name = "MODE", value_enum)]
+    pub sandbox: Option<crate::sandbox::SandboxMode>,
+
+    /// Run as this user once /dev/kvm, the drives and the API socket are open (give --gid too;
+    /// e.g. 65534, nobody). Overrides sandbox.uid.
+    #[arg(long, value_name = "UID")]
+    pub uid: Option<u32>,
+
+    /// Run as this group once set up (with --uid). Overrides sandbox.gid.
+    #[arg(long, value_name = "GID")]
+    pub gid: Option<u32>,
 }
 
 impl Cli {
@@ -123,6 +139,15 @@ impl Cli {
         }
         if let Some(m) = self.memory {
             config.machine.mem_size_mib = m;
+        }
+        if let Some(mode) = self.sandbox {
+            config.sandbox.mode = mode;
+        }
+        if let Some(uid) = self.uid {
+            config.sandbox.uid = Some(uid);
+        }
+        if let Some(gid) = self.gid {
+            config.sandbox.gid = Some(gid);
         }
         if let Some(socket) = &self.api_sock {
             config.api = Some(ApiConfig {

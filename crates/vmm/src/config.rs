@@ -82,6 +82,9 @@ pub struct VmConfig {
     /// Periodic metrics to a file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metrics: Option<MetricsConfig>,
+    /// The sandbox (seccomp, Landlock, privileges, namespaces).
+    #[serde(default)]
+    pub sandbox: crate::sandbox::SandboxConfig,
 }
 
 /// `metrics`: a JSON line of every counter appended to `path` every `interval_ms`.
@@ -439,6 +442,9 @@ impl VmConfig {
                 ),
             ));
         }
+        self.sandbox
+            .check()
+            .map_err(|(field, reason)| invalid(field, reason))?;
         check_readable(
             "boot-source.kernel_image_path",
             &self.boot.kernel_image_path,

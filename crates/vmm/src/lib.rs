@@ -23,6 +23,7 @@ pub mod mptable;
 pub mod msr;
 pub mod rate_limit;
 pub mod regs;
+pub mod sandbox;
 pub mod seccomp;
 pub mod stop;
 pub mod unpack;

@@ -1,8 +1,9 @@
-//! Seccomp: one allow-list per thread type (vCPU, iothread, API), compiled once at start with
-//! seccompiler and installed by each thread on itself once its set-up is done. A syscall outside
-//! the list raises `SIGSYS`; the handler prints `osprey: seccomp: thread <name> made forbidden
-//! syscall <nr>` on stderr and ends the process with [`EXIT_SECCOMP`]. `--seccomp off` turns the
-//! filters off for debugging. The lists, their sizes and the reasons: `docs/seccomp.md`.
+//! Seccomp: one allow-list per thread type (vCPU, iothread, API, control, stdin), compiled once
+//! at start with seccompiler and installed by each thread on itself once its set-up is done (by
+//! the sandbox, `crate::sandbox`). A syscall outside the list raises `SIGSYS`; the handler prints
+//! `osprey: seccomp: thread <name> made forbidden syscall <nr>` on stderr and ends the process
+//! with [`EXIT_SECCOMP`]. `--seccomp off` turns the filters off for debugging. The lists, their
+//! sizes and the reasons: `docs/seccomp.md`.
 
 use std::cell::Cell;
 use std::collections::BTreeMap;
@@ -18,10 +19,6 @@ use seccompiler::{
 /// Exit status of a process killed for a forbidden syscall (128 + `SIGSYS`, as a shell reports
 /// a death by `SIGSYS`).
 pub const EXIT_SECCOMP: i32 = 128 + libc::SIGSYS;
-
-/// The environment variable that makes a filtered thread call a forbidden syscall (`getppid`)
-/// once, right after installing its filter: `vcpu`, `iothread` or `api`. For the tests.
-pub const SELFTEST_ENV: &str = "OSPREY_SECCOMP_SELFTEST";
 
 /// Errors building or installing a filter.
 #[derive(Debug, thiserror::Error)]
@@ -50,7 +47,7 @@ pub enum SeccompError {
 /// `--seccomp on|off`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum SeccompMode {
-    /// Filter the vCPU, iothread and API threads (the default).
+    /// Filter every thread (the default).
     #[default]
     On,
     /// No filters (for debugging).
@@ -82,18 +79,30 @@ pub enum ThreadKind {
     IoThread,
     /// The API thread (tokio + hyper on the Unix socket).
     Api,
+    /// The main thread once the VM runs: the control loop (API commands, metrics, stop).
+    Control,
+    /// The thread that copies stdin to the serial port.
+    Stdin,
 }
 
 impl ThreadKind {
     /// Every thread type.
-    pub const ALL: [ThreadKind; 3] = [ThreadKind::Vcpu, ThreadKind::IoThread, ThreadKind::Api];
+    pub const ALL: [ThreadKind; 5] = [
+        ThreadKind::Vcpu,
+        ThreadKind::IoThread,
+        ThreadKind::Api,
+        ThreadKind::Control,
+        ThreadKind::Stdin,
+    ];
 
-    /// The name used in messages and by [`SELFTEST_ENV`].
+    /// The name used in messages (and by the tests' sandbox probe).
     pub fn name(self) -> &'static str {
         match self {
             ThreadKind::Vcpu => "vcpu",
             ThreadKind::IoThread => "iothread",
             ThreadKind::Api => "api",
+            ThreadKind::Control => "control",
+            ThreadKind::Stdin => "stdin",
         }
     }
 
@@ -105,14 +114,17 @@ impl ThreadKind {
             ThreadKind::Vcpu => VCPU,
             ThreadKind::IoThread => IOTHREAD,
             ThreadKind::Api => API,
+            ThreadKind::Control => CONTROL,
+            ThreadKind::Stdin => &[],
         };
         for &nr in COMMON.iter().chain(specific) {
             rules.insert(nr, Vec::new());
         }
         let ioctls: &[u64] = match self {
             ThreadKind::Vcpu => &VCPU_IOCTLS,
-            ThreadKind::IoThread => &[],
+            ThreadKind::IoThread | ThreadKind::Stdin => &[],
             ThreadKind::Api => &[libc::FIONBIO],
+            ThreadKind::Control => &CONTROL_IOCTLS,
         };
         if !ioctls.is_empty() {
             let mut allowed = Vec::with_capacity(ioctls.len());
@@ -160,16 +172,37 @@ const COMMON: &[libc::c_long] = &[
     libc::SYS_sigaltstack,
     libc::SYS_exit,
     libc::SYS_exit_group,
-    // Passes this list only to fail in the second filter, see `REFUSED`.
+    // Passes this list only to fail in the second filter (except on the control thread), see
+    // `REFUSED`.
     libc::SYS_openat,
 ];
 
 /// Syscalls that fail with `EACCES` instead of ending the process (a second filter, stacked on
-/// the allow-list: the kernel applies the stricter verdict). glibc's malloc opens
-/// `/proc/sys/vm/overcommit_memory` the first time it shrinks a thread's arena, which can happen
-/// on any thread at any time, and copes with a failure; no filtered thread opens files otherwise
-/// (error paths that read `/proc` for a better message just lose the detail).
+/// the allow-list: the kernel applies the stricter verdict), on every thread but the control
+/// thread. glibc's malloc opens `/proc/sys/vm/overcommit_memory` the first time it shrinks a
+/// thread's arena, which can happen on any thread at any time, and copes with a failure; no
+/// filtered thread opens files otherwise (error paths that read `/proc` for a better message
+/// just lose the detail). The control thread opens `/proc/self/task/*` when the VM stops
+/// (Landlock limits what it can open).
 const REFUSED: &[libc::c_long] = &[libc::SYS_openat];
+
+/// The control thread once the VM runs: API commands (which reach devices through channels and
+/// eventfds), the metrics file (opened before), pausing and stopping vCPUs (`tgkill`), the CPU
+/// time of each thread from `/proc/self/task` at the end, removing the API socket, and tearing
+/// down devices (ioeventfds and irqfds deassigned, see [`CONTROL_IOCTLS`]).
+const CONTROL: &[libc::c_long] = &[
+    libc::SYS_getdents64,
+    libc::SYS_statx,
+    libc::SYS_newfstatat,
+    libc::SYS_fstat,
+    libc::SYS_lseek,
+    libc::SYS_fcntl,
+    libc::SYS_getpid,
+    libc::SYS_gettid,
+    libc::SYS_tgkill,
+    libc::SYS_unlink,
+    libc::SYS_unlinkat,
+];
 
 /// vCPU threads: besides `KVM_RUN` (an `ioctl`, see [`VCPU_IOCTLS`]), device activation at
 /// `DRIVER_OK` runs here: it creates and duplicates eventfds and hands queues to an iothread.
@@ -245,6 +278,13 @@ const VCPU_IOCTLS: [u64; 7] = [
     kvm_ioc(IOC_WRITE, 0xa5, std::mem::size_of::<kvm_msi>()),         // KVM_SIGNAL_MSI
 ];
 
+/// The control thread's ioctls: device teardown when the VM stops deassigns ioeventfds and
+/// irqfds.
+const CONTROL_IOCTLS: [u64; 2] = [
+    kvm_ioc(IOC_WRITE, 0x79, std::mem::size_of::<kvm_ioeventfd>()), // KVM_IOEVENTFD
+    kvm_ioc(IOC_WRITE, 0x76, std::mem::size_of::<kvm_irqfd>()),     // KVM_IRQFD
+];
+
 /// A compiled filter.
 #[derive(Debug, Clone)]
 pub struct ThreadFilter {
@@ -254,8 +294,9 @@ pub struct ThreadFilter {
     pub syscalls: usize,
     /// The BPF program: the allow-list.
     pub program: BpfProgram,
-    /// The BPF program stacked on it: [`REFUSED`] syscalls fail with `EACCES`.
-    pub refuse: BpfProgram,
+    /// The BPF program stacked on it: [`REFUSED`] syscalls fail with `EACCES` (none on the
+    /// control thread).
+    pub refuse: Option<BpfProgram>,
 }
 
 impl ThreadFilter {
@@ -268,15 +309,19 @@ impl ThreadFilter {
         let filter = SeccompFilter::new(rules, SeccompAction::Trap, SeccompAction::Allow, arch)
             .map_err(err)?;
         let program = BpfProgram::try_from(filter).map_err(err)?;
-        let refused = REFUSED.iter().map(|&nr| (nr, Vec::new())).collect();
-        let refuse = SeccompFilter::new(
-            refused,
-            SeccompAction::Allow,
-            SeccompAction::Errno(libc::EACCES as u32),
-            arch,
-        )
-        .map_err(err)?;
-        let refuse = BpfProgram::try_from(refuse).map_err(err)?;
+        let refuse = if kind == ThreadKind::Control {
+            None
+        } else {
+            let refused = REFUSED.iter().map(|&nr| (nr, Vec::new())).collect();
+            let refuse = SeccompFilter::new(
+                refused,
+                SeccompAction::Allow,
+                SeccompAction::Errno(libc::EACCES as u32),
+                arch,
+            )
+            .map_err(err)?;
+            Some(BpfProgram::try_from(refuse).map_err(err)?)
+        };
         Ok(ThreadFilter {
             kind,
             syscalls,
@@ -285,14 +330,7 @@ impl ThreadFilter {
         })
     }
 
-    /// A hook that installs this filter on the thread that runs it (see [`ThreadFilter::install`]).
-    pub fn hook(&self) -> Box<dyn FnOnce() -> Result<(), String> + Send> {
-        let filter = self.clone();
-        Box::new(move || filter.install().map_err(|e| e.to_string()))
-    }
-
-    /// Installs the filter on the calling thread (for good: a thread cannot drop its filter),
-    /// then runs the self-test when [`SELFTEST_ENV`] names this thread type.
+    /// Installs the filter on the calling thread (for good: a thread cannot drop its filter).
     pub fn install(&self) -> Result<(), SeccompError> {
         install_sigsys_handler()?;
         let name = std::thread::current()
@@ -303,8 +341,7 @@ impl ThreadFilter {
         let n = name.len().min(THREAD_NAME_LEN);
         raw[..n].copy_from_slice(&name.as_bytes()[..n]);
         THREAD_NAME.with(|t| t.set(raw));
-        let selftest = std::env::var(SELFTEST_ENV).is_ok_and(|v| v == self.kind.name());
-        for program in [&self.refuse, &self.program] {
+        for program in self.refuse.iter().chain([&self.program]) {
             seccompiler::apply_filter(program).map_err(|source| SeccompError::Install {
                 thread: name.clone(),
                 source,
@@ -314,11 +351,6 @@ impl ThreadFilter {
             "seccomp: thread {name} filtered ({} syscalls)",
             self.syscalls
         );
-        if selftest {
-            // SAFETY: getppid takes no arguments and touches no memory; here it is forbidden,
-            // so the SIGSYS handler ends the process, as the self-test wants.
-            unsafe { libc::syscall(libc::SYS_getppid) };
-        }
         Ok(())
     }
 }
@@ -332,6 +364,10 @@ pub struct Filters {
     pub iothread: ThreadFilter,
     /// The API thread.
     pub api: ThreadFilter,
+    /// The control (main) thread.
+    pub control: ThreadFilter,
+    /// The stdin reader.
+    pub stdin: ThreadFilter,
 }
 
 impl Filters {
@@ -341,20 +377,34 @@ impl Filters {
             vcpu: ThreadFilter::build(ThreadKind::Vcpu)?,
             iothread: ThreadFilter::build(ThreadKind::IoThread)?,
             api: ThreadFilter::build(ThreadKind::Api)?,
+            control: ThreadFilter::build(ThreadKind::Control)?,
+            stdin: ThreadFilter::build(ThreadKind::Stdin)?,
         })
+    }
+
+    /// The filter of `kind`.
+    pub fn of(&self, kind: ThreadKind) -> &ThreadFilter {
+        match kind {
+            ThreadKind::Vcpu => &self.vcpu,
+            ThreadKind::IoThread => &self.iothread,
+            ThreadKind::Api => &self.api,
+            ThreadKind::Control => &self.control,
+            ThreadKind::Stdin => &self.stdin,
+        }
     }
 
     /// One line for the start-up log: syscalls and BPF instructions per thread type.
     pub fn describe(&self) -> String {
-        [&self.vcpu, &self.iothread, &self.api]
+        ThreadKind::ALL
             .iter()
-            .map(|f| {
+            .map(|&k| {
+                let f = self.of(k);
                 format!(
                     "{} {} syscalls/{}+{} BPF instructions",
                     f.kind,
                     f.syscalls,
                     f.program.len(),
-                    f.refuse.len()
+                    f.refuse.as_ref().map_or(0, Vec::len)
                 )
             })
             .collect::<Vec<_>>()
@@ -447,7 +497,7 @@ mod tests {
     #[test]
     fn every_filter_compiles_and_stays_small() {
         let f = Filters::build().expect("filters");
-        for t in [&f.vcpu, &f.iothread, &f.api] {
+        for t in ThreadKind::ALL.map(|k| f.of(k)) {
             assert!(t.syscalls > 10, "{}", f.describe());
             assert!(t.program.len() < 400, "{}", f.describe());
         }

@@ -24,6 +24,8 @@ use crate::device_manager::{self, DeviceError, Devices};
 use crate::host::KvmFlavor;
 use crate::layout::ram_regions;
 use crate::regs::{self, RegsError};
+use crate::sandbox::{Sandbox, SandboxError, ThreadHook};
+use crate::seccomp::ThreadKind;
 use crate::stop::StopReason;
 use crate::vcpu::PauseState;
 use crate::vcpu::VcpuRunner;
@@ -69,6 +71,9 @@ pub enum VmError {
     /// Building or installing a seccomp filter failed.
     #[error("Seccomp: {0}")]
     Seccomp(String),
+    /// Entering the sandbox failed.
+    #[error("Sandbox: {0}")]
+    Sandbox(#[from] SandboxError),
     /// Creating an eventfd or thread failed.
     #[error("{what}: {source}")]
     Os {
@@ -111,6 +116,8 @@ pub struct RunningVm {
     events_tx: Sender<ControlEvent>,
     /// The REST API server, if configured (stopped, and its socket removed, when dropped).
     api: Option<crate::api::server::ApiServer>,
+    /// The metrics file, opened before the sandbox closed the file system.
+    metrics: Option<MetricsFile>,
     pause: Arc<PauseState>,
     config: VmConfig,
     started: Instant,
@@ -131,6 +138,8 @@ impl std::fmt::Debug for RunningVm {
 /// Builds the VM described by `config` (already validated) and starts its vCPUs.
 pub fn start(config: &VmConfig) -> Result<RunningVm, VmError> {
     let started = Instant::now();
+    // Alone on the main thread still: namespaces (when asked) and no_new_privs for every thread.
+    Sandbox::enter_early(&config.sandbox)?;
     let flavor = KvmFlavor::detect();
     log::info!("KVM: {}", flavor.describe());
 
@@ -161,13 +170,17 @@ pub fn start(config: &VmConfig) -> Result<RunningVm, VmError> {
     let (tx, events) = mpsc::channel();
     let exit: Arc<dyn ExitRequester> = Arc::new(ChannelExit(Mutex::new(tx.clone())));
     let vm = Arc::new(vm);
+    // Opened before the sandbox is built: the Landlock rule needs the file to exist, and the
+    // control thread never opens it again.
+    let metrics = config.metrics.as_ref().and_then(MetricsFile::open);
+    let sandbox = Sandbox::prepare(config, seccomp_filters(config)?)?;
     let devices = device_manager::build(config, &vm, &mem, exit)?;
-    let filters = seccomp_filters()?;
-    if let Some(f) = &filters {
-        for t in devices.iothreads.values() {
-            t.run_on_thread(f.iothread.hook())
-                .map_err(|e| VmError::Seccomp(e.to_string()))?;
-        }
+    for t in devices.iothreads.values() {
+        t.run_on_thread(sandbox.hook(ThreadKind::IoThread))
+            .map_err(|e| VmError::Os {
+                what: "entering the sandbox on an iothread",
+                source: std::io::Error::other(e.to_string()),
+            })?;
     }
 
     mptable::write(&mem, config.machine.vcpu_count)?;
@@ -230,7 +243,7 @@ pub fn start(config: &VmConfig) -> Result<RunningVm, VmError> {
             events: tx.clone(),
             stop: stop.clone(),
             pause: pause.clone(),
-            on_start: filters.as_ref().map(|f| f.vcpu.hook()),
+            on_start: Some(sandbox.hook(ThreadKind::Vcpu)),
         };
         let handle = std::thread::Builder::new()
             .name(format!("vcpu{id}"))
@@ -241,7 +254,7 @@ pub fn start(config: &VmConfig) -> Result<RunningVm, VmError> {
             })?;
         vcpus.push(handle);
     }
-    spawn_stdin_reader(devices.serial.clone());
+    spawn_stdin_reader(devices.serial.clone(), sandbox.hook(ThreadKind::Stdin));
     let api = match &config.api {
         Some(a) => {
             let sender = tx.clone();
@@ -252,17 +265,30 @@ pub fn start(config: &VmConfig) -> Result<RunningVm, VmError> {
                 &a.socket,
                 submit,
                 crate::api::server::ServerLimits::default(),
-                filters.as_ref().map(|f| f.api.hook()),
+                Some(sandbox.hook(ThreadKind::Api)),
             )
             .map_err(|e| VmError::Os {
                 what: "starting the API server",
                 source: std::io::Error::other(e.to_string()),
             })?;
+            if let Err(e) = sandbox.hand_over(&a.socket) {
+                log::warn!(
+                    "API socket {}: cannot give it to the sandbox's user ({e}); it will be left \
+                     behind at exit",
+                    a.socket.display()
+                );
+            }
             log::info!("API listening on {}", a.socket.display());
             Some(server)
         }
         None => None,
     };
+    sandbox.enter(ThreadKind::Control)?;
+    if sandbox.is_on() {
+        log::info!("sandbox: {}", sandbox.describe());
+    } else {
+        log::warn!("sandbox: {}", sandbox.describe());
+    }
     log::info!(
         "Started {count} vCPU(s), {} MiB in {:.1} ms; boot timings {}",
         config.machine.mem_size_mib,
@@ -275,6 +301,7 @@ pub fn start(config: &VmConfig) -> Result<RunningVm, VmError> {
         events,
         events_tx: tx,
         api,
+        metrics,
         pause,
         config: config.clone(),
         started,
@@ -284,8 +311,11 @@ pub fn start(config: &VmConfig) -> Result<RunningVm, VmError> {
     })
 }
 
-/// The filters to install, or `None` with `--seccomp off`; logs the choice.
-fn seccomp_filters() -> Result<Option<crate::seccomp::Filters>, VmError> {
+/// The filters to install, or `None` with `--seccomp off` or `--sandbox off`; logs the choice.
+fn seccomp_filters(config: &VmConfig) -> Result<Option<crate::seccomp::Filters>, VmError> {
+    if config.sandbox.mode == crate::sandbox::SandboxMode::Off {
+        return Ok(None);
+    }
     match crate::seccomp::mode() {
         crate::seccomp::SeccompMode::Off => {
             log::warn!("seccomp: off (--seccomp off): every thread runs unfiltered");
@@ -385,10 +415,14 @@ fn set_lint(lapic: &mut kvm_bindings::kvm_lapic_state) {
     update(APIC_LVT1, APIC_MODE_NMI);
 }
 
-fn spawn_stdin_reader(serial: Arc<Mutex<SerialConsole>>) {
+fn spawn_stdin_reader(serial: Arc<Mutex<SerialConsole>>, sandbox: ThreadHook) {
     let spawned = std::thread::Builder::new()
         .name("stdin".into())
         .spawn(move || {
+            if let Err(e) = sandbox() {
+                log::error!("stdin thread: {e}; no console input");
+                return;
+            }
             let mut buf = [0u8; 64];
             let mut stdin = std::io::stdin();
             while let Ok(n) = stdin.read(&mut buf) {
@@ -407,11 +441,7 @@ fn spawn_stdin_reader(serial: Arc<Mutex<SerialConsole>>) {
 impl RunningVm {
     /// Waits for the reason the VM stops, then stops every vCPU.
     pub fn wait(mut self) -> StopReason {
-        let mut metrics = self
-            .config
-            .metrics
-            .clone()
-            .and_then(|m| MetricsFile::open(&m));
+        let mut metrics = self.metrics.take();
         let reason = loop {
             let timeout = metrics.as_ref().map_or(Duration::from_millis(50), |m| {
                 m.until_next().min(Duration::from_millis(50))
@@ -574,7 +604,9 @@ impl MetricsFile {
         if let (Some(l), Some(m)) = (line.as_object_mut(), metrics.as_object()) {
             l.extend(m.clone());
         }
-        if let Err(e) = writeln!(self.file, "{line}") {
+        // One write per line (the file is unbuffered: `writeln!` of a JSON value would make a
+        // syscall per token).
+        if let Err(e) = self.file.write_all(format!("{line}\n").as_bytes()) {
             log::warn!("writing metrics: {e}");
         }
         self.next = Instant::now() + self.interval;

@@ -1,0 +1,312 @@
+//! Landlock: the file system a sandboxed Osprey may still reach, derived from its config. Every
+//! access right the kernel can restrict is handled (read, write, execute, create, remove, rename,
+//! truncate, device ioctls; TCP bind and connect; abstract Unix sockets outside the sandbox),
+//! and only these paths get some back: each drive (read, or read and write), the kernel and
+//! initrd (read), the metrics file (write), the API socket's directory (remove entries: the
+//! socket at exit) and `/proc/self/task` (read: each thread's CPU time when the VM stops).
+//! Nothing may be executed. Files opened during set-up keep the access they were opened with.
+//!
+//! Landlock applies per thread (kernels before ABI 8 have no way to restrict a whole process at
+//! once), so the ruleset is built once and each thread restricts itself with it in its sandbox
+//! hook; sending signals is not scoped, since separately restricted threads are separate
+//! domains and the control thread must still kick vCPUs.
+
+use std::path::{Path, PathBuf};
+
+use landlock::{
+    Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, LandlockStatus, PathBeneath,
+    PathFd, RestrictionStatus, Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr,
+    RulesetStatus, Scope, ABI,
+};
+
+use crate::config::VmConfig;
+
+/// What a rule gives back on its path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FsAccess {
+    /// Read the file.
+    Read,
+    /// Read and write the file.
+    ReadWrite,
+    /// Write the file.
+    Write,
+    /// Read the directory and every file beneath it.
+    ReadTree,
+    /// Remove files directly in the directory (or beneath it).
+    RemoveFiles,
+}
+
+impl FsAccess {
+    fn rights(self) -> BitFlags<AccessFs> {
+        match self {
+            FsAccess::Read => AccessFs::ReadFile.into(),
+            FsAccess::ReadWrite => AccessFs::ReadFile | AccessFs::WriteFile,
+            FsAccess::Write => AccessFs::WriteFile.into(),
+            FsAccess::ReadTree => AccessFs::ReadFile | AccessFs::ReadDir,
+            FsAccess::RemoveFiles => AccessFs::RemoveFile.into(),
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            FsAccess::Read => "read",
+            FsAccess::ReadWrite => "read-write",
+            FsAccess::Write => "write",
+            FsAccess::ReadTree => "read tree",
+            FsAccess::RemoveFiles => "remove files",
+        }
+    }
+}
+
+/// One path and what may be done there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FsRule {
+    /// The path (a file, or a directory for the tree rights).
+    pub path: PathBuf,
+    /// The rights given back.
+    pub access: FsAccess,
+    /// What it is for (the config field or the use).
+    pub what: String,
+}
+
+/// The rules for `config`: nothing else stays reachable.
+pub fn rules_for(config: &VmConfig) -> Vec<FsRule> {
+    let mut rules = Vec::new();
+    let mut add = |path: &Path, access, what: String| {
+        rules.push(FsRule {
+            path: path.to_path_buf(),
+            access,
+            what,
+        })
+    };
+    for d in &config.drives {
+        let access = if d.is_read_only {
+            FsAccess::Read
+        } else {
+            FsAccess::ReadWrite
+        };
+        add(&d.path_on_host, access, format!("drive {}", d.drive_id));
+    }
+    add(
+        &config.boot.kernel_image_path,
+        FsAccess::Read,
+        "kernel".into(),
+    );
+    if let Some(initrd) = &config.boot.initrd_path {
+        add(initrd, FsAccess::Read, "initrd".into());
+    }
+    if let Some(m) = &config.metrics {
+        add(&m.path, FsAccess::Write, "metrics file".into());
+    }
+    if let Some(api) = &config.api {
+        let dir = match api.socket.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        add(dir, FsAccess::RemoveFiles, "API socket directory".into());
+    }
+    add(
+        Path::new("/proc/self/task"),
+        FsAccess::ReadTree,
+        "thread CPU times".into(),
+    );
+    rules
+}
+
+/// Errors building the ruleset.
+#[derive(Debug, thiserror::Error)]
+pub enum LandlockError {
+    /// The kernel cannot enforce what `--sandbox strict` requires, or refused a rule.
+    #[error("Landlock: {0}")]
+    Ruleset(#[from] landlock::RulesetError),
+    /// A rule's path cannot be opened.
+    #[error("Landlock rule for the {what}: {source}")]
+    Path {
+        /// The rule's use.
+        what: String,
+        /// The error (names the path).
+        source: landlock::PathFdError,
+    },
+    /// Duplicating the ruleset for a thread failed.
+    #[error("Landlock: duplicating the ruleset: {0}")]
+    Clone(std::io::Error),
+}
+
+/// The ABI whose features Osprey asks for: file-system rights up to device ioctls (ABI 5),
+/// TCP bind and connect (ABI 4), abstract Unix socket scoping (ABI 6). `--sandbox strict`
+/// requires all of them (Linux 6.12 or later).
+const WANTED_ABI: ABI = ABI::V6;
+
+/// A compiled ruleset, ready for each thread to restrict itself with.
+#[derive(Debug)]
+pub struct FsSandbox {
+    ruleset: RulesetCreated,
+    rules: Vec<FsRule>,
+}
+
+impl FsSandbox {
+    /// Builds the ruleset for `rules`; with `strict`, every wanted feature must be enforceable.
+    pub fn build(rules: Vec<FsRule>, strict: bool) -> Result<FsSandbox, LandlockError> {
+        let level = if strict {
+            CompatLevel::HardRequirement
+        } else {
+            CompatLevel::BestEffort
+        };
+        let mut ruleset = Ruleset::default()
+            .set_compatibility(level)
+            .handle_access(AccessFs::from_all(WANTED_ABI))?
+            .handle_access(AccessNet::from_all(WANTED_ABI))?
+            .scope(Scope::AbstractUnixSocket)?
+            .create()?;
+        for r in &rules {
+            let fd = PathFd::new(&r.path).map_err(|source| LandlockError::Path {
+                what: r.what.clone(),
+                source,
+            })?;
+            ruleset = ruleset.add_rule(PathBeneath::new(fd, r.access.rights()))?;
+        }
+        Ok(FsSandbox { ruleset, rules })
+    }
+
+    /// Restricts the calling thread (for good).
+    pub fn restrict_thread(&self) -> Result<RestrictionStatus, LandlockError> {
+        let ruleset = self.ruleset.try_clone().map_err(LandlockError::Clone)?;
+        Ok(ruleset.restrict_self()?)
+    }
+
+    /// The rules, for the log: `read-write drive disk0 (/path), …`.
+    pub fn describe_rules(&self) -> String {
+        self.rules
+            .iter()
+            .map(|r| format!("{} {} ({})", r.access.name(), r.what, r.path.display()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// The number of rules.
+    pub fn len(&self) -> usize {
+        self.rules.len()
+    }
+
+    /// Whether there are no rules (never: `/proc/self/task` is always there).
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+}
+
+/// How a thread's restriction went, in words: `Landlock ABI 7 fully enforced`.
+pub fn describe_status(status: &RestrictionStatus) -> String {
+    let abi = match status.landlock {
+        LandlockStatus::Available { effective_abi, .. } => format!("ABI {}", effective_abi as i32),
+        LandlockStatus::NotEnabled => "not enabled in this kernel".into(),
+        LandlockStatus::NotImplemented => "not built into this kernel".into(),
+    };
+    let how = match status.ruleset {
+        RulesetStatus::FullyEnforced => "fully enforced",
+        RulesetStatus::PartiallyEnforced => "partially enforced (an older kernel)",
+        RulesetStatus::NotEnforced => "NOT enforced",
+    };
+    format!("Landlock {abi} {how}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(extra: serde_json::Value) -> VmConfig {
+        let mut base = serde_json::json!({
+            "boot-source": {"kernel_image_path": "/k/vmlinux", "initrd_path": "/k/initrd"},
+            "drives": [
+                {"drive_id": "root", "path_on_host": "/d/root.img"},
+                {"drive_id": "ro", "path_on_host": "/d/ro.img", "is_read_only": true}
+            ],
+        });
+        if let (Some(b), Some(e)) = (base.as_object_mut(), extra.as_object()) {
+            b.extend(e.clone());
+        }
+        serde_json::from_value(base).expect("config")
+    }
+
+    #[test]
+    fn each_configured_path_gets_only_what_it_needs() {
+        let c = config(serde_json::json!({
+            "api": {"socket": "/run/osprey/api.sock"},
+            "metrics": {"path": "/var/log/osprey.metrics"},
+        }));
+        let got: Vec<(String, FsAccess)> = rules_for(&c)
+            .into_iter()
+            .map(|r| (r.path.display().to_string(), r.access))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("/d/root.img".into(), FsAccess::ReadWrite),
+                ("/d/ro.img".into(), FsAccess::Read),
+                ("/k/vmlinux".into(), FsAccess::Read),
+                ("/k/initrd".into(), FsAccess::Read),
+                ("/var/log/osprey.metrics".into(), FsAccess::Write),
+                ("/run/osprey".into(), FsAccess::RemoveFiles),
+                ("/proc/self/task".into(), FsAccess::ReadTree),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_socket_in_the_working_directory_names_it() {
+        let c = config(serde_json::json!({"api": {"socket": "api.sock"}}));
+        assert!(rules_for(&c)
+            .iter()
+            .any(|r| r.path == Path::new(".") && r.access == FsAccess::RemoveFiles));
+    }
+
+    #[test]
+    fn no_rule_gives_execute_or_creation() {
+        for a in [
+            FsAccess::Read,
+            FsAccess::ReadWrite,
+            FsAccess::Write,
+            FsAccess::ReadTree,
+            FsAccess::RemoveFiles,
+        ] {
+            let r = a.rights();
+            assert!(!r.contains(AccessFs::Execute), "{a:?}");
+            assert!(!r.intersects(AccessFs::MakeReg | AccessFs::MakeSock | AccessFs::MakeSym));
+        }
+    }
+
+    #[test]
+    fn a_restricted_thread_reaches_its_files_and_nothing_else() {
+        let dir = std::env::temp_dir().join(format!("osprey-landlock-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let allowed = dir.join("allowed");
+        let other = dir.join("other");
+        std::fs::write(&allowed, b"yes").expect("write");
+        std::fs::write(&other, b"no").expect("write");
+        let sandbox = FsSandbox::build(
+            vec![FsRule {
+                path: allowed.clone(),
+                access: FsAccess::Read,
+                what: "test".into(),
+            }],
+            false,
+        )
+        .expect("ruleset");
+        let (a, o, status) = std::thread::spawn(move || {
+            let status = sandbox.restrict_thread().expect("restrict");
+            (
+                std::fs::read(&allowed).map_err(|e| e.raw_os_error()),
+                std::fs::read(&other).map_err(|e| e.raw_os_error()),
+                describe_status(&status),
+            )
+        })
+        .join()
+        .expect("join");
+        let _ = std::fs::remove_dir_all(&dir);
+        if status.contains("not enabled") || status.contains("not built") {
+            eprintln!("NOT RUN: {status}");
+            return;
+        }
+        assert_eq!(a, Ok(b"yes".to_vec()), "{status}");
+        assert_eq!(o, Err(Some(libc::EACCES)), "{status}");
+    }
+}

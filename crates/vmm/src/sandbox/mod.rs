@@ -1,0 +1,299 @@
+//! The sandbox Osprey puts itself in, on by default: once a thread's set-up is done it restricts
+//! itself with Landlock (only the configured files stay reachable, nothing can be executed),
+//! drops every capability (and, with `sandbox.uid`/`gid` or `--uid`/`--gid`, becomes that user),
+//! and installs its seccomp allow-list; `no_new_privs` is set on the main thread before any other
+//! thread exists, so all inherit it. With `sandbox.namespaces`, Osprey first leaves the host's
+//! mount, IPC, UTS and network namespaces. `--sandbox off` turns all of it off for debugging;
+//! `--sandbox strict` makes any part the kernel cannot enforce an error instead of a log line.
+//! Every thread type enters through [`Sandbox::hook`] (the control thread through
+//! [`Sandbox::enter`]). What each part does and how it compares with Firecracker's jailer and
+//! Cloud Hypervisor: docs/security.md.
+
+pub mod credentials;
+pub mod fs_rules;
+pub mod namespaces;
+#[cfg(feature = "test-hooks")]
+mod probe;
+
+use std::sync::{Arc, Mutex};
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::VmConfig;
+use crate::seccomp::{Filters, SeccompError, ThreadKind};
+use credentials::{CredentialsError, Dropped};
+use fs_rules::{FsSandbox, LandlockError};
+use namespaces::NamespaceError;
+
+/// `--sandbox` and `sandbox.mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum SandboxMode {
+    /// Everything off (for debugging): no seccomp, no Landlock, privileges kept.
+    Off,
+    /// Everything the kernel supports; what it lacks is logged (the default).
+    #[default]
+    On,
+    /// Like `on`, but a part the kernel cannot enforce is an error before boot.
+    Strict,
+}
+
+/// `sandbox`: the config section (the command line's `--sandbox`, `--uid`, `--gid` override it).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxConfig {
+    /// `on` (default), `off` or `strict`.
+    #[serde(default)]
+    pub mode: SandboxMode,
+    /// Run as this user once set up (give `gid` too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
+    /// Run as this group once set up (give `uid` too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gid: Option<u32>,
+    /// Leave the host's mount, IPC, UTS and network namespaces before set-up (needs root).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub namespaces: bool,
+}
+
+impl SandboxConfig {
+    /// Checks the combination; the error names the field.
+    pub fn check(&self) -> Result<(), (&'static str, String)> {
+        match (self.uid, self.gid) {
+            (Some(_), None) => {
+                return Err((
+                    "sandbox.gid",
+                    "missing: give the group with the user (--gid with --uid)".into(),
+                ))
+            }
+            (None, Some(_)) => {
+                return Err((
+                    "sandbox.uid",
+                    "missing: give the user with the group (--uid with --gid)".into(),
+                ))
+            }
+            _ => {}
+        }
+        if self.mode == SandboxMode::Off && (self.uid.is_some() || self.namespaces) {
+            return Err((
+                "sandbox.mode",
+                "is off, but sandbox.uid/gid or sandbox.namespaces need the sandbox".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn ids(&self) -> Option<(u32, u32)> {
+        self.uid.zip(self.gid)
+    }
+}
+
+/// Errors putting Osprey in its sandbox.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    /// A seccomp filter could not be built or installed.
+    #[error(transparent)]
+    Seccomp(#[from] SeccompError),
+    /// The Landlock ruleset could not be built or applied.
+    #[error(transparent)]
+    Landlock(#[from] LandlockError),
+    /// Privileges could not be dropped.
+    #[error("Dropping privileges: {0}")]
+    Credentials(#[from] CredentialsError),
+    /// New namespaces could not be entered.
+    #[error(transparent)]
+    Namespaces(#[from] NamespaceError),
+    /// `--sandbox strict` and the kernel enforces less than asked.
+    #[error("--sandbox strict: {0}")]
+    NotStrict(String),
+}
+
+/// What runs on a thread to put it in the sandbox (the thread types' start hooks take it).
+pub type ThreadHook = Box<dyn FnOnce() -> Result<(), String> + Send>;
+
+/// The sandbox of one VM: compiled once, entered by each thread.
+#[derive(Debug)]
+pub struct Sandbox {
+    config: SandboxConfig,
+    seccomp: Option<Filters>,
+    landlock: Option<FsSandbox>,
+    /// How the control thread's entry went (Landlock status, capabilities), for the log.
+    entered: Mutex<Option<(String, Dropped)>>,
+}
+
+impl Sandbox {
+    /// The first step, on the main thread before it starts any other: new namespaces when
+    /// asked, then `no_new_privs` (inherited by every thread created later).
+    pub fn enter_early(config: &SandboxConfig) -> Result<(), SandboxError> {
+        if config.mode == SandboxMode::Off {
+            return Ok(());
+        }
+        if config.namespaces {
+            namespaces::enter()?;
+        }
+        credentials::set_no_new_privs()?;
+        Ok(())
+    }
+
+    /// Compiles the seccomp filters (unless `seccomp` is `None`: `--seccomp off`) and the
+    /// Landlock ruleset for `vm`'s files. Files must exist: call after the metrics file and
+    /// the API socket's directory are there.
+    pub fn prepare(vm: &VmConfig, seccomp: Option<Filters>) -> Result<Arc<Sandbox>, SandboxError> {
+        let config = vm.sandbox.clone();
+        if config.mode == SandboxMode::Off {
+            return Ok(Arc::new(Sandbox {
+                config,
+                seccomp: None,
+                landlock: None,
+                entered: Mutex::new(None),
+            }));
+        }
+        let strict = config.mode == SandboxMode::Strict;
+        if strict && seccomp.is_none() {
+            return Err(SandboxError::NotStrict(
+                "seccomp is off (--seccomp off); strict needs every part".into(),
+            ));
+        }
+        let landlock = FsSandbox::build(fs_rules::rules_for(vm), strict)?;
+        Ok(Arc::new(Sandbox {
+            config,
+            seccomp,
+            landlock: Some(landlock),
+            entered: Mutex::new(None),
+        }))
+    }
+
+    /// Whether anything is in force.
+    pub fn is_on(&self) -> bool {
+        self.config.mode != SandboxMode::Off
+    }
+
+    /// The hook a thread of type `kind` runs once its set-up is done.
+    pub fn hook(self: &Arc<Self>, kind: ThreadKind) -> ThreadHook {
+        let sandbox = self.clone();
+        Box::new(move || sandbox.enter(kind).map_err(|e| e.to_string()))
+    }
+
+    /// Puts the calling thread in the sandbox, for good: Landlock, then privileges, then its
+    /// seccomp filter (last: the calls before it are not on the lists).
+    pub fn enter(&self, kind: ThreadKind) -> Result<(), SandboxError> {
+        if !self.is_on() {
+            return Ok(());
+        }
+        let mut landlock = String::new();
+        if let Some(l) = &self.landlock {
+            let status = l.restrict_thread()?;
+            landlock = fs_rules::describe_status(&status);
+            if self.config.mode == SandboxMode::Strict
+                && status.ruleset != landlock::RulesetStatus::FullyEnforced
+            {
+                return Err(SandboxError::NotStrict(landlock));
+            }
+        }
+        let dropped = credentials::drop_privileges(self.config.ids())?;
+        if kind == ThreadKind::Control {
+            *self.entered.lock().unwrap_or_else(|p| p.into_inner()) = Some((landlock, dropped));
+        }
+        if let Some(f) = &self.seccomp {
+            f.of(kind).install()?;
+        }
+        #[cfg(feature = "test-hooks")]
+        probe::run(kind);
+        Ok(())
+    }
+
+    /// Gives the API socket to the sandbox's user (so that, once set up, Osprey may still
+    /// remove it at exit); nothing without `uid`.
+    pub fn hand_over(&self, path: &std::path::Path) -> std::io::Result<()> {
+        match self.config.ids() {
+            Some((uid, gid)) if self.is_on() => {
+                std::os::unix::fs::chown(path, Some(uid), Some(gid))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// One line for the start-up log (after the control thread entered).
+    pub fn describe(&self) -> String {
+        if !self.is_on() {
+            return "off (--sandbox off): no seccomp, no Landlock, privileges kept".into();
+        }
+        let mut parts = Vec::new();
+        parts.push(match &self.seccomp {
+            Some(_) => format!("seccomp on all {} thread types", ThreadKind::ALL.len()),
+            None => "seccomp OFF (--seccomp off)".into(),
+        });
+        let entered = self.entered.lock().unwrap_or_else(|p| p.into_inner());
+        if let (Some(l), Some((status, _))) = (&self.landlock, entered.as_ref()) {
+            parts.push(format!(
+                "{status} ({} rules: {})",
+                l.len(),
+                l.describe_rules()
+            ));
+        }
+        parts.push("no_new_privs".into());
+        parts.push(match entered.as_ref() {
+            Some((_, d)) if d.bounding_set => "every capability dropped".into(),
+            _ => "capabilities dropped (bounding set kept: no CAP_SETPCAP)".into(),
+        });
+        if let Some((uid, gid)) = self.config.ids() {
+            parts.push(format!("uid {uid} gid {gid}"));
+        }
+        if self.config.namespaces {
+            parts.push(format!("namespaces {}", namespaces::describe()));
+        }
+        format!(
+            "{}: {}",
+            match self.config.mode {
+                SandboxMode::Strict => "strict",
+                _ => "on",
+            },
+            parts.join(", ")
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(v: serde_json::Value) -> SandboxConfig {
+        serde_json::from_value(v).expect("sandbox config")
+    }
+
+    #[test]
+    fn on_by_default_and_checked() {
+        let d = parse(serde_json::json!({}));
+        assert_eq!(d.mode, SandboxMode::On);
+        assert!(d.check().is_ok());
+        let both = parse(serde_json::json!({"uid": 65534, "gid": 65534, "mode": "strict"}));
+        assert_eq!(both.check(), Ok(()));
+        let uid_only = parse(serde_json::json!({"uid": 1000}));
+        assert_eq!(uid_only.check().map_err(|e| e.0), Err("sandbox.gid"));
+        let gid_only = parse(serde_json::json!({"gid": 1000}));
+        assert_eq!(gid_only.check().map_err(|e| e.0), Err("sandbox.uid"));
+        let off_with_ns = parse(serde_json::json!({"mode": "off", "namespaces": true}));
+        assert_eq!(off_with_ns.check().map_err(|e| e.0), Err("sandbox.mode"));
+        let bad: Result<SandboxConfig, _> =
+            serde_json::from_value(serde_json::json!({"mode": "on", "chroot": "/x"}));
+        assert!(bad.is_err(), "unknown fields are refused");
+    }
+
+    #[test]
+    fn off_enters_nothing() {
+        let vm: VmConfig = serde_json::from_value(serde_json::json!({
+            "boot-source": {"kernel_image_path": "/nonexistent"},
+            "sandbox": {"mode": "off"},
+        }))
+        .expect("config");
+        let s = Sandbox::prepare(&vm, None).expect("prepare");
+        assert!(!s.is_on());
+        let nnp = std::thread::spawn(move || {
+            s.enter(ThreadKind::Stdin).expect("enter");
+            credentials::status_field("NoNewPrivs")
+        })
+        .join()
+        .expect("join");
+        assert_eq!(nnp.as_deref(), Some("0"));
+    }
+}

@@ -1,0 +1,47 @@
+//! The tests' sandbox probe, compiled only with the `test-hooks` feature (on for `cargo test`,
+//! never in a release build): when `OSPREY_TEST_SANDBOX_PROBE` names a thread type, a thread of
+//! that type, right after entering its sandbox, tries what an attacker who took it over would
+//! try first: open `/etc/hostname`, then `execve` `/bin/true`. It logs what each attempt got;
+//! a seccomp kill ends the process with its own message instead.
+
+use crate::seccomp::ThreadKind;
+
+/// Names the thread type to probe: `vcpu`, `iothread`, `api`, `control` or `stdin`.
+pub const PROBE_ENV: &str = "OSPREY_TEST_SANDBOX_PROBE";
+
+fn outcome(ret: libc::c_int) -> String {
+    if ret < 0 {
+        std::io::Error::last_os_error().to_string()
+    } else {
+        "allowed".into()
+    }
+}
+
+/// Runs the probe on the calling thread if [`PROBE_ENV`] names `kind`.
+pub fn run(kind: ThreadKind) {
+    if std::env::var(PROBE_ENV).ok().as_deref() != Some(kind.name()) {
+        return;
+    }
+    let name = std::thread::current()
+        .name()
+        .unwrap_or(kind.name())
+        .to_owned();
+    // SAFETY: a NUL-terminated literal path; the fd, if any, is closed right away.
+    let fd = unsafe { libc::open(c"/etc/hostname".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    let open = outcome(fd);
+    if fd >= 0 {
+        // SAFETY: `fd` was just opened here and is not used elsewhere.
+        unsafe { libc::close(fd) };
+    }
+    // Written with one call: the log's own writer may not be usable after the exec attempt.
+    eprintln!("osprey: sandbox probe: thread {name}: open /etc/hostname: {open}");
+    let argv = [c"/bin/true".as_ptr(), std::ptr::null()];
+    let envp = [std::ptr::null::<libc::c_char>()];
+    // SAFETY: NUL-terminated path and argument arrays, alive for the call; on success the
+    // process is replaced (the test sees /bin/true's exit), otherwise it returns -1.
+    let ret = unsafe { libc::execve(c"/bin/true".as_ptr(), argv.as_ptr(), envp.as_ptr()) };
+    eprintln!(
+        "osprey: sandbox probe: thread {name}: execve /bin/true: {}",
+        outcome(ret)
+    );
+}
