@@ -95,8 +95,17 @@ fn collect(
 }
 
 impl Vmm {
-    /// Spawns `osprey` with `args`.
+    /// Spawns `osprey` with `args` (stdin empty: the console gets no input).
     pub fn spawn<I, S>(args: I) -> Vmm
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<std::ffi::OsStr>,
+    {
+        Vmm::spawn_with_stdin(args, Stdio::null())
+    }
+
+    /// Spawns `osprey` with `args` and `stdin` (a pipe stays open until the `Vmm` drops).
+    pub fn spawn_with_stdin<I, S>(args: I, stdin: Stdio) -> Vmm
     where
         I: IntoIterator<Item = S>,
         S: AsRef<std::ffi::OsStr>,
@@ -104,7 +113,7 @@ impl Vmm {
         let started = Instant::now();
         let mut child = Command::new(osprey())
             .args(args)
-            .stdin(Stdio::null())
+            .stdin(stdin)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -203,6 +212,11 @@ impl Vmm {
         }
     }
 
+    /// Whether the child has exited (without reaping its output readers).
+    pub fn has_exited(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
+    }
+
     /// Sends `sig` to the child.
     pub fn signal(&self, sig: i32) {
         // SAFETY: kill(2) on our own child's pid has no memory-safety preconditions.
@@ -220,6 +234,29 @@ impl Drop for Vmm {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// Runs `cmd` to completion with its output captured; kills it and panics after `timeout`.
+pub fn output_within(mut cmd: Command, timeout: Duration) -> std::process::Output {
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(timeout) {
+        Ok(out) => out.expect("wait for the child"),
+        Err(_) => {
+            // SAFETY: `pid` is our child, not yet reaped (the waiter thread has not returned);
+            // SIGKILL ends it so the waiter returns.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+            panic!("{cmd:?} did not exit within {timeout:?}");
+        }
     }
 }
 

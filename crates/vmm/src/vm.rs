@@ -118,6 +118,9 @@ pub struct RunningVm {
     api: Option<crate::api::server::ApiServer>,
     /// The metrics file, opened before the sandbox closed the file system.
     metrics: Option<MetricsFile>,
+    /// Kept so that the sandbox (its ruleset fd) is released by the control thread, whose
+    /// filter allows what closing it takes, not by whichever thread ran its hook last.
+    _sandbox: Arc<Sandbox>,
     pause: Arc<PauseState>,
     config: VmConfig,
     started: Instant,
@@ -302,6 +305,7 @@ pub fn start(config: &VmConfig) -> Result<RunningVm, VmError> {
         events_tx: tx,
         api,
         metrics,
+        _sandbox: sandbox,
         pause,
         config: config.clone(),
         started,

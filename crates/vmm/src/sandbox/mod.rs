@@ -12,7 +12,7 @@
 pub mod credentials;
 pub mod fs_rules;
 pub mod namespaces;
-#[cfg(feature = "test-hooks")]
+#[cfg(any(debug_assertions, feature = "test-hooks"))]
 mod probe;
 
 use std::sync::{Arc, Mutex};
@@ -177,9 +177,15 @@ impl Sandbox {
     /// Puts the calling thread in the sandbox, for good: Landlock, then privileges, then its
     /// seccomp filter (last: the calls before it are not on the lists).
     pub fn enter(&self, kind: ThreadKind) -> Result<(), SandboxError> {
-        if !self.is_on() {
-            return Ok(());
+        if self.is_on() {
+            self.confine(kind)?;
         }
+        #[cfg(any(debug_assertions, feature = "test-hooks"))]
+        probe::run(kind);
+        Ok(())
+    }
+
+    fn confine(&self, kind: ThreadKind) -> Result<(), SandboxError> {
         let mut landlock = String::new();
         if let Some(l) = &self.landlock {
             let status = l.restrict_thread()?;
@@ -197,8 +203,6 @@ impl Sandbox {
         if let Some(f) = &self.seccomp {
             f.of(kind).install()?;
         }
-        #[cfg(feature = "test-hooks")]
-        probe::run(kind);
         Ok(())
     }
 

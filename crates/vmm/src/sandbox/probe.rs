@@ -1,5 +1,5 @@
-//! The tests' sandbox probe, compiled only with the `test-hooks` feature (on for `cargo test`,
-//! never in a release build): when `OSPREY_TEST_SANDBOX_PROBE` names a thread type, a thread of
+//! The tests' sandbox probe, compiled into debug builds (what `cargo test` runs) and with the
+//! `test-hooks` feature, never into a plain release build: when `OSPREY_TEST_SANDBOX_PROBE` names a thread type, a thread of
 //! that type, right after entering its sandbox, tries what an attacker who took it over would
 //! try first: open `/etc/hostname`, then `execve` `/bin/true`. It logs what each attempt got;
 //! a seccomp kill ends the process with its own message instead.
