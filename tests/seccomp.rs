@@ -7,7 +7,6 @@ mod common;
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
 
 use common::{osprey, test_guest};
@@ -53,27 +52,11 @@ impl Scratch {
             .arg(self.dir.join("vm.json"))
             .args(extra)
             .env_remove("OSPREY_TEST_SANDBOX_PROBE")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+            .stdin(Stdio::null());
         if let Some(kind) = selftest {
             cmd.env("OSPREY_TEST_SANDBOX_PROBE", kind);
         }
-        let child = cmd.spawn().expect("spawn osprey");
-        let pid = child.id();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let _ = tx.send(child.wait_with_output());
-        });
-        let out = match rx.recv_timeout(TIMEOUT) {
-            Ok(out) => out.expect("wait for osprey"),
-            Err(_) => {
-                // SAFETY: `pid` is our child, not yet reaped (the waiter thread has not
-                // returned); SIGKILL ends it so the waiter returns.
-                unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
-                panic!("osprey did not exit within {TIMEOUT:?}");
-            }
-        };
+        let out = common::output_within(cmd, TIMEOUT);
         (
             out.status.code().unwrap_or(-1),
             String::from_utf8_lossy(&out.stdout).into_owned(),

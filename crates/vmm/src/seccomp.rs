@@ -168,6 +168,9 @@ const COMMON: &[libc::c_long] = &[
     libc::SYS_madvise,
     libc::SYS_brk,
     libc::SYS_rt_sigreturn,
+    // The kernel's way back into a sleep (`clock_nanosleep`, `futex`) a signal interrupted,
+    // e.g. a stop and continue (SIGSTOP/SIGCONT, a debugger, a benchmark's pause).
+    libc::SYS_restart_syscall,
     libc::SYS_rt_sigprocmask,
     libc::SYS_sigaltstack,
     libc::SYS_exit,
