@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 /// The repository root.
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
+        .join("..")
         .canonicalize()
         .expect("repo root")
 }

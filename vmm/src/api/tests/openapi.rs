@@ -12,7 +12,7 @@ use crate::api::routes::ROUTES;
 const METHODS: [&str; 5] = ["GET", "PUT", "PATCH", "POST", "DELETE"];
 
 fn spec() -> Value {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/api/openapi.json");
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/api/openapi.json");
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
 }

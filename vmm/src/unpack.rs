@@ -435,8 +435,8 @@ mod tests {
     /// x86 BCJ filter as the kernel build uses it): they must unpack here too.
     #[test]
     fn images_compressed_by_other_tools_unpack() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../fuzz/corpus/bzimage_header");
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/bzimage_header");
         for (name, format) in [("gzip-elf", Compression::Gzip), ("xz-elf", Compression::Xz)] {
             let image = std::fs::read(dir.join(name)).expect("seed");
             let u = unpack(&image).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -512,7 +512,7 @@ mod tests {
     #[test]
     #[ignore = "needs the Debian kernel (make kernel) and a release build to mean anything"]
     fn unpack_times_of_the_debian_kernel() {
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let vmlinux = std::fs::read(root.join("guest-images/cache/linux/vmlinux"))
             .expect("guest-images/cache/linux/vmlinux (make kernel)");
         let shipped =
