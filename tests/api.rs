@@ -175,11 +175,19 @@ fn every_route_and_error_class_on_a_live_vm() {
     assert_eq!(st, 200);
     let prom = prom.as_str().unwrap_or("").to_string();
     assert!(
-        prom.contains("osprey_iothread_poll_hits{iothread=\"io0\"}"),
+        prom.contains("osprey_iothread_poll_hits_total{iothread=\"io0\"}"),
         "{prom}"
     );
     assert!(
-        prom.contains("osprey_drive_requests{drive=\"disk0\"}"),
+        prom.contains("# TYPE osprey_drive_requests_total counter")
+            && prom.contains("osprey_drive_requests_total{drive=\"disk0\"}"),
+        "{prom}"
+    );
+    // Every field Osprey reports is catalogued (typed and described), none left untyped.
+    assert!(!prom.contains(" untyped"), "{prom}");
+    assert_eq!(
+        prom.matches("# HELP ").count(),
+        prom.matches("# TYPE ").count(),
         "{prom}"
     );
 

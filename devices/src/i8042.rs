@@ -1,7 +1,10 @@
-//! A minimal i8042 keyboard controller: enough for Linux's probe and for `reboot=k`, whose
-//! CPU-reset pulse (command 0xFE on port 0x64) ends the VM cleanly.
+//! The i8042 keyboard controller: vm-superio's `I8042Device` (enough for Linux's probe and for
+//! `reboot=k`, whose CPU-reset pulse, command 0xFE on port 0x64, ends the VM cleanly) on the
+//! port bus, its reset reported to the VM's [`ExitRequester`].
 
 use std::sync::Arc;
+
+use vm_superio::{I8042Device, Trigger};
 
 use crate::bus::BusDevice;
 use crate::{ExitRequest, ExitRequester};
@@ -10,12 +13,26 @@ use crate::{ExitRequest, ExitRequester};
 pub const I8042_BASE: u16 = 0x60;
 /// Number of ports the device spans.
 pub const I8042_LEN: u64 = 5;
+#[cfg(test)]
 const COMMAND_OFFSET: u64 = 4;
+#[cfg(test)]
 const CMD_RESET_CPU: u8 = 0xfe;
+
+/// The controller's reset line: a VM reset request.
+struct ResetLine(Arc<dyn ExitRequester>);
+
+impl Trigger for ResetLine {
+    type E = std::convert::Infallible;
+
+    fn trigger(&self) -> Result<(), Self::E> {
+        self.0.request_exit(ExitRequest::Reset);
+        Ok(())
+    }
+}
 
 /// The i8042 controller.
 pub struct I8042 {
-    exit: Arc<dyn ExitRequester>,
+    device: I8042Device<ResetLine>,
 }
 
 impl std::fmt::Debug for I8042 {
@@ -27,19 +44,23 @@ impl std::fmt::Debug for I8042 {
 impl I8042 {
     /// A controller that reports resets to `exit`.
     pub fn new(exit: Arc<dyn ExitRequester>) -> Self {
-        Self { exit }
+        Self {
+            device: I8042Device::new(ResetLine(exit)),
+        }
     }
 }
 
 impl BusDevice for I8042 {
-    fn read(&mut self, _offset: u64, data: &mut [u8]) {
+    fn read(&mut self, offset: u64, data: &mut [u8]) {
         // Status 0: output buffer empty, input buffer empty; data reads as 0.
-        data.fill(0);
+        let value = u8::try_from(offset).map_or(0, |o| self.device.read(o));
+        data.fill(value);
     }
 
     fn write(&mut self, offset: u64, data: &[u8]) {
-        if offset == COMMAND_OFFSET && data.first() == Some(&CMD_RESET_CPU) {
-            self.exit.request_exit(ExitRequest::Reset);
+        if let (Ok(offset), Some(&value)) = (u8::try_from(offset), data.first()) {
+            // Infallible: the reset line cannot fail.
+            let _ = self.device.write(offset, value);
         }
     }
 }
