@@ -1,10 +1,13 @@
-//! A small synchronous HTTP/1.1 client over a Unix socket: what `osprey api` and the
-//! integration tests use to talk to a running VMM. One request per connection.
+//! A synchronous HTTP/1.1 client over a Unix socket, on hyper's client (the HTTP library the
+//! server uses): what `osprey api` and the integration tests use to talk to a running VMM. One
+//! request per connection, on a small current-thread tokio runtime.
 
-use std::io::{self, Read, Write};
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper_util::rt::TokioIo;
 
 /// How long to wait for the server; it answers within its own 5 s reply timeout.
 const IO_TIMEOUT: Duration = Duration::from_secs(30);
@@ -18,19 +21,26 @@ pub enum ClientError {
         /// The socket path.
         path: PathBuf,
         /// The OS error.
-        source: io::Error,
+        source: std::io::Error,
     },
-    /// Reading the response failed.
+    /// The exchange failed (the connection broke, or the response is not HTTP).
     #[error("API socket {}: {source}", path.display())]
-    Io {
+    Http {
         /// The socket path.
         path: PathBuf,
-        /// The OS error.
-        source: io::Error,
+        /// hyper's error.
+        source: hyper::Error,
     },
-    /// The bytes that came back are not an HTTP response.
-    #[error("Malformed HTTP response: {0}")]
-    Response(String),
+    /// No complete response within the timeout.
+    #[error("API socket {}: no response within {IO_TIMEOUT:?}", path.display())]
+    Timeout {
+        /// The socket path.
+        path: PathBuf,
+    },
+    /// The request could not be built (a method or header the HTTP library refuses), or the
+    /// client's runtime could not start.
+    #[error("HTTP request: {0}")]
+    Request(String),
 }
 
 /// An HTTP response.
@@ -66,150 +76,89 @@ pub fn request(
     if body.is_some() {
         headers.push(("Content-Type", "application/json"));
     }
-    let raw = format_request(method, path, &headers, body.map(str::as_bytes));
-    let response = send_raw(socket, &raw)?;
+    let response = send(socket, method, path, &headers, body.map(str::as_bytes))?;
     Ok((response.status, response.body))
 }
 
-/// An HTTP/1.1 request with `Host`, `Connection: close` and `Content-Length` (when there is a
-/// body) added to `headers`.
-pub fn format_request(
+/// Sends one request with `headers` (hyper adds `Host`-less HTTP/1.1 framing and
+/// `Content-Length`) and reads the whole response.
+pub fn send(
+    socket: &Path,
     method: &str,
     path: &str,
     headers: &[(&str, &str)],
     body: Option<&[u8]>,
-) -> Vec<u8> {
-    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n");
+) -> Result<Response, ClientError> {
+    let mut builder = hyper::Request::builder()
+        .method(method)
+        .uri(path)
+        .header(hyper::header::HOST, "localhost");
     for (name, value) in headers {
-        head.push_str(&format!("{name}: {value}\r\n"));
+        builder = builder.header(*name, *value);
     }
-    if let Some(body) = body {
-        head.push_str(&format!("Content-Length: {}\r\n", body.len()));
-    }
-    head.push_str("\r\n");
-    let mut raw = head.into_bytes();
-    raw.extend_from_slice(body.unwrap_or_default());
-    raw
+    let request = builder
+        .body(Full::new(Bytes::copy_from_slice(body.unwrap_or_default())))
+        .map_err(|e| ClientError::Request(e.to_string()))?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()
+        .map_err(|e| ClientError::Request(format!("starting the client runtime: {e}")))?;
+    let exchange = exchange(socket, request);
+    runtime.block_on(async {
+        tokio::time::timeout(IO_TIMEOUT, exchange)
+            .await
+            .unwrap_or_else(|_| {
+                Err(ClientError::Timeout {
+                    path: socket.to_path_buf(),
+                })
+            })
+    })
 }
 
-/// Writes `raw` bytes to the socket and reads one response. A server that answers before
-/// reading the whole request (413) and then closes is handled: its response is still read.
-pub fn send_raw(socket: &Path, raw: &[u8]) -> Result<Response, ClientError> {
-    let mut stream = UnixStream::connect(socket).map_err(|source| ClientError::Connect {
-        path: socket.to_path_buf(),
-        source,
-    })?;
-    let io_err = |source| ClientError::Io {
+async fn exchange(
+    socket: &Path,
+    request: hyper::Request<Full<Bytes>>,
+) -> Result<Response, ClientError> {
+    let http = |source| ClientError::Http {
         path: socket.to_path_buf(),
         source,
     };
-    stream
-        .set_read_timeout(Some(IO_TIMEOUT))
-        .and_then(|()| stream.set_write_timeout(Some(IO_TIMEOUT)))
-        .map_err(io_err)?;
-    let written = stream.write_all(raw);
-    let mut received = Vec::new();
-    let read = read_response(&mut stream, &mut received);
-    match parse(&received, true) {
-        Ok(Some(response)) => Ok(response),
-        Ok(None) => match (written, read) {
-            (Err(e), _) | (_, Err(e)) => Err(io_err(e)),
-            _ => Err(ClientError::Response("the response ends early".into())),
-        },
-        Err(e) => Err(e),
-    }
-}
-
-/// Reads until EOF, an error, or a complete response.
-fn read_response(stream: &mut UnixStream, received: &mut Vec<u8>) -> io::Result<()> {
-    let mut chunk = [0u8; 8192];
-    loop {
-        if let Ok(Some(_)) = parse(received, false) {
-            return Ok(());
-        }
-        match stream.read(&mut chunk) {
-            Ok(0) => return Ok(()),
-            Ok(n) => received.extend_from_slice(&chunk[..n]),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-}
-
-/// Parses a whole response (everything the server sent); `Ok(None)` when it is cut short.
-pub fn parse_response(bytes: &[u8]) -> Result<Option<Response>, ClientError> {
-    parse(bytes, true)
-}
-
-/// Parses a response; `Ok(None)` while it is incomplete (`eof`: no more bytes will come).
-fn parse(bytes: &[u8], eof: bool) -> Result<Option<Response>, ClientError> {
-    let Some(end) = bytes.windows(4).position(|w| w == b"\r\n\r\n") else {
-        return Ok(None);
-    };
-    let head = std::str::from_utf8(&bytes[..end])
-        .map_err(|_| ClientError::Response("the header is not UTF-8".into()))?;
-    let mut lines = head.split("\r\n");
-    let status_line = lines.next().unwrap_or_default();
-    let status = status_line
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse::<u16>().ok())
-        .ok_or_else(|| ClientError::Response(format!("bad status line {status_line:?}")))?;
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
+    let stream = tokio::net::UnixStream::connect(socket)
+        .await
+        .map_err(|source| ClientError::Connect {
+            path: socket.to_path_buf(),
+            source,
+        })?;
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(http)?;
+    // The connection is driven alongside the request; its own error shows in the response's.
+    let driver = tokio::spawn(connection);
+    let response = sender.send_request(request).await.map_err(http)?;
+    let status = response.status().as_u16();
+    let headers = response
+        .headers()
+        .iter()
+        .map(|(n, v)| {
+            (
+                n.as_str().to_ascii_lowercase(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
         .collect();
-    let rest = &bytes[end + 4..];
-    let find = |name: &str| headers.iter().find(|(n, _)| n == name).map(|(_, v)| v);
-    let body = if find("transfer-encoding").is_some_and(|v| v.contains("chunked")) {
-        match dechunk(rest)? {
-            Some(body) => body,
-            None => return Ok(None),
-        }
-    } else if let Some(length) = find("content-length") {
-        let length: usize = length
-            .parse()
-            .map_err(|_| ClientError::Response(format!("bad Content-Length {length:?}")))?;
-        if rest.len() < length {
-            return Ok(None);
-        }
-        rest[..length].to_vec()
-    } else if status == 204 || status == 304 || (100..200).contains(&status) {
-        Vec::new()
-    } else if eof {
-        // Delimited by the end of the connection.
-        rest.to_vec()
-    } else {
-        return Ok(None);
-    };
-    Ok(Some(Response {
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(http)?
+        .to_bytes();
+    driver.abort();
+    Ok(Response {
         status,
         headers,
         body: String::from_utf8_lossy(&body).into_owned(),
-    }))
-}
-
-/// Decodes a chunked body; `Ok(None)` while it is incomplete.
-fn dechunk(mut rest: &[u8]) -> Result<Option<Vec<u8>>, ClientError> {
-    let mut body = Vec::new();
-    loop {
-        let Some(line_end) = rest.windows(2).position(|w| w == b"\r\n") else {
-            return Ok(None);
-        };
-        let size_text = String::from_utf8_lossy(&rest[..line_end]);
-        let size_hex = size_text.split(';').next().unwrap_or_default().trim();
-        let size = usize::from_str_radix(size_hex, 16)
-            .map_err(|_| ClientError::Response(format!("bad chunk size {size_hex:?}")))?;
-        rest = &rest[line_end + 2..];
-        if size == 0 {
-            return Ok(Some(body));
-        }
-        if rest.len() < size + 2 {
-            return Ok(None);
-        }
-        body.extend_from_slice(&rest[..size]);
-        rest = &rest[size + 2..];
-    }
+    })
 }
 
 /// What `osprey api` prints for a response, and its exit status.
@@ -253,49 +202,6 @@ pub fn outcome(status: u16, body: &str) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn parses_length_chunked_and_partial_responses() {
-        let r = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nContent-Type: x\r\n\r\n{}";
-        let r = parse_response(r).expect("ok").expect("complete");
-        assert_eq!(
-            (r.status, r.body.as_str(), r.header("CONTENT-TYPE")),
-            (200, "{}", Some("x"))
-        );
-        assert_eq!(
-            parse_response(b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\n\r\n{}").expect("ok"),
-            None
-        );
-        let c =
-            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n1\r\nd\r\n0\r\n\r\n";
-        assert_eq!(
-            parse_response(c).expect("ok").expect("complete").body,
-            "abcd"
-        );
-        assert_eq!(
-            parse_response(b"HTTP/1.1 204 No Content\r\n\r\n")
-                .expect("ok")
-                .expect("204")
-                .body,
-            ""
-        );
-        assert!(parse_response(b"garbage\r\n\r\n").is_err());
-    }
-
-    #[test]
-    fn formats_a_request_with_a_body() {
-        let raw = format_request(
-            "PATCH",
-            "/x",
-            &[("Content-Type", "application/json")],
-            Some(b"{}"),
-        );
-        assert_eq!(
-            String::from_utf8(raw).expect("utf8"),
-            "PATCH /x HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\
-             Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
-        );
-    }
 
     #[test]
     fn outcome_pretty_prints_and_reports_faults() {

@@ -158,7 +158,7 @@ fn bodies_over_64_kib_are_refused() {
     )
     .into_bytes();
     raw.extend_from_slice(&chunked);
-    let r = crate::api::client::send_raw(&fake.socket, &raw).expect("response");
+    let r = super::harness::send_raw(&fake.socket, &raw);
     assert_fault(&r, 413, "request body over 65536 bytes");
     // Just under the limit is fine.
     let fits = format!("{{\"poll_max_ns\": 0{}}}", " ".repeat(60 * 1024));

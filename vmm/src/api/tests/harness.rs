@@ -101,8 +101,48 @@ pub fn send(
     headers: &[(&str, &str)],
     body: Option<&[u8]>,
 ) -> Response {
-    let raw = client::format_request(method, path, headers, body);
-    client::send_raw(socket, &raw).expect("response")
+    client::send(socket, method, path, headers, body).expect("response")
+}
+
+/// Writes `raw` bytes (a request the HTTP client would not send, e.g. hand-made chunks) and
+/// reads the server's answer until it closes the connection: status, headers and the body
+/// `Content-Length` announces. A server that answers before reading everything (413) is fine.
+pub fn send_raw(socket: &Path, raw: &[u8]) -> Response {
+    use std::io::{Read, Write};
+    let mut stream = std::os::unix::net::UnixStream::connect(socket).expect("connect");
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .expect("timeout");
+    let _ = stream.write_all(raw);
+    let mut received = Vec::new();
+    let _ = stream.read_to_end(&mut received);
+    let end = received
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a complete head");
+    let head = String::from_utf8_lossy(&received[..end]).into_owned();
+    let mut lines = head.split("\r\n");
+    let status = lines
+        .next()
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|s| s.parse().ok())
+        .expect("status line");
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    let rest = &received[end + 4..];
+    let length = headers
+        .iter()
+        .find(|(n, _)| n == "content-length")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(rest.len())
+        .min(rest.len());
+    Response {
+        status,
+        headers,
+        body: String::from_utf8_lossy(&rest[..length]).into_owned(),
+    }
 }
 
 /// The body as JSON.
