@@ -15,33 +15,37 @@ pub mod pci;
 /// The guest memory type every device uses.
 pub type GuestMemory = vm_memory::GuestMemoryMmap<()>;
 
-/// Feature bit: virtio 1.x (modern) device.
-pub const VIRTIO_F_VERSION_1: u64 = 1 << 32;
-/// Feature bit: indirect descriptors.
-pub const VIRTIO_RING_F_INDIRECT_DESC: u64 = 1 << 28;
-/// Feature bit: `used_event`/`avail_event` notification suppression.
-pub const VIRTIO_RING_F_EVENT_IDX: u64 = 1 << 29;
+use virtio_bindings::{virtio_config, virtio_ids, virtio_ring};
 
-/// Device status bits (virtio 1.2, 2.1).
+/// Feature bit: virtio 1.x (modern) device.
+pub const VIRTIO_F_VERSION_1: u64 = 1 << virtio_config::VIRTIO_F_VERSION_1;
+/// Feature bit: indirect descriptors.
+pub const VIRTIO_RING_F_INDIRECT_DESC: u64 = 1 << virtio_ring::VIRTIO_RING_F_INDIRECT_DESC;
+/// Feature bit: `used_event`/`avail_event` notification suppression.
+pub const VIRTIO_RING_F_EVENT_IDX: u64 = 1 << virtio_ring::VIRTIO_RING_F_EVENT_IDX;
+
+/// Device status bits (virtio 1.2, 2.1), from `virtio-bindings`' `VIRTIO_CONFIG_S_*`.
 pub mod status {
+    use virtio_bindings::virtio_config as vc;
+
     /// The guest noticed the device.
-    pub const ACKNOWLEDGE: u8 = 1;
+    pub const ACKNOWLEDGE: u8 = vc::VIRTIO_CONFIG_S_ACKNOWLEDGE as u8;
     /// The guest has a driver for it.
-    pub const DRIVER: u8 = 2;
+    pub const DRIVER: u8 = vc::VIRTIO_CONFIG_S_DRIVER as u8;
     /// The driver is ready: the device may process queues.
-    pub const DRIVER_OK: u8 = 4;
+    pub const DRIVER_OK: u8 = vc::VIRTIO_CONFIG_S_DRIVER_OK as u8;
     /// Feature negotiation is complete.
-    pub const FEATURES_OK: u8 = 8;
+    pub const FEATURES_OK: u8 = vc::VIRTIO_CONFIG_S_FEATURES_OK as u8;
     /// The device hit an error it cannot recover from without a reset.
-    pub const DEVICE_NEEDS_RESET: u8 = 64;
+    pub const DEVICE_NEEDS_RESET: u8 = vc::VIRTIO_CONFIG_S_NEEDS_RESET as u8;
     /// The driver gave up on the device.
-    pub const FAILED: u8 = 128;
+    pub const FAILED: u8 = vc::VIRTIO_CONFIG_S_FAILED as u8;
 }
 
 /// Device type ids (virtio 1.2, 5).
 pub mod device_type {
     /// virtio-blk.
-    pub const BLOCK: u32 = 2;
+    pub const BLOCK: u32 = super::virtio_ids::VIRTIO_ID_BLOCK;
 }
 
 /// How a device model signals the guest. Implemented by the transport (MSI-X for virtio-pci).
