@@ -4,6 +4,25 @@
 use std::any::Any;
 use std::os::unix::io::RawFd;
 
+use crate::engine::EngineError;
+
+/// Why a handler could not join an iothread: its engine (unavailable on this host, or its
+/// set-up failed: [`EngineError`] says which), or the thread could not watch one of its fds.
+#[derive(Debug, thiserror::Error)]
+pub enum AttachError {
+    /// The handler's I/O engine could not be created.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    /// The thread could not watch one of the handler's fds.
+    #[error("watching fd {fd} (epoll_ctl): {source}")]
+    Watch {
+        /// The fd.
+        fd: RawFd,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
 /// A unit of work owned by an iothread.
 pub trait Handler: Send {
     /// The device that owns this handler; `IoThread::detach` returns all handlers of an owner.
@@ -11,7 +30,7 @@ pub trait Handler: Send {
     /// Called once on the iothread when the handler arrives, before [`Handler::wake_fds`]: the
     /// place to create per-thread resources such as the I/O engine (io_uring's SINGLE_ISSUER
     /// ties a ring to the thread that creates it).
-    fn attach(&mut self) -> Result<(), String> {
+    fn attach(&mut self) -> Result<(), AttachError> {
         Ok(())
     }
     /// The fds whose readability means work: the queue's kick eventfd, the engine's completion

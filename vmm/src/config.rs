@@ -482,10 +482,7 @@ impl VmConfig {
                 return Err(invalid(format!("iothreads[{i}].cpu_affinity"), e));
             }
             if let Err(e) = t.poll_params().validate() {
-                return Err(invalid(
-                    format!("iothreads[{i}].{}", e.split(':').next().unwrap_or("poll")),
-                    e.split_once(": ").map(|(_, r)| r.to_string()).unwrap_or(e),
-                ));
+                return Err(invalid(format!("iothreads[{i}].{}", e.field), e.reason));
             }
             if t.max_batch as usize > dataplane::iothread::MAX_MAX_BATCH {
                 return Err(invalid(

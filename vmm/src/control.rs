@@ -194,7 +194,9 @@ impl Controller<'_> {
         if let Some(v) = u.poll_weight {
             params.weight = v;
         }
-        params.validate().map_err(ApiError::BadRequest)?;
+        params
+            .validate()
+            .map_err(|e| ApiError::BadRequest(e.to_string()))?;
         if let Some(b) = u.max_batch {
             if b as usize > dataplane::iothread::MAX_MAX_BATCH {
                 return Err(ApiError::BadRequest(format!(

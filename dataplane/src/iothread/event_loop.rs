@@ -13,7 +13,7 @@ use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 use vmm_sys_util::eventfd::EventFd;
 
 use super::{Command, Detach};
-use crate::handler::Handler;
+use crate::handler::{AttachError, Handler};
 use crate::poll::contention::SAMPLE_PERIOD_NS;
 use crate::poll::policy::FIRST_STEP_NS;
 use crate::poll::{HostSample, PollPolicy};
@@ -514,7 +514,7 @@ impl Loop {
 
     /// Attaches every handler or none: on a failure, the ones already attached are taken out
     /// again (no I/O has started: handlers get their first turn only once all are watched).
-    fn attach_all(&mut self, handlers: Vec<Box<dyn Handler>>) -> Result<(), String> {
+    fn attach_all(&mut self, handlers: Vec<Box<dyn Handler>>) -> Result<(), AttachError> {
         let mut added = Vec::with_capacity(handlers.len());
         for h in handlers {
             match self.add(h) {
@@ -549,7 +549,7 @@ impl Loop {
     }
 
     /// Attaches one handler and watches its fds; undoes its own registrations on failure.
-    fn add(&mut self, mut handler: Box<dyn Handler>) -> Result<usize, String> {
+    fn add(&mut self, mut handler: Box<dyn Handler>) -> Result<usize, AttachError> {
         handler.attach()?;
         let slot = self
             .slots
@@ -567,7 +567,7 @@ impl Loop {
                 for fd in watched {
                     self.unregister(fd);
                 }
-                return Err(format!("epoll_ctl add fd {fd}: {e}"));
+                return Err(AttachError::Watch { fd, source: e });
             }
             self.stats.watched_fds.fetch_add(1, Ordering::Relaxed);
             watched.push(fd);

@@ -14,7 +14,7 @@ use std::time::Duration;
 use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 use vmm_sys_util::eventfd::EventFd;
 
-use crate::handler::Handler;
+use crate::handler::{AttachError, Handler};
 use crate::poll::{PollParams, PollPolicy};
 use crate::stats::IoThreadStats;
 use event_loop::{Loop, COMMAND_TOKEN};
@@ -43,10 +43,18 @@ pub enum IoThreadError {
     /// The thread is gone or did not answer in time.
     #[error("iothread {0}: not responding")]
     NotResponding(String),
+    /// Handlers could not be attached (none were: attach is all or nothing).
+    #[error("iothread {name}: attach: {source}")]
+    Attach {
+        /// The thread.
+        name: String,
+        /// Why.
+        source: AttachError,
+    },
 }
 
 enum Command {
-    Attach(Vec<Box<dyn Handler>>, Sender<Result<(), String>>),
+    Attach(Vec<Box<dyn Handler>>, Sender<Result<(), AttachError>>),
     Detach(u64, Duration, Sender<Detach>),
     SetPoll(PollParams, Sender<PollParams>),
     Run(OnThreadHook, Sender<Result<(), String>>),
@@ -230,10 +238,9 @@ impl IoThread {
         self.send(Command::Attach(handlers, tx))?;
         match rx.recv_timeout(COMMAND_TIMEOUT) {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(IoThreadError::Os {
+            Ok(Err(source)) => Err(IoThreadError::Attach {
                 name: self.name.clone(),
-                what: "attach",
-                source: std::io::Error::other(e),
+                source,
             }),
             Err(_) => Err(IoThreadError::NotResponding(self.name.clone())),
         }
@@ -306,7 +313,7 @@ mod tests {
         fn owner(&self) -> u64 {
             self.owner
         }
-        fn attach(&mut self) -> Result<(), String> {
+        fn attach(&mut self) -> Result<(), crate::handler::AttachError> {
             self.attached_on = std::thread::current().name().map(str::to_owned);
             Ok(())
         }

@@ -6,4 +6,4 @@ pub mod contention;
 pub mod policy;
 
 pub use contention::HostSample;
-pub use policy::{PolicyKind, PollParams, PollPolicy};
+pub use policy::{PolicyKind, PollParamError, PollParams, PollPolicy};

@@ -72,32 +72,46 @@ pub const FIRST_STEP_NS: u64 = 4_000;
 /// A classic handler with no event for this long leaves the poll set.
 pub const IDLE_EVICT_NS: u64 = 7_000_000_000;
 
+/// A polling parameter out of range: the field (our spelling; QMP's in the docs) and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {reason}")]
+pub struct PollParamError {
+    /// `poll_max_ns`, `poll_grow`, `poll_shrink` or `poll_weight`.
+    pub field: &'static str,
+    /// What the value must be, and what it was.
+    pub reason: String,
+}
+
 impl PollParams {
-    /// Checks ranges; the error names the field (QMP spelling in the docs, ours here).
-    pub fn validate(&self) -> Result<(), String> {
+    /// Checks ranges; the error names the field.
+    pub fn validate(&self) -> Result<(), PollParamError> {
+        let err = |field, reason| Err(PollParamError { field, reason });
         if self.max_ns > MAX_MAX_NS {
-            return Err(format!(
-                "poll_max_ns: must be at most {MAX_MAX_NS}, got {}",
-                self.max_ns
-            ));
+            return err(
+                "poll_max_ns",
+                format!("must be at most {MAX_MAX_NS}, got {}", self.max_ns),
+            );
         }
         if self.grow > MAX_FACTOR {
-            return Err(format!(
-                "poll_grow: must be at most {MAX_FACTOR}, got {}",
-                self.grow
-            ));
+            return err(
+                "poll_grow",
+                format!("must be at most {MAX_FACTOR}, got {}", self.grow),
+            );
         }
         if self.shrink > MAX_FACTOR {
-            return Err(format!(
-                "poll_shrink: must be at most {MAX_FACTOR}, got {}",
-                self.shrink
-            ));
+            return err(
+                "poll_shrink",
+                format!("must be at most {MAX_FACTOR}, got {}", self.shrink),
+            );
         }
         if self.weight == 0 || self.weight > MAX_WEIGHT {
-            return Err(format!(
-                "poll_weight: must be a shift from 1 to {MAX_WEIGHT}, got {}",
-                self.weight
-            ));
+            return err(
+                "poll_weight",
+                format!(
+                    "must be a shift from 1 to {MAX_WEIGHT}, got {}",
+                    self.weight
+                ),
+            );
         }
         Ok(())
     }
@@ -481,22 +495,21 @@ mod tests {
             ..PollParams::default()
         };
         assert_eq!(
-            bad.validate().expect_err("weight"),
+            bad.validate().expect_err("weight").to_string(),
             "poll_weight: must be a shift from 1 to 16, got 0"
         );
         let bad = PollParams {
             max_ns: MAX_MAX_NS + 1,
             ..PollParams::default()
         };
-        assert!(bad
-            .validate()
-            .expect_err("max")
-            .starts_with("poll_max_ns: must be at most"));
+        let e = bad.validate().expect_err("max");
+        assert_eq!(e.field, "poll_max_ns");
+        assert!(e.reason.starts_with("must be at most"), "{e}");
         let bad = PollParams {
             grow: MAX_FACTOR + 1,
             ..PollParams::default()
         };
-        assert!(bad.validate().expect_err("grow").starts_with("poll_grow:"));
+        assert_eq!(bad.validate().expect_err("grow").field, "poll_grow");
     }
 
     #[test]

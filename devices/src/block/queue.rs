@@ -413,11 +413,11 @@ impl Handler for BlockQueueHandler {
         fds
     }
 
-    fn attach(&mut self) -> Result<(), String> {
+    fn attach(&mut self) -> Result<(), dataplane::handler::AttachError> {
         let Some((file, opts)) = self.engine_spec.take() else {
             return Ok(());
         };
-        let engine = dataplane::engine::open(file, &opts).map_err(|e| e.to_string())?;
+        let engine = dataplane::engine::open(file, &opts)?;
         let described = engine.describe();
         log::info!("virtio-blk queue {}: engine {described}", self.index);
         *self.stats.engine.lock().unwrap_or_else(|p| p.into_inner()) = described;
