@@ -7,113 +7,12 @@
 //! `devices::block::request::parse` and completed as `BlockQueueHandler` does: parsed I/O runs
 //! on the Null engine (which zero-fills read buffers through the parser's host pointers), the
 //! status byte is written and the head goes on the used ring.
+//!
+//! The body lives in `fuzz/targets/blk_request.rs`, shared with the workspace test that replays every
+//! kept input (`tests/fuzz_regressions.rs`).
 #![no_main]
 
-#[path = "common.rs"]
-mod common;
+#[path = "../targets/mod.rs"]
+mod targets;
 
-use common::*;
-use dataplane::engine::null::NullEngine;
-use dataplane::engine::{IoEngine, IoOp, IoRequest};
-use devices::block::request::{parse, DiskLimits, Malformed, RequestOp};
-use devices::block::{status, ID_BYTES, SECTOR_SIZE};
-use libfuzzer_sys::fuzz_target;
-use virtio_queue::QueueT;
-use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend};
-
-fuzz_target!(|data: &[u8]| {
-    let mut input = Input(data);
-    let flags = input.u8();
-    let size = 1u16 << (1 + (flags & 7));
-    // Real capacities come from a file size (< 2^63 bytes): keep them below 2^54 sectors.
-    let capacity_sectors = input.u64() & ((1 << 54) - 1);
-    let mut serial = [0u8; ID_BYTES];
-    serial[..9].copy_from_slice(b"fuzz-disk");
-    let limits = DiskLimits {
-        capacity_sectors,
-        read_only: flags & 0x10 != 0,
-        serial,
-    };
-
-    let mem = memory();
-    let image = input.take(MEM_SIZE as usize);
-    mem.write_slice(image, GuestAddress(0)).expect("image fits");
-
-    // The transport refuses DRIVER_OK for a queue that is not valid.
-    let Some(mut queue) = ready_queue(&mem, size, flags & 0x08 != 0) else {
-        return;
-    };
-
-    let mut engine = NullEngine::new(usize::from(size));
-    let mut done = Vec::new();
-    // A guest can publish at most `size` chains at once; bound the loop anyway.
-    for _ in 0..2 * usize::from(size) {
-        let Some(chain) = queue.pop_descriptor_chain(&mem) else {
-            break;
-        };
-        let head = chain.head_index();
-        let (status_addr, st, used_len) = match parse(chain, &mem, &limits) {
-            Ok(req) => match req.op {
-                RequestOp::GetId { written } => {
-                    assert!(written as usize <= ID_BYTES);
-                    (req.status_addr, status::OK, written + 1)
-                }
-                RequestOp::Io(op) => {
-                    check_bounds(&op, &limits);
-                    check_host_ranges(&op, &mem);
-                    let (len, is_read) = (op.data_len(), matches!(op, IoOp::Read { .. }));
-                    engine.submit(IoRequest { op, token: u64::from(head) }).expect("engine room");
-                    assert_eq!(engine.commit(), 1);
-                    done.clear();
-                    assert_eq!(engine.reap(&mut done), 1);
-                    let used = if is_read { (len as u32).saturating_add(1) } else { 1 };
-                    (req.status_addr, status::OK, used)
-                }
-            },
-            Err(Malformed::Status { status, status_addr, .. }) => {
-                assert!(status == status::IOERR || status == status::UNSUPP);
-                (status_addr, status, 1)
-            }
-            Err(Malformed::Broken { .. }) => {
-                // The device needs a reset: complete the chain with no status and stop.
-                let _ = queue.add_used(&mem, head, 0);
-                break;
-            }
-        };
-        // The parser promised the status byte lies in guest memory.
-        mem.write_obj(st, status_addr).expect("status byte in guest memory");
-        let _ = queue.add_used(&mem, head, used_len);
-    }
-});
-
-/// A parsed request never reaches past the end of the disk.
-fn check_bounds(op: &IoOp, limits: &DiskLimits) {
-    let disk_bytes = limits.capacity_sectors * SECTOR_SIZE;
-    match op {
-        IoOp::Read { offset, iovecs } | IoOp::Write { offset, iovecs } => {
-            let total: u64 = iovecs.iter().map(|v| v.len as u64).sum();
-            assert_eq!(total % SECTOR_SIZE, 0);
-            assert_eq!(offset % SECTOR_SIZE, 0);
-            assert!(offset.checked_add(total).is_some_and(|e| e <= disk_bytes));
-            assert!(!limits.read_only || matches!(op, IoOp::Read { .. }));
-        }
-        IoOp::Discard { offset, len } | IoOp::WriteZeroes { offset, len, .. } => {
-            assert!(!limits.read_only);
-            assert!(offset.checked_add(*len).is_some_and(|e| e <= disk_bytes));
-        }
-        IoOp::Flush => {}
-    }
-}
-
-/// Every host pointer handed to the engine lies inside the guest memory mapping.
-fn check_host_ranges(op: &IoOp, mem: &devices::virtio::GuestMemory) {
-    let (IoOp::Read { iovecs, .. } | IoOp::Write { iovecs, .. }) = op else {
-        return;
-    };
-    let start = mem.get_host_address(GuestAddress(0)).expect("host address") as usize;
-    let end = start + MEM_SIZE as usize;
-    for v in iovecs {
-        let base = v.base as usize;
-        assert!(base >= start && base.checked_add(v.len).is_some_and(|e| e <= end), "iovec outside guest memory");
-    }
-}
+libfuzzer_sys::fuzz_target!(|data: &[u8]| targets::blk_request::run(data));

@@ -1,21 +1,12 @@
 //! `vmm::unpack` on arbitrary bytes: the setup-header parser, the payload bounds, the magic
 //! sniffing and every decoder, with a 16 MiB output limit so a tiny input cannot make the fuzzer
 //! allocate the production limit. Any outcome but a panic (or a hang) is fine.
+//!
+//! The body lives in `fuzz/targets/bzimage_header.rs`, shared with the workspace test that replays every
+//! kept input (`tests/fuzz_regressions.rs`).
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
-use vmm::unpack::{decompress, detect, parse_setup, payload};
+#[path = "../targets/mod.rs"]
+mod targets;
 
-fuzz_target!(|data: &[u8]| {
-    if let Ok(setup) = parse_setup(data) {
-        if let Ok(p) = payload(data, &setup) {
-            if let Ok(format) = detect(p) {
-                let _ = decompress(format, p, 16 << 20);
-            }
-        }
-    }
-    // The payload sniffing and decoders also see the raw input, header or not.
-    if let Ok(format) = detect(data) {
-        let _ = decompress(format, data, 16 << 20);
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| targets::bzimage_header::run(data));

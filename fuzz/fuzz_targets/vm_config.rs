@@ -6,40 +6,12 @@
 //! validation goes on to the later checks) or, when the name ends in `!`, to a nonexistent file;
 //! drive images to a nonexistent file. Metrics/API paths are only checked for an existing parent
 //! folder (`is_dir`) and are kept. Nothing is created.
+//!
+//! The body lives in `fuzz/targets/vm_config.rs`, shared with the workspace test that replays every
+//! kept input (`tests/fuzz_regressions.rs`).
 #![no_main]
 
-use std::path::{Path, PathBuf};
+#[path = "../targets/mod.rs"]
+mod targets;
 
-use libfuzzer_sys::fuzz_target;
-use vmm::config::VmConfig;
-
-const MISSING: &str = "/nonexistent-osprey-fuzz/file";
-
-fn rewrite(path: &mut PathBuf) {
-    if path.as_os_str().is_empty() {
-        return;
-    }
-    let missing = path.to_string_lossy().ends_with('!');
-    *path = PathBuf::from(if missing { MISSING } else { "/proc/self/exe" });
-}
-
-fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else {
-        return;
-    };
-    let Ok(mut config) = VmConfig::from_json(text, "fuzz") else {
-        return;
-    };
-    rewrite(&mut config.boot.kernel_image_path);
-    if let Some(initrd) = &mut config.boot.initrd_path {
-        rewrite(initrd);
-    }
-    for d in &mut config.drives {
-        if !d.path_on_host.as_os_str().is_empty() {
-            d.path_on_host = Path::new(MISSING).to_path_buf();
-        }
-    }
-    let _ = config.validate(4096);
-    // A parsed config serializes back (the API's GET /vm/config shows it).
-    let _ = serde_json::to_string(&config);
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| targets::vm_config::run(data));

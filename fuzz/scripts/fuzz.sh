@@ -23,7 +23,7 @@ case $target in
     bzimage_header) max_len=65536 ;;
     *) echo "unknown target $target" >&2; exit 2 ;;
 esac
-command -v cargo-fuzz >/dev/null || { echo "cargo-fuzz missing: cargo install cargo-fuzz" >&2; exit 2; }
+command -v cargo-fuzz >/dev/null || { echo "cargo-fuzz missing: cargo install cargo-fuzz --version 0.13.2 --locked (needs a C++ compiler, g++)" >&2; exit 2; }
 mkdir -p "work/corpus/$target"
 flags=(-max_total_time="$secs" -max_len="$max_len" -timeout=10 -rss_limit_mb=2048
     -print_final_stats=1 "$@")
