@@ -11,8 +11,11 @@ pub mod common;
 pub mod virtio_pci;
 pub mod vm_config;
 
+/// A target's body: one input.
+pub type Body = fn(&[u8]);
+
 /// Every target: its name (the folder of its inputs) and its body.
-pub const ALL: [(&str, fn(&[u8])); 6] = [
+pub const ALL: [(&str, Body); 6] = [
     ("api_router", api_router::run),
     ("blk_queue", blk_queue::run),
     ("blk_request", blk_request::run),
