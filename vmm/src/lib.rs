@@ -11,6 +11,7 @@ pub mod boot_timing;
 pub mod cli;
 pub mod config;
 pub mod control;
+pub mod control_loop;
 pub mod cpu_usage;
 pub mod cpuid;
 pub mod device_manager;

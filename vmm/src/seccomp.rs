@@ -189,11 +189,14 @@ const COMMON: &[libc::c_long] = &[
 /// (Landlock limits what it can open).
 const REFUSED: &[libc::c_long] = &[libc::SYS_openat];
 
-/// The control thread once the VM runs: API commands (which reach devices through channels and
-/// eventfds), the metrics file (opened before), pausing and stopping vCPUs (`tgkill`), the CPU
-/// time of each thread from `/proc/self/task` at the end, removing the API socket, and tearing
-/// down devices (ioeventfds and irqfds deassigned, see [`CONTROL_IOCTLS`]).
+/// The control thread once the VM runs: its event loop (event-manager's `epoll_wait` on eventfds
+/// and the metrics timer, all created before), API commands (which reach devices through
+/// channels and eventfds), the metrics file (opened before), pausing and stopping vCPUs
+/// (`tgkill`), the CPU time of each thread from `/proc/self/task` at the end, removing the API
+/// socket, and tearing down devices (ioeventfds and irqfds deassigned, see [`CONTROL_IOCTLS`]).
 const CONTROL: &[libc::c_long] = &[
+    libc::SYS_epoll_wait,
+    libc::SYS_epoll_pwait,
     libc::SYS_getdents64,
     libc::SYS_statx,
     libc::SYS_newfstatat,

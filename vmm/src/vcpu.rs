@@ -2,7 +2,6 @@
 //! exits that end the VM (shutdown, internal error, failed entry) to the control thread.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc::Sender;
 use std::sync::{Arc, Condvar, Mutex};
 
 use devices::bus::Bus;
@@ -68,7 +67,7 @@ pub struct VcpuRunner {
     /// MMIO devices.
     pub mmio: Arc<Bus>,
     /// Where to report the end of the VM.
-    pub events: Sender<ControlEvent>,
+    pub events: crate::control_loop::ControlSender,
     /// Set by the control thread to stop every vCPU.
     pub stop: Arc<AtomicBool>,
     /// Pause requests from the control thread.
@@ -89,8 +88,7 @@ impl VcpuRunner {
         let id = self.id;
         if let Some(hook) = self.on_start.take() {
             if let Err(message) = hook() {
-                let _ = self
-                    .events
+                self.events
                     .send(ControlEvent::Stop(StopReason::Failed { vcpu: id, message }));
                 return;
             }
@@ -111,7 +109,7 @@ impl VcpuRunner {
             match outcome {
                 Step::Continue => {}
                 Step::Shutdown(reason) => {
-                    let _ = self.events.send(ControlEvent::Stop(StopReason::Shutdown {
+                    self.events.send(ControlEvent::Stop(StopReason::Shutdown {
                         vcpu: id,
                         reason,
                     }));
@@ -119,8 +117,7 @@ impl VcpuRunner {
                 }
                 Step::Fail(what) => {
                     let message = format!("{what} at guest RIP {}", self.rip_text());
-                    let _ = self
-                        .events
+                    self.events
                         .send(ControlEvent::Stop(StopReason::Failed { vcpu: id, message }));
                     break;
                 }
@@ -130,8 +127,7 @@ impl VcpuRunner {
                         "KVM_EXIT_INTERNAL_ERROR ({detail}) at guest RIP {}",
                         self.rip_text()
                     );
-                    let _ = self
-                        .events
+                    self.events
                         .send(ControlEvent::Stop(StopReason::Failed { vcpu: id, message }));
                     break;
                 }

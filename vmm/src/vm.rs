@@ -3,7 +3,6 @@
 
 use std::io::Read;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -20,6 +19,7 @@ use vmm_sys_util::signal::{register_signal_handler, Killable, SIGRTMIN};
 use crate::boot::{self, BootEntry, BootError, BootSpec};
 use crate::config::VmConfig;
 use crate::control::{ControlEvent, Controller, Effect};
+use crate::control_loop::{ControlLoop, ControlSender};
 use crate::device_manager::{self, DeviceError, Devices};
 use crate::host::KvmFlavor;
 use crate::layout::ram_regions;
@@ -93,17 +93,17 @@ static STOP_SIGNAL: AtomicI32 = AtomicI32::new(0);
 
 extern "C" fn on_stop_signal(num: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {
     STOP_SIGNAL.store(num, Ordering::SeqCst);
+    crate::control_loop::wake_from_signal();
 }
 
 extern "C" fn on_kick(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {}
 
 /// Forwards device exit requests to the control loop.
-struct ChannelExit(Mutex<Sender<ControlEvent>>);
+struct ChannelExit(ControlSender);
 
 impl ExitRequester for ChannelExit {
     fn request_exit(&self, why: ExitRequest) {
-        let tx = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let _ = tx.send(ControlEvent::Stop(StopReason::Guest(why)));
+        self.0.send(ControlEvent::Stop(StopReason::Guest(why)));
     }
 }
 
@@ -111,9 +111,10 @@ impl ExitRequester for ChannelExit {
 pub struct RunningVm {
     vcpus: Vec<JoinHandle<()>>,
     stop: Arc<AtomicBool>,
-    events: Receiver<ControlEvent>,
+    /// The control thread's event loop (event-manager).
+    control: ControlLoop,
     /// Keeps the channel open for the API server's submissions.
-    events_tx: Sender<ControlEvent>,
+    events_tx: ControlSender,
     /// The REST API server, if configured (stopped, and its socket removed, when dropped).
     api: Option<crate::api::server::ApiServer>,
     /// The metrics file, opened before the sandbox closed the file system.
@@ -170,8 +171,15 @@ pub fn start(config: &VmConfig) -> Result<RunningVm, VmError> {
     };
     vm.create_pit2(pit).map_err(kvm_err("creating the PIT"))?;
 
-    let (tx, events) = mpsc::channel();
-    let exit: Arc<dyn ExitRequester> = Arc::new(ChannelExit(Mutex::new(tx.clone())));
+    let metrics_every = config
+        .metrics
+        .as_ref()
+        .map(|m| Duration::from_millis(m.interval_ms));
+    let (control, tx) = ControlLoop::new(metrics_every).map_err(|e| VmError::Os {
+        what: "the control loop",
+        source: std::io::Error::other(e.to_string()),
+    })?;
+    let exit: Arc<dyn ExitRequester> = Arc::new(ChannelExit(tx.clone()));
     let vm = Arc::new(vm);
     // Opened before the sandbox is built: the Landlock rule needs the file to exist, and the
     // control thread never opens it again.
@@ -262,7 +270,7 @@ pub fn start(config: &VmConfig) -> Result<RunningVm, VmError> {
         Some(a) => {
             let sender = tx.clone();
             let submit: crate::api::command::Submit = Arc::new(move |req| {
-                let _ = sender.send(ControlEvent::Api(req));
+                sender.send(ControlEvent::Api(req));
             });
             let server = crate::api::server::start_hooked(
                 &a.socket,
@@ -301,7 +309,7 @@ pub fn start(config: &VmConfig) -> Result<RunningVm, VmError> {
     Ok(RunningVm {
         vcpus,
         stop,
-        events,
+        control,
         events_tx: tx,
         api,
         metrics,
@@ -446,39 +454,33 @@ impl RunningVm {
     /// Waits for the reason the VM stops, then stops every vCPU.
     pub fn wait(mut self) -> StopReason {
         let mut metrics = self.metrics.take();
-        let reason = loop {
-            let timeout = metrics.as_ref().map_or(Duration::from_millis(50), |m| {
-                m.until_next().min(Duration::from_millis(50))
-            });
-            match self.events.recv_timeout(timeout) {
-                Ok(ControlEvent::Stop(reason)) => break reason,
-                Ok(ControlEvent::Api(req)) => {
-                    let (reply, effect) = self.controller().execute(req.command);
-                    if effect == Effect::Pause {
-                        self.pause_vcpus();
-                    }
-                    let _ = req.reply.send(reply);
-                    if effect == Effect::Shutdown {
-                        break StopReason::ApiShutdown;
-                    }
-                }
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => {
-                    break StopReason::Shutdown {
-                        vcpu: 0,
-                        reason: "all vCPUs ended".into(),
-                    }
-                }
-            }
-            if let Some(m) = metrics.as_mut() {
-                if m.until_next().is_zero() {
-                    let line = self.controller().metrics();
-                    m.write(&line);
-                }
-            }
+        let reason = 'run: loop {
+            // A signal that arrived before the first wait rang the loop too, but look first.
             let sig = STOP_SIGNAL.load(Ordering::SeqCst);
             if sig != 0 {
                 break StopReason::Signal(sig);
+            }
+            let woken = self.control.wait();
+            while let Some(event) = self.control.next_event() {
+                match event {
+                    ControlEvent::Stop(reason) => break 'run reason,
+                    ControlEvent::Api(req) => {
+                        let (reply, effect) = self.controller().execute(req.command);
+                        if effect == Effect::Pause {
+                            self.pause_vcpus();
+                        }
+                        let _ = req.reply.send(reply);
+                        if effect == Effect::Shutdown {
+                            break 'run StopReason::ApiShutdown;
+                        }
+                    }
+                }
+            }
+            if woken.metrics {
+                if let Some(m) = metrics.as_mut() {
+                    let line = self.controller().metrics();
+                    m.write(&line);
+                }
             }
         };
         if let Some(m) = metrics.as_mut() {
@@ -524,7 +526,7 @@ impl RunningVm {
     }
 
     /// A sender for API requests (the API server's `submit`).
-    pub fn control_sender(&self) -> Sender<ControlEvent> {
+    pub fn control_sender(&self) -> ControlSender {
         self.events_tx.clone()
     }
 
@@ -565,11 +567,9 @@ impl RunningVm {
     }
 }
 
-/// Periodic metrics: one JSON line per interval appended to a file.
+/// Periodic metrics: one JSON line per interval (the control loop's timer) appended to a file.
 struct MetricsFile {
     file: std::fs::File,
-    interval: Duration,
-    next: Instant,
 }
 
 impl MetricsFile {
@@ -579,23 +579,12 @@ impl MetricsFile {
             .append(true)
             .open(&cfg.path);
         match file {
-            Ok(file) => {
-                let interval = Duration::from_millis(cfg.interval_ms);
-                Some(MetricsFile {
-                    file,
-                    interval,
-                    next: Instant::now() + interval,
-                })
-            }
+            Ok(file) => Some(MetricsFile { file }),
             Err(e) => {
                 log::error!("metrics.path: {}: {e}; no metrics file", cfg.path.display());
                 None
             }
         }
-    }
-
-    fn until_next(&self) -> Duration {
-        self.next.saturating_duration_since(Instant::now())
     }
 
     fn write(&mut self, metrics: &serde_json::Value) {
@@ -613,7 +602,6 @@ impl MetricsFile {
         if let Err(e) = self.file.write_all(format!("{line}\n").as_bytes()) {
             log::warn!("writing metrics: {e}");
         }
-        self.next = Instant::now() + self.interval;
     }
 }
 
