@@ -89,6 +89,9 @@ pub enum BootError {
     /// The command line is too long.
     #[error("Command line is {0} bytes; the limit is {max}", max = CMDLINE_MAX_SIZE - 1)]
     CmdlineTooLong(usize),
+    /// The command line has characters Linux does not take (linux-loader's check).
+    #[error("Command line: {0}")]
+    Cmdline(linux_loader::cmdline::Error),
     /// Writing boot information failed.
     #[error("Writing the {what} to guest memory failed: {source}")]
     Write {
@@ -278,17 +281,28 @@ fn unpack_bzimage(file: &mut File, path: &Path) -> Result<Option<UnpackedKernel>
     Ok(Some((u.vmlinux, header, u.compression, u.took)))
 }
 
-fn write_cmdline(mem: &GuestMemoryMmap, cmdline: &str) -> Result<(), BootError> {
-    if cmdline.len() >= CMDLINE_MAX_SIZE {
-        return Err(BootError::CmdlineTooLong(cmdline.len()));
+/// `text` as linux-loader's `Cmdline` (printable ASCII, at most `CMDLINE_MAX_SIZE` bytes with
+/// its terminating NUL; leading and trailing spaces dropped).
+pub fn kernel_cmdline(text: &str) -> Result<linux_loader::cmdline::Cmdline, BootError> {
+    let mut line =
+        linux_loader::cmdline::Cmdline::new(CMDLINE_MAX_SIZE).map_err(BootError::Cmdline)?;
+    if !text.trim().is_empty() {
+        line.insert_str(text).map_err(|e| match e {
+            linux_loader::cmdline::Error::TooLarge => BootError::CmdlineTooLong(text.len()),
+            other => BootError::Cmdline(other),
+        })?;
     }
-    let mut bytes = cmdline.as_bytes().to_vec();
-    bytes.push(0);
-    mem.write_slice(&bytes, GuestAddress(CMDLINE_START))
-        .map_err(|source| BootError::Write {
+    Ok(line)
+}
+
+fn write_cmdline(mem: &GuestMemoryMmap, cmdline: &str) -> Result<(), BootError> {
+    let line = kernel_cmdline(cmdline)?;
+    linux_loader::loader::load_cmdline(mem, GuestAddress(CMDLINE_START), &line).map_err(|e| {
+        BootError::Write {
             what: "command line",
-            source,
-        })
+            source: vm_memory::GuestMemoryError::IOError(std::io::Error::other(e.to_string())),
+        }
+    })
 }
 
 /// Places the initrd at the highest page-aligned address that fits below `addr_max`, the end of
@@ -499,6 +513,21 @@ mod tests {
             .expect_err("overlap");
         assert!(matches!(e, BootError::InitrdTooBig { .. }));
         std::fs::remove_file(p).ok();
+    }
+
+    #[test]
+    fn the_command_line_goes_through_linux_loader() {
+        let m = mem(1 << 20);
+        write_cmdline(&m, "console=ttyS0 mode=blk").expect("written");
+        let mut got = [0u8; 23];
+        m.read_slice(&mut got, GuestAddress(CMDLINE_START))
+            .expect("read");
+        assert_eq!(&got, b"console=ttyS0 mode=blk\0");
+        assert!(matches!(
+            kernel_cmdline("tab\there"),
+            Err(BootError::Cmdline(_))
+        ));
+        assert!(kernel_cmdline("").is_ok(), "an empty command line is fine");
     }
 
     #[test]

@@ -452,18 +452,24 @@ impl VmConfig {
         if let Some(initrd) = &self.boot.initrd_path {
             check_readable("boot-source.initrd_path", initrd)?;
         }
-        if self.boot.boot_args.len() >= crate::layout::CMDLINE_MAX_SIZE {
-            return Err(invalid(
-                "boot-source.boot_args",
-                format!(
-                    "{} bytes is longer than the {}-byte limit",
-                    self.boot.boot_args.len(),
-                    crate::layout::CMDLINE_MAX_SIZE - 1
-                ),
-            ));
-        }
-        if self.boot.boot_args.contains('\0') {
-            return Err(invalid("boot-source.boot_args", "contains a NUL byte"));
+        match crate::boot::kernel_cmdline(&self.boot.boot_args) {
+            Ok(_) => {}
+            Err(crate::boot::BootError::CmdlineTooLong(n)) => {
+                return Err(invalid(
+                    "boot-source.boot_args",
+                    format!(
+                        "{n} bytes is longer than the {}-byte limit",
+                        crate::layout::CMDLINE_MAX_SIZE - 1
+                    ),
+                ))
+            }
+            Err(_) => {
+                return Err(invalid(
+                    "boot-source.boot_args",
+                    "only printable ASCII (space to `~`) is allowed: no NUL, tab, newline or \
+                     non-ASCII character",
+                ))
+            }
         }
         let mut ids = std::collections::HashSet::new();
         for (i, t) in self.iothreads.iter().enumerate() {
@@ -742,6 +748,20 @@ mod tests {
             missing.validate(1024).expect_err("missing").to_string(),
             "boot-source.kernel_image_path: /nonexistent/vmlinux: No such file or directory (os error 2)"
         );
+        let mut tab = c.clone();
+        tab.boot.boot_args = "console=ttyS0\tquiet".into();
+        assert!(tab
+            .validate(1024)
+            .expect_err("tab")
+            .to_string()
+            .starts_with("boot-source.boot_args: only printable ASCII"));
+        let mut long = c.clone();
+        long.boot.boot_args = "x".repeat(crate::layout::CMDLINE_MAX_SIZE);
+        assert!(long
+            .validate(1024)
+            .expect_err("long")
+            .to_string()
+            .contains("bytes is longer than the"));
         let mut dup = c.clone();
         let t: IoThreadConfig = serde_json::from_str(r#"{"id":"io0"}"#).expect("iothread");
         assert_eq!(t.poll_max_ns, 32768);
