@@ -14,11 +14,11 @@ use thiserror::Error;
 
 use crate::guest::{Boot, GuestError, GuestRun};
 use crate::kit_report::{kit_sample, KitError};
+use crate::machine::HostKvm;
 use crate::matrix::Point;
 use crate::sample::RunSample;
 use crate::vm_run::VmOutput;
 use crate::vmm_log::VmmLog;
-use vmm::host::KvmFlavor;
 
 /// Kernel command line before the fio spec: serial console, reset on reboot and on panic (so
 /// Osprey exits), kernel messages only from warnings up.
@@ -54,7 +54,7 @@ pub enum LinuxGuestError {
 
 /// Refuses a host whose KVM is not hardware virtualization unless `force`; with `force`, the
 /// warning to print.
-pub fn check_host(flavor: KvmFlavor, force: bool) -> Result<Option<String>, LinuxGuestError> {
+pub fn check_host(flavor: HostKvm, force: bool) -> Result<Option<String>, LinuxGuestError> {
     if flavor.is_hardware() {
         return Ok(None);
     }
@@ -355,16 +355,15 @@ mod tests {
 
     #[test]
     fn refuses_non_hardware_kvm_unless_forced() {
-        let e = check_host(KvmFlavor::Pvm, false).expect_err("must fail");
+        let e = check_host(HostKvm::Pvm, false).expect_err("must fail");
         let msg = e.to_string();
         assert!(msg.contains("kvm_pvm"), "{msg}");
         assert!(msg.contains("hardware virtualization"), "{msg}");
         assert!(msg.contains("--force-linux-guest"), "{msg}");
-        assert!(check_host(KvmFlavor::Unknown, false).is_err());
-        let warning = check_host(KvmFlavor::Pvm, true).expect("forced");
+        assert!(check_host(HostKvm::Unknown, false).is_err());
+        let warning = check_host(HostKvm::Pvm, true).expect("forced");
         assert!(warning.is_some_and(|w| w.contains("kvm_pvm")));
-        assert_eq!(check_host(KvmFlavor::Intel, false), Ok(None));
-        assert_eq!(check_host(KvmFlavor::Amd, false), Ok(None));
+        assert_eq!(check_host(HostKvm::Hardware("kvm_intel"), false), Ok(None));
     }
 
     #[test]

@@ -148,3 +148,68 @@ mod tests {
         assert_eq!(cpu_model(""), None);
     }
 }
+
+/// Which KVM the host has, from `/sys/module` (the same test Osprey logs at start): only
+/// hardware virtualization runs a Linux guest's kernel at full speed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostKvm {
+    /// kvm_intel or kvm_amd.
+    Hardware(&'static str),
+    /// kvm_pvm: guest ring 0 is emulated.
+    Pvm,
+    /// No KVM module the runner knows.
+    Unknown,
+}
+
+impl HostKvm {
+    /// Looks in `/sys/module`.
+    pub fn detect() -> Self {
+        Self::detect_in(Path::new("/sys/module"))
+    }
+
+    fn detect_in(sys_module: &Path) -> Self {
+        let has = |m: &str| sys_module.join(m).exists();
+        if has("kvm_pvm") {
+            Self::Pvm
+        } else if has("kvm_intel") {
+            Self::Hardware("kvm_intel (hardware VMX)")
+        } else if has("kvm_amd") {
+            Self::Hardware("kvm_amd (hardware SVM)")
+        } else {
+            Self::Unknown
+        }
+    }
+
+    /// True with hardware virtualization.
+    pub fn is_hardware(self) -> bool {
+        matches!(self, Self::Hardware(_))
+    }
+
+    /// In words.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::Hardware(what) => what,
+            Self::Pvm => "kvm_pvm (software nested KVM: guest ring 0 is emulated)",
+            Self::Unknown => "an unknown KVM module",
+        }
+    }
+}
+
+#[cfg(test)]
+mod host_kvm_tests {
+    use super::*;
+
+    #[test]
+    fn pvm_wins_over_the_hardware_modules_it_stands_on() {
+        let dir = std::env::temp_dir().join(format!("osprey-bench-kvm-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("kvm_intel")).expect("mkdir");
+        assert!(HostKvm::detect_in(&dir).is_hardware());
+        std::fs::create_dir_all(dir.join("kvm_pvm")).expect("mkdir");
+        assert_eq!(HostKvm::detect_in(&dir), HostKvm::Pvm);
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(
+            HostKvm::detect_in(Path::new("/nonexistent")),
+            HostKvm::Unknown
+        );
+    }
+}

@@ -11,6 +11,7 @@ use crate::fio::{run_fio, FioCache, FioJob, FioResult};
 use crate::guest::{Guest, GuestKind};
 use crate::guest_linux::{check_host, fio_spec, LinuxKit};
 use crate::interrupt::{self, interrupted};
+use crate::machine::HostKvm;
 use crate::machine::{Machine, UtcTime};
 use crate::matrix::Point;
 use crate::point_run::{measure_group, same_workload, PointEnv};
@@ -19,7 +20,6 @@ use crate::report::markdown::ReportHeader;
 use crate::report::row::{PointOutcome, ResultRow};
 use crate::store::{Store, StoreKind};
 use crate::units::format_bytes;
-use vmm::host::KvmFlavor;
 
 /// The most of the store the guest uses (its `range=` cap).
 const GUEST_RANGE_MAX: u64 = 1 << 30;
@@ -63,7 +63,7 @@ fn print_plan(settings: &Settings, points: &[Point], skipped: &[crate::matrix::S
 pub fn run(settings: &Settings, command: &str) -> anyhow::Result<Outcome> {
     let matrix = settings.matrix();
     let linux = settings.guest == GuestKind::Linux;
-    let flavor = KvmFlavor::detect();
+    let flavor = HostKvm::detect();
     // A host that cannot run the Linux guest is the one error to show (no plan before it).
     let host_warning = if linux && !settings.dry_run {
         check_host(flavor, settings.force_linux_guest)?
