@@ -1,20 +1,26 @@
 //! ACPI tables: how a modern guest (Linux built without `CONFIG_X86_MPPARSE`, like Debian's cloud
 //! kernel) learns its CPUs and IOAPIC.
 //!
-//! A hardware-reduced ACPI 6 set: RSDP → XSDT → FADT (→ DSDT) and MADT. Built as one byte blob
-//! by a pure function ([`build`]) and written at [`ACPI_START`], inside the reserved BIOS area
-//! where Linux also finds the RSDP by scanning; PVH and the zero page point at it too.
+//! A hardware-reduced ACPI 6 set: RSDP → XSDT → FADT (→ DSDT) and MADT, built with rust-vmm's
+//! `acpi_tables` crate as one byte blob by a pure function ([`build`]) and written at
+//! [`ACPI_START`], inside the reserved BIOS area where Linux also finds the RSDP by scanning;
+//! PVH and the zero page point at it too.
 //!
-//! The DSDT holds one device, the PCI host bridge `\_SB.PCI0` (encoded by [`crate::aml`]): Linux
+//! The DSDT holds one device, the PCI host bridge `\_SB.PCI0` (acpi_tables' AML encoder): Linux
 //! booted with ACPI finds PCI root buses only in the ACPI namespace. Its `_CRS` gives bus 0, the
 //! configuration mechanism #1 ports, the rest of the I/O space and the 32-bit MMIO window where
 //! the virtio-pci BARs live. The devices interrupt through MSI-X only (interrupt pin 0), so there
 //! is no `_PRT`.
 
+use acpi_tables::fadt::{FADTBuilder, Flags};
+use acpi_tables::madt::{EnabledStatus, IoApic, ProcessorLocalApic};
+use acpi_tables::rsdp::Rsdp;
+use acpi_tables::sdt::Sdt;
+use acpi_tables::xsdt::XSDT;
+use acpi_tables::{aml, Aml};
 use devices::pci::config_io::{PCI_CONFIG_IO_BASE, PCI_CONFIG_IO_LEN};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
-use crate::aml;
 use crate::layout::{
     APIC_DEFAULT_PHYS_BASE, IOAPIC_DEFAULT_PHYS_BASE, PCI_MMIO_END, PCI_MMIO_START,
 };
@@ -25,19 +31,23 @@ pub const ACPI_START: u64 = 0x000e_0000;
 pub const ACPI_END: u64 = 0x0010_0000;
 
 const HEADER_LEN: usize = 36;
-const OEM_ID: &[u8; 6] = b"OSPREY";
-const OEM_TABLE_ID: &[u8; 8] = b"OSPREYVM";
-const CREATOR_ID: &[u8; 4] = b"OSPR";
+const OEM_ID: [u8; 6] = *b"OSPREY";
+const OEM_TABLE_ID: [u8; 8] = *b"OSPREYVM";
+const OEM_REVISION: u32 = 1;
+#[cfg(test)]
 const FADT_LEN: usize = 276;
-const FADT_REVISION: u8 = 6;
-const FADT_MINOR_REVISION: u8 = 5;
+#[cfg(test)]
 const FADT_FLAGS_HW_REDUCED_ACPI: u32 = 1 << 20;
 const IAPC_BOOT_ARCH_VGA_NOT_PRESENT: u16 = 1 << 2;
 const IAPC_BOOT_ARCH_CMOS_RTC_NOT_PRESENT: u16 = 1 << 5;
+const MADT_REVISION: u8 = 6;
 const MADT_PCAT_COMPAT: u32 = 1;
+#[cfg(test)]
 const MADT_LOCAL_APIC: u8 = 0;
+#[cfg(test)]
 const MADT_IOAPIC: u8 = 1;
 const MADT_LOCAL_APIC_NMI: u8 = 4;
+#[cfg(test)]
 const LAPIC_ENABLED: u32 = 1;
 const DSDT_REVISION: u8 = 2;
 /// The configuration mechanism #1 ports, as the 16-bit I/O addresses the descriptors take.
@@ -45,6 +55,8 @@ const PCI_CONFIG_PORT: u16 = PCI_CONFIG_IO_BASE as u16;
 const PCI_CONFIG_PORTS: u8 = PCI_CONFIG_IO_LEN as u8;
 const _: () = assert!(PCI_CONFIG_IO_BASE + PCI_CONFIG_IO_LEN <= u16::MAX as u64);
 const _: () = assert!(PCI_CONFIG_IO_LEN <= u8::MAX as u64);
+/// The MMIO window fits a DWordMemory descriptor.
+const _: () = assert!(PCI_MMIO_START < PCI_MMIO_END && PCI_MMIO_END <= 1 << 32);
 
 /// Errors writing the ACPI tables.
 #[derive(Debug, thiserror::Error)]
@@ -57,88 +69,90 @@ pub enum AcpiError {
     Write(vm_memory::GuestMemoryError),
 }
 
-fn checksum(bytes: &[u8]) -> u8 {
-    0u8.wrapping_sub(bytes.iter().fold(0u8, |a, b| a.wrapping_add(*b)))
+/// What an `acpi_tables` object encodes to.
+fn bytes(t: &dyn Aml) -> Vec<u8> {
+    let mut out = Vec::new();
+    t.to_aml_bytes(&mut out);
+    out
 }
 
-/// A System Description Table: the standard 36-byte header, then `body`, checksummed.
-fn sdt(signature: &[u8; 4], revision: u8, body: &[u8]) -> Vec<u8> {
-    let len = (HEADER_LEN + body.len()) as u32;
-    let mut t = Vec::with_capacity(len as usize);
-    t.extend_from_slice(signature);
-    t.extend_from_slice(&len.to_le_bytes());
-    t.push(revision);
-    t.push(0); // checksum, below
-    t.extend_from_slice(OEM_ID);
-    t.extend_from_slice(OEM_TABLE_ID);
-    t.extend_from_slice(&1u32.to_le_bytes()); // OEM revision
-    t.extend_from_slice(CREATOR_ID);
-    t.extend_from_slice(&1u32.to_le_bytes()); // creator revision
-    t.extend_from_slice(body);
-    t[9] = checksum(&t);
-    t
+/// An empty table of `signature` with Osprey's OEM fields.
+fn table(signature: &[u8; 4], revision: u8) -> Sdt {
+    Sdt::new(
+        *signature,
+        HEADER_LEN as u32,
+        revision,
+        OEM_ID,
+        OEM_TABLE_ID,
+        OEM_REVISION,
+    )
 }
 
 fn madt(num_cpus: u8) -> Vec<u8> {
-    let mut body = Vec::new();
-    body.extend_from_slice(&APIC_DEFAULT_PHYS_BASE.to_le_bytes());
-    body.extend_from_slice(&MADT_PCAT_COMPAT.to_le_bytes());
+    let mut t = table(b"APIC", MADT_REVISION);
+    t.append(APIC_DEFAULT_PHYS_BASE);
+    t.append(MADT_PCAT_COMPAT);
     for cpu in 0..num_cpus {
-        body.extend_from_slice(&[MADT_LOCAL_APIC, 8, cpu, cpu]);
-        body.extend_from_slice(&LAPIC_ENABLED.to_le_bytes());
+        t.append_slice(&bytes(&ProcessorLocalApic::new(
+            cpu,
+            cpu,
+            EnabledStatus::Enabled,
+        )));
     }
     // The IOAPIC's id follows the CPUs', as in the MP table; its pins start at GSI 0.
-    body.extend_from_slice(&[MADT_IOAPIC, 12, num_cpus, 0]);
-    body.extend_from_slice(&IOAPIC_DEFAULT_PHYS_BASE.to_le_bytes());
-    body.extend_from_slice(&0u32.to_le_bytes());
-    // LINT1 of every processor (uid 0xff) is NMI.
-    body.extend_from_slice(&[MADT_LOCAL_APIC_NMI, 6, 0xff, 0, 0, 1]);
-    sdt(b"APIC", 6, &body)
+    t.append_slice(&bytes(&IoApic::new(num_cpus, IOAPIC_DEFAULT_PHYS_BASE, 0)));
+    // LINT1 of every processor (uid 0xff) is NMI (acpi_tables has no structure for it).
+    t.append_slice(&[MADT_LOCAL_APIC_NMI, 6, 0xff, 0, 0, 1]);
+    t.as_slice().to_vec()
 }
 
 fn fadt(dsdt_addr: u64) -> Vec<u8> {
-    let mut body = vec![0u8; FADT_LEN - HEADER_LEN];
-    let at = |off: usize| off - HEADER_LEN;
-    body[at(40)..at(44)].copy_from_slice(&(dsdt_addr as u32).to_le_bytes());
-    let boot_arch = IAPC_BOOT_ARCH_VGA_NOT_PRESENT | IAPC_BOOT_ARCH_CMOS_RTC_NOT_PRESENT;
-    body[at(109)..at(111)].copy_from_slice(&boot_arch.to_le_bytes());
-    body[at(112)..at(116)].copy_from_slice(&FADT_FLAGS_HW_REDUCED_ACPI.to_le_bytes());
-    body[at(131)] = FADT_MINOR_REVISION;
-    body[at(140)..at(148)].copy_from_slice(&dsdt_addr.to_le_bytes());
-    body[at(268)..at(276)].copy_from_slice(b"OSPREYVM"); // hypervisor vendor identity
-    sdt(b"FACP", FADT_REVISION, &body)
+    let mut f = FADTBuilder::new(OEM_ID, OEM_TABLE_ID, OEM_REVISION);
+    // Both DSDT fields, as firmware does (the builder's helpers set one and clear the other).
+    f.dsdt = (dsdt_addr as u32).into();
+    f.x_dsdt = dsdt_addr.into();
+    f.iapc_boot_arch =
+        (IAPC_BOOT_ARCH_VGA_NOT_PRESENT | IAPC_BOOT_ARCH_CMOS_RTC_NOT_PRESENT).into();
+    f.flags = (Flags::HwReducedAcpi as u32).into();
+    f.hypervisor_vendor_identity = u64::from_le_bytes(OEM_TABLE_ID).into();
+    bytes(&f.finalize())
 }
 
 /// The PCI host bridge: segment 0, bus 0, reached through configuration mechanism #1, its
 /// children decoding all other I/O ports and the 32-bit MMIO window.
-fn pci_host_bridge() -> Vec<u8> {
-    let crs = aml::resource_template(&[
-        aml::word_bus_number(0, 0),
-        aml::io_port(PCI_CONFIG_PORT, PCI_CONFIG_PORTS),
-        aml::word_io(0, PCI_CONFIG_PORT - 1),
-        aml::word_io(PCI_CONFIG_PORT + u16::from(PCI_CONFIG_PORTS), u16::MAX),
-        aml::memory_window(PCI_MMIO_START, PCI_MMIO_END),
-    ]);
-    let eisa = |id| aml::integer(aml::eisa_id(id).into());
-    aml::device(
-        "PCI0",
-        &[
-            aml::name("_HID", &eisa("PNP0A08")),
-            aml::name("_CID", &eisa("PNP0A03")),
-            aml::name("_UID", &aml::integer(0)),
-            aml::name("_SEG", &aml::integer(0)),
-            aml::name("_BBN", &aml::integer(0)),
-            aml::name("_CRS", &crs),
-        ],
-    )
-}
-
 fn dsdt() -> Vec<u8> {
-    sdt(
-        b"DSDT",
-        DSDT_REVISION,
-        &aml::scope("\\_SB", &[pci_host_bridge()]),
-    )
+    let bus = aml::AddressSpace::new_bus_number(0u16, 0u16);
+    let config_ports = aml::IO::new(PCI_CONFIG_PORT, PCI_CONFIG_PORT, 1, PCI_CONFIG_PORTS);
+    let io_below = aml::AddressSpace::new_io(0u16, PCI_CONFIG_PORT - 1, None);
+    let io_above = aml::AddressSpace::new_io(
+        PCI_CONFIG_PORT + u16::from(PCI_CONFIG_PORTS),
+        u16::MAX,
+        None,
+    );
+    let mmio = aml::AddressSpace::new_memory(
+        aml::AddressSpaceCacheable::NotCacheable,
+        true,
+        PCI_MMIO_START as u32,
+        (PCI_MMIO_END - 1) as u32,
+        None,
+    );
+    let crs = aml::ResourceTemplate::new(vec![&bus, &config_ports, &io_below, &io_above, &mmio]);
+    let hid = aml::EISAName::new("PNP0A08");
+    let cid = aml::EISAName::new("PNP0A03");
+    let names = [
+        aml::Name::new("_HID".into(), &hid),
+        aml::Name::new("_CID".into(), &cid),
+        aml::Name::new("_UID".into(), &aml::ZERO),
+        aml::Name::new("_SEG".into(), &aml::ZERO),
+        aml::Name::new("_BBN".into(), &aml::ZERO),
+        aml::Name::new("_CRS".into(), &crs),
+    ];
+    let children: Vec<&dyn Aml> = names.iter().map(|n| n as &dyn Aml).collect();
+    let pci0 = aml::Device::new("PCI0".into(), children);
+    let sb = aml::Scope::new("\\_SB_".into(), vec![&pci0]);
+    let mut t = table(b"DSDT", DSDT_REVISION);
+    sb.to_aml_bytes(&mut t);
+    t.as_slice().to_vec()
 }
 
 fn align16(n: usize) -> usize {
@@ -147,8 +161,8 @@ fn align16(n: usize) -> usize {
 
 /// Builds RSDP, XSDT, FADT, DSDT and MADT for `num_cpus`, laid out from `base`.
 pub fn build(num_cpus: u8, base: u64) -> Vec<u8> {
-    const RSDP_LEN: usize = 36;
-    let xsdt_off = align16(RSDP_LEN);
+    let rsdp_len = Rsdp::len();
+    let xsdt_off = align16(rsdp_len);
     let xsdt_len = HEADER_LEN + 2 * 8;
     let dsdt_off = align16(xsdt_off + xsdt_len);
     let dsdt = dsdt();
@@ -157,22 +171,12 @@ pub fn build(num_cpus: u8, base: u64) -> Vec<u8> {
     let madt_off = align16(fadt_off + fadt.len());
     let madt = madt(num_cpus);
 
-    let mut xsdt_body = Vec::new();
-    xsdt_body.extend_from_slice(&(base + fadt_off as u64).to_le_bytes());
-    xsdt_body.extend_from_slice(&(base + madt_off as u64).to_le_bytes());
-    let xsdt = sdt(b"XSDT", 1, &xsdt_body);
-
-    let mut rsdp = Vec::with_capacity(RSDP_LEN);
-    rsdp.extend_from_slice(b"RSD PTR ");
-    rsdp.push(0); // checksum of the first 20 bytes
-    rsdp.extend_from_slice(OEM_ID);
-    rsdp.push(2); // revision: ACPI 2.0+
-    rsdp.extend_from_slice(&0u32.to_le_bytes()); // no RSDT
-    rsdp.extend_from_slice(&(RSDP_LEN as u32).to_le_bytes());
-    rsdp.extend_from_slice(&(base + xsdt_off as u64).to_le_bytes());
-    rsdp.extend_from_slice(&[0, 0, 0, 0]); // extended checksum, reserved
-    rsdp[8] = checksum(&rsdp[..20]);
-    rsdp[32] = checksum(&rsdp);
+    let mut xsdt = XSDT::new(OEM_ID, OEM_TABLE_ID, OEM_REVISION);
+    xsdt.add_entry(base + fadt_off as u64);
+    xsdt.add_entry(base + madt_off as u64);
+    let xsdt = bytes(&xsdt);
+    debug_assert_eq!(xsdt.len(), xsdt_len);
+    let rsdp = bytes(&Rsdp::new(OEM_ID, base + xsdt_off as u64));
 
     let mut blob = vec![0u8; madt_off + madt.len()];
     for (off, table) in [

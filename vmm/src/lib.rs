@@ -4,7 +4,6 @@
 
 pub mod acpi;
 pub mod affinity;
-pub mod aml;
 pub mod api;
 pub mod boot;
 pub mod boot_timing;
