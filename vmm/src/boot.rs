@@ -6,6 +6,9 @@ use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
+use linux_loader::configurator::linux::LinuxBootConfigurator;
+use linux_loader::configurator::pvh::PvhBootConfigurator;
+use linux_loader::configurator::{BootConfigurator, BootParams};
 use linux_loader::loader::bootparam::{boot_e820_entry, boot_params};
 use linux_loader::loader::elf::start_info::{
     hvm_memmap_table_entry, hvm_modlist_entry, hvm_start_info,
@@ -353,30 +356,38 @@ fn write_pvh_start_info(
         rsdp_paddr: rsdp,
         ..Default::default()
     };
-    if let Some((paddr, size)) = initrd {
-        let module = hvm_modlist_entry {
+    let modules: Vec<hvm_modlist_entry> = initrd
+        .map(|(paddr, size)| hvm_modlist_entry {
             paddr,
             size,
             ..Default::default()
-        };
-        mem.write_obj(module, GuestAddress(PVH_MODLIST_START))
-            .map_err(w("PVH module list"))?;
-        info.nr_modules = 1;
+        })
+        .into_iter()
+        .collect();
+    if !modules.is_empty() {
+        info.nr_modules = modules.len() as u32;
         info.modlist_paddr = PVH_MODLIST_START;
     }
-    for (i, e) in map.iter().enumerate() {
-        let entry = hvm_memmap_table_entry {
+    let memmap: Vec<hvm_memmap_table_entry> = map
+        .iter()
+        .map(|e| hvm_memmap_table_entry {
             addr: e.addr,
             size: e.size,
             type_: e.kind,
             reserved: 0,
-        };
-        let at = PVH_MEMMAP_START + (i * std::mem::size_of::<hvm_memmap_table_entry>()) as u64;
-        mem.write_obj(entry, GuestAddress(at))
-            .map_err(w("PVH memory map"))?;
+        })
+        .collect();
+    // linux-loader's PVH configurator writes the start info, the memory map and the modules.
+    let mut params = BootParams::new(&info, GuestAddress(PVH_INFO_START));
+    params.set_sections(&memmap, GuestAddress(PVH_MEMMAP_START));
+    if !modules.is_empty() {
+        params.set_modules(&modules, GuestAddress(PVH_MODLIST_START));
     }
-    mem.write_obj(info, GuestAddress(PVH_INFO_START))
-        .map_err(w("PVH start info"))
+    PvhBootConfigurator::write_bootparams::<GuestMemoryMmap>(&params, mem).map_err(|e| {
+        w("PVH start info")(vm_memory::GuestMemoryError::IOError(std::io::Error::other(
+            e.to_string(),
+        )))
+    })
 }
 
 fn write_zero_page(
@@ -414,11 +425,14 @@ fn write_zero_page(
         };
     }
     params.e820_entries = map.len().min(params.e820_table.len()) as u8;
-    mem.write_obj(params, GuestAddress(ZERO_PAGE_START))
-        .map_err(|source| BootError::Write {
+    // linux-loader's configurator for the 64-bit boot protocol writes the zero page.
+    let bp = BootParams::new(&params, GuestAddress(ZERO_PAGE_START));
+    LinuxBootConfigurator::write_bootparams::<GuestMemoryMmap>(&bp, mem).map_err(|e| {
+        BootError::Write {
             what: "boot_params",
-            source,
-        })
+            source: vm_memory::GuestMemoryError::IOError(std::io::Error::other(e.to_string())),
+        }
+    })
 }
 
 /// Total RAM in a memory map, for reports.
