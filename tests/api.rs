@@ -171,6 +171,15 @@ fn every_route_and_error_class_on_a_live_vm() {
     assert_eq!(st, 200);
     assert_eq!(m["vm"]["state"], "Running");
     assert_eq!(m["iothreads"][0]["id"], "io0");
+    let threads = m["threads"].as_array().cloned().unwrap_or_default();
+    for name in ["vcpu0", "iothread-io0", "api", "osprey"] {
+        assert!(
+            threads
+                .iter()
+                .any(|t| t["name"] == name && t["cpu_ns"].as_u64().is_some_and(|ns| ns > 0)),
+            "CPU time of {name} in {threads:?}"
+        );
+    }
     let (st, prom) = call(s, "GET", "/metrics?format=prometheus", None);
     assert_eq!(st, 200);
     let prom = prom.as_str().unwrap_or("").to_string();
@@ -181,6 +190,10 @@ fn every_route_and_error_class_on_a_live_vm() {
     assert!(
         prom.contains("# TYPE osprey_drive_requests_total counter")
             && prom.contains("osprey_drive_requests_total{drive=\"disk0\"}"),
+        "{prom}"
+    );
+    assert!(
+        prom.contains("osprey_thread_cpu_ns_total{thread=\"vcpu0\"}"),
         "{prom}"
     );
     // Every field Osprey reports is catalogued (typed and described), none left untyped.

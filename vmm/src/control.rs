@@ -348,6 +348,10 @@ impl Controller<'_> {
             "iothreads": self.devices.iothreads.iter().map(|(id, t)| iothread_json(id, t)).collect::<Vec<_>>(),
             "drives": self.devices.drives.iter().map(|d| d.stats_json()).collect::<Vec<_>>(),
             "rate_limit_groups": self.devices.rate_limit_groups.keys().map(|id| self.group_json(id)).collect::<Vec<_>>(),
+            "threads": crate::cpu_usage::by_thread()
+                .into_iter()
+                .map(|(name, cpu_ns)| json!({"name": name, "cpu_ns": cpu_ns}))
+                .collect::<Vec<_>>(),
         })
     }
 }

@@ -1,5 +1,6 @@
 //! CPU time per thread of this process, from `/proc/self/task/*/{comm,schedstat}`: how the VMM
-//! reports where its CPU went (vCPU threads, iothreads, the rest) when the VM stops.
+//! reports where its CPU went (vCPU threads, iothreads, the rest) in `GET /metrics` (`threads`)
+//! and when the VM stops.
 
 use std::collections::BTreeMap;
 use std::path::Path;

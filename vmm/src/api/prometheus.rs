@@ -6,7 +6,8 @@
 //!   `osprey_iothread_<name>{iothread="<id>"}`;
 //! - per drive, each numeric field as `osprey_drive_<name>{drive="<drive_id>"}` and
 //!   `batch_bounds`/`batch_hist` as the histogram `osprey_drive_batch_size`;
-//! - per rate-limit group, each numeric field as `osprey_rate_limit_group_<name>{group="<id>"}`.
+//! - per rate-limit group, each numeric field as `osprey_rate_limit_group_<name>{group="<id>"}`;
+//! - per thread name, `osprey_thread_cpu_ns_total{thread="<name>"}`.
 //!
 //! Every family has a `# HELP` and a `# TYPE` line, as scrapers expect: the fields that only
 //! grow are `counter`s named `…_total`, the others `gauge`s ([`CATALOGUE`]); a numeric field the
@@ -315,6 +316,12 @@ const CATALOGUE: &[(&str, &str, Kind, &str)] = &[
         Kind::Gauge,
         "Bytes left in the group's bandwidth bucket",
     ),
+    (
+        "thread",
+        "cpu_ns",
+        Kind::Counter,
+        "CPU time of Osprey's threads of this name, in ns",
+    ),
 ];
 
 /// The family name, type and help of field `key` of a `scope` object.
@@ -395,6 +402,10 @@ pub fn render(metrics: &Value) -> String {
     for group in array(metrics, "rate_limit_groups") {
         let labels = label_set("group", group.get("id"));
         numeric_fields(&mut exp, "group", group, &labels);
+    }
+    for thread in array(metrics, "threads") {
+        let labels = label_set("thread", thread.get("name"));
+        numeric_fields(&mut exp, "thread", thread, &labels);
     }
     exp.render()
 }
