@@ -232,7 +232,7 @@ impl GuestRun for LinuxRun<'_> {
     /// fio run 1 of the console with Osprey's log; Osprey must have exited 0 (the guest
     /// rebooted).
     fn sample(&self, p: &Point, out: &VmOutput) -> Result<RunSample, GuestError> {
-        let log = VmmLog::parse(&out.log)?;
+        let log = VmmLog::of_run(&out.log, out.metrics.as_ref())?;
         let sample = kit_sample(&out.console, p, &log)?;
         if !out.status.success() {
             return Err(KitError::Exit(out.status.to_string()).into());

@@ -62,7 +62,7 @@ impl GuestRun for TestRun<'_> {
     /// The `BLK` line and Osprey's log (Osprey's exit status is not checked: the report is).
     fn sample(&self, _p: &Point, out: &VmOutput) -> Result<RunSample, GuestError> {
         let report = BlkReport::from_console(&out.console)?;
-        let log = VmmLog::parse(&out.log)?;
+        let log = VmmLog::of_run(&out.log, out.metrics.as_ref())?;
         RunSample::from_outputs(&report, &log)
     }
 }

@@ -320,7 +320,6 @@ mod tests {
 
     const RANDREAD: &str = include_str!("../tests/fixtures/kit-randread-4k-qd8-2jobs.txt");
     const RANDWRITE: &str = include_str!("../tests/fixtures/kit-randwrite-4k-qd8-2jobs.txt");
-    const LOG: &str = include_str!("../tests/data/osprey-log.txt");
 
     fn point(rw: Rw, queues: u32) -> Point {
         Point {
@@ -370,7 +369,7 @@ mod tests {
     #[test]
     fn a_real_randread_run_becomes_a_sample() {
         let p = point(Rw::RandRead, 2);
-        let log = VmmLog::parse(LOG).expect("log");
+        let log = crate::vmm_log::tests::recorded();
         let s = kit_sample(RANDREAD, &p, &log).expect("sample");
         let j = &raw(RANDREAD)["jobs"][0];
         let r = &j["read"];
@@ -408,7 +407,7 @@ mod tests {
 
     #[test]
     fn a_real_randwrite_run_takes_the_write_side() {
-        let log = VmmLog::parse(LOG).expect("log");
+        let log = crate::vmm_log::tests::recorded();
         let s = kit_sample(RANDWRITE, &point(Rw::RandWrite, 2), &log).expect("sample");
         let w = &raw(RANDWRITE)["jobs"][0]["write"];
         assert_eq!(Some(s.requests), w["total_ios"].as_u64());
@@ -442,14 +441,14 @@ mod tests {
             1,
         );
         assert_ne!(noisy, RANDREAD);
-        let log = VmmLog::parse(LOG).expect("log");
+        let log = crate::vmm_log::tests::recorded();
         let s = kit_sample(&noisy, &point(Rw::RandRead, 2), &log).expect("sample");
         assert_eq!(s.requests, 389_854);
     }
 
     #[test]
     fn lat_percentiles_are_used_when_clat_has_none() {
-        let log = VmmLog::parse(LOG).expect("log");
+        let log = crate::vmm_log::tests::recorded();
         let json = r#"{"jobs":[{"error":0,"job options":{"iodepth":"4"},
             "read":{"iops":10.0,"bw_bytes":40960.0,"total_ios":20,"runtime":2000,
                     "clat_ns":{"mean":900.0},
@@ -470,7 +469,7 @@ mod tests {
                 "OSPREY-FIO-LOG 1 fio: pid=97, err=5/file:io_u.c:1889, func=io_u error, error=Input/output error\n\
                  OSPREY-KIT-DONE runs=1 failed=1",
             );
-        let log = VmmLog::parse(LOG).expect("log");
+        let log = crate::vmm_log::tests::recorded();
         let e = kit_sample(&console, &point(Rw::RandRead, 2), &log).expect_err("must fail");
         let msg = e.to_string();
         assert!(
@@ -486,7 +485,7 @@ mod tests {
         let console = "[    1.2] virtio_blk virtio0: 1/0/0 default/read/poll queues\n\
             OSPREY-KIT: init start\n\
             OSPREY-KIT-ERROR insmod /lib/modules/6.1/virtio_blk.ko failed: Invalid module format\n";
-        let log = VmmLog::parse(LOG).expect("log");
+        let log = crate::vmm_log::tests::recorded();
         let e = kit_sample(console, &point(Rw::RandRead, 1), &log).expect_err("must fail");
         let msg = e.to_string();
         assert!(msg.contains("Invalid module format"), "{msg}");
@@ -495,7 +494,7 @@ mod tests {
 
     #[test]
     fn missing_ready_wrong_queues_and_cut_runs_are_errors() {
-        let log = VmmLog::parse(LOG).expect("log");
+        let log = crate::vmm_log::tests::recorded();
         let panic = "Kernel panic - not syncing: VFS: Unable to mount root fs\n";
         let e = kit_sample(panic, &point(Rw::RandRead, 1), &log).expect_err("must fail");
         assert!(matches!(e, GuestError::Kit(KitError::NoReady(_))), "{e}");

@@ -160,7 +160,7 @@ pub fn probe_vmm(osprey: &Path, guest: &Path) -> Result<VmmProbe, PrereqError> {
     let out = run_osprey(osprey, &args, Duration::from_secs(60))
         .map_err(|e| PrereqError::Probe(e.to_string()))?
         .map_err(|t| PrereqError::Probe(format!("no exit within {:?}", t.after)))?;
-    let log = VmmLog::parse(&out.log).map_err(|e| PrereqError::Probe(e.to_string()))?;
+    let log = VmmLog::parse(&out.log);
     let tail = || {
         out.log
             .lines()

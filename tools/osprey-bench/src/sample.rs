@@ -151,7 +151,7 @@ mod tests {
     fn a_recorded_run_becomes_a_sample() {
         let report =
             BlkReport::from_console(include_str!("../tests/data/blk-console.txt")).expect("blk");
-        let log = VmmLog::parse(include_str!("../tests/data/osprey-log.txt")).expect("log");
+        let log = crate::vmm_log::tests::recorded();
         let s = RunSample::from_outputs(&report, &log).expect("sample");
         assert_eq!(s.iops, 233_854.0);
         assert_eq!(s.requests, 20_000);

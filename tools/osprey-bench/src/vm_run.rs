@@ -95,6 +95,8 @@ pub struct VmOutput {
     pub log: String,
     /// Exit status.
     pub status: ExitStatus,
+    /// The last line of the run's metrics file: `GET /metrics` as the VM stopped.
+    pub metrics: Option<serde_json::Value>,
 }
 
 fn reader(mut src: impl Read + Send + 'static) -> thread::JoinHandle<String> {
@@ -140,6 +142,7 @@ pub fn run_osprey(
             console,
             log,
             status,
+            metrics: None,
         }),
         None => Err(TimedOut {
             after: deadline,
@@ -156,6 +159,9 @@ pub struct RunFiles {
     pub config: PathBuf,
     /// `…/logs/<name>.log` (console then log).
     pub log: PathBuf,
+    /// `…/metrics/<name>.jsonl`: Osprey appends its metrics there once, as the VM stops (the
+    /// interval is longer than any run).
+    pub metrics: PathBuf,
 }
 
 impl RunFiles {
@@ -164,8 +170,19 @@ impl RunFiles {
         RunFiles {
             config: out.join("configs").join(format!("{name}.json")),
             log: out.join("logs").join(format!("{name}.log")),
+            metrics: out.join("metrics").join(format!("{name}.jsonl")),
         }
     }
+}
+
+/// Longer than any run: Osprey writes the metrics line only when the VM stops.
+const METRICS_INTERVAL_MS: u64 = 24 * 3600 * 1000;
+
+/// The last JSON line of `path`, if any.
+fn last_metrics(path: &Path) -> Option<serde_json::Value> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let line = text.lines().rev().find(|l| !l.trim().is_empty())?;
+    serde_json::from_str(line).ok()
 }
 
 fn write(path: &Path, what: &'static str, data: &[u8]) -> Result<(), VmRunError> {
@@ -189,7 +206,20 @@ pub fn run_point(
     files: &RunFiles,
     deadline: Duration,
 ) -> Result<RunSample, VmRunError> {
-    let config = vm_config(point, drive, &guest.boot(point));
+    let mut config = vm_config(point, drive, &guest.boot(point));
+    if let Some(dir) = files.metrics.parent() {
+        std::fs::create_dir_all(dir).map_err(|source| VmRunError::Io {
+            what: "Cannot create the metrics folder",
+            path: dir.to_path_buf(),
+            source,
+        })?;
+    }
+    // A file left by an earlier run of the same name must not be read as this run's.
+    let _ = std::fs::remove_file(&files.metrics);
+    config["metrics"] = serde_json::json!({
+        "path": files.metrics,
+        "interval_ms": METRICS_INTERVAL_MS,
+    });
     let text = serde_json::to_string_pretty(&config).unwrap_or_else(|_| config.to_string());
     write(&files.config, "Cannot write the VM config", text.as_bytes())?;
     let args = [std::ffi::OsStr::new("--config"), files.config.as_os_str()];
@@ -214,6 +244,10 @@ pub fn run_point(
         }
     };
     save(&out.console, &out.log)?;
+    let out = VmOutput {
+        metrics: last_metrics(&files.metrics),
+        ..out
+    };
     guest
         .sample(point, &out)
         .map_err(|source| VmRunError::Report {

@@ -1,6 +1,7 @@
-//! Osprey's log (stderr) as the runner reads it: the KVM flavour and vCPU TSC frequency at
-//! start-up, and at stop the `drive stats {...}`, `iothread stats {...}` and
-//! `CPU time by thread: …` lines.
+//! What the runner reads of one Osprey run: from the log (stderr) the KVM flavour and the vCPU
+//! TSC frequency at start-up; from the API's `GET /metrics` JSON, which Osprey appends to the
+//! run's metrics file once more when the VM stops, the drive and iothread counters and the CPU
+//! time per thread (no stop-time log line is scraped).
 
 use std::collections::BTreeMap;
 
@@ -13,11 +14,8 @@ pub enum VmmLogError {
     /// The line was not logged.
     #[error("Osprey's log has no {0:?} line")]
     Missing(&'static str),
-    /// A `name N ms` entry did not parse.
-    #[error("Bad CPU time entry {0:?}")]
-    CpuEntry(String),
-    /// A stats JSON did not parse.
-    #[error("Bad {what} JSON")]
+    /// A part of the metrics JSON did not parse.
+    #[error("Bad {what} in the metrics JSON")]
     Json {
         /// Which line.
         what: &'static str,
@@ -27,25 +25,27 @@ pub enum VmmLogError {
     },
 }
 
-/// CPU time per thread name, in ms (`CPU time by thread: vcpu0 122.1 ms, …`).
+/// CPU time per thread name, in ms (the metrics' `threads`).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct CpuTimes {
     /// Milliseconds by thread name.
     pub by_thread: BTreeMap<String, f64>,
 }
 
+/// One entry of the metrics' `threads`.
+#[derive(Debug, Deserialize)]
+struct ThreadCpu {
+    name: String,
+    cpu_ns: u64,
+}
+
 impl CpuTimes {
-    /// Parses the text after `CPU time by thread: `.
-    pub fn parse(list: &str) -> Result<Self, VmmLogError> {
+    fn from_threads(threads: Vec<ThreadCpu>) -> Self {
         let mut by_thread = BTreeMap::new();
-        for entry in list.split(", ").map(str::trim).filter(|e| !e.is_empty()) {
-            let bad = || VmmLogError::CpuEntry(entry.to_string());
-            let rest = entry.strip_suffix(" ms").ok_or_else(bad)?;
-            let (name, ms) = rest.rsplit_once(' ').ok_or_else(bad)?;
-            let ms: f64 = ms.parse().map_err(|_| bad())?;
-            *by_thread.entry(name.to_string()).or_insert(0.0) += ms;
+        for t in threads {
+            *by_thread.entry(t.name).or_insert(0.0) += t.cpu_ns as f64 / 1e6;
         }
-        Ok(CpuTimes { by_thread })
+        CpuTimes { by_thread }
     }
 
     /// Every thread of the process.
@@ -153,7 +153,7 @@ pub struct IothreadStats {
     pub stats: IothreadCounters,
 }
 
-/// Everything the runner reads from one Osprey log.
+/// Everything the runner reads from one Osprey run.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct VmmLog {
     /// `KVM: …` (the flavour), if logged.
@@ -164,7 +164,7 @@ pub struct VmmLog {
     pub drives: Vec<DriveStats>,
     /// One per iothread.
     pub iothreads: Vec<IothreadStats>,
-    /// The CPU time line, if logged.
+    /// CPU time per thread, once the metrics were read.
     pub cpu: Option<CpuTimes>,
 }
 
@@ -176,9 +176,20 @@ fn message(line: &str) -> &str {
     }
 }
 
+/// The parts of the metrics JSON the runner records.
+#[derive(Debug, Deserialize)]
+struct Metrics {
+    #[serde(default)]
+    drives: Vec<DriveStats>,
+    #[serde(default)]
+    iothreads: Vec<IothreadStats>,
+    #[serde(default)]
+    threads: Vec<ThreadCpu>,
+}
+
 impl VmmLog {
-    /// Parses a whole stderr text; lines the runner does not know are skipped.
-    pub fn parse(text: &str) -> Result<Self, VmmLogError> {
+    /// The start-up facts of a whole stderr text; lines the runner does not know are skipped.
+    pub fn parse(text: &str) -> Self {
         let mut log = VmmLog::default();
         for line in text.lines() {
             let m = message(line.trim_end());
@@ -188,68 +199,61 @@ impl VmmLog {
                 log.tsc_khz = rest
                     .strip_suffix(" kHz")
                     .and_then(|n| n.trim().parse().ok());
-            } else if let Some(rest) = m.strip_prefix("drive stats ") {
-                log.drives
-                    .push(
-                        serde_json::from_str(rest).map_err(|source| VmmLogError::Json {
-                            what: "drive stats",
-                            source,
-                        })?,
-                    );
-            } else if let Some(rest) = m.strip_prefix("iothread stats ") {
-                log.iothreads
-                    .push(
-                        serde_json::from_str(rest).map_err(|source| VmmLogError::Json {
-                            what: "iothread stats",
-                            source,
-                        })?,
-                    );
-            } else if let Some(rest) = m.strip_prefix("CPU time by thread: ") {
-                log.cpu = Some(CpuTimes::parse(rest)?);
             }
         }
-        Ok(log)
+        log
     }
 
-    /// The CPU time line, which every stopped VM logs.
+    /// Adds the counters of the metrics JSON written when the VM stopped (`GET /metrics`'s
+    /// shape: `drives`, `iothreads`, `threads`).
+    pub fn with_metrics(mut self, metrics: &serde_json::Value) -> Result<Self, VmmLogError> {
+        let m: Metrics =
+            serde_json::from_value(metrics.clone()).map_err(|source| VmmLogError::Json {
+                what: "drives, iothreads or threads",
+                source,
+            })?;
+        self.drives = m.drives;
+        self.iothreads = m.iothreads;
+        self.cpu = Some(CpuTimes::from_threads(m.threads));
+        Ok(self)
+    }
+
+    /// Both halves of a run: the log, and the last line of the metrics file (if Osprey wrote
+    /// one).
+    pub fn of_run(log: &str, metrics: Option<&serde_json::Value>) -> Result<Self, VmmLogError> {
+        let metrics = metrics.ok_or(VmmLogError::Missing("metrics at stop"))?;
+        VmmLog::parse(log).with_metrics(metrics)
+    }
+
+    /// The CPU time per thread, from the metrics.
     pub fn cpu(&self) -> Result<&CpuTimes, VmmLogError> {
         self.cpu
             .as_ref()
-            .ok_or(VmmLogError::Missing("CPU time by thread"))
+            .ok_or(VmmLogError::Missing("CPU time per thread"))
     }
 
     /// The first drive's stats.
     pub fn drive(&self) -> Result<&DriveStats, VmmLogError> {
-        self.drives
-            .first()
-            .ok_or(VmmLogError::Missing("drive stats"))
+        self.drives.first().ok_or(VmmLogError::Missing("drives"))
     }
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     const LOG: &str = include_str!("../tests/data/osprey-log.txt");
+    const METRICS: &str = include_str!("../tests/data/osprey-metrics.json");
 
-    #[test]
-    fn parses_the_cpu_time_line() {
-        let c = CpuTimes::parse(
-            "iothread-io0 89.9 ms, kvm-nx-lpage-re 0.0 ms, osprey 6.0 ms, vcpu0 122.1 ms, vcpu1 10.0 ms",
-        )
-        .expect("parse");
-        assert_eq!(c.by_thread.len(), 5);
-        assert!((c.total_ms() - 228.0).abs() < 1e-9);
-        assert!((c.vcpu_ms() - 132.1).abs() < 1e-9);
-        assert!((c.dataplane_ms() - 89.9).abs() < 1e-9);
-        assert!(CpuTimes::parse("vcpu0 12").is_err());
-        assert!(CpuTimes::parse("vcpu0 x ms").is_err());
-        assert_eq!(CpuTimes::parse("").expect("empty").total_ms(), 0.0);
+    /// The recorded run: its log and its metrics at stop.
+    pub(crate) fn recorded() -> VmmLog {
+        let metrics: serde_json::Value = serde_json::from_str(METRICS).expect("metrics JSON");
+        VmmLog::of_run(LOG, Some(&metrics)).expect("parse")
     }
 
     #[test]
-    fn parses_a_recorded_log() {
-        let log = VmmLog::parse(LOG).expect("parse");
+    fn reads_a_recorded_run() {
+        let log = recorded();
         assert!(log.kvm.as_deref().is_some_and(|k| k.starts_with("kvm_pvm")));
         assert_eq!(log.tsc_khz, Some(2445426));
         let d = log.drive().expect("drive");
@@ -270,13 +274,17 @@ mod tests {
         assert_eq!(t.stats.cpu_ns, 89_934_676);
         let c = log.cpu().expect("cpu");
         assert_eq!(c.by_thread["vcpu0"], 122.1);
-        assert_eq!(c.dataplane_ms(), 89.9);
+        assert!((c.dataplane_ms() - 89.9).abs() < 1e-9);
+        assert!((c.vcpu_ms() - 122.1).abs() < 1e-9);
+        assert!((c.total_ms() - (89.9 + 6.0 + 122.1)).abs() < 1e-9);
     }
 
     #[test]
-    fn a_bad_stats_line_is_an_error_and_missing_lines_are_reported() {
-        assert!(VmmLog::parse("[t INFO ] drive stats {oops").is_err());
-        let log = VmmLog::parse("[t INFO ] Started 1 vCPU(s)").expect("parse");
+    fn missing_or_bad_metrics_are_errors() {
+        assert!(VmmLog::of_run(LOG, None).is_err());
+        let bad = serde_json::json!({"drives": "oops"});
+        assert!(VmmLog::of_run(LOG, Some(&bad)).is_err());
+        let log = VmmLog::parse("[t INFO ] Started 1 vCPU(s)");
         assert!(log.cpu().is_err());
         assert!(log.drive().is_err());
         assert_eq!(log.tsc_khz, None);
