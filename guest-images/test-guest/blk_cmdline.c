@@ -11,20 +11,6 @@
  */
 #include "blk.h"
 
-static int is_space(char c)
-{
-    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
-}
-
-static size_t prefix(const char *t, size_t n, const char *key)
-{
-    size_t k = 0;
-    for (; key[k]; k++)
-        if (k >= n || t[k] != key[k])
-            return 0;
-    return k;
-}
-
 static int parse_size(const char *v, size_t n, u64 *out)
 {
     u64 mul = 1;
@@ -141,17 +127,17 @@ static void store(struct blk_opts *o, int idx, u64 v)
 static int token(struct blk_opts *o, const char *t, size_t n)
 {
     size_t k;
-    if ((k = prefix(t, n, "rw="))) {
+    if ((k = prefix_len(t, n, "rw="))) {
         static const char *const names[] = { "read", "write", "randread", "randwrite", "verify" };
         for (int i = 0; i < 5; i++)
-            if (prefix(t + k, n - k, names[i]) == n - k && n > k) {
+            if (prefix_len(t + k, n - k, names[i]) == n - k && n > k) {
                 o->rw = (enum blk_rw)i;
                 return 0;
             }
         bad(t, n, "want read|write|randread|randwrite|verify");
         return -1;
     }
-    if ((k = prefix(t, n, "pattern="))) {
+    if ((k = prefix_len(t, n, "pattern="))) {
         if (parse_hex32(t + k, n - k, &o->pattern)) {
             bad(t, n, "want up to 8 hex digits");
             return -1;
@@ -160,7 +146,7 @@ static int token(struct blk_opts *o, const char *t, size_t n)
         return 0;
     }
     for (int i = 0; i < (int)(sizeof(num_opts) / sizeof(num_opts[0])); i++) {
-        if (!(k = prefix(t, n, num_opts[i].key)))
+        if (!(k = prefix_len(t, n, num_opts[i].key)))
             continue;
         u64 v;
         int r = (i == 5) ? parse_size(t + k, n - k, &v) : parse_decimal(t + k, n - k, &v);
@@ -179,12 +165,9 @@ int blk_opts_parse(const char *s, size_t len, struct blk_opts *o)
     blk_opts_default(o);
     size_t i = 0;
     while (i < len) {
-        while (i < len && is_space(s[i]))
-            i++;
-        size_t start = i;
-        while (i < len && !is_space(s[i]))
-            i++;
-        if (i > start && token(o, s + start, i - start))
+        const char *t;
+        size_t n = cmdline_token(s, len, &i, &t);
+        if (n && token(o, t, n))
             return -1;
     }
     if (o->bs % 512) {

@@ -14,8 +14,20 @@ static int is_space(char c)
     return c == ' ' || c == '\t' || c == '\n' || c == '\r';
 }
 
-/* Does token [t, t+n) start with key (NUL-terminated)? */
-static size_t prefix_len(const char *t, size_t n, const char *key)
+size_t cmdline_token(const char *s, size_t len, size_t *at, const char **tok)
+{
+    size_t i = *at;
+    while (i < len && is_space(s[i]))
+        i++;
+    size_t start = i;
+    while (i < len && !is_space(s[i]))
+        i++;
+    *at = i;
+    *tok = s + start;
+    return i - start;
+}
+
+size_t prefix_len(const char *t, size_t n, const char *key)
 {
     size_t k = 0;
     while (key[k]) {
@@ -92,13 +104,8 @@ int cmdline_parse(const char *s, size_t len, struct cmdline_opts *out)
 
     size_t i = 0;
     while (i < len) {
-        while (i < len && is_space(s[i]))
-            i++;
-        size_t start = i;
-        while (i < len && !is_space(s[i]))
-            i++;
-        const char *t = s + start;
-        size_t n = i - start, k;
+        const char *t;
+        size_t n = cmdline_token(s, len, &i, &t), k;
         if (n == 0)
             break;
         if ((k = prefix_len(t, n, "mode="))) {

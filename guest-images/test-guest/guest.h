@@ -42,6 +42,13 @@ void *memmove(void *dst, const void *src, size_t n);
 int memcmp(const void *a, const void *b, size_t n);
 size_t strnlen(const char *s, size_t max);
 
+/* cmdline.c: tokens of a command line (shared with blk_cmdline.c). */
+/* The next whitespace-separated token of s[0..len) from *at (advanced past it): its length,
+ * 0 at the end, and its start in *tok. */
+size_t cmdline_token(const char *s, size_t len, size_t *at, const char **tok);
+/* The length of key (NUL-terminated) when token [t, t+n) starts with it, else 0. */
+size_t prefix_len(const char *t, size_t n, const char *key);
+
 /* serial.c: COM1 output, no LSR polling. */
 void putc_serial(char c);
 void puts_serial(const char *s);

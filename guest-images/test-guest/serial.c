@@ -6,7 +6,7 @@
  * number printing, JSON string escaping, and tracking whether we are at the
  * start of a line (so an exception message always starts on a fresh line).
  */
-#include "guest.h"
+#include "blk.h"
 
 static int at_line_start = 1;
 
@@ -30,14 +30,11 @@ void ensure_line_start(void)
 
 void put_u64(u64 v)
 {
-    char buf[20];
-    int n = 0;
-    do {
-        buf[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    while (n)
-        putc_serial(buf[--n]);
+    char buf[21];
+    struct sbuf b = { buf, 0, sizeof buf };
+    buf[0] = 0;
+    sb_u64(&b, v);          /* fmt.c's digits: one decimal formatter in the guest */
+    puts_serial(buf);
 }
 
 void put_hex(u64 v)
