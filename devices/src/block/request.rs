@@ -144,17 +144,14 @@ pub fn parse(
             "header not device-readable or shorter than 16 bytes",
         ));
     }
-    let Ok(kind) = mem.read_obj::<u32>(header.addr()) else {
+    // One read of the whole 16-byte header (type, reserved, sector): one guest-memory lookup.
+    let Ok(raw) = mem.read_obj::<[u8; HEADER_LEN as usize]>(header.addr()) else {
         return Err(ioerr(status_addr, "header outside guest memory"));
     };
-    let Ok(sector) = header
-        .addr()
-        .checked_add(8)
-        .map_or(Err(()), |a| mem.read_obj::<u64>(a).map_err(|_| ()))
-    else {
-        return Err(ioerr(status_addr, "header outside guest memory"));
-    };
-    let (kind, sector) = (u32::from_le(kind), u64::from_le(sector));
+    let kind = u32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]]);
+    let mut sector_bytes = [0u8; 8];
+    sector_bytes.copy_from_slice(&raw[8..16]);
+    let sector = u64::from_le_bytes(sector_bytes);
     let data = descs[1..count - 1].iter().flatten();
 
     let op = match kind {
