@@ -67,16 +67,20 @@ pub struct FsRule {
     pub access: FsAccess,
     /// What it is for (the config field or the use).
     pub what: String,
+    /// The file may be missing (the metrics file, when Osprey could not create it: it then runs
+    /// without metrics, as it always has); the rule is skipped instead of failing the start.
+    pub optional: bool,
 }
 
 /// The rules for `config`: nothing else stays reachable.
 pub fn rules_for(config: &VmConfig) -> Vec<FsRule> {
     let mut rules = Vec::new();
-    let mut add = |path: &Path, access, what: String| {
+    let mut add = |path: &Path, access, what: String, optional| {
         rules.push(FsRule {
             path: path.to_path_buf(),
             access,
             what,
+            optional,
         })
     };
     for d in &config.drives {
@@ -85,30 +89,42 @@ pub fn rules_for(config: &VmConfig) -> Vec<FsRule> {
         } else {
             FsAccess::ReadWrite
         };
-        add(&d.path_on_host, access, format!("drive {}", d.drive_id));
+        add(
+            &d.path_on_host,
+            access,
+            format!("drive {}", d.drive_id),
+            false,
+        );
     }
     add(
         &config.boot.kernel_image_path,
         FsAccess::Read,
         "kernel".into(),
+        false,
     );
     if let Some(initrd) = &config.boot.initrd_path {
-        add(initrd, FsAccess::Read, "initrd".into());
+        add(initrd, FsAccess::Read, "initrd".into(), false);
     }
     if let Some(m) = &config.metrics {
-        add(&m.path, FsAccess::Write, "metrics file".into());
+        add(&m.path, FsAccess::Write, "metrics file".into(), true);
     }
     if let Some(api) = &config.api {
         let dir = match api.socket.parent() {
             Some(p) if !p.as_os_str().is_empty() => p,
             _ => Path::new("."),
         };
-        add(dir, FsAccess::RemoveFiles, "API socket directory".into());
+        add(
+            dir,
+            FsAccess::RemoveFiles,
+            "API socket directory".into(),
+            false,
+        );
     }
     add(
         Path::new("/proc/self/task"),
         FsAccess::ReadTree,
         "thread CPU times".into(),
+        false,
     );
     rules
 }
@@ -158,14 +174,32 @@ impl FsSandbox {
             .handle_access(AccessNet::from_all(WANTED_ABI))?
             .scope(Scope::AbstractUnixSocket)?
             .create()?;
-        for r in &rules {
-            let fd = PathFd::new(&r.path).map_err(|source| LandlockError::Path {
-                what: r.what.clone(),
-                source,
-            })?;
+        let mut kept = Vec::with_capacity(rules.len());
+        for r in rules {
+            let fd = match PathFd::new(&r.path) {
+                Ok(fd) => fd,
+                Err(_) if r.optional => {
+                    log::warn!(
+                        "Landlock: no rule for the {} ({}): it does not exist",
+                        r.what,
+                        r.path.display()
+                    );
+                    continue;
+                }
+                Err(source) => {
+                    return Err(LandlockError::Path {
+                        what: r.what.clone(),
+                        source,
+                    })
+                }
+            };
             ruleset = ruleset.add_rule(PathBeneath::new(fd, r.access.rights()))?;
+            kept.push(r);
         }
-        Ok(FsSandbox { ruleset, rules })
+        Ok(FsSandbox {
+            ruleset,
+            rules: kept,
+        })
     }
 
     /// Restricts the calling thread (for good).
@@ -283,14 +317,24 @@ mod tests {
         std::fs::write(&allowed, b"yes").expect("write");
         std::fs::write(&other, b"no").expect("write");
         let sandbox = FsSandbox::build(
-            vec![FsRule {
-                path: allowed.clone(),
-                access: FsAccess::Read,
-                what: "test".into(),
-            }],
+            vec![
+                FsRule {
+                    path: allowed.clone(),
+                    access: FsAccess::Read,
+                    what: "test".into(),
+                    optional: false,
+                },
+                FsRule {
+                    path: dir.join("never-created"),
+                    access: FsAccess::Write,
+                    what: "optional file".into(),
+                    optional: true,
+                },
+            ],
             false,
         )
-        .expect("ruleset");
+        .expect("ruleset: a missing optional file is skipped");
+        assert_eq!(sandbox.len(), 1, "{}", sandbox.describe_rules());
         let (a, o, status) = std::thread::spawn(move || {
             let status = sandbox.restrict_thread().expect("restrict");
             (
