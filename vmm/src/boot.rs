@@ -103,6 +103,17 @@ pub enum BootError {
         /// Why.
         source: vm_memory::GuestMemoryError,
     },
+    /// linux-loader's boot configurator could not write the boot parameters.
+    #[error("Writing the {what} failed: {source}")]
+    Configure {
+        /// Which structure.
+        what: &'static str,
+        /// linux-loader's error.
+        source: linux_loader::configurator::Error,
+    },
+    /// linux-loader could not write the command line.
+    #[error("Writing the command line failed: {0}")]
+    CmdlineWrite(linux_loader::loader::Error),
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> BootError + '_ {
@@ -300,12 +311,8 @@ pub fn kernel_cmdline(text: &str) -> Result<linux_loader::cmdline::Cmdline, Boot
 
 fn write_cmdline(mem: &GuestMemoryMmap, cmdline: &str) -> Result<(), BootError> {
     let line = kernel_cmdline(cmdline)?;
-    linux_loader::loader::load_cmdline(mem, GuestAddress(CMDLINE_START), &line).map_err(|e| {
-        BootError::Write {
-            what: "command line",
-            source: vm_memory::GuestMemoryError::IOError(std::io::Error::other(e.to_string())),
-        }
-    })
+    linux_loader::loader::load_cmdline(mem, GuestAddress(CMDLINE_START), &line)
+        .map_err(BootError::CmdlineWrite)
 }
 
 /// Places the initrd at the highest page-aligned address that fits below `addr_max`, the end of
@@ -346,7 +353,6 @@ fn write_pvh_start_info(
     initrd: Option<(u64, u64)>,
     rsdp: u64,
 ) -> Result<(), BootError> {
-    let w = |what| move |source| BootError::Write { what, source };
     let mut info = hvm_start_info {
         magic: XEN_HVM_START_MAGIC,
         version: 1,
@@ -383,10 +389,11 @@ fn write_pvh_start_info(
     if !modules.is_empty() {
         params.set_modules(&modules, GuestAddress(PVH_MODLIST_START));
     }
-    PvhBootConfigurator::write_bootparams::<GuestMemoryMmap>(&params, mem).map_err(|e| {
-        w("PVH start info")(vm_memory::GuestMemoryError::IOError(std::io::Error::other(
-            e.to_string(),
-        )))
+    PvhBootConfigurator::write_bootparams::<GuestMemoryMmap>(&params, mem).map_err(|source| {
+        BootError::Configure {
+            what: "PVH start info",
+            source,
+        }
     })
 }
 
@@ -427,10 +434,10 @@ fn write_zero_page(
     params.e820_entries = map.len().min(params.e820_table.len()) as u8;
     // linux-loader's configurator for the 64-bit boot protocol writes the zero page.
     let bp = BootParams::new(&params, GuestAddress(ZERO_PAGE_START));
-    LinuxBootConfigurator::write_bootparams::<GuestMemoryMmap>(&bp, mem).map_err(|e| {
-        BootError::Write {
+    LinuxBootConfigurator::write_bootparams::<GuestMemoryMmap>(&bp, mem).map_err(|source| {
+        BootError::Configure {
             what: "boot_params",
-            source: vm_memory::GuestMemoryError::IOError(std::io::Error::other(e.to_string())),
+            source,
         }
     })
 }

@@ -74,6 +74,9 @@ pub enum VmError {
     /// Entering the sandbox failed.
     #[error("Sandbox: {0}")]
     Sandbox(#[from] SandboxError),
+    /// The control thread's event loop could not be set up.
+    #[error(transparent)]
+    ControlLoop(#[from] crate::control_loop::ControlLoopError),
     /// Creating an eventfd or thread failed.
     #[error("{what}: {source}")]
     Os {
@@ -175,10 +178,7 @@ pub fn start(config: &VmConfig) -> Result<RunningVm, VmError> {
         .metrics
         .as_ref()
         .map(|m| Duration::from_millis(m.interval_ms));
-    let (control, tx) = ControlLoop::new(metrics_every).map_err(|e| VmError::Os {
-        what: "the control loop",
-        source: std::io::Error::other(e.to_string()),
-    })?;
+    let (control, tx) = ControlLoop::new(metrics_every)?;
     let exit: Arc<dyn ExitRequester> = Arc::new(ChannelExit(tx.clone()));
     let vm = Arc::new(vm);
     // Opened before the sandbox is built: the Landlock rule needs the file to exist, and the
@@ -294,11 +294,11 @@ pub fn start(config: &VmConfig) -> Result<RunningVm, VmError> {
         }
         None => None,
     };
-    sandbox.enter(ThreadKind::Control)?;
+    let entered = sandbox.enter(ThreadKind::Control)?;
     if sandbox.is_on() {
-        log::info!("sandbox: {}", sandbox.describe());
+        log::info!("sandbox: {}", sandbox.describe(&entered));
     } else {
-        log::warn!("sandbox: {}", sandbox.describe());
+        log::warn!("sandbox: {}", sandbox.describe(&entered));
     }
     log::info!(
         "Started {count} vCPU(s), {} MiB in {:.1} ms; boot timings {}",

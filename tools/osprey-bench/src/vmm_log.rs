@@ -207,11 +207,10 @@ impl VmmLog {
     /// Adds the counters of the metrics JSON written when the VM stopped (`GET /metrics`'s
     /// shape: `drives`, `iothreads`, `threads`).
     pub fn with_metrics(mut self, metrics: &serde_json::Value) -> Result<Self, VmmLogError> {
-        let m: Metrics =
-            serde_json::from_value(metrics.clone()).map_err(|source| VmmLogError::Json {
-                what: "drives, iothreads or threads",
-                source,
-            })?;
+        let m = Metrics::deserialize(metrics).map_err(|source| VmmLogError::Json {
+            what: "drives, iothreads or threads",
+            source,
+        })?;
         self.drives = m.drives;
         self.iothreads = m.iothreads;
         self.cpu = Some(CpuTimes::from_threads(m.threads));

@@ -126,8 +126,9 @@ fn clear_capability_sets() -> Result<(), CredentialsError> {
     check(ret, || "capset(all sets empty)".into())
 }
 
-/// This thread's line `name:` from `/proc/thread-self/status` (for tests and diagnostics).
-pub fn status_field(name: &str) -> Option<String> {
+/// This thread's line `name:` from `/proc/thread-self/status` (for the tests).
+#[cfg(test)]
+pub(crate) fn status_field(name: &str) -> Option<String> {
     let text = std::fs::read_to_string("/proc/thread-self/status").ok()?;
     text.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))

@@ -15,7 +15,7 @@ pub mod namespaces;
 #[cfg(any(debug_assertions, feature = "test-hooks"))]
 mod probe;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -117,8 +117,15 @@ pub struct Sandbox {
     config: SandboxConfig,
     seccomp: Option<Filters>,
     landlock: Option<FsSandbox>,
-    /// How the control thread's entry went (Landlock status, capabilities), for the log.
-    entered: Mutex<Option<(String, Dropped)>>,
+}
+
+/// How one thread's entry went, for the start-up log ([`Sandbox::describe`]).
+#[derive(Debug, Clone, Default)]
+pub struct Entered {
+    /// Landlock's status in words (empty without Landlock).
+    landlock: String,
+    /// What dropping privileges did (`None` with the sandbox off).
+    dropped: Option<Dropped>,
 }
 
 impl Sandbox {
@@ -145,7 +152,6 @@ impl Sandbox {
                 config,
                 seccomp: None,
                 landlock: None,
-                entered: Mutex::new(None),
             }));
         }
         let strict = config.mode == SandboxMode::Strict;
@@ -159,7 +165,6 @@ impl Sandbox {
             config,
             seccomp,
             landlock: Some(landlock),
-            entered: Mutex::new(None),
         }))
     }
 
@@ -171,21 +176,23 @@ impl Sandbox {
     /// The hook a thread of type `kind` runs once its set-up is done.
     pub fn hook(self: &Arc<Self>, kind: ThreadKind) -> ThreadHook {
         let sandbox = self.clone();
-        Box::new(move || sandbox.enter(kind).map_err(|e| e.to_string()))
+        Box::new(move || sandbox.enter(kind).map(|_| ()).map_err(|e| e.to_string()))
     }
 
     /// Puts the calling thread in the sandbox, for good: Landlock, then privileges, then its
     /// seccomp filter (last: the calls before it are not on the lists).
-    pub fn enter(&self, kind: ThreadKind) -> Result<(), SandboxError> {
-        if self.is_on() {
-            self.confine(kind)?;
-        }
+    pub fn enter(&self, kind: ThreadKind) -> Result<Entered, SandboxError> {
+        let entered = if self.is_on() {
+            self.confine(kind)?
+        } else {
+            Entered::default()
+        };
         #[cfg(any(debug_assertions, feature = "test-hooks"))]
         probe::run(kind);
-        Ok(())
+        Ok(entered)
     }
 
-    fn confine(&self, kind: ThreadKind) -> Result<(), SandboxError> {
+    fn confine(&self, kind: ThreadKind) -> Result<Entered, SandboxError> {
         let mut landlock = String::new();
         if let Some(l) = &self.landlock {
             let status = l.restrict_thread()?;
@@ -197,13 +204,13 @@ impl Sandbox {
             }
         }
         let dropped = credentials::drop_privileges(self.config.ids())?;
-        if kind == ThreadKind::Control {
-            *self.entered.lock().unwrap_or_else(|p| p.into_inner()) = Some((landlock, dropped));
-        }
         if let Some(f) = &self.seccomp {
             f.of(kind).install()?;
         }
-        Ok(())
+        Ok(Entered {
+            landlock,
+            dropped: Some(dropped),
+        })
     }
 
     /// Gives the API socket to the sandbox's user (so that, once set up, Osprey may still
@@ -217,8 +224,8 @@ impl Sandbox {
         }
     }
 
-    /// One line for the start-up log (after the control thread entered).
-    pub fn describe(&self) -> String {
+    /// One line for the start-up log, from how a thread's entry went (the control thread's).
+    pub fn describe(&self, entered: &Entered) -> String {
         if !self.is_on() {
             return "off (--sandbox off): no seccomp, no Landlock, privileges kept".into();
         }
@@ -227,17 +234,17 @@ impl Sandbox {
             Some(_) => format!("seccomp on all {} thread types", ThreadKind::ALL.len()),
             None => "seccomp OFF (--seccomp off)".into(),
         });
-        let entered = self.entered.lock().unwrap_or_else(|p| p.into_inner());
-        if let (Some(l), Some((status, _))) = (&self.landlock, entered.as_ref()) {
+        if let Some(l) = &self.landlock {
             parts.push(format!(
-                "{status} ({} rules: {})",
+                "{} ({} rules: {})",
+                entered.landlock,
                 l.len(),
                 l.describe_rules()
             ));
         }
         parts.push("no_new_privs".into());
-        parts.push(match entered.as_ref() {
-            Some((_, d)) if d.bounding_set => "every capability dropped".into(),
+        parts.push(match entered.dropped {
+            Some(d) if d.bounding_set => "every capability dropped".into(),
             _ => "capabilities dropped (bounding set kept: no CAP_SETPCAP)".into(),
         });
         if let Some((uid, gid)) = self.config.ids() {
