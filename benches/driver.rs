@@ -16,8 +16,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use devices::block::status;
+use devices::virtio::host_ring::HostMemory;
 use devices::virtio::GuestMemory;
-use vm_memory::Bytes;
 use vmm_sys_util::eventfd::EventFd;
 
 use crate::block::Chains;
@@ -76,6 +76,7 @@ impl FakeDriver {
         let (report_tx, report_rx) = mpsc::channel();
         let stop = Arc::new(AtomicBool::new(false));
         let mut driver = Driver {
+            host: HostMemory::new(&setup.mem),
             free: setup.chains.heads.clone(),
             in_flight: vec![false; usize::from(setup.ring.size())],
             batch: Vec::with_capacity(setup.chains.heads.len()),
@@ -132,6 +133,8 @@ impl Drop for FakeDriver {
 
 struct Driver {
     setup: DriverSetup,
+    /// Guest memory as the guest sees it: status bytes are read and written natively.
+    host: HostMemory,
     free: Vec<u16>,
     /// Indexed by head descriptor.
     in_flight: Vec<bool>,
@@ -152,7 +155,9 @@ impl Driver {
             while submitted < n {
                 let Some(head) = self.free.pop() else { break };
                 let at = self.setup.chains.status_addr(head);
-                self.setup.mem.write_obj(0xffu8, at).expect("status reset");
+                if !self.host.write_u8(at.0, 0xff) {
+                    return Err(format!("status byte of chain {head} outside guest memory"));
+                }
                 self.in_flight[usize::from(head)] = true;
                 self.batch.push(head);
                 submitted += 1;
@@ -189,11 +194,10 @@ impl Driver {
                 "used entry for chain {head}, which is not in flight"
             ));
         }
-        let st: u8 = self
-            .setup
-            .mem
-            .read_obj(chains.status_addr(head))
-            .map_err(|e| format!("status read: {e}"))?;
+        let [st] = self
+            .host
+            .read_bytes::<1>(chains.status_addr(head).0)
+            .ok_or("status byte outside guest memory")?;
         if st != status::OK || len != chains.used_len() {
             return Err(format!(
                 "chain {head} completed with status {st} and used length {len} (want {} and {})",

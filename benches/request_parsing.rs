@@ -22,6 +22,7 @@ use dataplane::Handler;
 use devices::block::request::parse;
 use devices::block::request_type;
 use devices::block::stats::QueueStats;
+use devices::virtio::host_ring::HostMemory;
 use osprey_benches::block::{
     self, guest_memory, null_handler, ChainSpec, Chains, EventFdInterrupt,
 };
@@ -50,6 +51,7 @@ fn parse_only(c: &mut Criterion) {
     group.throughput(Throughput::Elements(BATCH.into()));
     for n in CHAIN_LENGTHS {
         let mem = guest_memory();
+        let host = HostMemory::new(&mem);
         let mut ring = DriverRing::new(mem.clone(), GuestAddress(0), QUEUE_SIZE, false);
         let chains = Chains::write(&ring, &mem, BATCH, spec(n));
         let limits = block::limits();
@@ -59,7 +61,7 @@ fn parse_only(c: &mut Criterion) {
         let parsed: Vec<_> = queue
             .iter(&mem)
             .expect("avail ring")
-            .map(|chain| parse(chain, &mem, &limits))
+            .map(|chain| parse(chain, &host, &limits))
             .collect();
         assert_eq!(parsed.len(), usize::from(BATCH), "every chain is popped");
         assert!(
@@ -71,7 +73,7 @@ fn parse_only(c: &mut Criterion) {
             b.iter(|| {
                 ring.publish(&chains.heads);
                 for chain in queue.iter(&mem).expect("avail ring") {
-                    let _ = black_box(parse(chain, &mem, &limits));
+                    let _ = black_box(parse(chain, &host, &limits));
                 }
             })
         });

@@ -5,10 +5,13 @@
 //! ([`DriverRing::queue`]).
 //!
 //! Unlike `virtio_queue::mock::MockSplitQueue`, which indexes the avail ring without wrapping,
-//! this ring can be refilled forever, so benches can reuse it for millions of requests.
+//! this ring can be refilled forever, so benches can reuse it for millions of requests. Like a
+//! guest's driver, it touches the rings natively (host pointers resolved once, atomic index
+//! loads and stores), not through `vm-memory`'s per-access lookups.
 
-use std::sync::atomic::{fence, Ordering};
+use std::sync::atomic::{fence, AtomicU16, Ordering};
 
+use devices::virtio::host_ring::HostMemory;
 use devices::virtio::GuestMemory;
 use virtio_queue::{Queue, QueueT};
 use vm_memory::{Address, Bytes, GuestAddress};
@@ -28,6 +31,9 @@ pub fn vring_need_event(event: u16, new: u16, old: u16) -> bool {
 #[derive(Debug)]
 pub struct DriverRing {
     mem: GuestMemory,
+    /// Host addresses of the avail and used rings.
+    avail_host: *mut u8,
+    used_host: *mut u8,
     size: u16,
     event_idx: bool,
     desc: GuestAddress,
@@ -40,6 +46,10 @@ pub struct DriverRing {
     /// The last `used.idx` loaded (entries up to it may be consumed without another load).
     used_known: u16,
 }
+
+// SAFETY: the raw pointers point into the guest memory `mem` keeps mapped; they carry no thread
+// affinity and every access through them is atomic or volatile.
+unsafe impl Send for DriverRing {}
 
 impl DriverRing {
     /// Lays a queue of `size` entries out at `base` (descriptor table, then the avail ring, then
@@ -57,8 +67,17 @@ impl DriverRing {
         let zeros = vec![0u8; (end - base.raw_value()) as usize];
         mem.write_slice(&zeros, base)
             .expect("the rings lie inside guest memory");
+        let host = HostMemory::new(&mem);
+        let avail_host = host
+            .range(avail.raw_value(), 6 + 2 * n)
+            .expect("avail ring in one region");
+        let used_host = host
+            .range(used.raw_value(), 6 + 8 * n)
+            .expect("used ring in one region");
         Self {
             mem,
+            avail_host,
+            used_host,
             size,
             event_idx,
             desc,
@@ -116,27 +135,23 @@ impl DriverRing {
         let old = self.avail_idx;
         for &head in heads {
             let slot = u64::from(self.avail_idx % self.size);
-            self.mem
-                .write_obj(head.to_le(), self.avail.unchecked_add(4 + 2 * slot))
-                .expect("avail ring write");
+            self.avail_u16(4 + 2 * slot)
+                .store(head.to_le(), Ordering::Relaxed);
             self.avail_idx = self.avail_idx.wrapping_add(1);
         }
         // The ring entries before the index (the device loads the index with Acquire).
-        self.mem
-            .store(
-                self.avail_idx.to_le(),
-                self.avail.unchecked_add(2),
-                Ordering::Release,
-            )
-            .expect("avail idx write");
+        self.avail_u16(2)
+            .store(self.avail_idx.to_le(), Ordering::Release);
         // The index before reading the device's suppression state (pairs with the fence the
         // device puts between writing that state and re-checking the index).
         fence(Ordering::SeqCst);
         if self.event_idx {
-            let event = self.load_u16(self.used.unchecked_add(4 + 8 * u64::from(self.size)));
-            vring_need_event(event, self.avail_idx, old)
+            let event = self
+                .used_u16(4 + 8 * u64::from(self.size))
+                .load(Ordering::Relaxed);
+            vring_need_event(u16::from_le(event), self.avail_idx, old)
         } else {
-            self.load_u16(self.used) & 1 == 0 // VRING_USED_F_NO_NOTIFY
+            u16::from_le(self.used_u16(0).load(Ordering::Relaxed)) & 1 == 0 // VRING_USED_F_NO_NOTIFY
         }
     }
 
@@ -153,14 +168,14 @@ impl DriverRing {
         if !self.has_used() {
             return None;
         }
-        let at = self
-            .used
-            .unchecked_add(4 + 8 * u64::from(self.used_seen % self.size));
-        let id: u32 = self.mem.read_obj(at).expect("used ring read");
-        let len: u32 = self
-            .mem
-            .read_obj(at.unchecked_add(4))
-            .expect("used ring read");
+        let slot = usize::from(self.used_seen % self.size);
+        // SAFETY: the used ring was resolved by `new` to `6 + 8 * size` bytes of mapped guest
+        // memory (kept alive by `self.mem`), 4-aligned; element `slot < size` is at
+        // `4 + 8 * slot`. Volatile: the device thread writes it.
+        let (id, len) = unsafe {
+            let elem = self.used_host.add(4 + 8 * slot).cast::<u32>();
+            (elem.read_volatile(), elem.add(1).read_volatile())
+        };
         self.used_seen = self.used_seen.wrapping_add(1);
         Some((u32::from_le(id) as u16, u32::from_le(len)))
     }
@@ -168,10 +183,8 @@ impl DriverRing {
     /// Asks for an interrupt at the next used entry (`used_event`, EVENT_IDX only), then checks
     /// once more; returns true when entries arrived meanwhile (do not sleep then).
     pub fn arm_interrupt(&mut self) -> bool {
-        let at = self.avail.unchecked_add(4 + 2 * u64::from(self.size));
-        self.mem
-            .store(self.used_seen.to_le(), at, Ordering::Relaxed)
-            .expect("used_event write");
+        self.avail_u16(4 + 2 * u64::from(self.size))
+            .store(self.used_seen.to_le(), Ordering::Relaxed);
         // `used_event` before re-reading `used.idx` (pairs with the device's fence between
         // publishing `used.idx` and reading `used_event`).
         fence(Ordering::SeqCst);
@@ -180,15 +193,19 @@ impl DriverRing {
 
     fn load_used_idx(&self) -> u16 {
         // Acquire: the used entries are visible once the index is.
-        u16::from_le(
-            self.mem
-                .load(self.used.unchecked_add(2), Ordering::Acquire)
-                .expect("used idx read"),
-        )
+        u16::from_le(self.used_u16(2).load(Ordering::Acquire))
     }
 
-    fn load_u16(&self, at: GuestAddress) -> u16 {
-        u16::from_le(self.mem.load(at, Ordering::Relaxed).expect("ring read"))
+    fn avail_u16(&self, offset: u64) -> &AtomicU16 {
+        // SAFETY: `avail_host` is the avail ring, resolved by `new` to `6 + 2 * size` bytes of
+        // mapped guest memory (kept alive by `self.mem`), 2-aligned; callers pass even offsets
+        // below `6 + 2 * size`. The device thread reads these fields concurrently: atomics.
+        unsafe { AtomicU16::from_ptr(self.avail_host.add(offset as usize).cast()) }
+    }
+
+    fn used_u16(&self, offset: u64) -> &AtomicU16 {
+        // SAFETY: as `avail_u16`, for the used ring (`6 + 8 * size` bytes, 4-aligned).
+        unsafe { AtomicU16::from_ptr(self.used_host.add(offset as usize).cast()) }
     }
 }
 

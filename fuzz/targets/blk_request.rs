@@ -3,7 +3,8 @@
 //! Input: byte 0 = queue size exponent (bits 0-2: size 2..=256), EVENT_IDX (bit 3), read-only
 //! drive (bit 4); bytes 1..9 = disk capacity in sectors; the rest is copied to guest address 0
 //! (descriptor table at 0x0, avail ring at 0x1000, used ring at 0x2000, buffers anywhere in the
-//! 1 MiB of guest memory). Every chain the queue yields is parsed with
+//! 1 MiB of guest memory). Every chain the device's `HostRing` yields is walked side by side with
+//! `virtio_queue`'s `DescriptorChain` (the two must yield the same descriptors), parsed with
 //! `devices::block::request::parse` and completed as `BlockQueueHandler` does: parsed I/O runs
 //! on the Null engine (which zero-fills read buffers through the parser's host pointers), the
 //! status byte is written and the head goes on the used ring.
@@ -13,6 +14,8 @@ use dataplane::engine::null::NullEngine;
 use dataplane::engine::{IoEngine, IoOp, IoRequest};
 use devices::block::request::{parse, DiskLimits, Malformed, RequestOp};
 use devices::block::{status, ID_BYTES, SECTOR_SIZE};
+use devices::virtio::host_ring::{HostMemory, HostRing};
+use virtio_queue::desc::split::Descriptor;
 use virtio_queue::QueueT;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend};
 
@@ -40,15 +43,26 @@ pub fn run(data: &[u8]) {
         return;
     };
 
+    let host = HostMemory::new(&mem);
+    let mut ring = HostRing::new(&queue, &host).expect("a valid queue's rings resolve");
     let mut engine = NullEngine::new(usize::from(size));
     let mut done = Vec::new();
+    let fields = |d: &Descriptor| (d.addr(), d.len(), d.flags(), d.next());
     // A guest can publish at most `size` chains at once; bound the loop anyway.
     for _ in 0..2 * usize::from(size) {
-        let Some(chain) = queue.pop_descriptor_chain(&mem) else {
+        // The reference: virtio-queue's own walk of the same chain, in the same memory state.
+        let reference = queue.pop_descriptor_chain(&mem);
+        let Ok(Some(head)) = ring.pop() else {
             break;
         };
-        let head = chain.head_index();
-        let (status_addr, st, used_len) = match parse(chain, &mem, &limits) {
+        // The avail index is re-read by virtio-queue on every pop and cached by the ring, so a
+        // completion that overwrote it (a hostile layout) may make them disagree on the head.
+        if let Some(reference) = reference.filter(|c| c.head_index() == head) {
+            let theirs: Vec<_> = reference.map(|d| fields(&d)).collect();
+            let ours: Vec<_> = ring.chain(head, &host).map(|d| fields(&d)).collect();
+            assert_eq!(ours, theirs, "chain {head} walks differently");
+        }
+        let (status_addr, st, used_len) = match parse(ring.chain(head, &host), &host, &limits) {
             Ok(req) => match req.op {
                 RequestOp::GetId { written } => {
                     assert!(written as usize <= ID_BYTES);
@@ -85,14 +99,18 @@ pub fn run(data: &[u8]) {
             }
             Err(Malformed::Broken { .. }) => {
                 // The device needs a reset: complete the chain with no status and stop.
-                let _ = queue.add_used(&mem, head, 0);
+                let _ = ring.add_used(head, 0);
+                ring.publish_used();
                 break;
             }
         };
         // The parser promised the status byte lies in guest memory.
-        mem.write_obj(st, status_addr)
-            .expect("status byte in guest memory");
-        let _ = queue.add_used(&mem, head, used_len);
+        assert!(
+            host.write_u8(status_addr.0, st),
+            "status byte in guest memory"
+        );
+        let _ = ring.add_used(head, used_len);
+        let _ = ring.needs_notification();
     }
 }
 

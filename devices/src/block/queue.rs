@@ -12,14 +12,15 @@ use std::sync::Arc;
 
 use dataplane::engine::{Completion, EngineOptions, IoEngine, IoOp, IoRequest};
 use dataplane::Handler;
-use virtio_queue::{Queue, QueueOwnedT, QueueT};
-use vm_memory::{Bytes, GuestAddress};
+use virtio_queue::{Queue, QueueT};
+use vm_memory::GuestAddress;
 use vmm_sys_util::eventfd::EventFd;
 
 use super::request::{parse, BlockRequest, DiskLimits, Malformed, RequestOp};
 use super::stats::QueueStats;
 use super::status;
 use super::throttle::{DriveRateLimits, QueueThrottle};
+use crate::virtio::host_ring::{HostMemory, HostRing};
 use crate::virtio::{ActivatedQueue, GuestMemory, VirtioInterrupt};
 
 /// A request handed to the engine, waiting for its completion.
@@ -69,9 +70,13 @@ impl RateLimit {
 pub struct BlockQueueHandler {
     owner: u64,
     index: u16,
+    /// The queue as the transport handed it over; its indexes live in `ring` meanwhile.
     queue: Queue,
+    /// The rings through host pointers (None when they could not be resolved: the queue is
+    /// broken from the start).
+    ring: Option<HostRing>,
     kick: EventFd,
-    mem: GuestMemory,
+    mem: HostMemory,
     interrupt: Arc<dyn VirtioInterrupt>,
     engine: Box<dyn IoEngine>,
     /// How to build the real engine on the iothread (`attach`); until then `engine` is a Null
@@ -117,10 +122,13 @@ impl BlockQueueHandler {
         stats: Arc<QueueStats>,
     ) -> Self {
         let depth = usize::from(q.queue.size()).max(1);
-        Self {
+        let mem = HostMemory::new(&mem);
+        let ring = HostRing::new(&q.queue, &mem);
+        let mut handler = Self {
             owner,
             index: q.index,
             queue: q.queue,
+            ring: None,
             kick: q.kick,
             mem,
             interrupt,
@@ -137,7 +145,12 @@ impl BlockQueueHandler {
             polling: false,
             throttle: QueueThrottle::default(),
             log_limit: RateLimit::default(),
+        };
+        match ring {
+            Ok(ring) => handler.ring = Some(ring),
+            Err(e) => handler.fail(&format!("unusable rings: {e}")),
         }
+        handler
     }
 
     /// The rate limiters that govern the queue's drive (none by default).
@@ -147,7 +160,10 @@ impl BlockQueueHandler {
     }
 
     /// Hands the queue back (after `quiesce`).
-    pub fn into_queue(self) -> ActivatedQueue {
+    pub fn into_queue(mut self) -> ActivatedQueue {
+        if let Some(ring) = &self.ring {
+            ring.sync_to(&mut self.queue);
+        }
         ActivatedQueue {
             index: self.index,
             queue: self.queue,
@@ -156,10 +172,19 @@ impl BlockQueueHandler {
     }
 
     fn add_used(&mut self, head: u16, len: u32) {
-        if let Err(e) = self.queue.add_used(&self.mem, head, len) {
+        let Some(ring) = self.ring.as_mut() else {
+            return;
+        };
+        if let Err(e) = ring.add_used(head, len) {
             self.fail(&format!("writing the used ring failed: {e}"));
         } else {
             self.used_pending = true;
+        }
+    }
+
+    fn undo_pop(&mut self) {
+        if let Some(ring) = self.ring.as_mut() {
+            ring.undo_pop();
         }
     }
 
@@ -176,7 +201,7 @@ impl BlockQueueHandler {
 
     fn write_status(&mut self, addr: GuestAddress, value: u8) {
         // The parser checked the address; a failure here means memory changed under us.
-        if self.mem.write_obj(value, addr).is_err() {
+        if !self.mem.write_u8(addr.0, value) {
             self.fail("status byte no longer in guest memory");
         }
         match value {
@@ -192,11 +217,11 @@ impl BlockQueueHandler {
         let mut queued = 0;
         // Read once per turn, and only when a rate limiter asks for it.
         let mut now: Option<std::time::Instant> = None;
+        let Some(ring) = self.ring.as_mut() else {
+            return Stop::Empty;
+        };
+        ring.disable_notification();
         loop {
-            if let Err(e) = self.queue.disable_notification(&self.mem) {
-                self.fail(&format!("cannot update the ring's notification state: {e}"));
-                return Stop::Empty;
-            }
             loop {
                 if queued >= budget {
                     return Stop::Budget;
@@ -205,16 +230,18 @@ impl BlockQueueHandler {
                     QueueStats::add(&self.stats.engine_full, 1);
                     return Stop::Full;
                 }
-                let chain = match self.queue.iter(&self.mem) {
-                    Ok(mut it) => it.next(),
+                let Some(ring) = self.ring.as_mut() else {
+                    return Stop::Empty;
+                };
+                let head = match ring.pop() {
+                    Ok(Some(head)) => head,
+                    Ok(None) => break,
                     Err(e) => {
                         self.fail(&format!("bad avail ring: {e}"));
                         return Stop::Empty;
                     }
                 };
-                let Some(chain) = chain else { break };
-                let head = chain.head_index();
-                let parsed = parse(chain, &self.mem, &self.limits);
+                let parsed = parse(ring.chain(head, &self.mem), &self.mem, &self.limits);
                 if let Ok(BlockRequest {
                     op: RequestOp::Io(op),
                     ..
@@ -228,7 +255,7 @@ impl BlockQueueHandler {
                     {
                         // Left on the ring, notifications off: nothing to kick for until the
                         // bucket refills and the thread runs the queue again.
-                        self.queue.go_to_previous_position();
+                        ring.undo_pop();
                         return Stop::Throttled;
                     }
                 }
@@ -243,14 +270,14 @@ impl BlockQueueHandler {
                 // The iothread is watching the ring: keep the guest from kicking.
                 return Stop::Empty;
             }
-            match self.queue.enable_notification(&self.mem) {
-                Ok(true) => continue, // more arrived while notifications were off
-                Ok(false) => return Stop::Empty,
-                Err(e) => {
-                    self.fail(&format!("cannot update the ring's notification state: {e}"));
-                    return Stop::Empty;
-                }
+            let Some(ring) = self.ring.as_mut() else {
+                return Stop::Empty;
+            };
+            if !ring.enable_notification() {
+                return Stop::Empty;
             }
+            // More arrived while notifications were off.
+            ring.disable_notification();
         }
     }
 
@@ -301,7 +328,7 @@ impl BlockQueueHandler {
         };
         let Some(slot) = self.free.pop() else {
             // Checked by the caller; keep the chain on the ring if it ever happens.
-            self.queue.go_to_previous_position();
+            self.undo_pop();
             return false;
         };
         self.slots[slot] = Some(InFlight {
@@ -321,7 +348,7 @@ impl BlockQueueHandler {
         {
             self.slots[slot] = None;
             self.free.push(slot);
-            self.queue.go_to_previous_position();
+            self.undo_pop();
             return false;
         }
         true
@@ -384,13 +411,13 @@ impl BlockQueueHandler {
             return;
         }
         self.used_pending = false;
-        match self.queue.needs_notification(&self.mem) {
-            Ok(false) => {}
-            Ok(true) | Err(_) => {
-                QueueStats::add(&self.stats.notifications, 1);
-                if let Err(e) = self.interrupt.notify_queue(self.index) {
-                    log::warn!("virtio-blk queue {}: interrupt failed: {e}", self.index);
-                }
+        let Some(ring) = self.ring.as_mut() else {
+            return;
+        };
+        if ring.needs_notification() {
+            QueueStats::add(&self.stats.notifications, 1);
+            if let Err(e) = self.interrupt.notify_queue(self.index) {
+                log::warn!("virtio-blk queue {}: interrupt failed: {e}", self.index);
             }
         }
     }
@@ -491,11 +518,7 @@ impl Handler for BlockQueueHandler {
             // A throttled queue's ring is not watched until its deadline (the thread's timer).
             return self.engine.has_completions();
         }
-        let next = self.queue.next_avail();
-        let avail = self
-            .queue
-            .avail_idx(&self.mem, std::sync::atomic::Ordering::Acquire);
-        self.engine.has_completions() || avail.is_ok_and(|i| i.0 != next)
+        self.engine.has_completions() || self.ring.as_ref().is_some_and(HostRing::has_avail)
     }
 
     fn poll_begin(&mut self) {
@@ -504,8 +527,8 @@ impl Handler for BlockQueueHandler {
         if self.broken || self.draining {
             return;
         }
-        if self.queue.disable_notification(&self.mem).is_err() {
-            self.fail("cannot update the ring's notification state");
+        if let Some(ring) = self.ring.as_mut() {
+            ring.disable_notification();
         }
     }
 
@@ -516,13 +539,11 @@ impl Handler for BlockQueueHandler {
             // Throttled: guest notifications stay off until the queue reads its ring again.
             return self.engine.has_completions();
         }
-        match self.queue.enable_notification(&self.mem) {
-            Ok(more) => more || self.engine.has_completions(),
-            Err(e) => {
-                self.fail(&format!("cannot update the ring's notification state: {e}"));
-                false
-            }
-        }
+        let more = self
+            .ring
+            .as_mut()
+            .is_some_and(HostRing::enable_notification);
+        more || self.engine.has_completions()
     }
 
     fn drain(&mut self) -> usize {
@@ -562,6 +583,7 @@ mod tests {
     use virtio_queue::desc::split::Descriptor;
     use virtio_queue::desc::RawDescriptor;
     use virtio_queue::mock::MockSplitQueue;
+    use vm_memory::Bytes;
 
     const F_NEXT: u16 = 1;
     const F_WRITE: u16 = 2;

@@ -5,12 +5,11 @@
 
 use dataplane::engine::{IoOp, IoVec, IoVecs};
 use virtio_queue::desc::split::Descriptor;
-use virtio_queue::DescriptorChain;
-use vm_memory::{Address, Bytes, GuestAddress, GuestMemoryBackend};
+use vm_memory::{Address, Bytes, GuestAddress};
 
 use super::config::{MAX_DISCARD_SECTORS, MAX_DISCARD_SEG, SEG_MAX};
 use super::{request_type, status, ID_BYTES, SECTOR_SIZE};
-use crate::virtio::GuestMemory;
+use crate::virtio::host_ring::HostMemory;
 
 /// The header every request starts with.
 const HEADER_LEN: u32 = 16;
@@ -82,25 +81,18 @@ fn ioerr(status_addr: GuestAddress, reason: &'static str) -> Malformed {
     }
 }
 
-/// Host address of `[addr, addr + len)` if it lies inside one region of guest memory.
-fn host_range(mem: &GuestMemory, addr: GuestAddress, len: u32) -> Option<*mut u8> {
-    if len == 0 {
-        // A zero-length buffer must still point into memory.
-        return mem
-            .get_slice(addr, 1)
-            .ok()
-            .map(|s| s.ptr_guard_mut().as_ptr());
-    }
-    mem.get_slice(addr, len as usize)
-        .ok()
-        .map(|s| s.ptr_guard_mut().as_ptr())
+/// Host address of `[addr, addr + len)` if it lies inside one region of guest memory (a
+/// zero-length buffer must still point into memory).
+fn host_range(mem: &HostMemory, addr: GuestAddress, len: u32) -> Option<*mut u8> {
+    mem.range(addr.raw_value(), u64::from(len))
 }
 
-/// Parses the chain. Walks at most the queue size of descriptors (virtio-queue's bound) and keeps
-/// at most `SEG_MAX + 2`; allocates nothing for up to `IOVECS_INLINE` data segments.
+/// Parses the chain's descriptors (a `virtio_queue::DescriptorChain` or the dataplane's
+/// [`crate::virtio::host_ring::Chain`], both bounded walks). Keeps at most `SEG_MAX + 2`
+/// descriptors; allocates nothing for up to `IOVECS_INLINE` data segments.
 pub fn parse(
-    chain: DescriptorChain<&GuestMemory>,
-    mem: &GuestMemory,
+    chain: impl IntoIterator<Item = Descriptor>,
+    mem: &HostMemory,
     limits: &DiskLimits,
 ) -> Result<BlockRequest, Malformed> {
     let mut descs: [Option<Descriptor>; MAX_DESCRIPTORS] = [None; MAX_DESCRIPTORS];
@@ -145,7 +137,7 @@ pub fn parse(
         ));
     }
     // One read of the whole 16-byte header (type, reserved, sector): one guest-memory lookup.
-    let Ok(raw) = mem.read_obj::<[u8; HEADER_LEN as usize]>(header.addr()) else {
+    let Some(raw) = mem.read_bytes::<{ HEADER_LEN as usize }>(header.addr().raw_value()) else {
         return Err(ioerr(status_addr, "header outside guest memory"));
     };
     let kind = u32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]]);
@@ -206,7 +198,7 @@ pub fn parse(
                     break;
                 }
                 let chunk = &limits.serial[written as usize..written as usize + want];
-                if mem.write_slice(chunk, d.addr()).is_err() {
+                if mem.guest().write_slice(chunk, d.addr()).is_err() {
                     return Err(ioerr(status_addr, "GET_ID buffer outside guest memory"));
                 }
                 written += want as u32;
@@ -232,9 +224,9 @@ pub fn parse(
             }
             let read = |off: u64| seg.addr().checked_add(off);
             let fields = (
-                read(0).and_then(|a| mem.read_obj::<u64>(a).ok()),
-                read(8).and_then(|a| mem.read_obj::<u32>(a).ok()),
-                read(12).and_then(|a| mem.read_obj::<u32>(a).ok()),
+                read(0).and_then(|a| mem.guest().read_obj::<u64>(a).ok()),
+                read(8).and_then(|a| mem.guest().read_obj::<u32>(a).ok()),
+                read(12).and_then(|a| mem.guest().read_obj::<u32>(a).ok()),
             );
             let (Some(start), Some(num), Some(flags)) = fields else {
                 return Err(ioerr(status_addr, "discard segment outside guest memory"));
@@ -283,6 +275,7 @@ pub fn parse(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::virtio::GuestMemory;
     use virtio_queue::desc::RawDescriptor;
     use virtio_queue::mock::MockSplitQueue;
     use vm_memory::GuestAddress;
@@ -324,7 +317,7 @@ mod tests {
     ) -> Result<BlockRequest, Malformed> {
         let q = MockSplitQueue::new(m, 16);
         let chain = q.build_desc_chain(descs).expect("chain");
-        parse(chain, m, l)
+        parse(chain, &HostMemory::new(m), l)
     }
 
     fn status_err(r: Result<BlockRequest, Malformed>) -> (u8, &'static str) {
@@ -509,7 +502,7 @@ mod tests {
         ];
         let chain = q.build_multiple_desc_chains(&descs).expect("chain");
         assert!(matches!(
-            parse(chain, &m, &l_owned()),
+            parse(chain, &HostMemory::new(&m), &l_owned()),
             Err(Malformed::Broken { .. })
         ));
     }
