@@ -161,7 +161,9 @@ impl BlockQueueHandler {
 
     /// Hands the queue back (after `quiesce`).
     pub fn into_queue(mut self) -> ActivatedQueue {
-        if let Some(ring) = &self.ring {
+        if let Some(ring) = self.ring.as_mut() {
+            // Nothing the device completed stays unpublished (drain already signalled).
+            ring.publish_used();
             ring.sync_to(&mut self.queue);
         }
         ActivatedQueue {
