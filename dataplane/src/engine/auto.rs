@@ -14,6 +14,12 @@
 //! copies that do not wait for a device: on tmpfs (and ramfs) the inline path uses plain
 //! `preadv`/`pwritev`. Any other file system that refuses the flag gets no inline attempts.
 //!
+//! A block device that does its work in the caller's context (zram, a RAM disk: found at open by
+//! [`completes_in_caller`]) is wrapped around Linux AIO rather than io_uring: io_uring hands a
+//! device without non-blocking submission to its worker threads, while `io_submit` runs a whole
+//! batch in one call. Single requests go inline there, turns of [`RING_BATCH`] or more to
+//! `io_submit`.
+//!
 //! Ordering: a flush goes to the wrapped engine only once every earlier request it holds has
 //! completed (inline writes are in the page cache before their completion exists), so a flush
 //! never completes before an earlier write, whichever path the write took.
@@ -42,7 +48,7 @@ pub const FAST_DIRECT_NS: u64 = 4_000;
 pub const RING_BATCH: usize = 4;
 /// O_DIRECT: one inline call in this many also reads the thread's CPU clock (a syscall), to
 /// learn whether the device completes in the caller's context.
-pub const CPU_SAMPLE_EVERY: u32 = 16;
+pub const CPU_SAMPLE_EVERY: u32 = 64;
 /// O_DIRECT: calls that keep the thread on its CPU at least this share of their time (‰) do the
 /// device's work in the caller's context (zram, a RAM disk): nothing is gained by handing them to
 /// another thread, so every request goes inline at any depth. Calls that sleep (the thread waits
@@ -53,6 +59,8 @@ pub const ON_CPU_PERMILLE: u32 = 750;
 pub const DIRECT_PROBE_TURNS: u32 = 256;
 /// While inline is off, every this many requests one window of attempts probes again.
 pub const REPROBE_REQUESTS: u32 = 4096;
+/// Reads [`completes_in_caller`] times (the median decides).
+const CALLER_PROBE_READS: usize = 9;
 
 /// Counters of the inline path.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -111,6 +119,9 @@ pub struct AutoEngine {
     direct_turns: u32,
     /// A tmpfs or ramfs file.
     memory: bool,
+    /// O_DIRECT wrapped around Linux AIO: a device completing in the caller's context takes a
+    /// turn's batch in one `io_submit` (cheaper than a call per request).
+    aio_batches: bool,
     stats: InlineStats,
 }
 
@@ -141,8 +152,10 @@ impl AutoEngine {
         // tmpfs lacks non-blocking reads in io_uring (every request goes to a worker thread):
         // only other page-cache files batch to the ring.
         let ring_batches = !memory && !direct && inner.kind() == EngineKind::IoUring;
+        let aio_batches = direct && inner.kind() == EngineKind::LinuxAio;
         Self {
             ring_batches,
+            aio_batches,
             async_reported: 0,
             rwf: [rwf; 2],
             direct,
@@ -184,7 +197,9 @@ impl AutoEngine {
         // call cannot block; a call without the flag on tmpfs, or on a file system that refuses
         // the flag for buffered writes, is what the Sync engine does, and io_uring would hand
         // it to a worker thread, slower: measured on ext4, 26k vs 48k IOPS at QD1).
-        let timed = self.direct;
+        // A device known to work in the caller's context is timed only when its CPU share is
+        // sampled (its calls cannot block on anything but the CPU).
+        let in_caller = self.on_cpu_permille.is_some_and(|p| p >= ON_CPU_PERMILLE);
         let total: usize = iovecs.iter().map(|v| v.len).sum();
         let iov = as_iovecs(iovecs);
         let off = libc::off_t::try_from(offset).ok()?;
@@ -192,10 +207,12 @@ impl AutoEngine {
             return None;
         }
         let fd: RawFd = self.file.as_raw_fd();
-        let sample_cpu = timed && (probe || self.direct_calls.is_multiple_of(CPU_SAMPLE_EVERY));
-        if timed {
+        let sample_cpu =
+            self.direct && (probe || self.direct_calls.is_multiple_of(CPU_SAMPLE_EVERY));
+        if self.direct {
             self.direct_calls = self.direct_calls.wrapping_add(1);
         }
+        let timed = self.direct && (sample_cpu || !in_caller);
         let cpu0 = if sample_cpu {
             crate::stats::thread_cpu_ns()
         } else {
@@ -235,7 +252,7 @@ impl AutoEngine {
             });
         }
         let slow = took > SLOW_INLINE_NS;
-        if self.direct && r >= 0 {
+        if timed && r >= 0 {
             self.inline_ns = if self.inline_ns == 0 {
                 took
             } else {
@@ -298,7 +315,10 @@ impl AutoEngine {
         }
         let on_cpu = self.on_cpu_permille.is_some_and(|p| p >= ON_CPU_PERMILLE);
         let fast = on_cpu || (self.inline_ns != 0 && self.inline_ns < FAST_DIRECT_NS);
-        if fast && self.trying {
+        if fast && self.aio_batches && self.held.len() >= RING_BATCH {
+            // The device works in the caller's context: one io_submit for the whole turn (the
+            // loop below) beats a call per request.
+        } else if fast && self.trying {
             // Inline costs no more than handing over: every request goes inline.
             // `spare` keeps its capacity turn after turn: no allocation.
             std::mem::swap(&mut self.held, &mut self.spare);
@@ -512,6 +532,8 @@ impl IoEngine for AutoEngine {
     fn describe(&self) -> String {
         let inline = if self.memory {
             "inline preadv/pwritev on a memory file system"
+        } else if self.aio_batches {
+            "inline RWF_NOWAIT for single requests while calls average under 4 us or stay on the CPU, turns of 4 or more to io_submit, else when a request is alone on the thread (O_DIRECT)"
         } else if self.direct {
             "inline RWF_NOWAIT for every request while calls average under 4 us or stay on the CPU, else when a request is alone on the thread (O_DIRECT)"
         } else if self.ring_batches {
@@ -525,6 +547,51 @@ impl IoEngine for AutoEngine {
     fn inline_stats(&self) -> Option<InlineStats> {
         Some(self.stats)
     }
+}
+
+/// Whether `file` is an O_DIRECT block device that does its work in the caller's context (zram,
+/// a RAM disk): the median of a few 4 KiB reads at offset 0 keeps the thread on its CPU for at
+/// least [`ON_CPU_PERMILLE`] of its time. A device that sleeps for its completion (NVMe, a loop
+/// device's worker) is not one; neither, on a busy host, is a device whose probe was preempted
+/// (then `Auto` keeps io_uring, as before the probe).
+pub fn completes_in_caller(file: &File) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    const LEN: usize = 4096;
+    if !is_direct(file)
+        || !file
+            .metadata()
+            .is_ok_and(|m| m.file_type().is_block_device())
+    {
+        return false;
+    }
+    let Ok(layout) = std::alloc::Layout::from_size_align(LEN, LEN) else {
+        return false;
+    };
+    // SAFETY: the layout has a non-zero size.
+    let buf = unsafe { std::alloc::alloc(layout) };
+    if buf.is_null() {
+        return false;
+    }
+    let mut shares = [0u32; CALLER_PROBE_READS];
+    let mut ok = true;
+    for share in &mut shares {
+        let cpu0 = crate::stats::thread_cpu_ns();
+        let start = Instant::now();
+        // SAFETY: `buf` is LEN writable bytes, aligned for O_DIRECT, alive until the dealloc
+        // below; pread writes at most LEN bytes into it.
+        let r = unsafe { libc::pread(file.as_raw_fd(), buf.cast(), LEN, 0) };
+        let took = start.elapsed().as_nanos() as u64;
+        let cpu = crate::stats::thread_cpu_ns().saturating_sub(cpu0);
+        if r != LEN as isize || took == 0 {
+            ok = false;
+            break;
+        }
+        *share = (cpu.saturating_mul(1000) / took).min(1000) as u32;
+    }
+    // SAFETY: `buf` came from `alloc` with this layout and is freed once.
+    unsafe { std::alloc::dealloc(buf, layout) };
+    shares.sort_unstable();
+    ok && shares[CALLER_PROBE_READS / 2] >= ON_CPU_PERMILLE
 }
 
 /// Whether `file` was opened with O_DIRECT.
@@ -558,6 +625,25 @@ mod tests {
 
     use crate::engine::conformance::{check_all, complete, open, store, Aligned};
     use crate::engine::{iovecs, EngineOptions, IoUringFlags};
+
+    #[test]
+    fn only_direct_block_devices_are_probed_for_in_caller_completion() {
+        let dir = std::env::current_dir().expect("cwd").join("target");
+        let t = store(&dir, "in-caller", 1 << 20);
+        assert!(
+            !completes_in_caller(&open(&t.path, true, true)),
+            "a regular O_DIRECT file"
+        );
+        assert!(
+            !completes_in_caller(&open(&t.path, true, false)),
+            "a buffered file"
+        );
+        // A block device opened without O_DIRECT is not probed either (a page-cache read
+        // would say nothing about the device).
+        if let Ok(f) = std::fs::File::open("/dev/zram0") {
+            assert!(!completes_in_caller(&f));
+        }
+    }
 
     #[test]
     fn device_nodes_on_devtmpfs_are_not_memory_files() {

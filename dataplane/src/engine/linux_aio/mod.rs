@@ -125,6 +125,10 @@ pub struct LinuxAioEngine {
     done: Vec<Completion>,
     /// `done` gained entries the completion fd does not announce yet.
     signal: bool,
+    /// Between `poll_begin` and `poll_end`: the thread watches the mapped completion ring and
+    /// `done`, so the completion fd is neither read nor written (it is cleared in `poll_end`,
+    /// before the thread may sleep).
+    polling: bool,
     /// Scratch: the iocb pointer array for io_submit.
     ptrs: Vec<*mut Iocb>,
     /// Scratch: events read from the ring or io_getevents.
@@ -196,6 +200,7 @@ impl LinuxAioEngine {
             submitted: 0,
             done: Vec::with_capacity(limit),
             signal: false,
+            polling: false,
             ptrs: Vec::with_capacity(limit),
             events: vec![IoEvent::default(); limit].into_boxed_slice(),
             retry: Vec::with_capacity(limit),
@@ -335,6 +340,12 @@ impl LinuxAioEngine {
     }
 
     /// Moves kernel completions into `out`, queueing short transfers in `retry`.
+    /// Whether the completion fd may be left alone: the thread is polling and completions can
+    /// be seen in the mapped ring without it.
+    fn quiet_fd(&self) -> bool {
+        self.polling && self.use_ring && self.ctx.ring_ok()
+    }
+
     fn reap_kernel(&mut self, out: &mut Vec<Completion>) {
         let mut events = std::mem::take(&mut self.events);
         while self.submitted > 0 {
@@ -436,7 +447,7 @@ impl IoEngine for LinuxAioEngine {
     fn commit(&mut self) -> usize {
         let mut n = self.run_synchronous();
         n += self.submit_front(self.pending.len());
-        if self.signal {
+        if self.signal && !self.quiet_fd() {
             self.signal = false;
             if let Err(e) = self.eventfd.write(1) {
                 log::error!("LinuxAio: completion eventfd: {e}");
@@ -448,7 +459,10 @@ impl IoEngine for LinuxAioEngine {
     fn reap(&mut self, out: &mut Vec<Completion>) -> usize {
         let before = out.len();
         // Clear readiness first: a completion that lands after this read signals it again.
-        let _ = self.eventfd.read();
+        // While the thread polls the mapped ring it does not look at the fd: no read then.
+        if !self.quiet_fd() {
+            let _ = self.eventfd.read();
+        }
         self.reap_kernel(out);
         self.resubmit_retries();
         out.append(&mut self.done);
@@ -470,6 +484,19 @@ impl IoEngine for LinuxAioEngine {
 
     fn unsubmitted(&self) -> usize {
         self.pending.len() + self.retry.len()
+    }
+
+    fn poll_begin(&mut self) {
+        self.polling = true;
+    }
+
+    fn poll_end(&mut self) {
+        if self.quiet_fd() {
+            // Signals of completions seen (or about to be seen) in the ring while polling: the
+            // caller checks `has_completions` next, and later completions signal again.
+            let _ = self.eventfd.read();
+        }
+        self.polling = false;
     }
 
     fn has_completions(&self) -> bool {

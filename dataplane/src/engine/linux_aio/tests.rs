@@ -220,6 +220,36 @@ fn has_completions_peeks_the_ring_and_eventfd_fires() {
 }
 
 #[test]
+fn while_polling_the_completion_fd_is_left_alone_and_poll_end_clears_it() {
+    let t = store(&disk(), "efd-poll", 1 << 20);
+    let mut e = engine(&t, 8, true);
+    assert!(e.use_ring, "this test needs the mapped ring");
+    let fd = e.completion_fd().expect("fd");
+    let buf = Aligned::new(4096);
+    e.poll_begin();
+    e.submit(write(0, &buf, 0, 4096, 1)).expect("submit");
+    assert_eq!(e.commit(), 1);
+    assert!(readable(fd, 5000), "the kernel still signals the fd");
+    assert!(e.has_completions(), "the ring shows the completion");
+    let mut out = Vec::new();
+    assert_eq!(e.reap(&mut out), 1);
+    assert!(readable(fd, 0), "reap did not read the fd while polling");
+    assert!(!e.has_completions());
+    e.poll_end();
+    assert!(
+        !readable(fd, 0),
+        "poll_end cleared the fd before the thread may sleep"
+    );
+    // Not polling: reap reads the fd again.
+    e.submit(write(4096, &buf, 0, 4096, 2)).expect("submit");
+    assert_eq!(e.commit(), 1);
+    assert!(readable(fd, 5000));
+    out.clear();
+    assert_eq!(e.reap(&mut out), 1);
+    assert!(!readable(fd, 0), "reap cleared the eventfd");
+}
+
+#[test]
 fn partial_submission_keeps_the_rest_pending() {
     let t = store(&shm(), "partial", 1 << 20);
     let mut e = engine(&t, 8, false);
