@@ -349,6 +349,14 @@ pub struct IoUringConfig {
     /// IORING_SETUP_TASKRUN_FLAG (needs coop_taskrun).
     #[serde(default = "yes")]
     pub taskrun_flag: bool,
+    /// The most io-wq worker threads the kernel may start for this iothread (0: the kernel's
+    /// default, up to 4 per CPU).
+    #[serde(default = "default_iowq_max_workers")]
+    pub max_workers: u32,
+}
+
+fn default_iowq_max_workers() -> u32 {
+    dataplane::engine::DEFAULT_IOWQ_MAX_WORKERS
 }
 
 fn yes() -> bool {
@@ -361,6 +369,7 @@ impl Default for IoUringConfig {
             single_issuer: true,
             coop_taskrun: true,
             taskrun_flag: true,
+            max_workers: default_iowq_max_workers(),
         }
     }
 }
@@ -372,6 +381,7 @@ impl IoUringConfig {
             single_issuer: self.single_issuer,
             coop_taskrun: self.coop_taskrun,
             taskrun_flag: self.taskrun_flag,
+            max_workers: self.max_workers,
         }
     }
 }

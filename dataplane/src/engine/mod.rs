@@ -67,7 +67,16 @@ pub struct IoUringFlags {
     pub coop_taskrun: bool,
     /// IORING_SETUP_TASKRUN_FLAG (needs COOP_TASKRUN).
     pub taskrun_flag: bool,
+    /// The most io-wq worker threads the kernel may start for the iothread (each kind, bounded
+    /// and unbounded; IORING_REGISTER_IOWQ_MAX_WORKERS); 0 leaves the kernel's default (up to
+    /// 4 per CPU for file I/O).
+    pub max_workers: u32,
 }
+
+/// The default cap on io-wq workers per iothread: a guest whose requests block (page-cache
+/// misses, a file system without non-blocking I/O) may make the host start this many kernel
+/// threads for its iothread, not 4 per host CPU.
+pub const DEFAULT_IOWQ_MAX_WORKERS: u32 = 16;
 
 impl Default for IoUringFlags {
     fn default() -> Self {
@@ -75,6 +84,7 @@ impl Default for IoUringFlags {
             single_issuer: true,
             coop_taskrun: true,
             taskrun_flag: true,
+            max_workers: DEFAULT_IOWQ_MAX_WORKERS,
         }
     }
 }

@@ -112,6 +112,13 @@ impl IoUringEngine {
                 Target::Fd(file.as_raw_fd())
             }
         };
+        if opts.io_uring.max_workers > 0 {
+            // Per task: it bounds the workers of every ring this (the iothread's) thread uses.
+            let max = opts.io_uring.max_workers;
+            if let Err(e) = submitter.register_iowq_max_workers(&mut [max, max]) {
+                log::info!("io_uring: cannot cap io-wq workers at {max} ({e}); kernel default");
+            }
+        }
         let mut restricted = false;
         if flags.r_disabled {
             let mut res: Vec<Restriction> = setup::OPCODES

@@ -243,6 +243,7 @@ mod tests {
             single_issuer: true,
             coop_taskrun: false,
             taskrun_flag: true,
+            max_workers: 0,
         });
         assert!(!f.taskrun_flag && !f.coop_taskrun && f.single_issuer);
         assert!(f.submit_all && f.r_disabled);

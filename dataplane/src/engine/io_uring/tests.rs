@@ -57,12 +57,33 @@ fn all_flags_are_in_force_on_this_kernel() {
 }
 
 #[test]
+fn io_wq_workers_are_capped_for_the_thread() {
+    let (_t, f) = temp("iowq", 4096);
+    let flags = IoUringFlags {
+        max_workers: 3,
+        ..IoUringFlags::default()
+    };
+    let _e = IoUringEngine::new(f, &opts(8, flags)).expect("ring");
+    // The limit belongs to the thread (its io-wq), not the ring: read it back through another
+    // ring of this thread (the engine's own refuses register calls once restricted). [0, 0]
+    // changes nothing and returns the limits in force.
+    let probe = io_uring::IoUring::new(4).expect("a plain ring");
+    let mut now = [0u32; 2];
+    probe
+        .submitter()
+        .register_iowq_max_workers(&mut now)
+        .expect("IORING_REGISTER_IOWQ_MAX_WORKERS (Linux 5.15)");
+    assert_eq!(now, [3, 3], "bounded and unbounded workers capped");
+}
+
+#[test]
 fn flags_not_asked_for_are_not_set() {
     let (_t, f) = temp("noflags", 4096);
     let none = IoUringFlags {
         single_issuer: false,
         coop_taskrun: false,
         taskrun_flag: true,
+        max_workers: 0,
     };
     let e = IoUringEngine::new(f, &opts(5, none)).expect("ring");
     assert_eq!(
