@@ -1,41 +1,26 @@
-//! `osprey-bench`: Osprey's workload matrix runner. Boots a guest (Osprey's test guest, or fio in
-//! the Linux kit with `--guest linux`) once per run of every point of a matrix (rw × bs × queue
-//! depth × queues × engine × polling × max_batch), runs host fio on the same store as the native
-//! reference, and writes `results.csv`, `results.md` and SVG plots. See docs/benchmarks.md.
+//! `osprey-bench`: Osprey's workload matrix runner. Boots Osprey's test guest for every run of
+//! every point of a matrix (rw × bs × qd × queues × engine × polling × max_batch × irq × hog),
+//! runs host fio on the same store as the native reference, and writes `results.csv`,
+//! `results.md` and SVG plots. See docs/benchmarks.md.
 
-mod blk_report;
 mod cli;
 mod fio;
-mod guest;
-mod guest_linux;
-mod guest_test;
-mod hog;
-mod interrupt;
-mod kit_report;
-mod machine;
 mod matrix;
-mod point_run;
-mod poll_setting;
-mod prereq;
-mod progress;
+mod measure;
+mod plots;
 mod report;
 mod runner;
 mod sample;
-mod series;
 mod store;
-mod summary;
 mod units;
-mod vm_config;
-mod vm_run;
-mod vmm_log;
+mod vm;
 
 use std::process::ExitCode;
 
 use clap::Parser;
 
 fn main() -> ExitCode {
-    let cli = cli::Cli::parse();
-    let settings = match cli.settings() {
+    let settings = match cli::Cli::parse().settings() {
         Ok(s) => s,
         Err(e) => {
             eprintln!("osprey-bench: error: {e}");

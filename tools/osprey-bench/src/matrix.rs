@@ -1,210 +1,167 @@
 //! The workload matrix: what one point is (rw × bs × qd × queues × engine × polling × max_batch ×
-//! irq), parsing each dimension's values, and expanding the lists into points, setting aside the
-//! points the test guest cannot run (its 8 MiB data pool; the Linux guest has no such limit).
+//! irq × hog), parsing the values clap cannot, expanding the lists into points (setting aside those
+//! over the test guest's 8 MiB buffer pool), and naming plot series after the dimensions that vary.
 
 use std::fmt;
 use std::str::FromStr;
 
+use clap::ValueEnum;
 use thiserror::Error;
 
-pub use crate::poll_setting::PollSetting;
-use crate::units::{format_size, parse_size};
+use crate::units::{format_bytes, format_duration_ns, format_size, parse_duration_ns, parse_size};
 
 /// The test guest's data pool: `bs · qd · queues` must fit.
 pub const GUEST_POOL_BYTES: u64 = 8 << 20;
 
-/// A matrix value that does not parse or is out of the guest's range.
+/// A matrix value that does not parse or is out of range.
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum MatrixError {
-    /// Unknown access pattern.
-    #[error("Unknown rw {0:?}: expected randread, randwrite, read or write")]
-    Rw(String),
-    /// Unknown I/O engine.
-    #[error("Unknown engine {0:?}: expected IoUring, LinuxAio, Sync or Null")]
-    Engine(String),
     /// Unknown polling configuration.
     #[error(
-        "Bad poll config {0:?}: expected off, classic, classic:<window> (e.g. classic:200us) or weighted:<W> (W 1-16)"
+        "Bad poll config {0:?}: expected off, classic, classic:<window> (e.g. classic:200us), \
+         weighted:<W> (W 1-16) or adaptive"
     )]
     Poll(String),
-    /// A number outside what the guest or Osprey accepts.
-    #[error("{what} {value} is out of range ({range})")]
-    Range {
-        /// Which dimension.
-        what: &'static str,
-        /// The value given.
-        value: u64,
-        /// What is allowed.
-        range: &'static str,
-    },
+    /// A block size the guest cannot use.
+    #[error("bs {0} is out of range (a multiple of 512 from 512 to 1m)")]
+    Bs(u64),
     /// A size that does not parse.
     #[error(transparent)]
     Units(#[from] crate::units::UnitsError),
 }
 
-/// The guest's access pattern.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// The guest's access pattern (the test guest and fio spell it alike).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ValueEnum)]
 pub enum Rw {
-    /// Random reads.
+    #[value(name = "randread")]
     RandRead,
-    /// Random writes.
+    #[value(name = "randwrite")]
     RandWrite,
-    /// Sequential reads.
     Read,
-    /// Sequential writes.
     Write,
 }
 
-impl Rw {
-    /// The name both the test guest and fio use.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Rw::RandRead => "randread",
-            Rw::RandWrite => "randwrite",
-            Rw::Read => "read",
-            Rw::Write => "write",
-        }
-    }
-
-    /// True for reads.
-    pub fn is_read(self) -> bool {
-        matches!(self, Rw::RandRead | Rw::Read)
-    }
+/// Osprey's I/O engines (`drives[].io_engine`), spelled as in the config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ValueEnum)]
+pub enum Engine {
+    #[value(name = "IoUring", alias = "io_uring")]
+    IoUring,
+    #[value(name = "LinuxAio", alias = "aio", alias = "libaio")]
+    LinuxAio,
+    #[value(name = "Sync")]
+    Sync,
+    #[value(name = "Null")]
+    Null,
+    #[value(name = "Auto")]
+    Auto,
 }
 
-impl FromStr for Rw {
-    type Err = MatrixError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "randread" => Ok(Rw::RandRead),
-            "randwrite" => Ok(Rw::RandWrite),
-            "read" => Ok(Rw::Read),
-            "write" => Ok(Rw::Write),
-            _ => Err(MatrixError::Rw(s.to_string())),
-        }
+/// The name clap parses, for display.
+fn value_name(v: &impl ValueEnum, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    match v.to_possible_value() {
+        Some(p) => f.write_str(p.get_name()),
+        None => Ok(()),
     }
 }
 
 impl fmt::Display for Rw {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// Osprey's I/O engines (`drives[].io_engine`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Engine {
-    /// io_uring, one ring per queue.
-    IoUring,
-    /// Linux AIO (io_submit).
-    LinuxAio,
-    /// preadv/pwritev on the iothread.
-    Sync,
-    /// Completes at once: Osprey's own overhead.
-    Null,
-    /// Osprey's default: inline where it will not block, io_uring for the rest.
-    Auto,
-}
-
-impl Engine {
-    /// The config file's spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Engine::IoUring => "IoUring",
-            Engine::LinuxAio => "LinuxAio",
-            Engine::Sync => "Sync",
-            Engine::Null => "Null",
-            Engine::Auto => "Auto",
-        }
-    }
-}
-
-impl FromStr for Engine {
-    type Err = MatrixError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s
-            .trim()
-            .to_ascii_lowercase()
-            .replace(['_', '-'], "")
-            .as_str()
-        {
-            "iouring" => Ok(Engine::IoUring),
-            "linuxaio" | "aio" | "libaio" => Ok(Engine::LinuxAio),
-            "sync" => Ok(Engine::Sync),
-            "null" => Ok(Engine::Null),
-            "auto" => Ok(Engine::Auto),
-            _ => Err(MatrixError::Engine(s.to_string())),
-        }
+        value_name(self, f)
     }
 }
 
 impl fmt::Display for Engine {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        value_name(self, f)
+    }
+}
+
+/// An iothread polling configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PollSetting {
+    /// `poll_max_ns: 0`.
+    Off,
+    /// The classic policy; `None` keeps Osprey's default window.
+    Classic(Option<u64>),
+    /// The weighted policy with `poll_weight` W (default window).
+    Weighted(u8),
+    /// Osprey's adaptive policy.
+    Adaptive,
+}
+
+impl PollSetting {
+    /// The iothread fields this setting puts in the VM config.
+    pub fn iothread_fields(self) -> serde_json::Map<String, serde_json::Value> {
+        let fields = match self {
+            PollSetting::Off => serde_json::json!({ "poll_max_ns": 0 }),
+            PollSetting::Classic(None) => serde_json::json!({ "poll_policy": "Classic" }),
+            PollSetting::Classic(Some(ns)) => {
+                serde_json::json!({ "poll_policy": "Classic", "poll_max_ns": ns })
+            }
+            PollSetting::Weighted(w) => {
+                serde_json::json!({ "poll_policy": "Weighted", "poll_weight": w })
+            }
+            PollSetting::Adaptive => serde_json::json!({ "poll_policy": "Adaptive" }),
+        };
+        match fields {
+            serde_json::Value::Object(m) => m,
+            _ => serde_json::Map::new(),
+        }
+    }
+}
+
+impl FromStr for PollSetting {
+    type Err = MatrixError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || MatrixError::Poll(s.to_string());
+        let t = s.trim().to_ascii_lowercase();
+        let (name, arg) = match t.split_once([':', '=']) {
+            Some((n, a)) => (n, Some(a)),
+            None => (t.as_str(), None),
+        };
+        match (name, arg) {
+            ("off", None) => Ok(PollSetting::Off),
+            ("classic", None) => Ok(PollSetting::Classic(None)),
+            ("classic", Some(w)) => match parse_duration_ns(w).map_err(|_| bad())? {
+                0 => Ok(PollSetting::Off),
+                ns @ 1..=1_000_000_000 => Ok(PollSetting::Classic(Some(ns))),
+                _ => Err(bad()),
+            },
+            ("weighted", None) => Ok(PollSetting::Weighted(3)),
+            ("weighted", Some(w)) => match w.parse::<u8>() {
+                Ok(w @ 1..=16) => Ok(PollSetting::Weighted(w)),
+                _ => Err(bad()),
+            },
+            ("adaptive", None) => Ok(PollSetting::Adaptive),
+            _ => Err(bad()),
+        }
+    }
+}
+
+impl fmt::Display for PollSetting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PollSetting::Off => f.write_str("off"),
+            PollSetting::Classic(None) => f.write_str("classic"),
+            PollSetting::Classic(Some(ns)) => write!(f, "classic:{}", format_duration_ns(*ns)),
+            PollSetting::Weighted(w) => write!(f, "weighted:{w}"),
+            PollSetting::Adaptive => f.write_str("adaptive"),
+        }
     }
 }
 
 /// A block size from the command line: a multiple of 512 in 512 B–1 MiB.
 pub fn parse_bs(s: &str) -> Result<u64, MatrixError> {
     let v = parse_size(s)?;
-    if !(512..=1 << 20).contains(&v) || v % 512 != 0 {
-        return Err(MatrixError::Range {
-            what: "bs",
-            value: v,
-            range: "a multiple of 512 from 512 to 1m",
-        });
+    if !(512..=1 << 20).contains(&v) || !v.is_multiple_of(512) {
+        return Err(MatrixError::Bs(v));
     }
     Ok(v)
 }
 
-/// A queue depth: 1–256.
-pub fn parse_qd(s: &str) -> Result<u32, MatrixError> {
-    parse_ranged(s, "qd", 1, 256, "1-256")
-}
-
-/// A queue count: 1–8 (the test guest's limit).
-pub fn parse_queues(s: &str) -> Result<u32, MatrixError> {
-    parse_ranged(s, "queues", 1, 8, "1-8")
-}
-
-/// `max_batch`: 0–1024 (0 means Osprey's default, 32).
-pub fn parse_max_batch(s: &str) -> Result<u32, MatrixError> {
-    parse_ranged(s, "max_batch", 0, 1024, "0-1024")
-}
-
-/// Guest interrupts: 0 (poll the used rings) or 1 (MSI-X).
-pub fn parse_irq(s: &str) -> Result<bool, MatrixError> {
-    parse_ranged(s, "irq", 0, 1, "0 or 1").map(|v| v == 1)
-}
-
-/// `hog`: 0–64 CPU-bound processes beside the VM.
-pub fn parse_hog(s: &str) -> Result<u32, MatrixError> {
-    parse_ranged(s, "hog", 0, 64, "0-64")
-}
-
-fn parse_ranged(
-    s: &str,
-    what: &'static str,
-    lo: u32,
-    hi: u32,
-    range: &'static str,
-) -> Result<u32, MatrixError> {
-    let v = parse_size(s)?;
-    if v < u64::from(lo) || v > u64::from(hi) {
-        return Err(MatrixError::Range {
-            what,
-            value: v,
-            range,
-        });
-    }
-    // In range of u32 by the check above.
-    Ok(v as u32)
-}
-
 /// One workload point.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Point {
-    /// Access pattern.
     pub rw: Rw,
     /// Bytes per request.
     pub bs: u64,
@@ -212,30 +169,26 @@ pub struct Point {
     pub qd: u32,
     /// Virtqueues driven (and fio jobs on the host).
     pub queues: u32,
-    /// Osprey's engine.
     pub engine: Engine,
-    /// The iothread's polling.
     pub poll: PollSetting,
-    /// The iothread's `max_batch`.
     pub max_batch: u32,
-    /// Guest takes MSI-X interrupts instead of polling the used rings.
+    /// The guest takes MSI-X interrupts instead of polling the used rings.
     pub irq: bool,
-    /// CPU-bound processes running beside the VM (a busy host).
+    /// CPU-bound processes running beside the VM.
     pub hog: u32,
 }
 
 impl Point {
-    /// A point with every field away from its default, for the config builders' tests.
-    #[cfg(test)]
-    pub fn example() -> Point {
+    /// 4 KiB randread QD1, one queue, IoUring, polling off, max_batch 32.
+    pub fn base() -> Point {
         Point {
-            rw: Rw::RandWrite,
+            rw: Rw::RandRead,
             bs: 4096,
-            qd: 32,
-            queues: 2,
-            engine: Engine::LinuxAio,
-            poll: PollSetting::Weighted(3),
-            max_batch: 128,
+            qd: 1,
+            queues: 1,
+            engine: Engine::IoUring,
+            poll: PollSetting::Off,
+            max_batch: 32,
             irq: false,
             hog: 0,
         }
@@ -248,8 +201,13 @@ impl Point {
 
     /// Short human label: `randread 4k qd32 q1 IoUring poll=classic mb=32`.
     pub fn label(&self) -> String {
+        let hog = if self.hog > 0 {
+            format!(" hog={}", self.hog)
+        } else {
+            String::new()
+        };
         format!(
-            "{} {} qd{} q{} {} poll={} mb={}{}{}",
+            "{} {} qd{} q{} {} poll={} mb={}{}{hog}",
             self.rw,
             format_size(self.bs),
             self.qd,
@@ -258,11 +216,6 @@ impl Point {
             self.poll,
             self.max_batch,
             if self.irq { " irq" } else { "" },
-            if self.hog > 0 {
-                format!(" hog={}", self.hog)
-            } else {
-                String::new()
-            }
         )
     }
 }
@@ -270,152 +223,159 @@ impl Point {
 /// The comma lists of every dimension.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MatrixSpec {
-    /// Access patterns.
     pub rw: Vec<Rw>,
-    /// Block sizes.
     pub bs: Vec<u64>,
-    /// Queue depths.
     pub qd: Vec<u32>,
-    /// Queue counts.
     pub queues: Vec<u32>,
-    /// Engines.
     pub engine: Vec<Engine>,
-    /// Polling configurations.
     pub poll: Vec<PollSetting>,
-    /// max_batch values.
     pub max_batch: Vec<u32>,
-    /// Interrupt modes.
     pub irq: Vec<bool>,
-    /// CPU-bound processes beside the VM (0: an idle host).
     pub hog: Vec<u32>,
 }
 
 /// A point set aside and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Skipped {
-    /// The point.
     pub point: Point,
-    /// Why it cannot run.
     pub reason: String,
 }
 
-/// The expanded matrix.
+/// The expanded matrix: points to run in run order, and those the guest cannot run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Matrix {
-    /// Points to run, in run order.
     pub points: Vec<Point>,
-    /// Points the guest cannot run.
     pub skipped: Vec<Skipped>,
 }
 
-fn dedup<T: PartialEq + Clone>(v: &[T]) -> Vec<T> {
-    let mut out: Vec<T> = Vec::with_capacity(v.len());
-    for x in v {
-        if !out.contains(x) {
-            out.push(x.clone());
+/// Every point of `pts` once per distinct value of `vals`, set by `set` (values vary fastest).
+fn cross<T: Copy + PartialEq>(pts: Vec<Point>, vals: &[T], set: fn(&mut Point, T)) -> Vec<Point> {
+    let mut distinct: Vec<T> = Vec::new();
+    for v in vals {
+        if !distinct.contains(v) {
+            distinct.push(*v);
         }
     }
-    out
+    pts.into_iter()
+        .flat_map(|p| {
+            distinct.iter().map(move |&v| {
+                let mut q = p;
+                set(&mut q, v);
+                q
+            })
+        })
+        .collect()
 }
 
 impl MatrixSpec {
-    /// One value per dimension (4 KiB randread QD1, one queue, IoUring, polling off), for tests
-    /// to vary.
+    /// One value per dimension ([`Point::base`]), for tests to vary.
     #[cfg(test)]
     pub fn single() -> MatrixSpec {
+        let p = Point::base();
         MatrixSpec {
-            rw: vec![Rw::RandRead],
-            bs: vec![4096],
-            qd: vec![1],
-            queues: vec![1],
-            engine: vec![Engine::IoUring],
-            poll: vec![PollSetting::Off],
-            max_batch: vec![32],
-            irq: vec![false],
-            hog: vec![0],
+            rw: vec![p.rw],
+            bs: vec![p.bs],
+            qd: vec![p.qd],
+            queues: vec![p.queues],
+            engine: vec![p.engine],
+            poll: vec![p.poll],
+            max_batch: vec![p.max_batch],
+            irq: vec![p.irq],
+            hog: vec![p.hog],
         }
     }
 
-    /// Every combination, in the order given (outermost rw, innermost hog), duplicates
-    /// removed; points over the test guest's 8 MiB pool go to `skipped`. (The runner uses
-    /// [`expand_with`](Self::expand_with) and its guest's limit.)
-    #[cfg(test)]
+    /// Every combination, in the order given (outermost rw, innermost hog), duplicates removed;
+    /// points over the test guest's 8 MiB pool go to `skipped`.
     pub fn expand(&self) -> Matrix {
-        self.expand_with(Some(GUEST_POOL_BYTES))
+        let mut p = vec![Point::base()];
+        p = cross(p, &self.rw, |p, v| p.rw = v);
+        p = cross(p, &self.bs, |p, v| p.bs = v);
+        p = cross(p, &self.qd, |p, v| p.qd = v);
+        p = cross(p, &self.queues, |p, v| p.queues = v);
+        p = cross(p, &self.engine, |p, v| p.engine = v);
+        p = cross(p, &self.poll, |p, v| p.poll = v);
+        p = cross(p, &self.max_batch, |p, v| p.max_batch = v);
+        p = cross(p, &self.irq, |p, v| p.irq = v);
+        p = cross(p, &self.hog, |p, v| p.hog = v);
+        let (points, over): (Vec<Point>, Vec<Point>) = p
+            .into_iter()
+            .partition(|p| p.guest_pool_bytes() <= GUEST_POOL_BYTES);
+        let skipped = over
+            .into_iter()
+            .map(|point| Skipped {
+                point,
+                reason: format!(
+                    "bs·qd·queues = {} > the guest's {} pool",
+                    format_size(point.guest_pool_bytes()),
+                    format_bytes(GUEST_POOL_BYTES)
+                ),
+            })
+            .collect();
+        Matrix { points, skipped }
     }
+}
 
-    /// [`expand`](Self::expand) with a pool limit of `pool_limit` bytes (None: none).
-    pub fn expand_with(&self, pool_limit: Option<u64>) -> Matrix {
-        let (rw, bs, qd, queues) = (
-            dedup(&self.rw),
-            dedup(&self.bs),
-            dedup(&self.qd),
-            dedup(&self.queues),
-        );
-        let (engine, poll, max_batch, irq) = (
-            dedup(&self.engine),
-            dedup(&self.poll),
-            dedup(&self.max_batch),
-            dedup(&self.irq),
-        );
-        let hog = dedup(&self.hog);
-        let lens = [
-            rw.len(),
-            bs.len(),
-            qd.len(),
-            queues.len(),
-            engine.len(),
-            poll.len(),
-            max_batch.len(),
-            irq.len(),
-            hog.len(),
-        ];
-        let mut m = Matrix {
-            points: Vec::new(),
-            skipped: Vec::new(),
-        };
-        if lens.contains(&0) {
-            return m;
+/// A dimension of the matrix, for labelling plot series.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dim {
+    Engine,
+    Poll,
+    Rw,
+    Bs,
+    Qd,
+    Queues,
+    MaxBatch,
+    Irq,
+    Hog,
+}
+
+impl Dim {
+    /// Every dimension, in label order.
+    pub const ALL: [Dim; 9] = [
+        Dim::Engine,
+        Dim::Poll,
+        Dim::Rw,
+        Dim::Bs,
+        Dim::Qd,
+        Dim::Queues,
+        Dim::MaxBatch,
+        Dim::Irq,
+        Dim::Hog,
+    ];
+
+    fn value(self, p: &Point) -> String {
+        match self {
+            Dim::Engine => p.engine.to_string(),
+            Dim::Poll => format!("poll={}", p.poll),
+            Dim::Rw => p.rw.to_string(),
+            Dim::Bs => format_size(p.bs),
+            Dim::Qd => format!("qd{}", p.qd),
+            Dim::Queues => format!("q{}", p.queues),
+            Dim::MaxBatch => format!("mb={}", p.max_batch),
+            Dim::Irq => format!("irq={}", u8::from(p.irq)),
+            Dim::Hog => format!("hog={}", p.hog),
         }
-        // An odometer over the nine lists, the last one turning fastest.
-        let mut i = [0usize; 9];
-        loop {
-            let point = Point {
-                rw: rw[i[0]],
-                bs: bs[i[1]],
-                qd: qd[i[2]],
-                queues: queues[i[3]],
-                engine: engine[i[4]],
-                poll: poll[i[5]],
-                max_batch: max_batch[i[6]],
-                irq: irq[i[7]],
-                hog: hog[i[8]],
-            };
-            if let Some(limit) = pool_limit.filter(|l| point.guest_pool_bytes() > *l) {
-                m.skipped.push(Skipped {
-                    point,
-                    reason: format!(
-                        "bs·qd·queues = {} > the guest's {} pool",
-                        format_size(point.guest_pool_bytes()),
-                        crate::units::format_bytes(limit)
-                    ),
-                });
-            } else {
-                m.points.push(point);
-            }
-            let mut d = lens.len();
-            loop {
-                if d == 0 {
-                    return m;
-                }
-                d -= 1;
-                i[d] += 1;
-                if i[d] < lens[d] {
-                    break;
-                }
-                i[d] = 0;
-            }
-        }
+    }
+}
+
+/// The dimensions in which `points` differ, in [`Dim::ALL`] order.
+pub fn varying(points: &[Point]) -> Vec<Dim> {
+    let differs = |d: &Dim| points.iter().any(|p| d.value(p) != d.value(&points[0]));
+    Dim::ALL.into_iter().filter(differs).collect()
+}
+
+/// A series label for `p`: the `lead` dimensions always, then every other dimension of `varying`
+/// not in `exclude`; `all` when that leaves nothing.
+pub fn series_label(varying: &[Dim], p: &Point, lead: &[Dim], exclude: &[Dim]) -> String {
+    let rest = varying
+        .iter()
+        .filter(|d| !lead.contains(d) && !exclude.contains(d));
+    let parts: Vec<String> = lead.iter().chain(rest).map(|d| d.value(p)).collect();
+    if parts.is_empty() {
+        "all".to_string()
+    } else {
+        parts.join(" ")
     }
 }
 
@@ -423,90 +383,95 @@ impl MatrixSpec {
 mod tests {
     use super::*;
 
-    fn spec() -> MatrixSpec {
-        MatrixSpec::single()
-    }
-
     #[test]
-    fn parses_every_dimension() {
-        assert_eq!("RandWrite".parse(), Ok(Rw::RandWrite));
-        assert!("verify".parse::<Rw>().is_err());
-        assert_eq!("io_uring".parse(), Ok(Engine::IoUring));
-        assert_eq!("LinuxAio".parse(), Ok(Engine::LinuxAio));
-        assert_eq!("null".parse(), Ok(Engine::Null));
-        assert!("spdk".parse::<Engine>().is_err());
-        assert_eq!("off".parse(), Ok(PollSetting::Off));
-        assert_eq!("classic".parse(), Ok(PollSetting::Classic(None)));
-        assert_eq!(
-            "classic:200us".parse(),
-            Ok(PollSetting::Classic(Some(200_000)))
-        );
-        assert_eq!("weighted:4".parse(), Ok(PollSetting::Weighted(4)));
-        assert!("weighted:17".parse::<PollSetting>().is_err());
-        assert_eq!("adaptive".parse(), Ok(PollSetting::Adaptive));
-        assert!("adaptive:3".parse::<PollSetting>().is_err());
-        assert!("fast".parse::<PollSetting>().is_err());
+    fn parses_poll_and_bs() {
+        for s in ["off", "classic", "classic:200us", "weighted:3", "adaptive"] {
+            let p: PollSetting = s.parse().expect("parse");
+            assert_eq!(p.to_string(), s);
+        }
+        assert_eq!("classic:0".parse(), Ok(PollSetting::Off));
+        assert_eq!("weighted".parse(), Ok(PollSetting::Weighted(3)));
+        for bad in ["weighted:17", "adaptive:3", "fast", "classic:2s"] {
+            assert!(bad.parse::<PollSetting>().is_err(), "{bad}");
+        }
         assert_eq!(parse_bs("128k"), Ok(131072));
         assert!(parse_bs("1000").is_err());
         assert!(parse_bs("2m").is_err());
-        assert!(parse_qd("0").is_err());
-        assert_eq!(parse_qd("256"), Ok(256));
-        assert!(parse_queues("9").is_err());
-        assert_eq!(parse_max_batch("0"), Ok(0));
-        assert_eq!(parse_irq("1"), Ok(true));
-        assert_eq!(parse_hog("2"), Ok(2));
-        assert!(parse_hog("65").is_err());
+        assert_eq!(Engine::from_str("libaio", true), Ok(Engine::LinuxAio));
+        assert_eq!(Engine::IoUring.to_string(), "IoUring");
+        assert_eq!(Rw::RandWrite.to_string(), "randwrite");
     }
 
     #[test]
-    fn expands_the_cross_product_in_order() {
-        let mut s = spec();
+    fn poll_settings_map_to_config() {
+        let off = PollSetting::Off.iothread_fields();
+        assert_eq!(off["poll_max_ns"], 0);
+        assert!(!off.contains_key("poll_policy"));
+        let w = PollSetting::Weighted(2).iothread_fields();
+        assert_eq!(
+            (&w["poll_policy"], &w["poll_weight"]),
+            (&"Weighted".into(), &2.into())
+        );
+        let c = PollSetting::Classic(Some(200_000)).iothread_fields();
+        assert_eq!(c["poll_max_ns"], 200_000);
+    }
+
+    #[test]
+    fn expands_the_cross_product_in_order_without_duplicates() {
+        let mut s = MatrixSpec::single();
         s.rw = vec![Rw::RandRead, Rw::RandWrite];
-        s.qd = vec![1, 8, 32];
+        s.qd = vec![1, 8, 8, 32];
         s.poll = vec![PollSetting::Off, PollSetting::Classic(None)];
         let m = s.expand();
         assert_eq!(m.points.len(), 2 * 3 * 2);
         assert!(m.skipped.is_empty());
-        assert_eq!(m.points[0].rw, Rw::RandRead);
-        assert_eq!(m.points[0].qd, 1);
+        assert_eq!((m.points[0].rw, m.points[0].qd), (Rw::RandRead, 1));
         assert_eq!(m.points[1].poll, PollSetting::Classic(None));
         assert_eq!(m.points[2].qd, 8);
         assert_eq!(m.points[6].rw, Rw::RandWrite);
     }
 
     #[test]
-    fn drops_duplicates() {
-        let mut s = spec();
-        s.qd = vec![1, 1, 8];
-        assert_eq!(s.expand().points.len(), 2);
-    }
-
-    #[test]
     fn skips_points_over_the_guest_pool() {
-        let mut s = spec();
+        let mut s = MatrixSpec::single();
         s.bs = vec![4096, 131072, 1 << 20];
         s.qd = vec![1, 32, 128];
         s.queues = vec![1, 4];
         let m = s.expand();
-        for p in &m.points {
-            assert!(p.guest_pool_bytes() <= GUEST_POOL_BYTES, "{p:?}");
+        assert!(m
+            .points
+            .iter()
+            .all(|p| p.guest_pool_bytes() <= GUEST_POOL_BYTES));
+        for k in &m.skipped {
+            assert!(k.point.guest_pool_bytes() > GUEST_POOL_BYTES, "{k:?}");
+            assert!(k.reason.contains("8 MiB"));
         }
-        for s in &m.skipped {
-            assert!(s.point.guest_pool_bytes() > GUEST_POOL_BYTES, "{s:?}");
-            assert!(s.reason.contains("8 MiB"));
-        }
-        assert_eq!(m.points.len() + m.skipped.len(), 3 * 3 * 2);
-        // Exactly 8 MiB fits: 128k·64·1 = 8m.
-        let mut edge = spec();
+        // bs 4k: all 6 fit; 128k: qd1 q1/q4 and qd32 q1 (3); 1m: qd1 q1/q4 (2).
+        assert_eq!((m.points.len(), m.skipped.len()), (6 + 3 + 2, 18 - 11));
+        // Exactly 8 MiB fits: 128k·64·1.
+        let mut edge = MatrixSpec::single();
         edge.bs = vec![131072];
         edge.qd = vec![64];
         assert_eq!(edge.expand().points.len(), 1);
         edge.qd = vec![65];
         assert_eq!(edge.expand().skipped.len(), 1);
-        // Count by hand: bs 4k: all 6 fit. 128k: qd1 q1/q4, qd32 q1 fit (3); 1m: qd1 q1/q4 (2).
-        assert_eq!(m.points.len(), 6 + 3 + 2);
-        // Without a limit (the Linux guest) nothing is skipped.
-        let all = s.expand_with(None);
-        assert_eq!((all.points.len(), all.skipped.len()), (3 * 3 * 2, 0));
+    }
+
+    #[test]
+    fn labels_name_only_varying_dimensions() {
+        let mut s = MatrixSpec::single();
+        s.engine = vec![Engine::IoUring, Engine::Sync];
+        s.qd = vec![1, 8];
+        let points = s.expand().points;
+        let v = varying(&points);
+        assert_eq!(v, vec![Dim::Engine, Dim::Qd]);
+        let p = points[0];
+        assert_eq!(series_label(&v, &p, &[], &[Dim::Qd]), "IoUring");
+        assert_eq!(
+            series_label(&v, &p, &[Dim::Poll], &[Dim::Qd]),
+            "poll=off IoUring"
+        );
+        assert_eq!(series_label(&v, &p, &[], &[Dim::Qd, Dim::Engine]), "all");
+        assert_eq!(p.label(), "randread 4k qd1 q1 IoUring poll=off mb=32");
     }
 }

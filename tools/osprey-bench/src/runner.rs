@@ -1,150 +1,191 @@
-//! The matrix run from start to end: prerequisites, the store, every point with its native
-//! reference and a progress line, then the outputs.
+//! The matrix run from start to end: prerequisites (the Osprey binary and the test guest, built
+//! when missing; fio, installed when missing and possible), the start-up probe, the store, every
+//! workload's points with their native reference and a progress line each, then the outputs.
+//! Ctrl-C and SIGTERM stop it after the current run; the store is still removed and the report
+//! written.
 
-use std::path::PathBuf;
-use std::time::Instant;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 
 use crate::cli::Settings;
-use crate::fio::{run_fio, FioCache, FioJob, FioResult};
-use crate::guest::{Guest, GuestKind};
-use crate::guest_linux::{check_host, fio_spec, LinuxKit};
-use crate::interrupt::{self, interrupted};
-use crate::machine::HostKvm;
-use crate::machine::{Machine, UtcTime};
+use crate::fio::{fio_available, run_fio, FioJob, FioResult};
 use crate::matrix::Point;
-use crate::point_run::{measure_group, same_workload, PointEnv};
-use crate::prereq::{ensure_fio, guest_image, osprey_binary, probe_vmm, repo_root};
-use crate::report::markdown::ReportHeader;
-use crate::report::row::{PointOutcome, ResultRow};
-use crate::store::{Store, StoreKind};
-use crate::units::format_bytes;
+use crate::measure::{measure_group, same_workload, PointEnv};
+use crate::report::{host_info, ReportHeader, ResultRow, GUEST_NOTE};
+use crate::store::{is_root, Store, StoreError, StoreKind};
+use crate::units::{format_bytes, human_duration, thousands, UtcTime};
+use crate::vm::Vm;
 
 /// The most of the store the guest uses (its `range=` cap).
 const GUEST_RANGE_MAX: u64 = 1 << 30;
 
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_sig: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+/// Whether Ctrl-C or SIGTERM asked for a stop (Osprey, in the same process group, stops its VM
+/// on the same signal).
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::SeqCst)
+}
+
 /// How the run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
-    /// Every point produced numbers.
     AllOk,
     /// Some point failed entirely.
     SomeFailed,
-    /// Stopped by a signal.
     Interrupted,
 }
 
-fn print_plan(settings: &Settings, points: &[Point], skipped: &[crate::matrix::Skipped]) {
-    let extra = match (settings.guest, settings.warmup > 0.0) {
-        (GuestKind::TestGuest, true) => format!("+ probe, {} s warm-up", settings.warmup),
-        (GuestKind::TestGuest, false) => "+ probe".to_string(),
-        (GuestKind::Linux, true) => {
-            format!(
-                "one Linux boot each, after {} s of ramp_time",
-                settings.warmup
-            )
-        }
-        (GuestKind::Linux, false) => "one Linux boot each".to_string(),
-    };
-    eprintln!(
-        "osprey-bench: {} point(s), {} run(s) of {} s each ({extra}), {} skipped",
-        points.len(),
-        settings.repeats,
-        settings.seconds,
-        skipped.len()
-    );
-    for s in skipped {
-        eprintln!("  skipped {}: {}", s.point.label(), s.reason);
+/// The repository root: the nearest ancestor of the working directory holding `Cargo.toml` and
+/// `guest-images/`, else the one this binary was built from.
+fn repo_root() -> PathBuf {
+    let cwd = std::env::current_dir().unwrap_or_default();
+    if let Some(dir) = cwd
+        .ancestors()
+        .find(|d| d.join("Cargo.toml").is_file() && d.join("guest-images").is_dir())
+    {
+        return dir.to_path_buf();
     }
+    let built = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    built.canonicalize().unwrap_or(built)
+}
+
+/// `given` (which must exist), or `default`, made with `build` when missing.
+fn find_or_build(
+    given: Option<&Path>,
+    default: PathBuf,
+    build: &mut Command,
+) -> anyhow::Result<PathBuf> {
+    let path = given.map_or(default, Path::to_path_buf);
+    if !path.is_file() && given.is_none() {
+        eprintln!("osprey-bench: running {build:?}");
+        let ok = build.status().is_ok_and(|s| s.success());
+        if !ok {
+            bail!("`{build:?}` failed");
+        }
+    }
+    if !path.is_file() {
+        bail!("{} does not exist", path.display());
+    }
+    Ok(path)
+}
+
+/// The progress line of a finished point: n/N, the point, its numbers, time elapsed and left.
+fn progress(done: usize, total: usize, label: &str, r: &ResultRow, elapsed: Duration) -> String {
+    let result = match r.iops {
+        Some(iops) => {
+            let mut s = format!("{} IOPS", thousands(iops));
+            if let (Some(lo), Some(hi), true) = (r.iops_min, r.iops_max, r.runs > 1) {
+                s += &format!(" ({}–{})", thousands(lo), thousands(hi));
+            }
+            if let Some(p99) = r.lat_p99_us {
+                s += &format!(", p99 {p99:.1} µs");
+            }
+            if let Some(c) = r.cpu_dataplane_us_per_io {
+                s += &format!(", dataplane {c:.2} µs/IO");
+            }
+            if let (Some(n), Some(x)) = (r.native_iops, r.native_ratio) {
+                s += &format!(", native {} ({x:.2}×)", thousands(n));
+            }
+            s
+        }
+        None => format!("FAILED: {}", r.note),
+    };
+    // The time left: the mean per point so far times the points left.
+    let left = elapsed.as_secs_f64() / done.max(1) as f64 * total.saturating_sub(done) as f64;
+    format!(
+        "[{done}/{total}] {label}: {result} | {} elapsed, ETA {}",
+        human_duration(elapsed),
+        human_duration(Duration::from_secs_f64(left))
+    )
 }
 
 /// Runs the matrix.
 pub fn run(settings: &Settings, command: &str) -> anyhow::Result<Outcome> {
-    let matrix = settings.matrix();
-    let linux = settings.guest == GuestKind::Linux;
-    let flavor = HostKvm::detect();
-    // A host that cannot run the Linux guest is the one error to show (no plan before it).
-    let host_warning = if linux && !settings.dry_run {
-        check_host(flavor, settings.force_linux_guest)?
+    let cli = &settings.cli;
+    let matrix = settings.spec.expand();
+    eprintln!("osprey-bench: note: {GUEST_NOTE}");
+    let warmup = if settings.warmup > 0.0 {
+        format!("+ probe, {} s warm-up", settings.warmup)
     } else {
-        None
+        "+ probe".to_string()
     };
-    eprintln!("osprey-bench: note: {}", settings.guest.note());
-    print_plan(settings, &matrix.points, &matrix.skipped);
-    if settings.dry_run {
-        if linux {
-            if let Err(e) = check_host(flavor, settings.force_linux_guest) {
-                eprintln!("osprey-bench: note: a real run would stop here: {e}");
-            }
-        }
-        let range = settings.store_size.min(GUEST_RANGE_MAX);
+    eprintln!(
+        "osprey-bench: {} point(s), {} run(s) of {} s each ({warmup}), {} skipped",
+        matrix.points.len(),
+        settings.repeats,
+        settings.seconds,
+        matrix.skipped.len()
+    );
+    for s in &matrix.skipped {
+        eprintln!("  skipped {}: {}", s.point.label(), s.reason);
+    }
+    if cli.dry_run {
         for (i, p) in matrix.points.iter().enumerate() {
             println!("{:>4} {}", i + 1, p.label());
-            if linux {
-                let name = format!("point-{:03}-run1", i + 1);
-                let spec = fio_spec(p, &name, range, settings.seconds, settings.warmup);
-                println!("     osprey.fio={spec}");
-            }
         }
         return Ok(Outcome::AllOk);
     }
     if matrix.points.is_empty() {
         bail!("no point of the matrix fits the test guest (bs·qd·queues ≤ 8 MiB)");
     }
-    if settings.store == StoreKind::Loop && !crate::store::is_root() {
-        return Err(crate::store::StoreError::NotRoot.into());
+    if matches!(settings.store, StoreKind::Loop | StoreKind::Zram) && !is_root() {
+        return Err(StoreError::NotRoot.into());
     }
     let root = repo_root();
-    // The Linux guest's checks come first: they need no build.
-    let kit = if linux {
-        if let Some(w) = host_warning {
-            eprintln!("osprey-bench: warning: {w}");
-        }
-        Some(LinuxKit::find(&root, settings.linux_kit.as_deref())?)
-    } else {
-        None
-    };
-    let osprey = osprey_binary(&root, settings.osprey.as_deref())?;
-    let (guest, kvm, tsc_khz, guest_desc) = match kit {
-        Some(kit) => {
-            let desc = kit.describe();
-            eprintln!(
-                "osprey-bench: {}; KVM: {}; guest: {desc}",
-                osprey.display(),
-                flavor.describe()
-            );
-            (Guest::Linux(kit), flavor.describe().to_string(), None, desc)
-        }
-        None => {
-            let elf = guest_image(&root, settings.test_guest_elf.as_deref())?;
-            let probe = probe_vmm(&osprey, &elf)?;
-            eprintln!(
-                "osprey-bench: {}; KVM: {}; vCPU TSC {} kHz",
-                osprey.display(),
-                probe.kvm,
-                probe.tsc_khz
-            );
-            let desc = format!("test guest {}", elf.display());
-            let guest = Guest::Test {
-                elf,
-                tsc_khz: probe.tsc_khz,
-            };
-            (guest, probe.kvm, Some(probe.tsc_khz), desc)
-        }
-    };
-    interrupt::install();
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut build = Command::new(cargo);
+    build
+        .current_dir(&root)
+        .args(["build", "--release", "--bin", "osprey"]);
+    let osprey = find_or_build(
+        cli.osprey.as_deref(),
+        root.join("target/release/osprey"),
+        &mut build,
+    )?;
+    let mut build = Command::new("make");
+    build
+        .arg("-C")
+        .arg(root.join("guest-images"))
+        .arg("test-guest");
+    let elf_default = root.join("guest-images/build/test-guest.elf");
+    let elf = find_or_build(cli.test_guest_elf.as_deref(), elf_default, &mut build)?;
+    let (tsc_khz, kvm) = crate::vm::probe(&osprey, &elf)?;
+    eprintln!(
+        "osprey-bench: {}; KVM: {kvm}; vCPU TSC {tsc_khz} kHz",
+        osprey.display()
+    );
+
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: `on_signal` is async-signal-safe (one atomic store) and lives for the whole
+        // program; replacing the default disposition of these two signals affects nothing else.
+        unsafe {
+            libc::signal(
+                sig,
+                on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t,
+            )
+        };
+    }
     let started_at = UtcTime::now();
     let started = Instant::now();
-    let out: PathBuf = settings
+    let out = cli
         .out
         .clone()
         .unwrap_or_else(|| root.join("target/bench").join(started_at.stamp()));
     std::fs::create_dir_all(&out).with_context(|| format!("Cannot create {}", out.display()))?;
-    let native_note = if settings.native {
-        ensure_fio().err()
-    } else {
+    let native_note = if cli.no_native {
         Some("--no-native was given".to_string())
+    } else {
+        (!fio_available()).then(|| "fio is not installed (apt-get install fio)".to_string())
     };
     if let Some(n) = &native_note {
         eprintln!("osprey-bench: native column empty: {n}");
@@ -152,143 +193,114 @@ pub fn run(settings: &Settings, command: &str) -> anyhow::Result<Outcome> {
     if settings.store_defaulted_to_file {
         eprintln!(
             "osprey-bench: not root, so the store is a file in {} (--store loop needs root)",
-            settings.store_dir.display()
+            cli.store_dir.display()
         );
     }
-    let store_dir = if settings.store_dir.is_absolute() {
-        settings.store_dir.clone()
-    } else {
-        root.join(&settings.store_dir)
-    };
+    let store_dir = root.join(&cli.store_dir);
+    let size = format_bytes(cli.store_size);
     eprintln!(
-        "osprey-bench: creating the {} store ({})…",
-        match settings.store {
-            StoreKind::Loop => "loop",
-            StoreKind::File => "file",
-            StoreKind::Buffered => "buffered",
-            StoreKind::BufferedCold => "buffered-cold",
-            StoreKind::Zram => "zram",
-        },
-        format_bytes(settings.store_size)
+        "osprey-bench: creating the {} store ({size})…",
+        settings.store.name()
     );
-    let store = Store::create(settings.store, &store_dir, settings.store_size)?;
+    let store = Store::create(settings.store, &store_dir, cli.store_size)?;
     eprintln!("osprey-bench: store: {}", store.describe());
     let range = store.size.min(GUEST_RANGE_MAX);
-    let env = PointEnv {
+    let vm = Vm {
         osprey: &osprey,
-        guest: &guest,
+        elf: &elf,
         store: &store.path,
         direct: store.direct,
+        out: &out,
+    };
+    let env = PointEnv {
+        vm,
+        tsc_khz,
         cold: store.cold,
         range,
-        out: &out,
         seconds: settings.seconds,
         warmup: settings.warmup,
         repeats: settings.repeats,
     };
 
-    let mut cache = FioCache::default();
+    let mut natives: HashMap<FioJob, Result<FioResult, String>> = HashMap::new();
     let mut data: Vec<(Point, ResultRow)> = Vec::new();
     let total = matrix.points.len();
     let loop_started = Instant::now();
     let indexed: Vec<(usize, Point)> = matrix
         .points
         .iter()
+        .copied()
         .enumerate()
-        .map(|(i, p)| (i, *p))
+        .map(|(i, p)| (i + 1, p))
         .collect();
-    // The points of one workload are measured side by side, their runs round-robin.
+    // The points of one workload are measured side by side, their runs round by round.
     'groups: for group in indexed.chunk_by(|a, b| same_workload(&a.1, &b.1)) {
         if interrupted() {
             break;
         }
-        let one_based: Vec<(usize, Point)> = group.iter().map(|(i, p)| (i + 1, *p)).collect();
-        let results = measure_group(&env, &one_based);
-        for ((i, p), m) in group.iter().zip(results) {
+        for (&(i, p), m) in group.iter().zip(measure_group(&env, group)) {
             if m.summary.is_none() && interrupted() {
                 // Stopped before any recorded run: not a failure of the point.
                 break 'groups;
             }
-            let job = FioJob::for_point(p);
-            let native: Result<FioResult, String> = match &native_note {
-                Some(n) => Err(n.clone()),
-                None => match cache.get(&job) {
-                    Some(r) => r.clone(),
-                    None if interrupted() => Err("interrupted".into()),
-                    None => {
-                        let r = run_fio(&job, &store.path, store.direct, range, settings.seconds)
-                            .map_err(|e| format!("{e:#}"));
-                        cache.insert(job.clone(), r.clone());
-                        r
-                    }
-                },
+            // One fio run per distinct job in the whole matrix.
+            let job = FioJob::for_point(&p);
+            let native = match (&native_note, natives.get(&job)) {
+                (Some(n), _) => Err(n.clone()),
+                (None, Some(r)) => r.clone(),
+                (None, None) if interrupted() => Err("interrupted".into()),
+                (None, None) => {
+                    let r = run_fio(&job, &store.path, store.direct, range, settings.seconds)
+                        .map_err(|e| format!("{:#}", anyhow::Error::from(e)));
+                    natives.insert(job.clone(), r.clone());
+                    r
+                }
             };
-            let outcome = PointOutcome {
-                index: i + 1,
-                point: *p,
-                count: m.count,
-                summary: m.summary,
-                error: m.error,
-                native_job: job,
-                native,
-            };
-            let row = ResultRow::from_outcome(&outcome);
+            let row = ResultRow::new(i, &p, &m, &job, &native);
             eprintln!(
                 "{}",
-                crate::progress::line(i + 1, total, &p.label(), &row, loop_started.elapsed())
+                progress(i, total, &p.label(), &row, loop_started.elapsed())
             );
-            data.push((*p, row));
+            data.push((p, row));
         }
     }
     let was_interrupted = interrupted();
     let store_desc = store.describe();
     drop(store);
 
-    let machine = Machine::describe(&root, &kvm, started_at);
-    let timing = match settings.guest {
-        GuestKind::TestGuest => format!(
-            "{} s per recorded run, median of {} (the points of one workload run round by round, interleaved), {} warm-up, request counts sized by a probe run",
-            settings.seconds,
-            settings.repeats,
-            if settings.warmup > 0.0 {
-                format!("{} s", settings.warmup)
-            } else {
-                "no".to_string()
-            }
-        ),
-        GuestKind::Linux => format!(
-            "{} s of fio per recorded run ({}), median of {}, one Linux boot per run",
-            settings.seconds,
-            if settings.warmup > 0.0 {
-                format!("after {} s of ramp_time", settings.warmup)
-            } else {
-                "no ramp_time".to_string()
-            },
-            settings.repeats
-        ),
+    let [kernel, cpu, commit] = host_info(&root);
+    let warmup = match settings.warmup {
+        w if w > 0.0 => format!("{w} s"),
+        _ => "no".to_string(),
     };
-    let mut header = ReportHeader {
-        machine,
+    let timing = format!(
+        "{} s per recorded run, median of {} (the points of one workload run round by round, \
+         interleaved), {warmup} warm-up, request counts sized by a probe run",
+        settings.seconds, settings.repeats,
+    );
+    let vm = "1 vCPU, 256 MiB, one virtio-blk drive (queue size 256) on iothread io0";
+    let header = ReportHeader {
+        date: started_at.display(),
         command: command.to_string(),
-        osprey: osprey.display().to_string(),
-        store: store_desc,
-        guest: settings.guest,
-        guest_desc,
-        tsc_khz,
-        timing,
-        native_note,
         elapsed_s: started.elapsed().as_secs_f64(),
-        plots: Vec::new(),
         interrupted: was_interrupted,
+        info: vec![
+            ("kernel", kernel),
+            ("CPU", cpu),
+            ("KVM", kvm),
+            ("Osprey", format!("{} (commit {commit})", osprey.display())),
+            ("store", store_desc),
+            (
+                "guest",
+                format!("test-guest (test guest {})", elf.display()),
+            ),
+            ("vCPU TSC", format!("{} kHz", thousands(tsc_khz as f64))),
+            ("runs", timing),
+            ("VM", vm.to_string()),
+        ],
+        native_note,
     };
-    let warnings = crate::report::write_all(
-        &out,
-        &mut header,
-        &data,
-        &matrix.skipped,
-        &settings.spec.varying(),
-    )?;
-    for w in warnings {
+    for w in crate::report::write_all(&out, &header, &data, &matrix.skipped)? {
         eprintln!("osprey-bench: warning: {w}");
     }
     eprintln!(
@@ -305,4 +317,28 @@ pub fn run(settings: &Settings, command: &str) -> anyhow::Result<Outcome> {
     } else {
         Outcome::AllOk
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::sample_row;
+
+    #[test]
+    fn progress_lines() {
+        let row = sample_row(3, 32, 201_698.0);
+        let line = progress(3, 4, "randread 4k", &row, Duration::from_secs(6));
+        assert_eq!(
+            line,
+            "[3/4] randread 4k: 201,698 IOPS (200,698–202,698), p99 2.0 µs, dataplane 4.00 µs/IO, \
+             native 403,396 (0.50×) | 6 s elapsed, ETA 2 s"
+        );
+        let failed = ResultRow {
+            iops: None,
+            note: "probe: boom".into(),
+            ..row
+        };
+        let line = progress(1, 1, "x", &failed, Duration::ZERO);
+        assert_eq!(line, "[1/1] x: FAILED: probe: boom | 0 s elapsed, ETA 0 s");
+    }
 }

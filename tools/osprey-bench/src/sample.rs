@@ -1,83 +1,111 @@
-//! One recorded run of a point: the guest's report (the test guest's `BLK` line here; the Linux
-//! kit's fio JSON in `kit_report.rs`) and Osprey's stop-time log turned into per-I/O numbers
-//! (IOPS, bandwidth, latency, CPU per I/O, kicks and interrupts per I/O). A number the guest
-//! cannot give is NaN ("not measured": an empty cell in the outputs).
+//! One recorded run's numbers and their summary over the repeats. A run's sample combines the test
+//! guest's `BLK {json}` console line (guest-images/test-guest/README.md) with the `GET /metrics`
+//! JSON Osprey appends to the run's metrics file as the VM stops (drive and iothread counters, CPU
+//! time per thread): IOPS, bandwidth, latency, CPU per I/O, kicks and interrupts per I/O.
 
+use serde::Deserialize;
 use thiserror::Error;
 
-use crate::blk_report::BlkReport;
-use crate::guest::GuestError;
-use crate::vmm_log::VmmLog;
-
-/// A run whose outputs do not add up to a sample.
-#[derive(Debug, Error, PartialEq)]
+/// A run's outputs do not make a sample.
+#[derive(Debug, Error)]
 pub enum SampleError {
-    /// The guest completed nothing.
+    #[error("No BLK line on the guest console")]
+    NoBlkLine,
+    #[error("Bad BLK line")]
+    BadBlk(#[source] serde_json::Error),
+    #[error("The guest reported an error: {0}")]
+    Guest(String),
+    #[error("The BLK line has no main run")]
+    NoMainRun,
+    #[error("Osprey wrote no metrics at stop")]
+    NoMetrics,
+    #[error("The metrics have no drive")]
+    NoDrive,
     #[error("The guest completed no requests")]
     NoRequests,
-    /// The guest's run stalled.
     #[error("The guest's run timed out after {0} requests")]
     TimedOut(u64),
 }
 
-/// µs per I/O from a total in ms over `ios` I/Os.
+/// The parts of the `BLK` JSON the runner uses.
+#[derive(Debug, Default, Deserialize)]
+struct BlkReport {
+    /// Set only when the device could not be set up.
+    #[serde(default)]
+    error: Option<String>,
+    #[serde(default)]
+    runs: Vec<BlkRun>,
+}
+
+/// One `runs[]` entry (`main` is the measured one).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct BlkRun {
+    name: String,
+    /// Effective queue depth (the guest may lower it).
+    qd: u32,
+    requests: u64,
+    /// Bytes of OK requests.
+    bytes: u64,
+    /// Non-OK statuses.
+    errors: u64,
+    /// Notify stores issued.
+    kicks: u64,
+    /// MSI-X interrupts taken.
+    interrupts: u64,
+    timed_out: bool,
+    elapsed_ns: u64,
+    iops: f64,
+    lat_ns: BlkLatency,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct BlkLatency {
+    mean: f64,
+    p50: f64,
+    p99: f64,
+}
+
+/// µs per I/O from a total in ms over `ios` I/Os (NaN for none).
 pub fn us_per_io(total_ms: f64, ios: u64) -> f64 {
-    if ios == 0 {
-        return f64::NAN;
-    }
-    total_ms * 1000.0 / ios as f64
+    per_io(total_ms * 1000.0, ios)
 }
 
-/// Events per I/O.
-pub fn per_io(events: u64, ios: u64) -> f64 {
+/// Events per I/O (NaN for no I/O).
+fn per_io(events: f64, ios: u64) -> f64 {
     if ios == 0 {
-        return f64::NAN;
+        f64::NAN
+    } else {
+        events / ios as f64
     }
-    events as f64 / ios as f64
-}
-
-/// MiB/s from bytes over ns.
-pub fn mib_per_s(bytes: u64, ns: u64) -> f64 {
-    if ns == 0 {
-        return f64::NAN;
-    }
-    bytes as f64 / (ns as f64 / 1e9) / f64::from(1u32 << 20)
 }
 
 /// guest / native, when there is a native number.
 pub fn ratio(guest: f64, native: Option<f64>) -> Option<f64> {
-    match native {
-        Some(n) if n > 0.0 && guest.is_finite() => Some(guest / n),
-        _ => None,
-    }
+    native
+        .filter(|n| *n > 0.0 && guest.is_finite())
+        .map(|n| guest / n)
 }
 
-/// One run's numbers (NaN: not measured with this guest).
+/// One run's numbers.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct RunSample {
     /// Guest-measured requests per second.
     pub iops: f64,
-    /// Guest-measured MiB/s.
     pub bw_mib_s: f64,
-    /// Mean latency, µs (test guest: submit to seen in the used ring; Linux: fio's clat).
+    /// Latency from placing the request in the avail ring to seeing it in the used ring, µs.
     pub lat_mean_us: f64,
-    /// Median latency, µs.
     pub lat_p50_us: f64,
-    /// 99th percentile latency, µs.
     pub lat_p99_us: f64,
-    /// All of Osprey's threads, µs CPU per I/O.
+    /// CPU µs per I/O: every Osprey thread, the vCPU threads, the dataplane (iothread) threads.
     pub cpu_total_us: f64,
-    /// vCPU threads, µs CPU per I/O.
     pub cpu_vcpu_us: f64,
-    /// Dataplane (iothread) threads, µs CPU per I/O.
     pub cpu_dataplane_us: f64,
-    /// Kicks the guest issued per I/O.
+    /// Per I/O: kicks and interrupts the guest counted, and those the drive counted.
     pub guest_kicks: f64,
-    /// Interrupts the guest took per I/O.
     pub guest_irqs: f64,
-    /// Kicks the drive saw per I/O.
     pub drive_kicks: f64,
-    /// Interrupts the drive sent per I/O.
     pub drive_irqs: f64,
     /// Requests per engine submission call.
     pub batch_mean: f64,
@@ -87,47 +115,146 @@ pub struct RunSample {
     pub requests: u64,
     /// Non-OK requests.
     pub errors: u64,
-    /// Effective queue depth the guest used.
+    /// The queue depth the guest used.
     pub guest_qd: u32,
-    /// Run time, s.
-    pub elapsed_s: f64,
 }
 
 impl RunSample {
-    /// Combines a run's `BLK` report with Osprey's log. Per-I/O numbers divide by the guest's
-    /// completed requests; CPU times cover the whole VM life (boot and set-up included).
-    pub fn from_outputs(report: &BlkReport, log: &VmmLog) -> Result<Self, GuestError> {
-        let run = report.main_run()?;
+    /// The sample of a finished run: its console and the last line of its metrics file. Per-I/O
+    /// numbers divide by the guest's completed requests; CPU times cover the whole VM life.
+    pub fn from_outputs(
+        console: &str,
+        metrics: Option<&serde_json::Value>,
+    ) -> Result<Self, SampleError> {
+        let json = console
+            .lines()
+            .find_map(|l| l.trim_end().strip_prefix("BLK "))
+            .ok_or(SampleError::NoBlkLine)?;
+        let report: BlkReport = serde_json::from_str(json).map_err(SampleError::BadBlk)?;
+        if let Some(e) = report.error {
+            return Err(SampleError::Guest(e));
+        }
+        let run = report
+            .runs
+            .into_iter()
+            .find(|r| r.name == "main")
+            .ok_or(SampleError::NoMainRun)?;
+        let m = metrics.ok_or(SampleError::NoMetrics)?;
+        // `GET /metrics`: `drives[]`, `iothreads[].stats`, `threads[]` (name, cpu_ns).
+        let drive = m["drives"].get(0).ok_or(SampleError::NoDrive)?;
+        let all = |key: &str| m[key].as_array().into_iter().flatten();
+        let u = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
         if run.timed_out {
-            return Err(SampleError::TimedOut(run.requests).into());
+            return Err(SampleError::TimedOut(run.requests));
         }
         let n = run.requests;
         if n == 0 {
-            return Err(SampleError::NoRequests.into());
+            return Err(SampleError::NoRequests);
         }
-        let cpu = log.cpu()?;
-        let drive = log.drive()?;
-        let sleeps: u64 = log.iothreads.iter().map(|t| t.stats.sleeps).sum();
+        let cpu_ms = |prefix: &str| -> f64 {
+            let name =
+                |t: &&serde_json::Value| t["name"].as_str().is_some_and(|n| n.starts_with(prefix));
+            all("threads")
+                .filter(name)
+                .map(|t| u(&t["cpu_ns"]) as f64 / 1e6)
+                .sum()
+        };
+        let sleeps: u64 = all("iothreads").map(|t| u(&t["stats"]["sleeps"])).sum();
+        let per = |events: u64| per_io(events as f64, n);
         Ok(RunSample {
             iops: run.iops,
-            bw_mib_s: mib_per_s(run.bytes, run.elapsed_ns),
+            bw_mib_s: per_io(run.bytes as f64 / f64::from(1u32 << 20), run.elapsed_ns) * 1e9,
             lat_mean_us: run.lat_ns.mean / 1e3,
             lat_p50_us: run.lat_ns.p50 / 1e3,
             lat_p99_us: run.lat_ns.p99 / 1e3,
-            cpu_total_us: us_per_io(cpu.total_ms(), n),
-            cpu_vcpu_us: us_per_io(cpu.vcpu_ms(), n),
-            cpu_dataplane_us: us_per_io(cpu.dataplane_ms(), n),
-            guest_kicks: per_io(run.kicks, n),
-            guest_irqs: per_io(run.interrupts, n),
-            drive_kicks: per_io(drive.kicks, n),
-            drive_irqs: per_io(drive.notifications, n),
-            batch_mean: per_io(drive.requests, drive.submissions.max(1)),
-            sleeps: per_io(sleeps, n),
+            cpu_total_us: us_per_io(cpu_ms(""), n),
+            cpu_vcpu_us: us_per_io(cpu_ms("vcpu"), n),
+            cpu_dataplane_us: us_per_io(cpu_ms("iothread-"), n),
+            guest_kicks: per(run.kicks),
+            guest_irqs: per(run.interrupts),
+            drive_kicks: per(u(&drive["kicks"])),
+            drive_irqs: per(u(&drive["notifications"])),
+            batch_mean: per_io(
+                u(&drive["requests"]) as f64,
+                u(&drive["submissions"]).max(1),
+            ),
+            sleeps: per(sleeps),
             requests: n,
             errors: run.errors,
             guest_qd: run.qd,
-            elapsed_s: run.elapsed_ns as f64 / 1e9,
         })
+    }
+}
+
+/// The median (the mean of the middle two for an even count), NaNs ignored; NaN for none.
+pub fn median(values: &[f64]) -> f64 {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| !x.is_nan()).collect();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// (min, max), NaNs ignored; NaNs for none.
+pub fn spread(values: &[f64]) -> (f64, f64) {
+    let v = values.iter().copied().filter(|x| !x.is_nan());
+    v.fold(None, |acc: Option<(f64, f64)>, x| {
+        Some(acc.map_or((x, x), |(lo, hi)| (lo.min(x), hi.max(x))))
+    })
+    .unwrap_or((f64::NAN, f64::NAN))
+}
+
+/// A point's repeats: each field the median over runs, plus the IOPS and p99 spread.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PointSummary {
+    pub median: RunSample,
+    pub iops_min: f64,
+    pub iops_max: f64,
+    pub p99_min: f64,
+    pub p99_max: f64,
+    /// Runs summarised.
+    pub runs: usize,
+    /// Errors over all runs.
+    pub errors: u64,
+}
+
+impl PointSummary {
+    /// Summarises the runs (at least one).
+    pub fn of(runs: &[RunSample]) -> Self {
+        let all = |f: fn(&RunSample) -> f64| runs.iter().map(f).collect::<Vec<_>>();
+        let m = |f: fn(&RunSample) -> f64| median(&all(f));
+        let (iops_min, iops_max) = spread(&all(|r| r.iops));
+        let (p99_min, p99_max) = spread(&all(|r| r.lat_p99_us));
+        let median = RunSample {
+            iops: m(|r| r.iops),
+            bw_mib_s: m(|r| r.bw_mib_s),
+            lat_mean_us: m(|r| r.lat_mean_us),
+            lat_p50_us: m(|r| r.lat_p50_us),
+            lat_p99_us: m(|r| r.lat_p99_us),
+            cpu_total_us: m(|r| r.cpu_total_us),
+            cpu_vcpu_us: m(|r| r.cpu_vcpu_us),
+            cpu_dataplane_us: m(|r| r.cpu_dataplane_us),
+            guest_kicks: m(|r| r.guest_kicks),
+            guest_irqs: m(|r| r.guest_irqs),
+            drive_kicks: m(|r| r.drive_kicks),
+            drive_irqs: m(|r| r.drive_irqs),
+            batch_mean: m(|r| r.batch_mean),
+            sleeps: m(|r| r.sleeps),
+            requests: runs.iter().map(|r| r.requests).max().unwrap_or(0),
+            errors: runs.iter().map(|r| r.errors).max().unwrap_or(0),
+            guest_qd: runs.iter().map(|r| r.guest_qd).min().unwrap_or(0),
+        };
+        PointSummary {
+            median,
+            iops_min,
+            iops_max,
+            p99_min,
+            p99_max,
+            runs: runs.len(),
+            errors: runs.iter().map(|r| r.errors).sum(),
+        }
     }
 }
 
@@ -135,36 +262,96 @@ impl RunSample {
 mod tests {
     use super::*;
 
-    #[test]
-    fn per_io_arithmetic() {
-        // 89.9 ms over 20,000 I/Os is 4.495 µs each.
-        assert!((us_per_io(89.9, 20_000) - 4.495).abs() < 1e-9);
-        assert!(us_per_io(1.0, 0).is_nan());
-        assert_eq!(per_io(19, 20_000), 0.00095);
-        assert!((mib_per_s(81_920_000, 85_523_321) - 913.5).abs() < 0.1);
-        assert_eq!(ratio(150_000.0, Some(200_000.0)), Some(0.75));
-        assert_eq!(ratio(150_000.0, None), None);
-        assert_eq!(ratio(150_000.0, Some(0.0)), None);
+    const CONSOLE: &str = include_str!("../tests/data/blk-console.txt");
+
+    fn metrics() -> serde_json::Value {
+        serde_json::from_str(include_str!("../tests/data/osprey-metrics.json")).expect("JSON")
     }
 
     #[test]
     fn a_recorded_run_becomes_a_sample() {
-        let report =
-            BlkReport::from_console(include_str!("../tests/data/blk-console.txt")).expect("blk");
-        let log = crate::vmm_log::tests::recorded();
-        let s = RunSample::from_outputs(&report, &log).expect("sample");
-        assert_eq!(s.iops, 233_854.0);
-        assert_eq!(s.requests, 20_000);
+        let s = RunSample::from_outputs(CONSOLE, Some(&metrics())).expect("sample");
+        assert_eq!(
+            (s.iops, s.requests, s.guest_qd, s.errors),
+            (233_854.0, 20_000, 8, 0)
+        );
+        // 81,920,000 bytes in 85,523,321 ns.
+        assert!((s.bw_mib_s - 913.5).abs() < 0.1, "{}", s.bw_mib_s);
         assert!((s.lat_mean_us - 68.29).abs() < 1e-9);
+        assert!((s.lat_p50_us - 54.621).abs() < 1e-9);
         assert!((s.lat_p99_us - 329.929).abs() < 1e-9);
-        // (89.9 + 0.0 + 6.0 + 122.1) ms / 20,000.
+        // Threads: iothread-io0 89.9 ms, osprey 6.0, vcpu0 122.1, over 20,000 requests.
         assert!((s.cpu_total_us - 10.9).abs() < 1e-9);
         assert!((s.cpu_vcpu_us - 6.105).abs() < 1e-9);
         assert!((s.cpu_dataplane_us - 4.495).abs() < 1e-9);
         assert!((s.guest_kicks - 19.0 / 20_000.0).abs() < 1e-12);
+        assert_eq!(s.guest_irqs, 0.0);
         assert!((s.drive_kicks - 20.0 / 20_000.0).abs() < 1e-12);
         assert_eq!(s.drive_irqs, 0.0);
         assert!((s.batch_mean - 20_001.0 / 2_500.0).abs() < 1e-12);
-        assert_eq!(s.guest_qd, 8);
+        assert!((s.sleeps - 7.0 / 20_000.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn bad_outputs_are_errors() {
+        let m = metrics();
+        let stalled = CONSOLE.replace("\"timed_out\":false", "\"timed_out\":true");
+        let (oops, empty) = (serde_json::json!({"drives": "oops"}), serde_json::json!({}));
+        for (console, metrics, want) in [
+            ("ready\n", Some(&m), "No BLK line"),
+            (
+                "BLK {\"found\":false,\"error\":\"no device\"}",
+                Some(&m),
+                "error: no device",
+            ),
+            ("BLK {\"found\":true,", Some(&m), "Bad BLK line"),
+            ("BLK {\"runs\":[]}", Some(&m), "no main run"),
+            (CONSOLE, None, "no metrics"),
+            (CONSOLE, Some(&oops), "no drive"),
+            (CONSOLE, Some(&empty), "no drive"),
+            (&stalled, Some(&m), "timed out after 20000 requests"),
+        ] {
+            let e = RunSample::from_outputs(console, metrics).expect_err(want);
+            assert!(e.to_string().contains(want), "{e} for {want}");
+        }
+    }
+
+    #[test]
+    fn arithmetic_median_and_spread() {
+        assert!((us_per_io(89.9, 20_000) - 4.495).abs() < 1e-9);
+        assert!(us_per_io(1.0, 0).is_nan());
+        assert_eq!(ratio(150_000.0, Some(200_000.0)), Some(0.75));
+        assert_eq!(ratio(150_000.0, None), None);
+        assert_eq!(ratio(150_000.0, Some(0.0)), None);
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert!(median(&[]).is_nan());
+        assert_eq!(median(&[f64::NAN, 5.0]), 5.0);
+        assert_eq!(spread(&[3.0, 1.0, 2.0]), (1.0, 3.0));
+        assert!(spread(&[]).0.is_nan());
+    }
+
+    #[test]
+    fn summarises_repeats_field_by_field() {
+        let run = |iops: f64, p99: f64, cpu: f64| RunSample {
+            iops,
+            lat_p99_us: p99,
+            cpu_dataplane_us: cpu,
+            requests: 1000,
+            errors: 1,
+            guest_qd: 32,
+            ..RunSample::default()
+        };
+        let s = PointSummary::of(&[
+            run(100.0, 50.0, 3.0),
+            run(300.0, 10.0, 1.0),
+            run(200.0, 30.0, 2.0),
+        ]);
+        assert_eq!(s.median.iops, 200.0);
+        assert_eq!(s.median.lat_p99_us, 30.0);
+        assert_eq!(s.median.cpu_dataplane_us, 2.0);
+        assert_eq!((s.iops_min, s.iops_max), (100.0, 300.0));
+        assert_eq!((s.p99_min, s.p99_max), (10.0, 50.0));
+        assert_eq!((s.runs, s.errors), (3, 3));
     }
 }

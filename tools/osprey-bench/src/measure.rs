@@ -1,0 +1,309 @@
+//! Measuring the points of one workload: each point's short probe run sizes its request count so a
+//! run lasts about `--seconds`, an optional unrecorded warm-up refines it, then the `--repeats`
+//! recorded runs go round by round over the points. CPU hogs (`--hog N`) run beside every run.
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use crate::matrix::Point;
+use crate::runner::interrupted;
+use crate::sample::{PointSummary, RunSample};
+use crate::store::drop_cache;
+use crate::vm::{GuestRun, Vm};
+
+/// What every run of every point shares.
+#[derive(Debug, Clone, Copy)]
+pub struct PointEnv<'a> {
+    pub vm: Vm<'a>,
+    /// The vCPU TSC frequency the guest is told.
+    pub tsc_khz: u64,
+    /// Drop the store's pages from the page cache before every recorded run.
+    pub cold: bool,
+    /// Bytes of the store in use.
+    pub range: u64,
+    pub seconds: f64,
+    /// Seconds of warm-up (0: none).
+    pub warmup: f64,
+    pub repeats: u32,
+}
+
+/// A measured point.
+#[derive(Debug, Clone, Default)]
+pub struct Measured {
+    /// Requests asked of the first recorded run.
+    pub count: u64,
+    /// Summary of the recorded runs that worked.
+    pub summary: Option<PointSummary>,
+    /// The first failure, if any.
+    pub error: Option<String>,
+}
+
+/// Requests for the sizing probe: about 16 MiB of I/O (64 to 4,000 requests), and at least four
+/// rounds of the whole queue depth.
+pub fn probe_count(p: &Point) -> u64 {
+    let by_bytes = ((16u64 << 20) / p.bs).clamp(64, 4000);
+    by_bytes.max(4 * u64::from(p.qd) * u64::from(p.queues))
+}
+
+/// Requests for a run of `seconds` at `iops`, never fewer than `floor`.
+pub fn sized_count(iops: f64, seconds: f64, floor: u64) -> u64 {
+    let n = iops * seconds;
+    if n.is_finite() && n > 0.0 {
+        (n.round() as u64).clamp(floor, u64::from(u32::MAX))
+    } else {
+        floor
+    }
+}
+
+/// Ten times the expected length plus 30 s, at most an hour.
+fn deadline(count: u64, iops: f64) -> Duration {
+    let expected = if iops > 0.0 {
+        count as f64 / iops
+    } else {
+        10.0
+    };
+    Duration::from_secs_f64((expected * 10.0 + 30.0).min(3600.0))
+}
+
+/// CPU-bound processes (shell busy loops under `timeout`) beside the VM; dropping it stops them.
+#[derive(Debug)]
+pub struct Hogs(Vec<Child>);
+
+impl Hogs {
+    /// Starts `n` busy loops (none for 0), each bounded to an hour whatever happens to the runner.
+    pub fn start(n: u32) -> std::io::Result<Hogs> {
+        let mut hogs = Hogs(Vec::new());
+        for _ in 0..n {
+            let child = Command::new("timeout")
+                .args(["3600s", "sh", "-c", "while :; do :; done"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()?;
+            hogs.0.push(child);
+        }
+        Ok(hogs)
+    }
+}
+
+impl Drop for Hogs {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            // `timeout` passes SIGTERM on to the loop it runs.
+            // SAFETY: kill(2) on our own child's pid has no memory-safety preconditions.
+            unsafe { libc::kill(c.id() as libc::pid_t, libc::SIGTERM) };
+        }
+        for c in &mut self.0 {
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A point between its runs: the size of the next run and what the recorded runs gave so far.
+struct PointRun<'a> {
+    env: &'a PointEnv<'a>,
+    /// 1-based position in the matrix.
+    index: usize,
+    p: Point,
+    floor: u64,
+    iops: f64,
+    count: u64,
+    samples: Vec<RunSample>,
+    m: Measured,
+    /// No more recorded runs (the probe failed, interrupted, the page cache stayed).
+    stopped: bool,
+}
+
+impl<'a> PointRun<'a> {
+    fn run(
+        &self,
+        count: u64,
+        seed: u64,
+        what: &str,
+        deadline: Duration,
+    ) -> Result<RunSample, String> {
+        let hog = self.p.hog;
+        let _hogs = Hogs::start(hog).map_err(|e| format!("cannot start {hog} CPU hogs: {e}"))?;
+        let env = self.env;
+        let run = GuestRun {
+            range: env.range,
+            count,
+            tsc_khz: env.tsc_khz,
+            seed,
+        };
+        let name = format!("point-{:03}-{what}", self.index);
+        env.vm
+            .run(&self.p, &run, &name, deadline)
+            .map_err(|e| format!("{e:#}"))
+    }
+
+    /// Sizes the recorded runs of `p` by a probe run (and the optional warm-up).
+    fn new(env: &'a PointEnv<'a>, index: usize, p: Point) -> Self {
+        let floor = probe_count(&p);
+        let mut pr = PointRun {
+            env,
+            index,
+            p,
+            floor,
+            iops: 0.0,
+            count: floor,
+            samples: Vec::new(),
+            m: Measured {
+                count: floor,
+                ..Measured::default()
+            },
+            stopped: false,
+        };
+        match pr.run(floor, 1, "probe", Duration::from_secs(120)) {
+            Ok(probe) => pr.iops = probe.iops,
+            Err(e) => {
+                pr.m.error = Some(format!("probe: {e}"));
+                pr.stopped = true;
+                return pr;
+            }
+        }
+        if env.warmup > 0.0 && !interrupted() {
+            let n = sized_count(pr.iops, env.warmup, floor);
+            if let Ok(s) = pr.run(n, 1, "warmup", deadline(n, pr.iops)) {
+                pr.iops = s.iops;
+            }
+        }
+        pr.count = sized_count(pr.iops, env.seconds, floor);
+        pr.m.count = pr.count;
+        pr
+    }
+
+    /// Recorded run `r` (0-based); the next run is sized from this one.
+    fn record(&mut self, r: u32) {
+        if self.stopped {
+            return;
+        }
+        let name = format!("run{}", r + 1);
+        let stop = if interrupted() {
+            Some("interrupted".to_string())
+        } else if self.env.cold {
+            drop_cache(self.env.vm.store)
+                .err()
+                .map(|e| format!("{name}: {e}"))
+        } else {
+            None
+        };
+        if let Some(e) = stop {
+            self.m.error.get_or_insert(e);
+            self.stopped = true;
+            return;
+        }
+        match self.run(
+            self.count,
+            u64::from(r) + 1,
+            &name,
+            deadline(self.count, self.iops),
+        ) {
+            Ok(sample) => {
+                self.iops = sample.iops;
+                self.count = sized_count(self.iops, self.env.seconds, self.floor);
+                self.samples.push(sample);
+            }
+            Err(e) => {
+                self.m.error.get_or_insert_with(|| format!("{name}: {e}"));
+            }
+        }
+    }
+}
+
+/// Whether two points run the same workload (they differ only in what is compared: engine,
+/// polling, `max_batch`, completion mode, CPU hogs).
+pub fn same_workload(a: &Point, b: &Point) -> bool {
+    (a.rw, a.bs, a.qd, a.queues) == (b.rw, b.bs, b.qd, b.queues)
+}
+
+/// Measures the points of one workload side by side (`points`: 1-based index and point). Each is
+/// sized by its own probe, then the recorded runs go round by round, every point's run r before
+/// any point's run r + 1, so a drifting host shifts all of them alike and none always runs first.
+pub fn measure_group(env: &PointEnv<'_>, points: &[(usize, Point)]) -> Vec<Measured> {
+    let mut runs: Vec<PointRun<'_>> = points
+        .iter()
+        .map(|&(index, p)| PointRun::new(env, index, p))
+        .collect();
+    for r in 0..env.repeats {
+        runs.iter_mut().for_each(|pr| pr.record(r));
+    }
+    runs.into_iter()
+        .map(|pr| Measured {
+            summary: (!pr.samples.is_empty()).then(|| PointSummary::of(&pr.samples)),
+            ..pr.m
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn probe_and_run_sizes() {
+        let mut p = Point::base();
+        assert_eq!(probe_count(&p), 4000);
+        p.bs = 131072;
+        assert_eq!(probe_count(&p), 128);
+        p.bs = 1 << 20;
+        assert_eq!(probe_count(&p), 64);
+        (p.bs, p.qd, p.queues) = (4096, 256, 4);
+        assert_eq!(probe_count(&p), 4096);
+        // 150k IOPS for 2 s; a tiny or unknown estimate falls back to the floor.
+        assert_eq!(sized_count(150_000.0, 2.0, 4000), 300_000);
+        assert_eq!(sized_count(100.0, 1.0, 4000), 4000);
+        assert_eq!(sized_count(f64::NAN, 1.0, 64), 64);
+        assert_eq!(sized_count(1e12, 1e3, 64), u64::from(u32::MAX));
+        assert_eq!(deadline(100_000, 100_000.0), Duration::from_secs(40));
+        assert!(same_workload(
+            &Point::base(),
+            &Point {
+                hog: 2,
+                max_batch: 1,
+                ..Point::base()
+            }
+        ));
+        assert!(!same_workload(
+            &Point::base(),
+            &Point {
+                qd: 8,
+                ..Point::base()
+            }
+        ));
+    }
+
+    fn proc_stat(pid: u32) -> Option<String> {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()
+    }
+
+    #[test]
+    fn hogs_burn_cpu_and_stop_when_dropped() {
+        let hogs = Hogs::start(1).expect("start");
+        let pid = hogs.0[0].id();
+        std::thread::sleep(Duration::from_millis(300));
+        // The busy loop is the `sh` that `timeout` runs.
+        let children =
+            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).expect("children");
+        let sh: u32 = children
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse().ok())
+            .expect("sh");
+        // utime is field 14 (the command name has no spaces here).
+        let utime = |pid| {
+            proc_stat(pid)?
+                .split_whitespace()
+                .nth(13)?
+                .parse::<u64>()
+                .ok()
+        };
+        assert!(utime(sh).is_some_and(|t| t > 5), "the loop burns CPU");
+        drop(hogs);
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(
+            proc_stat(sh).is_none_or(|s| s.contains(") Z ")),
+            "the loop is gone"
+        );
+    }
+}

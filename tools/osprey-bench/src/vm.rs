@@ -1,0 +1,329 @@
+//! Running Osprey: the VM config of one run of a point (the test guest with its `mode=blk`
+//! command line, 1 vCPU, 256 MiB, one virtio-blk drive on the store served by iothread `io0`),
+//! spawning the binary with a deadline, keeping its console and log, and the start-up probe that
+//! reads the vCPU TSC frequency and KVM flavour from Osprey's log.
+
+use std::ffi::OsStr;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context};
+use serde_json::{json, Value};
+
+use crate::matrix::Point;
+use crate::sample::RunSample;
+
+/// One test-guest run of a point: what differs between runs.
+#[derive(Debug, Clone, Copy)]
+pub struct GuestRun {
+    /// Bytes of the store the guest uses from sector 0.
+    pub range: u64,
+    /// Requests to complete.
+    pub count: u64,
+    /// The vCPU TSC frequency Osprey logged.
+    pub tsc_khz: u64,
+    /// Pattern and random-offset seed.
+    pub seed: u64,
+}
+
+/// The guest command line.
+pub fn guest_cmdline(p: &Point, r: &GuestRun) -> String {
+    format!(
+        "mode=blk rw={} bs={} qd={} queues={} count={} range={} tsc_khz={} irq={} seed={}",
+        p.rw,
+        p.bs,
+        p.qd,
+        p.queues,
+        r.count,
+        r.range,
+        r.tsc_khz,
+        u8::from(p.irq),
+        r.seed
+    )
+}
+
+/// The VM config JSON (docs/config.md) of one run; Osprey appends its metrics to `metrics` once,
+/// as the VM stops (the interval is longer than any run).
+pub fn vm_config(
+    p: &Point,
+    elf: &Path,
+    cmdline: &str,
+    store: &Path,
+    direct: bool,
+    metrics: &Path,
+) -> Value {
+    let mut iothread = p.poll.iothread_fields();
+    iothread.insert("id".into(), "io0".into());
+    iothread.insert("max_batch".into(), p.max_batch.into());
+    json!({
+        "machine-config": { "vcpu_count": 1, "mem_size_mib": 256 },
+        "boot-source": { "kernel_image_path": elf, "boot_args": cmdline },
+        "drives": [{
+            "drive_id": "bench0",
+            "path_on_host": store,
+            "direct": direct,
+            "io_engine": p.engine.to_string(),
+            "num_queues": p.queues,
+            "queue_size": 256,
+            "iothread": "io0",
+        }],
+        "iothreads": [iothread],
+        "metrics": { "path": metrics, "interval_ms": 24u64 * 3600 * 1000 },
+    })
+}
+
+/// A finished (or killed) Osprey process: its console (stdout), its log (stderr), and its exit
+/// status (None: killed at the deadline).
+#[derive(Debug)]
+pub struct Output {
+    pub console: String,
+    pub log: String,
+    pub status: Option<ExitStatus>,
+}
+
+/// Runs `osprey ARGS` to completion or `deadline`, then kills it.
+pub fn run_osprey(osprey: &Path, args: &[&OsStr], deadline: Duration) -> std::io::Result<Output> {
+    let mut child = Command::new(osprey)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let reader = |src: Option<Box<dyn Read + Send>>| {
+        thread::spawn(move || {
+            let mut buf = Vec::new();
+            // A read error ends the capture; whatever arrived is kept.
+            let _ = src.map(|mut s| s.read_to_end(&mut buf));
+            String::from_utf8_lossy(&buf).into_owned()
+        })
+    };
+    let out = reader(child.stdout.take().map(|s| Box::new(s) as _));
+    let err = reader(child.stderr.take().map(|s| Box::new(s) as _));
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break Some(status);
+        }
+        if started.elapsed() >= deadline {
+            // An already-exited child makes kill fail; either way wait reaps it.
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        thread::sleep(Duration::from_millis(5));
+    };
+    Ok(Output {
+        console: out.join().unwrap_or_default(),
+        log: err.join().unwrap_or_default(),
+        status,
+    })
+}
+
+/// The last non-empty lines of a console (at most 6 and 600 characters, the end kept) as
+/// `a | b | c`, for error messages; `(empty)` for none.
+pub fn console_tail(console: &str) -> String {
+    let lines: Vec<&str> = console
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let text = lines[lines.len().saturating_sub(6)..].join(" | ");
+    let n = text.chars().count();
+    if text.is_empty() {
+        "(empty)".to_string()
+    } else if n <= 600 {
+        text
+    } else {
+        format!("…{}", text.chars().skip(n - 600).collect::<String>())
+    }
+}
+
+fn write(path: &Path, what: &str, data: &[u8]) -> anyhow::Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("Cannot create {}", dir.display()))?;
+    }
+    std::fs::write(path, data).with_context(|| format!("{what} {}", path.display()))
+}
+
+/// Where a run's files go: `<out>/{configs,logs,metrics}/<name>.{json,log,jsonl}`.
+pub fn run_files(out: &Path, name: &str) -> [PathBuf; 3] {
+    [("configs", "json"), ("logs", "log"), ("metrics", "jsonl")]
+        .map(|(dir, ext)| out.join(dir).join(format!("{name}.{ext}")))
+}
+
+/// The shared part of every run of a matrix.
+#[derive(Debug, Clone, Copy)]
+pub struct Vm<'a> {
+    pub osprey: &'a Path,
+    pub elf: &'a Path,
+    pub store: &'a Path,
+    /// Open the store with O_DIRECT.
+    pub direct: bool,
+    pub out: &'a Path,
+}
+
+impl Vm<'_> {
+    /// Boots the test guest for run `name` of `p` and returns its sample.
+    pub fn run(
+        &self,
+        p: &Point,
+        run: &GuestRun,
+        name: &str,
+        deadline: Duration,
+    ) -> anyhow::Result<RunSample> {
+        let [config, log, metrics] = run_files(self.out, name);
+        let cmdline = guest_cmdline(p, run);
+        let vm = vm_config(p, self.elf, &cmdline, self.store, self.direct, &metrics);
+        let text = serde_json::to_string_pretty(&vm).unwrap_or_else(|_| vm.to_string());
+        write(&config, "Cannot write the VM config", text.as_bytes())?;
+        // Makes the metrics folder; a file left by an earlier run of the same name must not be
+        // read as this run's, so it goes again.
+        write(&metrics, "Cannot create", b"")?;
+        let _ = std::fs::remove_file(&metrics);
+        let out = run_osprey(
+            self.osprey,
+            &[OsStr::new("--config"), config.as_os_str()],
+            deadline,
+        )
+        .with_context(|| format!("Cannot run {}", self.osprey.display()))?;
+        let saved = format!("== console ==\n{}\n== log ==\n{}", out.console, out.log);
+        write(&log, "Cannot write the run log", saved.as_bytes())?;
+        let Some(status) = out.status else {
+            let tail = console_tail(&out.console);
+            bail!(
+                "Osprey did not finish within {deadline:?} (killed); console ends: {tail}; see {}",
+                log.display()
+            );
+        };
+        // The last line of the metrics file: `GET /metrics` as the VM stopped.
+        let last = std::fs::read_to_string(&metrics).ok().and_then(|text| {
+            let line = text.lines().rev().find(|l| !l.trim().is_empty())?;
+            serde_json::from_str(line).ok()
+        });
+        RunSample::from_outputs(&out.console, last.as_ref())
+            .map_err(|e| anyhow!("{e} (osprey {status}; see {})", log.display()))
+    }
+}
+
+/// The `KVM: …` and `vCPU TSC frequency: N kHz` lines of Osprey's start-up log.
+pub fn start_up_facts(log: &str) -> (Option<String>, Option<u64>) {
+    let (mut kvm, mut tsc_khz) = (None, None);
+    for line in log.lines() {
+        // The message follows a `[time LEVEL ] ` prefix, if any.
+        let m = line
+            .trim_end()
+            .strip_prefix('[')
+            .and_then(|rest| rest.split_once("] "))
+            .map_or(line.trim_end(), |(_, m)| m);
+        if let Some(rest) = m.strip_prefix("KVM: ") {
+            kvm = Some(rest.to_string());
+        } else if let Some(rest) = m.strip_prefix("vCPU TSC frequency: ") {
+            tsc_khz = rest
+                .strip_suffix(" kHz")
+                .and_then(|n| n.trim().parse().ok());
+        }
+    }
+    (kvm, tsc_khz)
+}
+
+/// Boots the guest in `mode=report` once; returns the vCPU TSC kHz and the KVM flavour.
+pub fn probe(osprey: &Path, elf: &Path) -> anyhow::Result<(u64, String)> {
+    let args = [
+        OsStr::new("--kernel"),
+        elf.as_os_str(),
+        OsStr::new("--cmdline"),
+        OsStr::new("mode=report"),
+    ];
+    let failed = "Osprey's start-up probe failed";
+    let out = run_osprey(osprey, &args, Duration::from_secs(60)).context(failed)?;
+    let Some(status) = out.status else {
+        bail!("{failed}: no exit within 60s");
+    };
+    let (kvm, tsc_khz) = start_up_facts(&out.log);
+    let tsc_khz = tsc_khz.ok_or_else(|| {
+        let tail: Vec<&str> = out.log.lines().rev().take(5).collect();
+        anyhow!(
+            "{failed}: no `vCPU TSC frequency` line ({status}; last log lines: {})",
+            tail.join(" | ")
+        )
+    })?;
+    Ok((
+        tsc_khz,
+        kvm.unwrap_or_else(|| "unknown (no `KVM:` line)".into()),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::matrix::{Engine, PollSetting, Rw};
+
+    #[test]
+    fn builds_the_command_line_and_config() {
+        let p = Point {
+            rw: Rw::RandWrite,
+            qd: 32,
+            queues: 2,
+            engine: Engine::LinuxAio,
+            poll: PollSetting::Weighted(3),
+            max_batch: 128,
+            ..Point::base()
+        };
+        let r = GuestRun {
+            range: 1 << 30,
+            count: 50_000,
+            tsc_khz: 2_445_426,
+            seed: 2,
+        };
+        let cmdline = guest_cmdline(&p, &r);
+        assert_eq!(
+            cmdline,
+            "mode=blk rw=randwrite bs=4096 qd=32 queues=2 count=50000 range=1073741824 \
+             tsc_khz=2445426 irq=0 seed=2"
+        );
+        let (elf, store, metrics) = (
+            Path::new("/g.elf"),
+            Path::new("/dev/loop0"),
+            Path::new("/m"),
+        );
+        let config = vm_config(&p, elf, "mode=blk", store, true, metrics);
+        let drive = json!({ "drive_id": "bench0", "path_on_host": "/dev/loop0", "direct": true,
+            "io_engine": "LinuxAio", "num_queues": 2, "queue_size": 256, "iothread": "io0" });
+        let iothread = json!({ "id": "io0", "max_batch": 128, "poll_policy": "Weighted",
+            "poll_weight": 3 });
+        let want = json!({
+            "machine-config": { "vcpu_count": 1, "mem_size_mib": 256 },
+            "boot-source": { "kernel_image_path": "/g.elf", "boot_args": "mode=blk" },
+            "drives": [drive],
+            "iothreads": [iothread],
+            "metrics": { "path": "/m", "interval_ms": 86_400_000 },
+        });
+        assert_eq!(config, want);
+    }
+
+    #[test]
+    fn reads_the_start_up_log_and_console_tails() {
+        let log = include_str!("../tests/data/osprey-log.txt");
+        let (kvm, tsc) = start_up_facts(log);
+        assert!(kvm.is_some_and(|k| k.starts_with("kvm_pvm")));
+        assert_eq!(tsc, Some(2_445_426));
+        assert_eq!(start_up_facts("[t INFO ] Started 1 vCPU(s)"), (None, None));
+        assert_eq!(console_tail("a\n\n  b\r\nc\n"), "a | b | c");
+        assert_eq!(console_tail(""), "(empty)");
+        let many: String = (1..=10).map(|i| format!("line {i}\n")).collect();
+        assert_eq!(
+            console_tail(&many),
+            "line 5 | line 6 | line 7 | line 8 | line 9 | line 10"
+        );
+        let long = console_tail(&format!("{}end", "x".repeat(1000)));
+        assert!(long.starts_with('…') && long.ends_with("xend"), "{long}");
+        assert_eq!(long.chars().count(), 601);
+        let [config, log, metrics] = run_files(Path::new("/o"), "point-001-run1");
+        assert_eq!(config, Path::new("/o/configs/point-001-run1.json"));
+        assert_eq!(log, Path::new("/o/logs/point-001-run1.log"));
+        assert_eq!(metrics, Path::new("/o/metrics/point-001-run1.jsonl"));
+    }
+}
