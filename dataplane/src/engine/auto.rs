@@ -8,7 +8,8 @@
 //! copy at once, with no thread hop. On a store that completes asynchronously (`O_DIRECT` on a
 //! device), trying inline costs a failed syscall per request, or blocks the thread: the engine
 //! watches what its attempts do and stops trying while most of them fail or take longer than
-//! [`SLOW_INLINE_NS`], probing again every [`REPROBE_REQUESTS`] requests.
+//! [`SLOW_INLINE_NS`], probing again after [`MIN_REPROBE_REQUESTS`] requests, then after twice
+//! as many each time the probe fails too, up to [`REPROBE_REQUESTS`].
 //!
 //! tmpfs refuses `RWF_NOWAIT` (EOPNOTSUPP, Linux 6.18), but its reads and writes are memory
 //! copies that do not wait for a device: on tmpfs (and ramfs) the inline path uses plain
@@ -57,8 +58,12 @@ pub const ON_CPU_PERMILLE: u32 = 750;
 /// O_DIRECT: every this many turns whose requests are not inline, the first goes inline as a
 /// probe of the device (its CPU share is sampled).
 pub const DIRECT_PROBE_TURNS: u32 = 256;
-/// While inline is off, every this many requests one window of attempts probes again.
+/// While inline is off, one window of attempts probes again after at most this many requests.
 pub const REPROBE_REQUESTS: u32 = 4096;
+/// The first probe after inline was switched off (a window that failed once, e.g. while the
+/// device warmed up, costs 256 requests on the deferred path, not 4,096); each failed probe
+/// doubles the wait up to [`REPROBE_REQUESTS`], a passing window resets it.
+pub const MIN_REPROBE_REQUESTS: u32 = 256;
 /// Reads [`completes_in_caller`] times (the median decides).
 const CALLER_PROBE_READS: usize = 9;
 
@@ -91,6 +96,8 @@ pub struct AutoEngine {
     failures: u32,
     /// Requests since inline was switched off.
     skipped: u32,
+    /// Requests to skip before the next probe (0 while inline passes its windows).
+    reprobe_after: u32,
     /// The flags of the inline calls for reads ([0]) and writes ([1]): RWF_NOWAIT, or 0 where
     /// the call does not wait for a device (tmpfs) or the file system refuses the flag on a
     /// buffered file (its page-cache writes are quick, and slow ones switch inline off).
@@ -174,6 +181,7 @@ impl AutoEngine {
             attempts: 0,
             failures: 0,
             skipped: 0,
+            reprobe_after: 0,
             stats: InlineStats::default(),
         }
     }
@@ -274,6 +282,10 @@ impl AutoEngine {
                 );
                 self.trying = false;
                 self.skipped = 0;
+                self.reprobe_after =
+                    (self.reprobe_after * 2).clamp(MIN_REPROBE_REQUESTS, REPROBE_REQUESTS);
+            } else {
+                self.reprobe_after = 0;
             }
             self.attempts = 0;
             self.failures = 0;
@@ -411,7 +423,7 @@ impl AutoEngine {
     fn count_probe(&mut self) {
         if !self.trying {
             self.skipped += 1;
-            if self.skipped >= REPROBE_REQUESTS {
+            if self.skipped >= self.reprobe_after {
                 self.trying = true;
                 self.attempts = 0;
                 self.failures = 0;
@@ -890,16 +902,44 @@ mod tests {
             !e.trying,
             "more than 3/4 failures in a window switch inline off"
         );
-        let before = e.inline_stats();
-        for t in 1..=u64::from(REPROBE_REQUESTS) - 1 {
+        // Each failed probe doubles the wait: 256, 512, ..., then 4,096 for good.
+        for wait in [256u32, 512, 1024, 2048, 4096, 4096] {
+            let before = e.inline_stats();
+            for t in 1..=u64::from(wait) - 1 {
+                e.submit(read(&buf, (t % 64) * 4096, t)).expect("room");
+                assert_eq!(complete(&mut e, 1).len(), 1);
+            }
+            let after = e.inline_stats();
+            assert_eq!(after.attempts, before.attempts, "no attempts while off");
+            e.submit(read(&buf, 0, 1 << 20)).expect("room");
+            assert_eq!(complete(&mut e, 1).len(), 1);
+            assert!(e.trying, "probing again after {wait} requests");
+            // The probe's window fails as well.
+            e.failures = MAX_FAILED + 1;
+            e.attempts = WINDOW - 1;
+            e.submit(read(&buf, 0, 1 << 21)).expect("room");
+            assert_eq!(complete(&mut e, 1).len(), 1);
+            assert!(!e.trying, "a failed probe switches inline off again");
+        }
+        // A probe whose window passes resets the wait: the next failure waits 256 again.
+        for t in 1..=u64::from(REPROBE_REQUESTS) {
             e.submit(read(&buf, (t % 64) * 4096, t)).expect("room");
             assert_eq!(complete(&mut e, 1).len(), 1);
         }
-        let after = e.inline_stats();
-        assert_eq!(after.attempts, before.attempts, "no attempts while off");
-        e.submit(read(&buf, 0, 1 << 20)).expect("room");
+        assert!(e.trying);
+        (e.failures, e.attempts) = (0, WINDOW - 1);
+        e.submit(read(&buf, 0, 1 << 22)).expect("room");
         assert_eq!(complete(&mut e, 1).len(), 1);
-        assert!(e.trying, "probing again after {REPROBE_REQUESTS} requests");
+        assert!(e.trying, "a passing window keeps inline on");
+        (e.failures, e.attempts) = (MAX_FAILED + 1, WINDOW - 1);
+        e.submit(read(&buf, 0, 1 << 23)).expect("room");
+        assert_eq!(complete(&mut e, 1).len(), 1);
+        assert!(!e.trying);
+        for t in 1..=u64::from(MIN_REPROBE_REQUESTS) {
+            e.submit(read(&buf, (t % 64) * 4096, t)).expect("room");
+            assert_eq!(complete(&mut e, 1).len(), 1);
+        }
+        assert!(e.trying, "back to the shortest wait");
     }
 
     #[test]
