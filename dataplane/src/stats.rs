@@ -37,6 +37,10 @@ pub struct IoThreadStats {
     pub poll_suspended: AtomicU64,
     /// Adaptive: the current suspension back-off, in ns (0: not backing off).
     pub poll_backoff_ns: AtomicU64,
+    /// Adaptive: times the poll loop's yields were stopped because the host was busy.
+    pub poll_yield_stops: AtomicU64,
+    /// Adaptive: 1 while the poll loop does not yield its CPU.
+    pub poll_yields_off: AtomicU64,
     /// Times the thread went to sleep in epoll (blocking).
     pub sleeps: AtomicU64,
     /// Handler wake-ups by fd (epoll events, not counting the command fd).
@@ -89,6 +93,8 @@ impl IoThreadStats {
             ("poll_suspended", g(&self.poll_suspended)),
             ("poll_suspensions", g(&self.poll_suspensions)),
             ("poll_backoff_ns", g(&self.poll_backoff_ns)),
+            ("poll_yield_stops", g(&self.poll_yield_stops)),
+            ("poll_yields_off", g(&self.poll_yields_off)),
             ("cpu_wait_permille", g(&self.cpu_wait_permille)),
             ("run_delay_ns", g(&self.run_delay_ns)),
             ("sleeps", g(&self.sleeps)),

@@ -258,6 +258,11 @@ impl Loop {
         IoThreadStats::set(&self.stats.cpu_wait_permille, c.wait_permille);
         IoThreadStats::set(&self.stats.poll_suspensions, c.suspensions);
         IoThreadStats::set(&self.stats.poll_backoff_ns, c.backoff_ns);
+        IoThreadStats::set(&self.stats.poll_yield_stops, c.yield_stops);
+        IoThreadStats::set(
+            &self.stats.poll_yields_off,
+            u64::from(!self.policy.yields_allowed(self.now_ns())),
+        );
         IoThreadStats::set(
             &self.stats.poll_suspended,
             u64::from(self.policy.suspended()),
@@ -321,6 +326,10 @@ impl Loop {
             return;
         }
         let deadline = Duration::from_nanos(window);
+        // Adaptive stops the yields on a busy host (they hand a CPU hog its slice).
+        let may_yield = self
+            .policy
+            .yields_allowed(t0.duration_since(self.epoch).as_nanos() as u64);
         let mut spins: u32 = 0;
         let mut next_yield = POLL_YIELD_INTERVAL;
         let mut yields = 0;
@@ -343,7 +352,7 @@ impl Loop {
                 if polled >= deadline {
                     break 'poll;
                 }
-                if polled >= next_yield {
+                if may_yield && polled >= next_yield {
                     next_yield = polled + POLL_YIELD_INTERVAL;
                     yields += 1;
                     // SAFETY: sched_yield has no arguments and no memory effects.

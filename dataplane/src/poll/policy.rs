@@ -12,10 +12,11 @@
 //!   with weight 2^-W; handlers without an event accumulate `block_ns`; anything reaching
 //!   `poll_max_ns` resets to 0. The thread window grows towards the largest estimate among the
 //!   handlers with an event and shrinks by halving (`poll_shrink` or 2) rather than resetting.
-//! - **Adaptive** (Osprey's, the default): the classic windows, suspended while the host is busy
-//!   ([`super::contention`]): polling stops when the thread's own run delay says that the CPU it
-//!   would burn is wanted by someone else (the guest's vCPU, the worker completing our I/O,
-//!   another tenant), and resumes after a back-off.
+//! - **Adaptive** (Osprey's, the default): the classic windows, adjusted while the host is busy
+//!   ([`super::contention`]): when the thread's own run delay says that the CPU it would burn is
+//!   wanted by someone else (the guest's vCPU, the worker completing our I/O, another tenant), the
+//!   poll loop first stops yielding (a yield hands a CPU hog its slice), and if that is not enough
+//!   polling stops; each resumes after a back-off.
 
 use super::contention::{ContentionGuard, ContentionStats, HostSample};
 
@@ -215,6 +216,12 @@ impl PollPolicy {
     /// sleeps between events, without even the first-step probe.
     pub fn suspended(&self) -> bool {
         self.suspended
+    }
+
+    /// Whether the poll loop may yield its CPU at `now_ns`: always, except when Adaptive's guard
+    /// stopped the yields on a busy host.
+    pub fn yields_allowed(&self, now_ns: u64) -> bool {
+        self.params.policy != PolicyKind::Adaptive || self.guard.yields_allowed(now_ns)
     }
 
     /// The contention guard's view (Adaptive).
@@ -540,15 +547,21 @@ mod tests {
         };
         adaptive.observe_host(sample(10_000, 0, 0));
         adaptive.observe_host(sample(10_000 + WINDOW_NS, 400_000, 9_600_000));
+        // First the poll loop stops yielding; polling goes on.
+        assert!(!adaptive.yields_allowed(10_000 + WINDOW_NS));
+        assert!(!adaptive.suspended() && adaptive.window() > 0);
+        // Still starved without yields: no polling on a busy host.
+        adaptive.observe_host(sample(10_000 + 2 * WINDOW_NS, 800_000, 19_200_000));
         assert!(adaptive.suspended());
         assert_eq!(adaptive.window(), 0, "no polling on a busy host");
         assert_eq!(adaptive.contention().suspensions, 1);
-        // Classic ignores the host.
+        // Classic ignores the host, and always yields.
         classic.observe_host(sample(10_000, 0, 0));
         classic.observe_host(sample(10_000 + WINDOW_NS, 400_000, 9_600_000));
         assert!(!classic.suspended() && classic.window() > 0);
+        assert!(classic.yields_allowed(10_000 + WINDOW_NS));
         // The suspension ends with its back-off.
-        adaptive.update(1_000, &[0], 10_000 + 2 * WINDOW_NS + 1);
+        adaptive.update(1_000, &[0], 10_000 + 3 * WINDOW_NS + 1);
         assert!(!adaptive.suspended());
         assert!(adaptive.window() > 0);
     }

@@ -134,6 +134,18 @@ const CATALOGUE: &[(&str, &str, Kind, &str)] = &[
     ),
     (
         "iothread",
+        "poll_yield_stops",
+        Kind::Counter,
+        "Times the poll loop's yields were stopped on a busy host (Adaptive)",
+    ),
+    (
+        "iothread",
+        "poll_yields_off",
+        Kind::Gauge,
+        "1 while the poll loop does not yield its CPU (Adaptive)",
+    ),
+    (
+        "iothread",
         "run_delay_ns",
         Kind::Counter,
         "Time the thread waited for a CPU while runnable, in ns",
