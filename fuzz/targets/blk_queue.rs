@@ -24,9 +24,7 @@ use super::common::*;
 use dataplane::engine::{EngineKind, EngineOptions, IoUringFlags};
 use dataplane::Handler;
 use devices::block::queue::BlockQueueHandler;
-use devices::block::request::DiskLimits;
 use devices::block::stats::QueueStats;
-use devices::block::ID_BYTES;
 use devices::virtio::{ActivatedQueue, VirtioInterrupt};
 use vm_memory::{Bytes, GuestAddress};
 use vmm_sys_util::eventfd::EventFd;
@@ -104,13 +102,7 @@ pub fn run(data: &[u8]) {
     };
 
     let irq = Arc::new(FakeInterrupt::default());
-    let mut serial = [0u8; ID_BYTES];
-    serial[..9].copy_from_slice(b"fuzz-disk");
-    let limits = DiskLimits {
-        capacity_sectors,
-        read_only: flags & 0x10 != 0,
-        serial,
-    };
+    let limits = disk_limits(capacity_sectors, flags & 0x10 != 0);
     // The Null engine never touches its file.
     let file = std::fs::File::open("/dev/null").expect("/dev/null");
     let opts = EngineOptions {

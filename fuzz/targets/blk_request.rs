@@ -26,13 +26,7 @@ pub fn run(data: &[u8]) {
     let size = 1u16 << (1 + (flags & 7));
     // Real capacities come from a file size (< 2^63 bytes): keep them below 2^54 sectors.
     let capacity_sectors = input.u64() & ((1 << 54) - 1);
-    let mut serial = [0u8; ID_BYTES];
-    serial[..9].copy_from_slice(b"fuzz-disk");
-    let limits = DiskLimits {
-        capacity_sectors,
-        read_only: flags & 0x10 != 0,
-        serial,
-    };
+    let limits = disk_limits(capacity_sectors, flags & 0x10 != 0);
 
     let mem = memory();
     let image = input.take(MEM_SIZE as usize);

@@ -1,6 +1,8 @@
 // Shared helpers for the virtio-blk targets (included with `#[path]`, not a crate).
 #![allow(dead_code)]
 
+use devices::block::request::DiskLimits;
+use devices::block::ID_BYTES;
 use devices::virtio::GuestMemory;
 use virtio_queue::{Queue, QueueT};
 use vm_memory::GuestAddress;
@@ -13,6 +15,17 @@ pub const AVAIL_RING: u64 = 0x1000;
 pub const USED_RING: u64 = 0x2000;
 /// End of the ring area: [0, RING_END) holds descriptor table, avail ring and used ring.
 pub const RING_END: u64 = 0x3000;
+
+/// The drive both virtio-blk targets parse against: serial `fuzz-disk`.
+pub fn disk_limits(capacity_sectors: u64, read_only: bool) -> DiskLimits {
+    let mut serial = [0u8; ID_BYTES];
+    serial[..9].copy_from_slice(b"fuzz-disk");
+    DiskLimits {
+        capacity_sectors,
+        read_only,
+        serial,
+    }
+}
 
 pub fn memory() -> GuestMemory {
     GuestMemory::from_ranges(&[(GuestAddress(0), MEM_SIZE as usize)]).expect("guest memory")

@@ -205,9 +205,6 @@ impl AutoEngine {
         // call cannot block; a call without the flag on tmpfs, or on a file system that refuses
         // the flag for buffered writes, is what the Sync engine does, and io_uring would hand
         // it to a worker thread, slower: measured on ext4, 26k vs 48k IOPS at QD1).
-        // A device known to work in the caller's context is timed only when its CPU share is
-        // sampled (its calls cannot block on anything but the CPU).
-        let in_caller = self.on_cpu_permille.is_some_and(|p| p >= ON_CPU_PERMILLE);
         let total: usize = iovecs.iter().map(|v| v.len).sum();
         let iov = as_iovecs(iovecs);
         let off = libc::off_t::try_from(offset).ok()?;
@@ -220,7 +217,9 @@ impl AutoEngine {
         if self.direct {
             self.direct_calls = self.direct_calls.wrapping_add(1);
         }
-        let timed = self.direct && (sample_cpu || !in_caller);
+        // A device known to work in the caller's context is timed only when its CPU share is
+        // sampled (its calls cannot block on anything but the CPU).
+        let timed = self.direct && (sample_cpu || !self.on_cpu());
         let cpu0 = if sample_cpu {
             crate::stats::thread_cpu_ns()
         } else {
@@ -253,7 +252,7 @@ impl AutoEngine {
         let took = start.map_or(0, |s| s.elapsed().as_nanos() as u64);
         if sample_cpu && r >= 0 && took > 0 {
             let cpu = crate::stats::thread_cpu_ns().saturating_sub(cpu0);
-            let permille = (cpu.saturating_mul(1000) / took).min(1000) as u32;
+            let permille = cpu_permille(cpu, took);
             self.on_cpu_permille = Some(match self.on_cpu_permille {
                 None => permille,
                 Some(p) => p - p / 4 + permille / 4,
@@ -299,6 +298,12 @@ impl AutoEngine {
         }
     }
 
+    /// O_DIRECT: the sampled calls keep the thread on its CPU (the device works in the caller's
+    /// context).
+    fn on_cpu(&self) -> bool {
+        self.on_cpu_permille.is_some_and(|p| p >= ON_CPU_PERMILLE)
+    }
+
     /// Does `request` inline (its completion waits for the next `reap`); returns it when it
     /// must go to the wrapped engine instead. `probe` as for [`AutoEngine::try_inline`].
     fn inline(&mut self, request: IoRequest, probe: bool) -> Option<IoRequest> {
@@ -325,8 +330,7 @@ impl AutoEngine {
             self.release_buffered();
             return;
         }
-        let on_cpu = self.on_cpu_permille.is_some_and(|p| p >= ON_CPU_PERMILLE);
-        let fast = on_cpu || (self.inline_ns != 0 && self.inline_ns < FAST_DIRECT_NS);
+        let fast = self.on_cpu() || (self.inline_ns != 0 && self.inline_ns < FAST_DIRECT_NS);
         if fast && self.aio_batches && self.held.len() >= RING_BATCH {
             // The device works in the caller's context: one io_submit for the whole turn (the
             // loop below) beats a call per request.
@@ -598,12 +602,18 @@ pub fn completes_in_caller(file: &File) -> bool {
             ok = false;
             break;
         }
-        *share = (cpu.saturating_mul(1000) / took).min(1000) as u32;
+        *share = cpu_permille(cpu, took);
     }
     // SAFETY: `buf` came from `alloc` with this layout and is freed once.
     unsafe { std::alloc::dealloc(buf, layout) };
     shares.sort_unstable();
     ok && shares[CALLER_PROBE_READS / 2] >= ON_CPU_PERMILLE
+}
+
+/// The share (‰) of `took_ns` of wall time that `cpu_ns` of the thread's CPU time is; `took_ns`
+/// must not be 0.
+fn cpu_permille(cpu_ns: u64, took_ns: u64) -> u32 {
+    (cpu_ns.saturating_mul(1000) / took_ns).min(1000) as u32
 }
 
 /// Whether `file` was opened with O_DIRECT.

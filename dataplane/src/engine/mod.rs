@@ -137,8 +137,7 @@ pub fn open(file: File, opts: &EngineOptions) -> Result<Box<dyn IoEngine>, Engin
                 what: "duplicating the file for the inline path",
                 source,
             })?;
-            let in_caller = opts.direct && auto::completes_in_caller(&file);
-            let kind = if in_caller && linux_aio::probe().is_ok() {
+            let kind = if auto::completes_in_caller(&file) && linux_aio::probe().is_ok() {
                 log::info!(
                     "auto engine: the device completes reads in the caller's context (zram, a RAM disk): batches go to Linux AIO's io_submit"
                 );

@@ -236,7 +236,7 @@ impl Loop {
                         cpu_ns,
                         run_delay_ns,
                     });
-                    self.publish_contention(run_delay_ns);
+                    self.publish_contention(run_delay_ns, now);
                 }
             }
             self.policy.update(block_ns, &hits, now);
@@ -252,7 +252,7 @@ impl Loop {
         }
     }
 
-    fn publish_contention(&self, run_delay_ns: u64) {
+    fn publish_contention(&self, run_delay_ns: u64, now_ns: u64) {
         let c = self.policy.contention();
         IoThreadStats::set(&self.stats.run_delay_ns, run_delay_ns);
         IoThreadStats::set(&self.stats.cpu_wait_permille, c.wait_permille);
@@ -261,7 +261,7 @@ impl Loop {
         IoThreadStats::set(&self.stats.poll_yield_stops, c.yield_stops);
         IoThreadStats::set(
             &self.stats.poll_yields_off,
-            u64::from(!self.policy.yields_allowed(self.now_ns())),
+            u64::from(!self.policy.yields_allowed(now_ns)),
         );
         IoThreadStats::set(
             &self.stats.poll_suspended,

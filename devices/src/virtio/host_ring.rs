@@ -223,21 +223,12 @@ impl HostRing {
         queue.set_next_used(self.next_used);
     }
 
-    /// The queue size.
-    pub fn size(&self) -> u16 {
-        self.size
-    }
-
-    /// The next avail entry the device will take.
-    pub fn next_avail(&self) -> u16 {
-        self.next_avail
-    }
-
+    /// The 16-bit ring field at `base + offset`, as an atomic: the guest writes these fields
+    /// concurrently. `base` is the avail or used ring and `offset` an even offset inside it.
     fn u16_at(&self, base: *mut u8, offset: u64) -> &AtomicU16 {
-        // SAFETY: `base` is the avail or used ring resolved by `new` (inside one mapped region
-        // that the handler's `HostMemory` keeps alive, 2-aligned, at least `6 + 2 * size` bytes),
-        // and every caller passes an even `offset` inside it; an AtomicU16 has u16's layout.
-        // The guest writes these fields concurrently, which is what the atomic type is for.
+        // SAFETY: `base` was resolved by `new` (inside one mapped region the handler's
+        // `HostMemory` keeps alive, 2-aligned, at least `6 + 2 * size` bytes) and every caller
+        // passes an even `offset` inside it; an AtomicU16 has u16's layout.
         unsafe { AtomicU16::from_ptr(base.add(offset as usize).cast::<u16>()) }
     }
 

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use ::io_uring::{opcode, squeue, types};
 
 use super::*;
-use crate::engine::conformance::{complete, open, store, Aligned, Store};
+use crate::engine::conformance::{complete, open, readable, store, Aligned, Store};
 use crate::engine::{IoOp, IoUringFlags, IoVec};
 
 fn temp(name: &str, size: u64) -> (Store, File) {
@@ -30,16 +30,6 @@ fn opts(depth: u32, io_uring: IoUringFlags) -> EngineOptions {
 
 fn engine(f: File, depth: u32) -> IoUringEngine {
     IoUringEngine::new(f, &opts(depth, IoUringFlags::default())).expect("ring")
-}
-
-fn readable(fd: RawFd, timeout_ms: i32) -> bool {
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd on the stack.
-    unsafe { libc::poll(&mut p, 1, timeout_ms) == 1 }
 }
 
 #[test]

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 use super::abi::{AioRingHeader, IoEvent, Iocb, AIO_RING_MAGIC};
 use super::*;
-use crate::engine::conformance::{complete, open, store, Aligned, Store};
+use crate::engine::conformance::{complete, open, readable, store, Aligned, Store};
 
 /// Test-only control over io_submit.
 #[derive(Debug, Default)]
@@ -63,16 +63,6 @@ fn write(offset: u64, buf: &Aligned, off: usize, len: usize, token: u64) -> IoRe
         },
         token,
     }
-}
-
-fn readable(fd: RawFd, timeout_ms: i32) -> bool {
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd.
-    unsafe { libc::poll(&mut p, 1, timeout_ms) == 1 }
 }
 
 fn pattern(buf: &mut Aligned, seed: u8) {
