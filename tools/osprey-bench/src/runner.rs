@@ -18,7 +18,7 @@ use crate::matrix::Point;
 use crate::measure::{measure_group, same_workload, PointEnv};
 use crate::report::{host_info, ReportHeader, ResultRow, GUEST_NOTE};
 use crate::store::{is_root, Store, StoreError, StoreKind};
-use crate::units::{format_bytes, human_duration, thousands, UtcTime};
+use crate::units::{format_bytes, human_duration, thousands, utc_now};
 use crate::vm::Vm;
 
 /// The most of the store the guest uses (its `range=` cap).
@@ -159,11 +159,6 @@ pub fn run(settings: &Settings, command: &str) -> anyhow::Result<Outcome> {
         .arg("test-guest");
     let elf_default = root.join("guest-images/build/test-guest.elf");
     let elf = find_or_build(cli.test_guest_elf.as_deref(), elf_default, &mut build)?;
-    let (tsc_khz, kvm) = crate::vm::probe(&osprey, &elf)?;
-    eprintln!(
-        "osprey-bench: {}; KVM: {kvm}; vCPU TSC {tsc_khz} kHz",
-        osprey.display()
-    );
 
     for sig in [libc::SIGINT, libc::SIGTERM] {
         // SAFETY: `on_signal` is async-signal-safe (one atomic store) and lives for the whole
@@ -175,13 +170,18 @@ pub fn run(settings: &Settings, command: &str) -> anyhow::Result<Outcome> {
             )
         };
     }
-    let started_at = UtcTime::now();
+    let (started_at, stamp) = utc_now();
     let started = Instant::now();
     let out = cli
         .out
         .clone()
-        .unwrap_or_else(|| root.join("target/bench").join(started_at.stamp()));
+        .unwrap_or_else(|| root.join("target/bench").join(stamp));
     std::fs::create_dir_all(&out).with_context(|| format!("Cannot create {}", out.display()))?;
+    let (tsc_khz, kvm) = crate::vm::probe(&osprey, &elf, &out)?;
+    eprintln!(
+        "osprey-bench: {}; KVM: {kvm}; vCPU TSC {tsc_khz} kHz",
+        osprey.display()
+    );
     let native_note = if cli.no_native {
         Some("--no-native was given".to_string())
     } else {
@@ -280,7 +280,7 @@ pub fn run(settings: &Settings, command: &str) -> anyhow::Result<Outcome> {
     );
     let vm = "1 vCPU, 256 MiB, one virtio-blk drive (queue size 256) on iothread io0";
     let header = ReportHeader {
-        date: started_at.display(),
+        date: started_at,
         command: command.to_string(),
         elapsed_s: started.elapsed().as_secs_f64(),
         interrupted: was_interrupted,
@@ -331,7 +331,7 @@ mod tests {
         assert_eq!(
             line,
             "[3/4] randread 4k: 201,698 IOPS (200,698–202,698), p99 2.0 µs, dataplane 4.00 µs/IO, \
-             native 403,396 (0.50×) | 6 s elapsed, ETA 2 s"
+             native 403,396 (0.50×) | 6s elapsed, ETA 2s"
         );
         let failed = ResultRow {
             iops: None,
@@ -339,6 +339,6 @@ mod tests {
             ..row
         };
         let line = progress(1, 1, "x", &failed, Duration::ZERO);
-        assert_eq!(line, "[1/1] x: FAILED: probe: boom | 0 s elapsed, ETA 0 s");
+        assert_eq!(line, "[1/1] x: FAILED: probe: boom | 0s elapsed, ETA 0s");
     }
 }

@@ -102,54 +102,18 @@ pub fn thousands(n: f64) -> String {
     }
 }
 
-/// `42 s`, `3 min 05 s`, `1 h 02 min`.
+/// Whole seconds as `42s`, `3m 5s`, `1h 2m`, for progress lines.
 pub fn human_duration(d: Duration) -> String {
-    let s = d.as_secs();
-    match s {
-        0..60 => format!("{s} s"),
-        60..3600 => format!("{} min {:02} s", s / 60, s % 60),
-        _ => format!("{} h {:02} min", s / 3600, s % 3600 / 60),
-    }
+    humantime::format_duration(Duration::from_secs(d.as_secs())).to_string()
 }
 
-/// A UTC wall-clock time: (year, month, day, hour, minute, second).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct UtcTime([u64; 6]);
-
-impl UtcTime {
-    /// Now.
-    pub fn now() -> Self {
-        let secs = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        Self::from_unix(secs)
-    }
-
-    /// From seconds since the epoch (civil-from-days, proleptic Gregorian).
-    pub fn from_unix(secs: u64) -> Self {
-        let z = secs / 86_400 + 719_468;
-        let (era, doe) = (z / 146_097, z % 146_097);
-        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-        let mp = (5 * doy + 2) / 153;
-        let day = doy - (153 * mp + 2) / 5 + 1;
-        let month = if mp < 10 { mp + 3 } else { mp - 9 };
-        let year = yoe + era * 400 + u64::from(month <= 2);
-        let rem = secs % 86_400;
-        UtcTime([year, month, day, rem / 3600, rem % 3600 / 60, rem % 60])
-    }
-
-    /// `20261121-094730`, for directory names.
-    pub fn stamp(&self) -> String {
-        let [y, mo, d, h, mi, s] = self.0;
-        format!("{y:04}{mo:02}{d:02}-{h:02}{mi:02}{s:02}")
-    }
-
-    /// `2026-11-21 09:47:30 UTC`.
-    pub fn display(&self) -> String {
-        let [y, mo, d, h, mi, s] = self.0;
-        format!("{y:04}-{mo:02}-{d:02} {h:02}:{mi:02}:{s:02} UTC")
-    }
+/// Now in UTC, as (`2026-11-21 09:47:30 UTC`, `20261121-094730` for directory names).
+pub fn utc_now() -> (String, String) {
+    let rfc = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+    let display = rfc.replacen('T', " ", 1).replacen('Z', " UTC", 1);
+    let digits: String = rfc.chars().filter(char::is_ascii_digit).collect();
+    let stamp = format!("{}-{}", &digits[..8], &digits[8..]);
+    (display, stamp)
 }
 
 #[cfg(test)]
@@ -184,17 +148,20 @@ mod tests {
         assert_eq!(thousands(1_234_567.4), "1,234,567");
         assert_eq!(thousands(999.0), "999");
         assert_eq!(thousands(-1000.0), "-1,000");
-        assert_eq!(human_duration(Duration::from_secs(42)), "42 s");
-        assert_eq!(human_duration(Duration::from_secs(185)), "3 min 05 s");
-        assert_eq!(human_duration(Duration::from_secs(3720)), "1 h 02 min");
+        assert_eq!(human_duration(Duration::from_millis(42_700)), "42s");
+        assert_eq!(human_duration(Duration::from_secs(185)), "3m 5s");
+        assert_eq!(human_duration(Duration::from_secs(3720)), "1h 2m");
     }
 
     #[test]
-    fn utc_from_unix_seconds() {
-        assert_eq!(UtcTime::from_unix(0).display(), "1970-01-01 00:00:00 UTC");
-        // 2024-02-29 12:34:56 UTC (a leap day).
-        let t = UtcTime::from_unix(1_709_210_096);
-        assert_eq!(t.display(), "2024-02-29 12:34:56 UTC");
-        assert_eq!(t.stamp(), "20240229-123456");
+    fn utc_now_reads_as_a_date_and_a_stamp() {
+        let (display, stamp) = utc_now();
+        assert!(
+            display.starts_with("20") && display.ends_with(" UTC"),
+            "{display}"
+        );
+        assert_eq!((display.len(), stamp.len()), (23, 15), "{display} {stamp}");
+        assert_eq!(&display[..4], &stamp[..4]);
+        assert_eq!(stamp.as_bytes()[8], b'-');
     }
 }

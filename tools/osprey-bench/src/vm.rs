@@ -4,7 +4,7 @@
 //! reads the vCPU TSC frequency and KVM flavour from Osprey's log.
 
 use std::ffi::OsStr;
-use std::io::Read;
+use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::thread;
@@ -84,24 +84,26 @@ pub struct Output {
     pub status: Option<ExitStatus>,
 }
 
-/// Runs `osprey ARGS` to completion or `deadline`, then kills it.
-pub fn run_osprey(osprey: &Path, args: &[&OsStr], deadline: Duration) -> std::io::Result<Output> {
+/// Runs `osprey ARGS` to completion or `deadline` (then kills it), its console and log going to
+/// `<files>.console` and `<files>.log`, which are read back.
+pub fn run_osprey(
+    osprey: &Path,
+    args: &[&OsStr],
+    deadline: Duration,
+    files: &Path,
+) -> anyhow::Result<Output> {
+    let [console, log] = ["console", "log"].map(|ext| files.with_extension(ext));
+    let create = |p: &Path| {
+        create_parent(p)?;
+        File::create(p).with_context(|| format!("Cannot create {}", p.display()))
+    };
     let mut child = Command::new(osprey)
         .args(args)
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()?;
-    let reader = |src: Option<Box<dyn Read + Send>>| {
-        thread::spawn(move || {
-            let mut buf = Vec::new();
-            // A read error ends the capture; whatever arrived is kept.
-            let _ = src.map(|mut s| s.read_to_end(&mut buf));
-            String::from_utf8_lossy(&buf).into_owned()
-        })
-    };
-    let out = reader(child.stdout.take().map(|s| Box::new(s) as _));
-    let err = reader(child.stderr.take().map(|s| Box::new(s) as _));
+        .stdout(create(&console)?)
+        .stderr(create(&log)?)
+        .spawn()
+        .with_context(|| format!("Cannot run {}", osprey.display()))?;
     let started = Instant::now();
     let status = loop {
         if let Some(status) = child.try_wait()? {
@@ -115,9 +117,11 @@ pub fn run_osprey(osprey: &Path, args: &[&OsStr], deadline: Duration) -> std::io
         }
         thread::sleep(Duration::from_millis(5));
     };
+    let read =
+        |p: &Path| String::from_utf8_lossy(&std::fs::read(p).unwrap_or_default()).into_owned();
     Ok(Output {
-        console: out.join().unwrap_or_default(),
-        log: err.join().unwrap_or_default(),
+        console: read(&console),
+        log: read(&log),
         status,
     })
 }
@@ -141,16 +145,15 @@ pub fn console_tail(console: &str) -> String {
     }
 }
 
-fn write(path: &Path, what: &str, data: &[u8]) -> anyhow::Result<()> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).with_context(|| format!("Cannot create {}", dir.display()))?;
-    }
-    std::fs::write(path, data).with_context(|| format!("{what} {}", path.display()))
+fn create_parent(path: &Path) -> anyhow::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).with_context(|| format!("Cannot create {}", dir.display()))
 }
 
-/// Where a run's files go: `<out>/{configs,logs,metrics}/<name>.{json,log,jsonl}`.
+/// Where a run's files go: `<out>/{configs,logs,metrics}/<name>.{json,*,jsonl}` (the logs folder
+/// gets `<name>.console` and `<name>.log`).
 pub fn run_files(out: &Path, name: &str) -> [PathBuf; 3] {
-    [("configs", "json"), ("logs", "log"), ("metrics", "jsonl")]
+    [("configs", "json"), ("logs", "*"), ("metrics", "jsonl")]
         .map(|(dir, ext)| out.join(dir).join(format!("{name}.{ext}")))
 }
 
@@ -174,23 +177,19 @@ impl Vm<'_> {
         name: &str,
         deadline: Duration,
     ) -> anyhow::Result<RunSample> {
-        let [config, log, metrics] = run_files(self.out, name);
+        let [config, logs, metrics] = run_files(self.out, name);
         let cmdline = guest_cmdline(p, run);
         let vm = vm_config(p, self.elf, &cmdline, self.store, self.direct, &metrics);
         let text = serde_json::to_string_pretty(&vm).unwrap_or_else(|_| vm.to_string());
-        write(&config, "Cannot write the VM config", text.as_bytes())?;
-        // Makes the metrics folder; a file left by an earlier run of the same name must not be
-        // read as this run's, so it goes again.
-        write(&metrics, "Cannot create", b"")?;
+        create_parent(&config)?;
+        std::fs::write(&config, text)
+            .with_context(|| format!("Cannot write the VM config {}", config.display()))?;
+        // A metrics file left by an earlier run of the same name must not be read as this run's.
+        create_parent(&metrics)?;
         let _ = std::fs::remove_file(&metrics);
-        let out = run_osprey(
-            self.osprey,
-            &[OsStr::new("--config"), config.as_os_str()],
-            deadline,
-        )
-        .with_context(|| format!("Cannot run {}", self.osprey.display()))?;
-        let saved = format!("== console ==\n{}\n== log ==\n{}", out.console, out.log);
-        write(&log, "Cannot write the run log", saved.as_bytes())?;
+        let config_arg = [OsStr::new("--config"), config.as_os_str()];
+        let out = run_osprey(self.osprey, &config_arg, deadline, &logs)?;
+        let log = logs.with_extension("log");
         let Some(status) = out.status else {
             let tail = console_tail(&out.console);
             bail!(
@@ -230,7 +229,7 @@ pub fn start_up_facts(log: &str) -> (Option<String>, Option<u64>) {
 }
 
 /// Boots the guest in `mode=report` once; returns the vCPU TSC kHz and the KVM flavour.
-pub fn probe(osprey: &Path, elf: &Path) -> anyhow::Result<(u64, String)> {
+pub fn probe(osprey: &Path, elf: &Path, out: &Path) -> anyhow::Result<(u64, String)> {
     let args = [
         OsStr::new("--kernel"),
         elf.as_os_str(),
@@ -238,7 +237,13 @@ pub fn probe(osprey: &Path, elf: &Path) -> anyhow::Result<(u64, String)> {
         OsStr::new("mode=report"),
     ];
     let failed = "Osprey's start-up probe failed";
-    let out = run_osprey(osprey, &args, Duration::from_secs(60)).context(failed)?;
+    let out = run_osprey(
+        osprey,
+        &args,
+        Duration::from_secs(60),
+        &out.join("logs/probe.*"),
+    )
+    .context(failed)?;
     let Some(status) = out.status else {
         bail!("{failed}: no exit within 60s");
     };
@@ -323,7 +328,10 @@ mod tests {
         assert_eq!(long.chars().count(), 601);
         let [config, log, metrics] = run_files(Path::new("/o"), "point-001-run1");
         assert_eq!(config, Path::new("/o/configs/point-001-run1.json"));
-        assert_eq!(log, Path::new("/o/logs/point-001-run1.log"));
+        assert_eq!(
+            log.with_extension("log"),
+            Path::new("/o/logs/point-001-run1.log")
+        );
         assert_eq!(metrics, Path::new("/o/metrics/point-001-run1.jsonl"));
     }
 }
