@@ -12,8 +12,10 @@
 //! as many each time the probe fails too, up to [`REPROBE_REQUESTS`].
 //!
 //! tmpfs refuses `RWF_NOWAIT` (EOPNOTSUPP, Linux 6.18), but its reads and writes are memory
-//! copies that do not wait for a device: on tmpfs (and ramfs) the inline path uses plain
-//! `preadv`/`pwritev`. Any other file system that refuses the flag gets no inline attempts.
+//! copies that do not wait for a device: `engine::open` gives a file on tmpfs or ramfs
+//! ([`in_memory`]) the Sync engine, every request inline (an `AutoEngine` built on one directly
+//! uses plain `preadv`/`pwritev` inline and never defers). Any other file system that refuses the
+//! flag gets no inline attempts.
 //!
 //! A block device that does its work in the caller's context (zram, a RAM disk: found at open by
 //! [`completes_in_caller`]) is wrapped around Linux AIO rather than io_uring: io_uring hands a
@@ -626,7 +628,7 @@ fn is_direct(file: &File) -> bool {
 /// Whether `file` is a regular file on tmpfs or ramfs, whose reads and writes never wait for a
 /// device. A block device node lives on devtmpfs, which reports tmpfs's magic: its I/O goes to
 /// the device, so only regular files count.
-fn in_memory(file: &File) -> bool {
+pub fn in_memory(file: &File) -> bool {
     if !file.metadata().is_ok_and(|m| m.file_type().is_file()) {
         return false;
     }

@@ -131,6 +131,11 @@ pub enum EngineError {
 /// SINGLE_ISSUER ties the ring to its creator).
 pub fn open(file: File, opts: &EngineOptions) -> Result<Box<dyn IoEngine>, EngineError> {
     let engine: Box<dyn IoEngine> = match opts.kind {
+        EngineKind::Auto if auto::in_memory(&file) => {
+            // tmpfs, ramfs: every request is a memory copy, done inline; wrapping an
+            // asynchronous engine would only add its ring and a check per turn.
+            Box::new(sync::SyncEngine::for_auto(file, opts.depth as usize))
+        }
         EngineKind::Auto => {
             let inline = file.try_clone().map_err(|source| EngineError::Setup {
                 engine: EngineKind::Auto,

@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::fs::File;
 use std::os::unix::io::{AsRawFd, RawFd};
 
-use super::{run_blocking, Completion, EngineKind, IoEngine, IoRequest, SubmitError};
+use super::{run_blocking, Completion, EngineKind, IoEngine, IoOp, IoRequest, SubmitError};
 
 /// Requests a `SyncEngine` queues before it reports itself full.
 pub const SYNC_QUEUE_DEPTH: usize = 256;
@@ -18,6 +18,9 @@ pub struct SyncEngine {
     queued: VecDeque<IoRequest>,
     done: Vec<Completion>,
     depth: usize,
+    /// `Auto` chose this engine (a file on a memory file system): it says so in `describe`
+    /// and counts its reads and writes as served inline.
+    for_auto: Option<super::auto::InlineStats>,
 }
 
 impl SyncEngine {
@@ -28,6 +31,17 @@ impl SyncEngine {
             queued: VecDeque::with_capacity(depth),
             done: Vec::with_capacity(depth),
             depth,
+            for_auto: None,
+        }
+    }
+
+    /// The engine `Auto` uses on a file of a memory file system (tmpfs, ramfs): every read and
+    /// write is a memory copy that waits for no device, so each is done inline and there is
+    /// nothing to hand to an asynchronous engine.
+    pub fn for_auto(file: File, depth: usize) -> Self {
+        Self {
+            for_auto: Some(super::auto::InlineStats::default()),
+            ..Self::new(file, depth)
         }
     }
 
@@ -49,6 +63,11 @@ impl IoEngine for SyncEngine {
         let n = self.queued.len();
         while let Some(req) = self.queued.pop_front() {
             let result = run_blocking(self.fd(), &req.op);
+            if let (Some(s), IoOp::Read { .. } | IoOp::Write { .. }) = (&mut self.for_auto, &req.op)
+            {
+                s.attempts += 1;
+                s.inline += 1;
+            }
             self.done.push(Completion {
                 token: req.token,
                 result,
@@ -82,6 +101,20 @@ impl IoEngine for SyncEngine {
 
     fn kind(&self) -> EngineKind {
         EngineKind::Sync
+    }
+
+    fn inline_stats(&self) -> Option<super::auto::InlineStats> {
+        self.for_auto
+    }
+
+    fn describe(&self) -> String {
+        match self.for_auto {
+            Some(_) => {
+                "auto (Sync: a memory file system, every request inline with preadv/pwritev)"
+                    .to_string()
+            }
+            None => "Sync".to_string(),
+        }
     }
 }
 
@@ -267,6 +300,64 @@ mod tests {
             f.seek(SeekFrom::Start(0)).expect("seek");
             f.read_exact(&mut check).expect("read");
             assert!(check.iter().all(|&b| b == 0));
+        }
+    }
+
+    #[test]
+    fn auto_on_a_memory_file_is_the_sync_engine_counting_inline() {
+        let shm = std::path::Path::new("/dev/shm");
+        if !shm.is_dir() {
+            eprintln!("no /dev/shm: nothing to check");
+            return;
+        }
+        let t = store(shm, "auto-memory", 1 << 20);
+        let opts = crate::engine::EngineOptions {
+            kind: EngineKind::Auto,
+            depth: 4,
+            io_uring: Default::default(),
+            direct: false,
+            fault: None,
+        };
+        let mut e = crate::engine::open(open(&t.path, true, false), &opts).expect("auto");
+        assert_eq!(e.kind(), EngineKind::Sync);
+        assert!(
+            e.describe().contains("memory file system"),
+            "{}",
+            e.describe()
+        );
+        assert_eq!(e.completion_fd(), None, "no asynchronous engine behind it");
+        let mut buf = vec![0u8; 4096];
+        for (token, op) in [
+            IoOp::Read {
+                offset: 0,
+                iovecs: iov(&mut buf),
+            },
+            IoOp::Flush,
+            IoOp::Write {
+                offset: 4096,
+                iovecs: iov(&mut buf),
+            },
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            e.submit(IoRequest {
+                op,
+                token: token as u64,
+            })
+            .expect("submit");
+        }
+        assert_eq!(e.commit(), 3);
+        let mut out = Vec::new();
+        assert_eq!(e.reap(&mut out), 3);
+        assert!(out.iter().all(|c| c.result >= 0), "{out:?}");
+        let s = e.inline_stats().expect("inline stats");
+        assert_eq!((s.inline, s.attempts, s.deferred), (2, 2, 0));
+        // Elsewhere Auto is the wrapping engine.
+        let disk = store(&std::env::temp_dir(), "auto-disk", 1 << 20);
+        let d = crate::engine::open(open(&disk.path, true, false), &opts).expect("auto");
+        if !crate::engine::auto::in_memory(&open(&disk.path, false, false)) {
+            assert_eq!(d.kind(), EngineKind::Auto);
         }
     }
 }
