@@ -214,16 +214,26 @@ pub fn same_workload(a: &Point, b: &Point) -> bool {
     (a.rw, a.bs, a.qd, a.queues) == (b.rw, b.bs, b.qd, b.queues)
 }
 
+/// The order of round `r` over `n` points: rotated by one each round, so that no point always
+/// runs first (or right after the same neighbour).
+fn round_order(n: usize, r: u32) -> impl Iterator<Item = usize> {
+    let start = if n == 0 { 0 } else { r as usize % n };
+    (0..n).map(move |i| (start + i) % n)
+}
+
 /// Measures the points of one workload side by side (`points`: 1-based index and point). Each is
 /// sized by its own probe, then the recorded runs go round by round, every point's run r before
-/// any point's run r + 1, so a drifting host shifts all of them alike and none always runs first.
+/// any point's run r + 1, so a drifting host shifts all of them alike; each round starts one point
+/// later, so none always runs first.
 pub fn measure_group(env: &PointEnv<'_>, points: &[(usize, Point)]) -> Vec<Measured> {
     let mut runs: Vec<PointRun<'_>> = points
         .iter()
         .map(|&(index, p)| PointRun::new(env, index, p))
         .collect();
     for r in 0..env.repeats {
-        runs.iter_mut().for_each(|pr| pr.record(r));
+        for i in round_order(runs.len(), r) {
+            runs[i].record(r);
+        }
     }
     runs.into_iter()
         .map(|pr| Measured {
@@ -268,6 +278,15 @@ mod tests {
                 ..Point::base()
             }
         ));
+    }
+
+    #[test]
+    fn rounds_rotate_so_no_point_always_runs_first() {
+        let order = |r| round_order(4, r).collect::<Vec<_>>();
+        assert_eq!(order(0), [0, 1, 2, 3]);
+        assert_eq!(order(1), [1, 2, 3, 0]);
+        assert_eq!(order(5), [1, 2, 3, 0]);
+        assert_eq!(round_order(0, 3).count(), 0);
     }
 
     fn proc_stat(pid: u32) -> Option<String> {
