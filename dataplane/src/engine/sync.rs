@@ -19,8 +19,10 @@ pub struct SyncEngine {
     done: Vec<Completion>,
     depth: usize,
     /// `Auto` chose this engine (a file on a memory file system): it says so in `describe`
-    /// and counts its reads and writes as served inline.
-    for_auto: Option<super::auto::InlineStats>,
+    /// and reports its reads and writes as served inline.
+    for_auto: bool,
+    /// Reads and writes done (reported only for `Auto`).
+    reads_writes: u64,
 }
 
 impl SyncEngine {
@@ -31,7 +33,8 @@ impl SyncEngine {
             queued: VecDeque::with_capacity(depth),
             done: Vec::with_capacity(depth),
             depth,
-            for_auto: None,
+            for_auto: false,
+            reads_writes: 0,
         }
     }
 
@@ -40,7 +43,7 @@ impl SyncEngine {
     /// nothing to hand to an asynchronous engine.
     pub fn for_auto(file: File, depth: usize) -> Self {
         Self {
-            for_auto: Some(super::auto::InlineStats::default()),
+            for_auto: true,
             ..Self::new(file, depth)
         }
     }
@@ -63,10 +66,8 @@ impl IoEngine for SyncEngine {
         let n = self.queued.len();
         while let Some(req) = self.queued.pop_front() {
             let result = run_blocking(self.fd(), &req.op);
-            if let (Some(s), IoOp::Read { .. } | IoOp::Write { .. }) = (&mut self.for_auto, &req.op)
-            {
-                s.attempts += 1;
-                s.inline += 1;
+            if matches!(req.op, IoOp::Read { .. } | IoOp::Write { .. }) {
+                self.reads_writes += 1;
             }
             self.done.push(Completion {
                 token: req.token,
@@ -104,16 +105,18 @@ impl IoEngine for SyncEngine {
     }
 
     fn inline_stats(&self) -> Option<super::auto::InlineStats> {
-        self.for_auto
+        self.for_auto.then_some(super::auto::InlineStats {
+            attempts: self.reads_writes,
+            inline: self.reads_writes,
+            ..Default::default()
+        })
     }
 
     fn describe(&self) -> String {
-        match self.for_auto {
-            Some(_) => {
-                "auto (Sync: a memory file system, every request inline with preadv/pwritev)"
-                    .to_string()
-            }
-            None => "Sync".to_string(),
+        if self.for_auto {
+            "auto (Sync: a memory file system, every request inline with preadv/pwritev)".into()
+        } else {
+            "Sync".into()
         }
     }
 }
@@ -124,6 +127,7 @@ mod tests {
     use crate::engine::conformance::{open, store, Store};
     use crate::engine::{IoOp, IoVec};
     use std::io::{Read, Seek, SeekFrom, Write};
+    use std::os::unix::fs::OpenOptionsExt;
 
     fn temp(name: &str, size: u64) -> (Store, File) {
         let t = store(&std::env::temp_dir(), name, size);
@@ -353,6 +357,20 @@ mod tests {
         assert!(out.iter().all(|c| c.result >= 0), "{out:?}");
         let s = e.inline_stats().expect("inline stats");
         assert_eq!((s.inline, s.attempts, s.deferred), (2, 2, 0));
+        // tmpfs takes O_DIRECT since Linux 6.6, but its I/O is still a memory copy: Sync too.
+        let direct = crate::engine::EngineOptions {
+            direct: true,
+            ..opts
+        };
+        if let Ok(f) = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(&t.path)
+        {
+            let d = crate::engine::open(f, &direct).expect("auto, O_DIRECT");
+            assert_eq!(d.kind(), EngineKind::Sync, "{}", d.describe());
+        }
         // Elsewhere Auto is the wrapping engine.
         let disk = store(&std::env::temp_dir(), "auto-disk", 1 << 20);
         let d = crate::engine::open(open(&disk.path, true, false), &opts).expect("auto");
