@@ -32,3 +32,15 @@ for key in sorted(pts):
         if all(p in e for p in ("off", "classic", "adaptive")):
             a = float(e["adaptive"]["iops"])
             print(f"hog=1 QD1 {key[0]} q{key[2]} {key[3]}: adaptive/off {a/float(e['off']['iops']):.2f}, adaptive/classic {a/float(e['classic']['iops']):.2f}")
+for hog in sorted({k[4] for k in pts}):
+    keys = [k for k in pts if k[4] == hog and all(p in pts[k] for p in pols)]
+    if not keys:
+        continue
+    iops = lambda k, p: float(pts[k][p]["iops"])
+    within = sum(iops(k, "adaptive") >= 0.95 * max(iops(k, p) for p in pols[:3]) for k in keys)
+    gm = {p: 1.0 for p in pols[:3]}
+    for k in keys:
+        for p in gm:
+            gm[p] *= iops(k, "adaptive") / iops(k, p)
+    means = ", ".join(f"{gm[p] ** (1 / len(keys)):.2f}x {p}" for p in gm)
+    print(f"hog={hog}: adaptive within 0.95x of the best other at {within} of {len(keys)} points; geometric mean {means}")
