@@ -104,6 +104,9 @@ pub struct AutoEngine {
     /// the file system or device refuses the flag (a buffered file's page-cache copies are
     /// quick, and slow ones switch inline off; an O_DIRECT call is timed).
     rwf: [libc::c_int; 2],
+    /// An inline read ([0]) or write ([1]) has been tried, so `rwf` says whether the file takes
+    /// RWF_NOWAIT for that kind (until then a page-cache file's batches try one inline first).
+    rwf_known: [bool; 2],
     /// The file was opened with O_DIRECT: an inline call waits for the device (RWF_NOWAIT only
     /// keeps it from queueing), so only a request that is alone goes inline.
     direct: bool,
@@ -159,6 +162,7 @@ impl AutoEngine {
             aio_batches,
             async_reported: 0,
             rwf: [libc::RWF_NOWAIT; 2],
+            rwf_known: [false; 2],
             direct,
             held: Vec::new(),
             spare: Vec::new(),
@@ -230,6 +234,7 @@ impl AutoEngine {
             }
         };
         self.stats.attempts += 1;
+        self.rwf_known[kind] = true;
         if r < 0 && super::last_errno() == libc::EOPNOTSUPP && rwf != 0 {
             let what = if read { "reads" } else { "writes" };
             self.stats.failed += 1;
@@ -240,7 +245,12 @@ impl AutoEngine {
                 "auto engine: the file or device refuses RWF_NOWAIT {what}; inline without it"
             );
             self.rwf[kind] = 0;
-            return None;
+            // A page-cache copy without the flag does not wait for a device: done at once.
+            return if self.direct {
+                None
+            } else {
+                self.try_inline(op, probe)
+            };
         }
         let took = start.map_or(0, |s| s.elapsed().as_nanos() as u64);
         if sample_cpu && r >= 0 && took > 0 {
@@ -397,8 +407,11 @@ impl AutoEngine {
         for mut request in held.drain(..) {
             let write = matches!(request.op, IoOp::Write { .. });
             // Writes the file system will not do with RWF_NOWAIT (ext4) block the ring's
-            // submitter or serialize in its workers: those stay inline.
-            let to_ring = batch && self.rwf[usize::from(write)] != 0;
+            // submitter or serialize in its workers: those stay inline. Whether it will is
+            // learnt from the first inline call of the kind: at depth every turn is a batch,
+            // and ext4's writes went to the ring for the whole run (26k IOPS, 45k inline).
+            let kind = usize::from(write);
+            let to_ring = batch && self.rwf[kind] != 0 && self.rwf_known[kind];
             if !to_ring {
                 self.count_probe();
                 if self.trying {
@@ -544,7 +557,7 @@ impl IoEngine for AutoEngine {
         } else if self.direct {
             "inline RWF_NOWAIT for every request while calls average under 4 us or stay on the CPU, else when a request is alone on the thread (O_DIRECT)"
         } else if self.ring_batches {
-            "inline RWF_NOWAIT, turns of 4 or more requests to the ring"
+            "inline RWF_NOWAIT, turns of 4 or more requests to the ring for kinds the file system takes the flag for"
         } else {
             "inline RWF_NOWAIT"
         };
@@ -781,17 +794,55 @@ mod tests {
         }
         assert!(e.ring_batches);
         let buf = Aligned::new(4096);
-        for t in 0..RING_BATCH as u64 {
-            e.submit(read(&buf, t * 4096, t)).expect("room");
+        let batch = RING_BATCH as u64;
+        // The first batch tries its first read inline, to learn whether the file takes
+        // RWF_NOWAIT reads (a sparse file's hole is a page-cache hit); the next goes whole.
+        for round in 0..2 {
+            for t in 0..batch {
+                e.submit(read(&buf, t * 4096, round * batch + t))
+                    .expect("room");
+            }
+            assert_eq!(complete(&mut e, RING_BATCH).len(), RING_BATCH);
         }
-        assert_eq!(complete(&mut e, RING_BATCH).len(), RING_BATCH);
         let st = e.inline_stats();
-        assert_eq!((st.inline, st.deferred), (0, RING_BATCH as u64), "{st:?}");
+        assert_eq!((st.inline, st.deferred), (1, 2 * batch - 1), "{st:?}");
         e.submit(read(&buf, 0, 99)).expect("room");
         assert_eq!(complete(&mut e, 1).len(), 1);
         let st = e.inline_stats();
-        // A lone request is tried inline (a sparse file's hole is a page-cache hit).
-        assert_eq!(st.attempts, 1, "{st:?}");
+        assert_eq!(
+            (st.attempts, st.inline),
+            (2, 2),
+            "a lone request goes inline: {st:?}"
+        );
+        // Writes: the first of a batch learns whether the file system takes RWF_NOWAIT writes.
+        // ext4 refuses them for buffered files: then every write stays inline, batch or not.
+        for t in 0..batch {
+            e.submit(IoRequest {
+                op: IoOp::Write {
+                    offset: t * 4096,
+                    iovecs: iovecs![buf.iov(0, 4096)],
+                },
+                token: 200 + t,
+            })
+            .expect("room");
+        }
+        let c = complete(&mut e, RING_BATCH);
+        assert!(c.iter().all(|c| c.result == 4096), "{c:?}");
+        let after = e.inline_stats();
+        let inline_writes = after.inline - st.inline;
+        if e.rwf[1] == 0 {
+            assert_eq!(inline_writes, batch, "refused flag: all inline: {after:?}");
+        } else {
+            assert_eq!(
+                inline_writes, 1,
+                "flag taken: one probe, the rest to the ring"
+            );
+        }
+        assert_eq!(
+            after.deferred - st.deferred,
+            batch - inline_writes,
+            "{after:?}"
+        );
     }
 
     /// An Auto engine on an O_DIRECT file of the work tree's file system (`None` where that
