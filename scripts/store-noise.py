@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""How much of Auto's gap to the best explicit engine is noise, per point of osprey-bench store
+runs: each engine's per-run IOPS (from logs/point-NNN-runK.console), a one-sided Mann-Whitney
+test of "Auto's runs are below the best engine's", and the chance that an engine whose runs come
+from the best engine's own distribution meets the issue's bar (its median >= 0.95 x the largest
+median of the explicit engines), by bootstrap. The sum of those chances is the number of points
+a perfect Auto would be expected to pass in one such run.
+Usage: scripts/store-noise.py target/bench/s9-zram target/bench/s9-loop ..."""
+import csv, glob, json, math, os, random, statistics, sys
+
+random.seed(1)
+DRAWS = 2000
+
+
+def runs_of(sdir, point):
+    out = []
+    for f in sorted(glob.glob(f"{sdir}/logs/point-{point:03d}-run*.console")):
+        for line in open(f, errors="replace"):
+            if line.startswith("BLK "):
+                j = json.loads(line[4:])
+                out += [r["iops"] for r in j.get("runs", []) if r.get("name") == "main"]
+    return out
+
+
+def below_p(a, b):
+    """One-sided Mann-Whitney U p-value (normal approximation, ties halved) that a < b."""
+    u = sum((x < y) + 0.5 * (x == y) for x in a for y in b)
+    n, m = len(a), len(b)
+    mu, sd = n * m / 2, math.sqrt(n * m * (n + m + 1) / 12)
+    return 0.5 * math.erfc((u - mu) / sd / math.sqrt(2)) if sd else 1.0
+
+
+def resampled_median(xs):
+    return statistics.median(random.choices(xs, k=len(xs)))
+
+
+print("| store | rw | QD | q | Auto median (runs) | best explicit median | Auto/best | p(Auto below best) | P(an engine like the best passes) |")
+print("|---|---|---|---|---|---|---|---|---|")
+expected = passed = significant = points = 0
+for sdir in sys.argv[1:]:
+    name = os.path.basename(sdir)
+    pts = {}
+    for r in csv.DictReader(open(f"{sdir}/results.csv")):
+        if r["status"] == "ok":
+            pts.setdefault((r["rw"], int(r["qd"]), int(r["queues"])), {})[r["engine"]] = runs_of(sdir, int(r["point"]))
+    for key in sorted(pts):
+        e = pts[key]
+        auto = e.pop("Auto", None)
+        if not auto or not e or not all(e.values()):
+            continue
+        best = max(e, key=lambda k: statistics.median(e[k]))
+        bm = statistics.median(e[best])
+        ratio = statistics.median(auto) / bm
+        p = below_p(auto, e[best])
+        ok = 0
+        for _ in range(DRAWS):
+            ideal = resampled_median(e[best])
+            ok += ideal >= 0.95 * max(resampled_median(v) for v in e.values())
+        chance = ok / DRAWS
+        points += 1
+        expected += chance
+        passed += ratio >= 0.95
+        significant += p < 0.05
+        print(f"| {name} | {key[0]} | {key[1]} | {key[2]} | {statistics.median(auto)/1e3:.0f}k ({len(auto)}) | {best} {bm/1e3:.0f}k | {ratio:.2f} | {p:.3f}{' ✗' if p < 0.05 else ''} | {chance:.2f} |")
+print(f"\nAuto >= 0.95 x best (IOPS) at {passed} of {points} points; significantly below the best (p < 0.05) at {significant};"
+      f" an engine drawn from the best's own runs would pass {expected:.1f} of {points} on average")
