@@ -76,16 +76,9 @@ impl FioJob {
             format!("--size={size}"),
             format!("--runtime={ms}ms"),
         ];
-        args.extend(
-            [
-                "--time_based",
-                "--group_reporting",
-                "--randrepeat=0",
-                "--norandommap",
-                "--output-format=json",
-            ]
-            .map(String::from),
-        );
+        let fixed =
+            "--time_based --group_reporting --randrepeat=0 --norandommap --output-format=json";
+        args.extend(fixed.split(' ').map(String::from));
         args
     }
 }
@@ -117,26 +110,21 @@ struct FioJobReport {
     write: FioSide,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
 struct FioSide {
-    #[serde(default)]
     iops: f64,
-    #[serde(default)]
     bw_bytes: f64,
-    #[serde(default)]
     total_ios: u64,
-    #[serde(default)]
     lat_ns: FioLat,
-    #[serde(default)]
     clat_ns: FioLat,
 }
 
 #[derive(Debug, Default, Deserialize)]
+#[serde(default)]
 struct FioLat {
-    #[serde(default)]
     mean: f64,
     /// By fio's key (`"99.000000"`).
-    #[serde(default)]
     percentile: HashMap<String, f64>,
 }
 

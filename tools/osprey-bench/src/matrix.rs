@@ -56,25 +56,19 @@ pub enum Engine {
     Auto,
 }
 
-/// The name clap parses, for display.
-fn value_name(v: &impl ValueEnum, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-    match v.to_possible_value() {
-        Some(p) => f.write_str(p.get_name()),
-        None => Ok(()),
-    }
+/// `Display` as the name clap parses (`randread`, `IoUring`, `buffered-cold`).
+macro_rules! display_value_name {
+    ($($t:ty),*) => {$(
+        impl std::fmt::Display for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                let v = clap::ValueEnum::to_possible_value(self);
+                f.write_str(v.as_ref().map_or("", |v| v.get_name()))
+            }
+        }
+    )*};
 }
-
-impl fmt::Display for Rw {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        value_name(self, f)
-    }
-}
-
-impl fmt::Display for Engine {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        value_name(self, f)
-    }
-}
+pub(crate) use display_value_name;
+display_value_name!(Rw, Engine);
 
 /// An iothread polling configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -91,8 +85,8 @@ pub enum PollSetting {
 
 impl PollSetting {
     /// The iothread fields this setting puts in the VM config.
-    pub fn iothread_fields(self) -> serde_json::Map<String, serde_json::Value> {
-        let fields = match self {
+    pub fn iothread_fields(self) -> serde_json::Value {
+        match self {
             PollSetting::Off => serde_json::json!({ "poll_max_ns": 0 }),
             PollSetting::Classic(None) => serde_json::json!({ "poll_policy": "Classic" }),
             PollSetting::Classic(Some(ns)) => {
@@ -102,10 +96,6 @@ impl PollSetting {
                 serde_json::json!({ "poll_policy": "Weighted", "poll_weight": w })
             }
             PollSetting::Adaptive => serde_json::json!({ "poll_policy": "Adaptive" }),
-        };
-        match fields {
-            serde_json::Value::Object(m) => m,
-            _ => serde_json::Map::new(),
         }
     }
 }
@@ -201,13 +191,9 @@ impl Point {
 
     /// Short human label: `randread 4k qd32 q1 IoUring poll=classic mb=32`.
     pub fn label(&self) -> String {
-        let hog = if self.hog > 0 {
-            format!(" hog={}", self.hog)
-        } else {
-            String::new()
-        };
+        let hog = (self.hog > 0).then(|| format!(" hog={}", self.hog));
         format!(
-            "{} {} qd{} q{} {} poll={} mb={}{}{hog}",
+            "{} {} qd{} q{} {} poll={} mb={}{}{}",
             self.rw,
             format_size(self.bs),
             self.qd,
@@ -216,6 +202,7 @@ impl Point {
             self.poll,
             self.max_batch,
             if self.irq { " irq" } else { "" },
+            hog.unwrap_or_default(),
         )
     }
 }
@@ -316,8 +303,8 @@ impl MatrixSpec {
     }
 }
 
-/// A dimension of the matrix, for labelling plot series.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A dimension of the matrix, for labelling plot series (in label order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Dim {
     Engine,
     Poll,
@@ -331,19 +318,6 @@ pub enum Dim {
 }
 
 impl Dim {
-    /// Every dimension, in label order.
-    pub const ALL: [Dim; 9] = [
-        Dim::Engine,
-        Dim::Poll,
-        Dim::Rw,
-        Dim::Bs,
-        Dim::Qd,
-        Dim::Queues,
-        Dim::MaxBatch,
-        Dim::Irq,
-        Dim::Hog,
-    ];
-
     fn value(self, p: &Point) -> String {
         match self {
             Dim::Engine => p.engine.to_string(),
@@ -359,10 +333,14 @@ impl Dim {
     }
 }
 
-/// The dimensions in which `points` differ, in [`Dim::ALL`] order.
+/// The dimensions in which `points` differ, in label order.
 pub fn varying(points: &[Point]) -> Vec<Dim> {
     let differs = |d: &Dim| points.iter().any(|p| d.value(p) != d.value(&points[0]));
-    Dim::ALL.into_iter().filter(differs).collect()
+    Dim::value_variants()
+        .iter()
+        .copied()
+        .filter(differs)
+        .collect()
 }
 
 /// A series label for `p`: the `lead` dimensions always, then every other dimension of `varying`
@@ -406,7 +384,7 @@ mod tests {
     fn poll_settings_map_to_config() {
         let off = PollSetting::Off.iothread_fields();
         assert_eq!(off["poll_max_ns"], 0);
-        assert!(!off.contains_key("poll_policy"));
+        assert!(off.get("poll_policy").is_none());
         let w = PollSetting::Weighted(2).iothread_fields();
         assert_eq!(
             (&w["poll_policy"], &w["poll_weight"]),

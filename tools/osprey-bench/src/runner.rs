@@ -200,7 +200,7 @@ pub fn run(settings: &Settings, command: &str) -> anyhow::Result<Outcome> {
     let size = format_bytes(cli.store_size);
     eprintln!(
         "osprey-bench: creating the {} store ({size})…",
-        settings.store.name()
+        settings.store
     );
     let store = Store::create(settings.store, &store_dir, cli.store_size)?;
     eprintln!("osprey-bench: store: {}", store.describe());

@@ -51,13 +51,7 @@ pub enum StoreKind {
     Zram,
 }
 
-impl StoreKind {
-    /// The command line's spelling.
-    pub fn name(self) -> String {
-        self.to_possible_value()
-            .map_or_else(String::new, |v| v.get_name().to_string())
-    }
-}
+crate::matrix::display_value_name!(StoreKind);
 
 /// A live store; dropping it tears it down.
 #[derive(Debug)]
@@ -279,6 +273,6 @@ mod tests {
             assert!(!path.exists());
         }
         let _ = std::fs::remove_dir(&dir);
-        assert_eq!(StoreKind::BufferedCold.name(), "buffered-cold");
+        assert_eq!(StoreKind::BufferedCold.to_string(), "buffered-cold");
     }
 }

@@ -5,14 +5,10 @@ use std::time::Duration;
 
 use thiserror::Error;
 
-/// A size or duration that does not parse.
+/// A size or duration that does not parse: what it is, the input, the suffixes it takes.
 #[derive(Debug, Error, PartialEq, Eq)]
-#[error("Bad {what} {input:?}: expected a number with an optional {suffixes} suffix")]
-pub struct UnitsError {
-    what: &'static str,
-    input: String,
-    suffixes: &'static str,
-}
+#[error("Bad {0} {1:?}: expected a number with an optional {2} suffix")]
+pub struct UnitsError(&'static str, String, &'static str);
 
 const SIZES: [(&str, u64); 4] = [("", 1), ("k", 1 << 10), ("m", 1 << 20), ("g", 1 << 30)];
 const DURATIONS: [(&str, u64); 6] = [
@@ -35,20 +31,12 @@ fn parse_with(s: &str, units: &[(&str, u64)]) -> Option<u64> {
 
 /// Bytes from `4096`, `4k`, `128K`, `1m`, `1g` (powers of 1024).
 pub fn parse_size(s: &str) -> Result<u64, UnitsError> {
-    parse_with(s, &SIZES).ok_or_else(|| UnitsError {
-        what: "size",
-        input: s.to_string(),
-        suffixes: "k, m or g (×1024)",
-    })
+    parse_with(s, &SIZES).ok_or_else(|| UnitsError("size", s.into(), "k, m or g (×1024)"))
 }
 
 /// Nanoseconds from `200000`, `200000ns`, `200us`, `2ms`, `1s` (a bare number is ns).
 pub fn parse_duration_ns(s: &str) -> Result<u64, UnitsError> {
-    parse_with(s, &DURATIONS).ok_or_else(|| UnitsError {
-        what: "duration",
-        input: s.to_string(),
-        suffixes: "ns, us, ms or s",
-    })
+    parse_with(s, &DURATIONS).ok_or_else(|| UnitsError("duration", s.into(), "ns, us, ms or s"))
 }
 
 /// `n` in the largest of `units` that divides it exactly (`{n}{sep}{unit}`), if any.
@@ -67,39 +55,27 @@ pub fn format_size(bytes: u64) -> String {
 
 /// `1 GiB`, `64 MiB`, `4 KiB`, `1536 B`: for prose.
 pub fn format_bytes(bytes: u64) -> String {
-    exact(
-        bytes,
-        &[(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")],
-        " ",
-    )
-    .unwrap_or_else(|| format!("{bytes} B"))
+    let units = [(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
+    exact(bytes, &units, " ").unwrap_or_else(|| format!("{bytes} B"))
 }
 
 /// `200us`, `32768ns`, `2ms`: the shortest exact form.
 pub fn format_duration_ns(ns: u64) -> String {
-    exact(
-        ns,
-        &[(1_000_000_000, "s"), (1_000_000, "ms"), (1_000, "us")],
-        "",
-    )
-    .unwrap_or_else(|| format!("{ns}ns"))
+    let units = [(1_000_000_000, "s"), (1_000_000, "ms"), (1_000, "us")];
+    exact(ns, &units, "").unwrap_or_else(|| format!("{ns}ns"))
 }
 
 /// `1,234,567` for integers in tables.
 pub fn thousands(n: f64) -> String {
     let digits = format!("{:.0}", n.round().abs());
-    let mut out = String::new();
+    let mut out = if n.round() < 0.0 { "-" } else { "" }.to_string();
     for (i, c) in digits.chars().enumerate() {
         if i > 0 && (digits.len() - i) % 3 == 0 {
             out.push(',');
         }
         out.push(c);
     }
-    if n.round() < 0.0 {
-        format!("-{out}")
-    } else {
-        out
-    }
+    out
 }
 
 /// Whole seconds as `42s`, `3m 5s`, `1h 2m`, for progress lines.

@@ -56,8 +56,8 @@ pub fn vm_config(
     metrics: &Path,
 ) -> Value {
     let mut iothread = p.poll.iothread_fields();
-    iothread.insert("id".into(), "io0".into());
-    iothread.insert("max_batch".into(), p.max_batch.into());
+    iothread["id"] = "io0".into();
+    iothread["max_batch"] = p.max_batch.into();
     json!({
         "machine-config": { "vcpu_count": 1, "mem_size_mib": 256 },
         "boot-source": { "kernel_image_path": elf, "boot_args": cmdline },
