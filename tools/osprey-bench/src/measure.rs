@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::matrix::Point;
 use crate::runner::interrupted;
-use crate::sample::{PointSummary, RunSample};
+use crate::sample::RunSample;
 use crate::store::drop_cache;
 use crate::vm::{GuestRun, Vm};
 
@@ -32,8 +32,8 @@ pub struct PointEnv<'a> {
 pub struct Measured {
     /// Requests asked of the first recorded run.
     pub count: u64,
-    /// Summary of the recorded runs that worked.
-    pub summary: Option<PointSummary>,
+    /// The recorded runs that worked.
+    pub runs: Vec<RunSample>,
     /// The first failure, if any.
     pub error: Option<String>,
 }
@@ -108,7 +108,6 @@ struct PointRun<'a> {
     floor: u64,
     iops: f64,
     count: u64,
-    samples: Vec<RunSample>,
     m: Measured,
     /// No more recorded runs (the probe failed, or interrupted).
     stopped: bool,
@@ -153,7 +152,6 @@ impl<'a> PointRun<'a> {
             floor,
             iops: 0.0,
             count: floor,
-            samples: Vec::new(),
             m: Measured {
                 count: floor,
                 ..Measured::default()
@@ -199,7 +197,7 @@ impl<'a> PointRun<'a> {
             Ok(sample) => {
                 self.iops = sample.iops;
                 self.count = sized_count(self.iops, self.env.seconds, self.floor);
-                self.samples.push(sample);
+                self.m.runs.push(sample);
             }
             Err(e) => {
                 self.m.error.get_or_insert_with(|| format!("{name}: {e}"));
@@ -235,12 +233,7 @@ pub fn measure_group(env: &PointEnv<'_>, points: &[(usize, Point)]) -> Vec<Measu
             runs[i].record(r);
         }
     }
-    runs.into_iter()
-        .map(|pr| Measured {
-            summary: (!pr.samples.is_empty()).then(|| PointSummary::of(&pr.samples)),
-            ..pr.m
-        })
-        .collect()
+    runs.into_iter().map(|pr| pr.m).collect()
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use serde::Serialize;
 use crate::fio::{FioJob, FioResult};
 use crate::matrix::{Point, Skipped};
 use crate::measure::Measured;
-use crate::sample::{ratio, PointSummary};
+use crate::sample::{median, ratio, spread, RunSample};
 use crate::units::{format_size, thousands};
 
 /// A finite value, rounded to `digits` decimals; None for NaN and infinities.
@@ -76,16 +76,19 @@ impl ResultRow {
         job: &FioJob,
         native: &Result<FioResult, String>,
     ) -> Self {
-        let s = m.summary.as_ref();
-        let med = s.map(|s| &s.median);
-        let f = |g: fn(&PointSummary) -> f64, d: i32| s.and_then(|s| fin(g(s), d));
+        let runs = &m.runs;
+        let all = |f: fn(&RunSample) -> f64| runs.iter().map(f).collect::<Vec<_>>();
+        let f = |g: fn(&RunSample) -> f64, d: i32| fin(median(&all(g)), d);
+        let (iops_min, iops_max) = spread(&all(|r| r.iops));
+        let (p99_min, p99_max) = spread(&all(|r| r.lat_p99_us));
+        let guest_qd = runs.iter().map(|r| r.guest_qd).min();
         let nat = native.as_ref().ok();
         let nf = |g: fn(&FioResult) -> f64, d: i32| nat.and_then(|n| fin(g(n), d));
         let mut notes: Vec<String> = m.error.iter().cloned().collect();
         if let Err(e) = native {
             notes.push(format!("native: {e}"));
         }
-        if let Some(q) = med.map(|m| m.guest_qd).filter(|q| *q != 0 && *q != p.qd) {
+        if let Some(q) = guest_qd.filter(|q| *q != 0 && *q != p.qd) {
             notes.push(format!("guest lowered qd to {q}"));
         }
         ResultRow {
@@ -100,42 +103,41 @@ impl ResultRow {
             max_batch: p.max_batch,
             irq: u8::from(p.irq),
             hog: p.hog,
-            status: match (s, &m.error) {
-                (Some(_), None) => "ok",
-                (Some(_), Some(_)) => "partial",
-                (None, _) => "failed",
+            status: match (runs.is_empty(), &m.error) {
+                (false, None) => "ok",
+                (false, Some(_)) => "partial",
+                (true, _) => "failed",
             }
             .into(),
-            runs: s.map_or(0, |s| s.runs),
+            runs: runs.len(),
             requests_first_run: m.count,
-            guest_qd: med.map(|m| m.guest_qd),
-            iops: f(|s| s.median.iops, 1),
-            iops_min: f(|s| s.iops_min, 1),
-            iops_max: f(|s| s.iops_max, 1),
-            bw_mib_s: f(|s| s.median.bw_mib_s, 2),
-            lat_mean_us: f(|s| s.median.lat_mean_us, 3),
-            lat_p50_us: f(|s| s.median.lat_p50_us, 3),
-            lat_p99_us: f(|s| s.median.lat_p99_us, 3),
-            lat_p99_min_us: f(|s| s.p99_min, 3),
-            lat_p99_max_us: f(|s| s.p99_max, 3),
-            cpu_total_us_per_io: f(|s| s.median.cpu_total_us, 3),
-            cpu_vcpu_us_per_io: f(|s| s.median.cpu_vcpu_us, 3),
-            cpu_dataplane_us_per_io: f(|s| s.median.cpu_dataplane_us, 3),
-            guest_kicks_per_io: f(|s| s.median.guest_kicks, 4),
-            guest_irqs_per_io: f(|s| s.median.guest_irqs, 4),
-            drive_kicks_per_io: f(|s| s.median.drive_kicks, 4),
-            drive_irqs_per_io: f(|s| s.median.drive_irqs, 4),
-            batch_mean: f(|s| s.median.batch_mean, 2),
-            sleeps_per_io: f(|s| s.median.sleeps, 4),
-            errors: s.map(|s| s.errors),
+            guest_qd,
+            iops: f(|r| r.iops, 1),
+            iops_min: fin(iops_min, 1),
+            iops_max: fin(iops_max, 1),
+            bw_mib_s: f(|r| r.bw_mib_s, 2),
+            lat_mean_us: f(|r| r.lat_mean_us, 3),
+            lat_p50_us: f(|r| r.lat_p50_us, 3),
+            lat_p99_us: f(|r| r.lat_p99_us, 3),
+            lat_p99_min_us: fin(p99_min, 3),
+            lat_p99_max_us: fin(p99_max, 3),
+            cpu_total_us_per_io: f(|r| r.cpu_total_us, 3),
+            cpu_vcpu_us_per_io: f(|r| r.cpu_vcpu_us, 3),
+            cpu_dataplane_us_per_io: f(|r| r.cpu_dataplane_us, 3),
+            guest_kicks_per_io: f(|r| r.guest_kicks, 4),
+            guest_irqs_per_io: f(|r| r.guest_irqs, 4),
+            drive_kicks_per_io: f(|r| r.drive_kicks, 4),
+            drive_irqs_per_io: f(|r| r.drive_irqs, 4),
+            batch_mean: f(|r| r.batch_mean, 2),
+            sleeps_per_io: f(|r| r.sleeps, 4),
+            errors: (!runs.is_empty()).then(|| runs.iter().map(|r| r.errors).sum()),
             native_fio: job.label(),
             native_iops: nf(|n| n.iops, 1),
             native_bw_mib_s: nf(|n| n.bw_mib_s, 2),
             native_lat_mean_us: nf(|n| n.lat_mean_us, 3),
             native_lat_p99_us: nf(|n| n.lat_p99_us, 3),
             native_cpu_us_per_io: nf(|n| n.cpu_us, 3),
-            native_ratio: med
-                .and_then(|m| ratio(m.iops, nat.map(|n| n.iops)))
+            native_ratio: ratio(median(&all(|r| r.iops)), nat.map(|n| n.iops))
                 .and_then(|r| fin(r, 3)),
             note: notes.join("; "),
         }
@@ -353,7 +355,6 @@ pub fn write_all(
 /// runs) with a native run at twice that, for tests.
 #[cfg(test)]
 pub fn sample_row(index: usize, qd: u32, iops: f64) -> ResultRow {
-    use crate::sample::RunSample;
     let run = |iops| RunSample {
         iops,
         lat_p99_us: 2.0,
@@ -363,11 +364,7 @@ pub fn sample_row(index: usize, qd: u32, iops: f64) -> ResultRow {
     };
     let m = Measured {
         count: 1000,
-        summary: Some(PointSummary::of(&[
-            run(iops - 1000.0),
-            run(iops),
-            run(iops + 1000.0),
-        ])),
+        runs: vec![run(iops - 1000.0), run(iops), run(iops + 1000.0)],
         error: None,
     };
     let p = Point {
@@ -388,7 +385,6 @@ pub fn sample_row(index: usize, qd: u32, iops: f64) -> ResultRow {
 mod tests {
     use super::*;
     use crate::matrix::PollSetting;
-    use crate::sample::RunSample;
 
     #[test]
     fn flattens_a_point_with_its_ratio_and_notes() {
@@ -401,12 +397,11 @@ mod tests {
             iops: 150_000.0,
             cpu_dataplane_us: 2.8004,
             guest_qd: 16,
-            requests: 150_000,
             ..RunSample::default()
         };
         let m = Measured {
             count: 150_000,
-            summary: Some(PointSummary::of(&[run])),
+            runs: vec![run],
             error: None,
         };
         let job = FioJob::for_point(&point);
@@ -426,7 +421,7 @@ mod tests {
         assert_eq!(r.native_fio, "io_uring qd32×1");
         assert_eq!(r.note, "guest lowered qd to 16");
         let failed = Measured {
-            summary: None,
+            runs: Vec::new(),
             error: Some("boom".into()),
             ..m
         };
@@ -436,6 +431,38 @@ mod tests {
             ("failed", None, None)
         );
         assert_eq!(r.note, "boom; native: fio missing");
+    }
+
+    #[test]
+    fn summarises_repeats_field_by_field() {
+        let run = |iops: f64, p99: f64, cpu: f64| RunSample {
+            iops,
+            lat_p99_us: p99,
+            cpu_dataplane_us: cpu,
+            errors: 1,
+            guest_qd: 32,
+            ..RunSample::default()
+        };
+        let m = Measured {
+            count: 1000,
+            runs: vec![
+                run(100.0, 50.0, 3.0),
+                run(300.0, 10.0, 1.0),
+                run(200.0, 30.0, 2.0),
+            ],
+            error: None,
+        };
+        let p = Point::base();
+        let r = ResultRow::new(1, &p, &m, &FioJob::for_point(&p), &Err("none".into()));
+        assert_eq!(r.iops, Some(200.0));
+        assert_eq!(r.lat_p99_us, Some(30.0));
+        assert_eq!(r.cpu_dataplane_us_per_io, Some(2.0));
+        assert_eq!((r.iops_min, r.iops_max), (Some(100.0), Some(300.0)));
+        assert_eq!(
+            (r.lat_p99_min_us, r.lat_p99_max_us),
+            (Some(10.0), Some(50.0))
+        );
+        assert_eq!((r.runs, r.errors), (3, Some(3)));
     }
 
     #[test]

@@ -239,7 +239,7 @@ pub fn run(settings: &Settings, command: &str) -> anyhow::Result<Outcome> {
             break;
         }
         for (&(i, p), m) in group.iter().zip(measure_group(&env, group)) {
-            if m.summary.is_none() && interrupted() {
+            if m.runs.is_empty() && interrupted() {
                 // Stopped before any recorded run: not a failure of the point.
                 break 'groups;
             }

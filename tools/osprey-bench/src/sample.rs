@@ -1,4 +1,4 @@
-//! One recorded run's numbers and their summary over the repeats. A run's sample combines the test
+//! One recorded run's numbers, and the median and spread over the repeats. A run's sample combines the test
 //! guest's `BLK {json}` console line (guest-images/test-guest/README.md) with the `GET /metrics`
 //! JSON Osprey appends to the run's metrics file as the VM stops (drive and iothread counters, CPU
 //! time per thread): IOPS, bandwidth, latency, CPU per I/O, kicks and interrupts per I/O.
@@ -111,8 +111,6 @@ pub struct RunSample {
     pub batch_mean: f64,
     /// iothread sleeps per I/O.
     pub sleeps: f64,
-    /// Completed requests.
-    pub requests: u64,
     /// Non-OK requests.
     pub errors: u64,
     /// The queue depth the guest used.
@@ -179,7 +177,6 @@ impl RunSample {
                 u(&drive["submissions"]).max(1),
             ),
             sleeps: per(sleeps),
-            requests: n,
             errors: run.errors,
             guest_qd: run.qd,
         })
@@ -206,58 +203,6 @@ pub fn spread(values: &[f64]) -> (f64, f64) {
     .unwrap_or((f64::NAN, f64::NAN))
 }
 
-/// A point's repeats: each field the median over runs, plus the IOPS and p99 spread.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct PointSummary {
-    pub median: RunSample,
-    pub iops_min: f64,
-    pub iops_max: f64,
-    pub p99_min: f64,
-    pub p99_max: f64,
-    /// Runs summarised.
-    pub runs: usize,
-    /// Errors over all runs.
-    pub errors: u64,
-}
-
-impl PointSummary {
-    /// Summarises the runs (at least one).
-    pub fn of(runs: &[RunSample]) -> Self {
-        let all = |f: fn(&RunSample) -> f64| runs.iter().map(f).collect::<Vec<_>>();
-        let m = |f: fn(&RunSample) -> f64| median(&all(f));
-        let (iops_min, iops_max) = spread(&all(|r| r.iops));
-        let (p99_min, p99_max) = spread(&all(|r| r.lat_p99_us));
-        let median = RunSample {
-            iops: m(|r| r.iops),
-            bw_mib_s: m(|r| r.bw_mib_s),
-            lat_mean_us: m(|r| r.lat_mean_us),
-            lat_p50_us: m(|r| r.lat_p50_us),
-            lat_p99_us: m(|r| r.lat_p99_us),
-            cpu_total_us: m(|r| r.cpu_total_us),
-            cpu_vcpu_us: m(|r| r.cpu_vcpu_us),
-            cpu_dataplane_us: m(|r| r.cpu_dataplane_us),
-            guest_kicks: m(|r| r.guest_kicks),
-            guest_irqs: m(|r| r.guest_irqs),
-            drive_kicks: m(|r| r.drive_kicks),
-            drive_irqs: m(|r| r.drive_irqs),
-            batch_mean: m(|r| r.batch_mean),
-            sleeps: m(|r| r.sleeps),
-            requests: runs.iter().map(|r| r.requests).max().unwrap_or(0),
-            errors: runs.iter().map(|r| r.errors).max().unwrap_or(0),
-            guest_qd: runs.iter().map(|r| r.guest_qd).min().unwrap_or(0),
-        };
-        PointSummary {
-            median,
-            iops_min,
-            iops_max,
-            p99_min,
-            p99_max,
-            runs: runs.len(),
-            errors: runs.iter().map(|r| r.errors).sum(),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -271,10 +216,7 @@ mod tests {
     #[test]
     fn a_recorded_run_becomes_a_sample() {
         let s = RunSample::from_outputs(CONSOLE, Some(&metrics())).expect("sample");
-        assert_eq!(
-            (s.iops, s.requests, s.guest_qd, s.errors),
-            (233_854.0, 20_000, 8, 0)
-        );
+        assert_eq!((s.iops, s.guest_qd, s.errors), (233_854.0, 8, 0));
         // 81,920,000 bytes in 85,523,321 ns.
         assert!((s.bw_mib_s - 913.5).abs() < 0.1, "{}", s.bw_mib_s);
         assert!((s.lat_mean_us - 68.29).abs() < 1e-9);
@@ -329,29 +271,5 @@ mod tests {
         assert_eq!(median(&[f64::NAN, 5.0]), 5.0);
         assert_eq!(spread(&[3.0, 1.0, 2.0]), (1.0, 3.0));
         assert!(spread(&[]).0.is_nan());
-    }
-
-    #[test]
-    fn summarises_repeats_field_by_field() {
-        let run = |iops: f64, p99: f64, cpu: f64| RunSample {
-            iops,
-            lat_p99_us: p99,
-            cpu_dataplane_us: cpu,
-            requests: 1000,
-            errors: 1,
-            guest_qd: 32,
-            ..RunSample::default()
-        };
-        let s = PointSummary::of(&[
-            run(100.0, 50.0, 3.0),
-            run(300.0, 10.0, 1.0),
-            run(200.0, 30.0, 2.0),
-        ]);
-        assert_eq!(s.median.iops, 200.0);
-        assert_eq!(s.median.lat_p99_us, 30.0);
-        assert_eq!(s.median.cpu_dataplane_us, 2.0);
-        assert_eq!((s.iops_min, s.iops_max), (100.0, 300.0));
-        assert_eq!((s.p99_min, s.p99_max), (10.0, 50.0));
-        assert_eq!((s.runs, s.errors), (3, 3));
     }
 }
