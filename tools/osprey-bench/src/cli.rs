@@ -92,8 +92,6 @@ pub struct Cli {
 pub struct Settings {
     pub spec: MatrixSpec,
     pub store: StoreKind,
-    /// The store kind was chosen for the user (not root: file).
-    pub store_defaulted_to_file: bool,
     pub seconds: f64,
     pub repeats: u32,
     pub warmup: f64,
@@ -109,27 +107,21 @@ impl Cli {
     /// Fills in the defaults (the `--quick` preset's when asked for).
     pub fn settings(self) -> Result<Settings, String> {
         let q = self.quick;
+        let polls = [
+            PollSetting::Off,
+            PollSetting::Classic(None),
+            PollSetting::Weighted(3),
+        ];
         let spec = MatrixSpec {
             rw: or(
                 &self.rw,
-                if q {
-                    &[Rw::RandRead]
-                } else {
-                    &[Rw::RandRead, Rw::RandWrite]
-                },
+                &[Rw::RandRead, Rw::RandWrite][..if q { 1 } else { 2 }],
             ),
             bs: or(&self.bs, &[4096]),
             qd: or(&self.qd, if q { &[1, 32] } else { &[1, 8, 32] }),
             queues: or(&self.queues, &[1]),
             engine: or(&self.engine, &[Engine::IoUring]),
-            poll: or(
-                &self.poll,
-                &[
-                    PollSetting::Off,
-                    PollSetting::Classic(None),
-                    PollSetting::Weighted(3),
-                ][..if q { 2 } else { 3 }],
-            ),
+            poll: or(&self.poll, &polls[..if q { 2 } else { 3 }]),
             max_batch: or(&self.max_batch, &[32]),
             irq: or(&self.irq, &[false]),
             hog: or(&self.hog, &[0]),
@@ -149,15 +141,15 @@ impl Cli {
         if self.store_size < 1 << 20 {
             return Err("--store-size must be at least 1m".into());
         }
-        let (store, store_defaulted_to_file) = match self.store {
-            Some(s) => (s, false),
-            None if is_root() => (StoreKind::Loop, false),
-            None => (StoreKind::File, true),
+        let default = if is_root() {
+            StoreKind::Loop
+        } else {
+            StoreKind::File
         };
+        let store = self.store.unwrap_or(default);
         Ok(Settings {
             spec,
             store,
-            store_defaulted_to_file,
             seconds,
             repeats,
             warmup,

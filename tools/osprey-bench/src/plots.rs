@@ -11,6 +11,7 @@ use crate::matrix::{series_label, varying, Dim, Point};
 use crate::report::ResultRow;
 
 type Data = [(Point, ResultRow)];
+type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
 
 /// Points annotated on the Pareto plot at most (beyond this the labels overlap).
 const MAX_ANNOTATED: usize = 24;
@@ -131,7 +132,7 @@ fn text<E: std::fmt::Display>(e: E) -> String {
 
 /// Plot 1: IOPS (y) against dataplane CPU µs per I/O (x), one series per polling config, each
 /// point annotated with the other varying dimensions.
-fn pareto(path: &Path, data: &Data, v: &[Dim]) -> Result<(), String> {
+fn pareto(root: &Area<'_>, data: &Data, v: &[Dim]) -> Result<(), String> {
     let series = group(
         data,
         |p| format!("poll={}", p.poll),
@@ -145,9 +146,7 @@ fn pareto(path: &Path, data: &Data, v: &[Dim]) -> Result<(), String> {
     let ax = Axis::auto(bounds(series.iter(), |p| p.0));
     let ay = Axis::auto(bounds(series.iter(), |p| p.1));
     let annotate = series.iter().map(|s| s.points.len()).sum::<usize>() <= MAX_ANNOTATED;
-    let root = SVGBackend::new(path, (960, 640)).into_drawing_area();
-    root.fill(&WHITE).map_err(text)?;
-    let mut chart = ChartBuilder::on(&root)
+    let mut chart = ChartBuilder::on(root)
         .caption(
             "IOPS vs dataplane CPU per I/O, by polling config",
             ("sans-serif", 20),
@@ -192,8 +191,7 @@ fn pareto(path: &Path, data: &Data, v: &[Dim]) -> Result<(), String> {
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .draw()
-        .map_err(text)?;
-    root.present().map_err(text)
+        .map_err(text)
 }
 
 /// A line on a categorical chart: thick with circles (mean, IOPS) or thin with triangles (p99).
@@ -206,7 +204,7 @@ struct Line {
 
 /// Draws lines over categorical x (x = index into `xs`) on `area`.
 fn category_lines(
-    area: &DrawingArea<SVGBackend<'_>, Shift>,
+    area: &Area<'_>,
     caption: &str,
     x_desc: &str,
     xs: &[String],
@@ -267,13 +265,13 @@ fn category_lines(
 }
 
 /// The distinct values of a dimension, sorted, and each point's index among them.
-fn categories(data: &Data, key: fn(&Point) -> u32) -> (Vec<u32>, impl Fn(&Point) -> f64) {
+fn categories(data: &Data, key: fn(&Point) -> u32) -> (Vec<String>, impl Fn(&Point) -> f64) {
     let mut v: Vec<u32> = data.iter().map(|(p, _)| key(p)).collect();
     v.sort_unstable();
     v.dedup();
-    let xs = v.clone();
-    (v, move |p: &Point| {
-        xs.iter().position(|x| *x == key(p)).unwrap_or(0) as f64
+    let names = v.iter().map(u32::to_string).collect();
+    (names, move |p: &Point| {
+        v.iter().position(|x| *x == key(p)).unwrap_or(0) as f64
     })
 }
 
@@ -302,8 +300,8 @@ fn lines(
 
 /// Plot 2: mean (thick, circles) and p99 (thin, triangles) latency by queue depth, a pair of
 /// lines per engine (and per other varying dimension).
-fn latency_by_qd(path: &Path, data: &Data, v: &[Dim]) -> Result<(), String> {
-    let (qds, x) = categories(data, |p| p.qd);
+fn latency_by_qd(root: &Area<'_>, data: &Data, v: &[Dim]) -> Result<(), String> {
+    let (xs, x) = categories(data, |p| p.qd);
     let label = |p: &Point| series_label(v, p, &[Dim::Engine], &[Dim::Qd]);
     let mean = lines(data, label, &x, |r| r.lat_mean_us, false, " mean");
     let p99 = lines(data, label, &x, |r| r.lat_p99_us, true, " p99");
@@ -312,30 +310,17 @@ fn latency_by_qd(path: &Path, data: &Data, v: &[Dim]) -> Result<(), String> {
         .zip(p99)
         .flat_map(|(m, q)| [m, q])
         .collect();
-    let xs: Vec<String> = qds.iter().map(u32::to_string).collect();
-    let root = SVGBackend::new(path, (960, 640)).into_drawing_area();
-    root.fill(&WHITE).map_err(text)?;
     let caption = "Guest latency by queue depth (mean ●, p99 ▲)";
-    category_lines(
-        &root,
-        caption,
-        "queue depth per queue",
-        &xs,
-        "latency (µs)",
-        &pairs,
-    )?;
-    root.present().map_err(text)
+    let x_desc = "queue depth per queue";
+    category_lines(root, caption, x_desc, &xs, "latency (µs)", &pairs)
 }
 
 /// Plot 3: IOPS (top) and p99 latency (bottom) by max_batch.
-fn max_batch(path: &Path, data: &Data, v: &[Dim]) -> Result<(), String> {
-    let (mbs, x) = categories(data, |p| p.max_batch);
+fn max_batch(root: &Area<'_>, data: &Data, v: &[Dim]) -> Result<(), String> {
+    let (xs, x) = categories(data, |p| p.max_batch);
     let label = |p: &Point| series_label(v, p, &[], &[Dim::MaxBatch]);
     let iops = lines(data, label, &x, |r| r.iops, false, "");
     let p99 = lines(data, label, &x, |r| r.lat_p99_us, true, "");
-    let xs: Vec<String> = mbs.iter().map(u32::to_string).collect();
-    let root = SVGBackend::new(path, (960, 900)).into_drawing_area();
-    root.fill(&WHITE).map_err(text)?;
     let (top, bottom) = root.split_vertically(450);
     category_lines(
         &top,
@@ -346,18 +331,17 @@ fn max_batch(path: &Path, data: &Data, v: &[Dim]) -> Result<(), String> {
         &iops,
     )?;
     let caption = "p99 latency by max_batch";
-    category_lines(&bottom, caption, "max_batch", &xs, "p99 latency (µs)", &p99)?;
-    root.present().map_err(text)
+    category_lines(&bottom, caption, "max_batch", &xs, "p99 latency (µs)", &p99)
 }
 
 /// Draws the plots of the points that produced numbers into `out`; returns the files written and
 /// the plots that failed.
 pub fn write_plots(out: &Path, data: &Data) -> (Vec<String>, Vec<String>) {
-    type Plot = fn(&Path, &Data, &[Dim]) -> Result<(), String>;
-    let plots: [(&str, Plot); 3] = [
-        ("pareto-iops-vs-dataplane-cpu.svg", pareto),
-        ("latency-by-qd.svg", latency_by_qd),
-        ("max-batch.svg", max_batch),
+    type Plot = fn(&Area<'_>, &Data, &[Dim]) -> Result<(), String>;
+    let plots: [(&str, u32, Plot); 3] = [
+        ("pareto-iops-vs-dataplane-cpu.svg", 640, pareto),
+        ("latency-by-qd.svg", 640, latency_by_qd),
+        ("max-batch.svg", 900, max_batch),
     ];
     let ok: Vec<(Point, ResultRow)> = data
         .iter()
@@ -370,10 +354,16 @@ pub fn write_plots(out: &Path, data: &Data) -> (Vec<String>, Vec<String>) {
     }
     let points: Vec<Point> = data.iter().map(|(p, _)| *p).collect();
     let v = varying(&points);
-    for (name, plot) in plots {
-        match plot(&out.join(name), &ok, &v) {
+    for (name, height, plot) in plots {
+        let path = out.join(name);
+        let root = SVGBackend::new(&path, (960, height)).into_drawing_area();
+        let drawn = root.fill(&WHITE).map_err(text);
+        match drawn
+            .and_then(|()| plot(&root, &ok, &v))
+            .and_then(|()| root.present().map_err(text))
+        {
             Ok(()) => written.push(name.to_string()),
-            Err(e) => failed.push(format!("Cannot draw {}: {e}", out.join(name).display())),
+            Err(e) => failed.push(format!("Cannot draw {}: {e}", path.display())),
         }
     }
     (written, failed)
@@ -422,18 +412,8 @@ mod tests {
         assert!(svg("latency-by-qd.svg").contains("IoUring poll=off mb=32 p99"));
         assert!(svg("max-batch.svg").contains("Null poll=classic qd1"));
         // Nothing to draw without numbers.
-        let none: Vec<(Point, ResultRow)> = data
-            .iter()
-            .map(|(p, r)| {
-                (
-                    *p,
-                    ResultRow {
-                        iops: None,
-                        ..r.clone()
-                    },
-                )
-            })
-            .collect();
+        let mut none = data.clone();
+        none.iter_mut().for_each(|(_, r)| r.iops = None);
         assert_eq!(write_plots(&dir, &none).0.len(), 0);
         if std::env::var_os("OSPREY_BENCH_KEEP_PLOTS").is_none() {
             let _ = std::fs::remove_dir_all(&dir);

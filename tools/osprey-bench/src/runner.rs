@@ -190,7 +190,7 @@ pub fn run(settings: &Settings, command: &str) -> anyhow::Result<Outcome> {
     if let Some(n) = &native_note {
         eprintln!("osprey-bench: native column empty: {n}");
     }
-    if settings.store_defaulted_to_file {
+    if cli.store.is_none() && settings.store == StoreKind::File {
         eprintln!(
             "osprey-bench: not root, so the store is a file in {} (--store loop needs root)",
             cli.store_dir.display()

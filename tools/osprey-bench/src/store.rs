@@ -138,27 +138,20 @@ impl Store {
             StoreKind::Loop => {
                 let backing = Path::new("/dev/shm").join(name);
                 fill(&backing, size, true)?;
-                let dev = Command::new("losetup")
+                let mut losetup = Command::new("losetup");
+                let out = losetup
                     .args(["--direct-io=on", "-f", "--show"])
-                    .arg(&backing)
-                    .output()
-                    .map_err(|e| e.to_string())
-                    .and_then(|o| {
-                        let text = |b: &[u8]| String::from_utf8_lossy(b).trim().to_string();
-                        if o.status.success() {
-                            Ok(text(&o.stdout))
-                        } else {
-                            Err(text(&o.stderr))
-                        }
-                    });
-                match dev {
-                    Ok(dev) => {
+                    .arg(&backing);
+                let text = |b: &[u8]| String::from_utf8_lossy(b).trim().to_string();
+                match out.output() {
+                    Ok(o) if o.status.success() => {
                         let mut store = file(backing, true, false);
-                        store.path = PathBuf::from(dev);
+                        store.path = text(&o.stdout).into();
                         Ok(store)
                     }
-                    Err(e) => {
+                    failed => {
                         let _ = std::fs::remove_file(&backing);
+                        let e = failed.map_or_else(|e| e.to_string(), |o| text(&o.stderr));
                         Err(StoreError::Losetup(e))
                     }
                 }
