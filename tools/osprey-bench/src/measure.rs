@@ -5,6 +5,7 @@
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use crate::cli::Settings;
 use crate::matrix::Point;
 use crate::runner::interrupted;
 use crate::sample::RunSample;
@@ -21,10 +22,8 @@ pub struct PointEnv<'a> {
     pub cold: bool,
     /// Bytes of the store in use.
     pub range: u64,
-    pub seconds: f64,
-    /// Seconds of warm-up (0: none).
-    pub warmup: f64,
-    pub repeats: u32,
+    /// `--seconds`, `--warmup` and `--repeats`.
+    pub settings: &'a Settings,
 }
 
 /// A measured point.
@@ -166,13 +165,13 @@ impl<'a> PointRun<'a> {
                 return pr;
             }
         }
-        if env.warmup > 0.0 && !interrupted() {
-            let n = sized_count(pr.iops, env.warmup, floor);
+        if env.settings.warmup > 0.0 && !interrupted() {
+            let n = sized_count(pr.iops, env.settings.warmup, floor);
             if let Ok(s) = pr.run(n, 1, "warmup", deadline(n, pr.iops)) {
                 pr.iops = s.iops;
             }
         }
-        pr.count = sized_count(pr.iops, env.seconds, floor);
+        pr.count = sized_count(pr.iops, env.settings.seconds, floor);
         pr.m.count = pr.count;
         pr
     }
@@ -196,7 +195,7 @@ impl<'a> PointRun<'a> {
         ) {
             Ok(sample) => {
                 self.iops = sample.iops;
-                self.count = sized_count(self.iops, self.env.seconds, self.floor);
+                self.count = sized_count(self.iops, self.env.settings.seconds, self.floor);
                 self.m.runs.push(sample);
             }
             Err(e) => {
@@ -228,7 +227,7 @@ pub fn measure_group(env: &PointEnv<'_>, points: &[(usize, Point)]) -> Vec<Measu
         .iter()
         .map(|&(index, p)| PointRun::new(env, index, p))
         .collect();
-    for r in 0..env.repeats {
+    for r in 0..env.settings.repeats {
         for i in round_order(runs.len(), r) {
             runs[i].record(r);
         }
@@ -256,21 +255,11 @@ mod tests {
         assert_eq!(sized_count(f64::NAN, 1.0, 64), 64);
         assert_eq!(sized_count(1e12, 1e3, 64), u64::from(u32::MAX));
         assert_eq!(deadline(100_000, 100_000.0), Duration::from_secs(40));
-        assert!(same_workload(
-            &Point::base(),
-            &Point {
-                hog: 2,
-                max_batch: 1,
-                ..Point::base()
-            }
-        ));
-        assert!(!same_workload(
-            &Point::base(),
-            &Point {
-                qd: 8,
-                ..Point::base()
-            }
-        ));
+        let (base, mut other) = (Point::base(), Point::base());
+        (other.hog, other.max_batch, other.engine) = (2, 1, crate::matrix::Engine::Sync);
+        assert!(same_workload(&base, &other));
+        other.qd = 8;
+        assert!(!same_workload(&base, &other));
     }
 
     #[test]

@@ -1,8 +1,7 @@
-//! The matrix run from start to end: prerequisites (the Osprey binary and the test guest, built
-//! when missing; fio, installed when missing and possible), the start-up probe, the store, every
-//! workload's points with their native reference and a progress line each, then the outputs.
-//! Ctrl-C and SIGTERM stop it after the current run; the store is still removed and the report
-//! written.
+//! The matrix run from start to end: the Osprey binary and the test guest (built when missing),
+//! the start-up probe, the store, every workload's points with their native reference and a
+//! progress line each, then the outputs. Ctrl-C and SIGTERM stop it after the current run; the
+//! store is still removed and the report written.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -114,16 +113,13 @@ pub fn run(settings: &Settings, command: &str) -> anyhow::Result<Outcome> {
     let cli = &settings.cli;
     let matrix = settings.spec.expand();
     eprintln!("osprey-bench: note: {GUEST_NOTE}");
-    let warmup = if settings.warmup > 0.0 {
-        format!("+ probe, {} s warm-up", settings.warmup)
-    } else {
-        "+ probe".to_string()
-    };
+    let warmup = (settings.warmup > 0.0).then(|| format!(", {} s warm-up", settings.warmup));
     eprintln!(
-        "osprey-bench: {} point(s), {} run(s) of {} s each ({warmup}), {} skipped",
+        "osprey-bench: {} point(s), {} run(s) of {} s each (+ probe{}), {} skipped",
         matrix.points.len(),
         settings.repeats,
         settings.seconds,
+        warmup.unwrap_or_default(),
         matrix.skipped.len()
     );
     for s in &matrix.skipped {
@@ -160,15 +156,11 @@ pub fn run(settings: &Settings, command: &str) -> anyhow::Result<Outcome> {
     let elf_default = root.join("guest-images/build/test-guest.elf");
     let elf = find_or_build(cli.test_guest_elf.as_deref(), elf_default, &mut build)?;
 
+    let handler = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
     for sig in [libc::SIGINT, libc::SIGTERM] {
         // SAFETY: `on_signal` is async-signal-safe (one atomic store) and lives for the whole
         // program; replacing the default disposition of these two signals affects nothing else.
-        unsafe {
-            libc::signal(
-                sig,
-                on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t,
-            )
-        };
+        unsafe { libc::signal(sig, handler) };
     }
     let (started_at, stamp) = utc_now();
     let started = Instant::now();
@@ -217,22 +209,14 @@ pub fn run(settings: &Settings, command: &str) -> anyhow::Result<Outcome> {
         tsc_khz,
         cold: store.cold,
         range,
-        seconds: settings.seconds,
-        warmup: settings.warmup,
-        repeats: settings.repeats,
+        settings,
     };
 
     let mut natives: HashMap<FioJob, Result<FioResult, String>> = HashMap::new();
     let mut data: Vec<(Point, ResultRow)> = Vec::new();
     let total = matrix.points.len();
     let loop_started = Instant::now();
-    let indexed: Vec<(usize, Point)> = matrix
-        .points
-        .iter()
-        .copied()
-        .enumerate()
-        .map(|(i, p)| (i + 1, p))
-        .collect();
+    let indexed: Vec<(usize, Point)> = (1..).zip(matrix.points.iter().copied()).collect();
     // The points of one workload are measured side by side, their runs round by round.
     'groups: for group in indexed.chunk_by(|a, b| same_workload(&a.1, &b.1)) {
         if interrupted() {

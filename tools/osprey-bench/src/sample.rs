@@ -29,11 +29,10 @@ pub enum SampleError {
 
 /// The parts of the `BLK` JSON the runner uses.
 #[derive(Debug, Default, Deserialize)]
+#[serde(default)]
 struct BlkReport {
     /// Set only when the device could not be set up.
-    #[serde(default)]
     error: Option<String>,
-    #[serde(default)]
     runs: Vec<BlkRun>,
 }
 

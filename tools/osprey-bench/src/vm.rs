@@ -45,36 +45,6 @@ pub fn guest_cmdline(p: &Point, r: &GuestRun) -> String {
     )
 }
 
-/// The VM config JSON (docs/config.md) of one run; Osprey appends its metrics to `metrics` once,
-/// as the VM stops (the interval is longer than any run).
-pub fn vm_config(
-    p: &Point,
-    elf: &Path,
-    cmdline: &str,
-    store: &Path,
-    direct: bool,
-    metrics: &Path,
-) -> Value {
-    let mut iothread = p.poll.iothread_fields();
-    iothread["id"] = "io0".into();
-    iothread["max_batch"] = p.max_batch.into();
-    json!({
-        "machine-config": { "vcpu_count": 1, "mem_size_mib": 256 },
-        "boot-source": { "kernel_image_path": elf, "boot_args": cmdline },
-        "drives": [{
-            "drive_id": "bench0",
-            "path_on_host": store,
-            "direct": direct,
-            "io_engine": p.engine.to_string(),
-            "num_queues": p.queues,
-            "queue_size": 256,
-            "iothread": "io0",
-        }],
-        "iothreads": [iothread],
-        "metrics": { "path": metrics, "interval_ms": 24u64 * 3600 * 1000 },
-    })
-}
-
 /// A finished (or killed) Osprey process: its console (stdout), its log (stderr), and its exit
 /// status (None: killed at the deadline).
 #[derive(Debug)]
@@ -169,6 +139,29 @@ pub struct Vm<'a> {
 }
 
 impl Vm<'_> {
+    /// The VM config JSON (docs/config.md) of one run; Osprey appends its metrics to `metrics` once,
+    /// as the VM stops (the interval is longer than any run).
+    pub fn config(&self, p: &Point, cmdline: &str, metrics: &Path) -> Value {
+        let mut iothread = p.poll.iothread_fields();
+        iothread["id"] = "io0".into();
+        iothread["max_batch"] = p.max_batch.into();
+        json!({
+            "machine-config": { "vcpu_count": 1, "mem_size_mib": 256 },
+            "boot-source": { "kernel_image_path": self.elf, "boot_args": cmdline },
+            "drives": [{
+                "drive_id": "bench0",
+                "path_on_host": self.store,
+                "direct": self.direct,
+                "io_engine": p.engine.to_string(),
+                "num_queues": p.queues,
+                "queue_size": 256,
+                "iothread": "io0",
+            }],
+            "iothreads": [iothread],
+            "metrics": { "path": metrics, "interval_ms": 24u64 * 3600 * 1000 },
+        })
+    }
+
     /// Boots the test guest for run `name` of `p` and returns its sample.
     pub fn run(
         &self,
@@ -179,7 +172,7 @@ impl Vm<'_> {
     ) -> anyhow::Result<RunSample> {
         let [config, logs, metrics] = run_files(self.out, name);
         let cmdline = guest_cmdline(p, run);
-        let vm = vm_config(p, self.elf, &cmdline, self.store, self.direct, &metrics);
+        let vm = self.config(p, &cmdline, &metrics);
         let text = serde_json::to_string_pretty(&vm).unwrap_or_else(|_| vm.to_string());
         create_parent(&config)?;
         std::fs::write(&config, text)
@@ -236,14 +229,8 @@ pub fn probe(osprey: &Path, elf: &Path, out: &Path) -> anyhow::Result<(u64, Stri
         OsStr::new("--cmdline"),
         OsStr::new("mode=report"),
     ];
-    let failed = "Osprey's start-up probe failed";
-    let out = run_osprey(
-        osprey,
-        &args,
-        Duration::from_secs(60),
-        &out.join("logs/probe.*"),
-    )
-    .context(failed)?;
+    let (failed, files) = ("Osprey's start-up probe failed", out.join("logs/probe.*"));
+    let out = run_osprey(osprey, &args, Duration::from_secs(60), &files).context(failed)?;
     let Some(status) = out.status else {
         bail!("{failed}: no exit within 60s");
     };
@@ -289,12 +276,14 @@ mod tests {
             "mode=blk rw=randwrite bs=4096 qd=32 queues=2 count=50000 range=1073741824 \
              tsc_khz=2445426 irq=0 seed=2"
         );
-        let (elf, store, metrics) = (
-            Path::new("/g.elf"),
-            Path::new("/dev/loop0"),
-            Path::new("/m"),
-        );
-        let config = vm_config(&p, elf, "mode=blk", store, true, metrics);
+        let vm = Vm {
+            osprey: Path::new("/o"),
+            elf: Path::new("/g.elf"),
+            store: Path::new("/dev/loop0"),
+            direct: true,
+            out: Path::new("/o"),
+        };
+        let config = vm.config(&p, "mode=blk", Path::new("/m"));
         let drive = json!({ "drive_id": "bench0", "path_on_host": "/dev/loop0", "direct": true,
             "io_engine": "LinuxAio", "num_queues": 2, "queue_size": 256, "iothread": "io0" });
         let iothread = json!({ "id": "io0", "max_batch": 128, "poll_policy": "Weighted",
