@@ -6,6 +6,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use clap::ValueEnum;
+use serde_json::json;
 use thiserror::Error;
 
 use crate::units::{format_bytes, format_duration_ns, format_size, parse_duration_ns, parse_size};
@@ -16,16 +17,13 @@ pub const GUEST_POOL_BYTES: u64 = 8 << 20;
 /// A matrix value that does not parse or is out of range.
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum MatrixError {
-    /// Unknown polling configuration.
     #[error(
         "Bad poll config {0:?}: expected off, classic, classic:<window> (e.g. classic:200us), \
          weighted:<W> (W 1-16) or adaptive"
     )]
     Poll(String),
-    /// A block size the guest cannot use.
     #[error("bs {0} is out of range (a multiple of 512 from 512 to 1m)")]
     Bs(u64),
-    /// A size that does not parse.
     #[error(transparent)]
     Units(#[from] crate::units::UnitsError),
 }
@@ -87,15 +85,15 @@ impl PollSetting {
     /// The iothread fields this setting puts in the VM config.
     pub fn iothread_fields(self) -> serde_json::Value {
         match self {
-            PollSetting::Off => serde_json::json!({ "poll_max_ns": 0 }),
-            PollSetting::Classic(None) => serde_json::json!({ "poll_policy": "Classic" }),
+            PollSetting::Off => json!({ "poll_max_ns": 0 }),
+            PollSetting::Classic(None) => json!({ "poll_policy": "Classic" }),
             PollSetting::Classic(Some(ns)) => {
-                serde_json::json!({ "poll_policy": "Classic", "poll_max_ns": ns })
+                json!({ "poll_policy": "Classic", "poll_max_ns": ns })
             }
             PollSetting::Weighted(w) => {
-                serde_json::json!({ "poll_policy": "Weighted", "poll_weight": w })
+                json!({ "poll_policy": "Weighted", "poll_weight": w })
             }
-            PollSetting::Adaptive => serde_json::json!({ "poll_policy": "Adaptive" }),
+            PollSetting::Adaptive => json!({ "poll_policy": "Adaptive" }),
         }
     }
 }

@@ -9,6 +9,7 @@ use plotters::prelude::*;
 
 use crate::matrix::{series_label, varying, Dim, Point};
 use crate::report::ResultRow;
+use crate::sample::spread;
 
 type Data = [(Point, ResultRow)];
 type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
@@ -49,23 +50,6 @@ fn group(
     out
 }
 
-/// (min, max) of `f` over every point; (0, 1) for none.
-fn bounds<'a>(
-    series: impl Iterator<Item = &'a Series>,
-    f: impl Fn(&(f64, f64, String)) -> f64,
-) -> (f64, f64) {
-    let (lo, hi) = series
-        .flat_map(|s| s.points.iter().map(&f))
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
-            (lo.min(v), hi.max(v))
-        });
-    if lo.is_finite() && hi.is_finite() {
-        (lo, hi)
-    } else {
-        (0.0, 1.0)
-    }
-}
-
 /// A value axis: linear from 0, or log10 when the data spans more than 30× (drawn as a linear
 /// axis over log10(v), labelled with v).
 #[derive(Debug, Clone, Copy)]
@@ -76,7 +60,12 @@ struct Axis {
 }
 
 impl Axis {
-    fn auto((lo, hi): (f64, f64)) -> Self {
+    /// The axis for `values`: (0, 1) for none.
+    fn auto(values: impl Iterator<Item = f64>) -> Self {
+        let (lo, hi) = match spread(&values.collect::<Vec<_>>()) {
+            (lo, hi) if lo.is_finite() && hi.is_finite() => (lo, hi),
+            _ => (0.0, 1.0),
+        };
         Axis {
             log: lo > 0.0 && hi / lo > 30.0,
             lo,
@@ -113,11 +102,7 @@ impl Axis {
     }
 
     fn desc(self, what: &str) -> String {
-        if self.log {
-            format!("{what} (log scale)")
-        } else {
-            what.to_string()
-        }
+        format!("{what}{}", if self.log { " (log scale)" } else { "" })
     }
 }
 
@@ -143,8 +128,11 @@ fn pareto(root: &Area<'_>, data: &Data, v: &[Dim]) -> Result<(), String> {
                 .unwrap_or_default()
         },
     );
-    let ax = Axis::auto(bounds(series.iter(), |p| p.0));
-    let ay = Axis::auto(bounds(series.iter(), |p| p.1));
+    let all = || series.iter().flat_map(|s| &s.points);
+    let (ax, ay) = (
+        Axis::auto(all().map(|p| p.0)),
+        Axis::auto(all().map(|p| p.1)),
+    );
     let annotate = series.iter().map(|s| s.points.len()).sum::<usize>() <= MAX_ANNOTATED;
     let mut chart = ChartBuilder::on(root)
         .caption(
@@ -211,7 +199,7 @@ fn category_lines(
     y_desc: &str,
     lines: &[Line],
 ) -> Result<(), String> {
-    let ay = Axis::auto(bounds(lines.iter().map(|l| &l.series), |p| p.1));
+    let ay = Axis::auto(lines.iter().flat_map(|l| &l.series.points).map(|p| p.1));
     let mut chart = ChartBuilder::on(area)
         .caption(caption, ("sans-serif", 18))
         .margin(14)

@@ -19,22 +19,13 @@ fn a_two_point_matrix_writes_csv_markdown_and_plots() {
         .join(format!("osprey-bench-e2e-{}", std::process::id()));
     let out = tmp.join("out");
     let _ = std::fs::remove_dir_all(&tmp);
+    let args = "--store file --store-size 64m --rw randread --bs 4k --qd 1,8 --queues 1 \
+                --engine IoUring --poll off --max-batch 32 --seconds 0.5 --repeats 1 --warmup 0";
     let status = Command::new(env!("CARGO_BIN_EXE_osprey-bench"))
-        .args(["--store", "file", "--store-size", "64m", "--store-dir"])
+        .args(args.split_whitespace())
+        .arg("--store-dir")
         .arg(&tmp)
-        .args([
-            "--rw", "randread", "--bs", "4k", "--qd", "1,8", "--queues", "1",
-        ])
-        .args(["--engine", "IoUring", "--poll", "off", "--max-batch", "32"])
-        .args([
-            "--seconds",
-            "0.5",
-            "--repeats",
-            "1",
-            "--warmup",
-            "0",
-            "--out",
-        ])
+        .arg("--out")
         .arg(&out)
         .stdout(Stdio::null())
         .status()
