@@ -10,21 +10,7 @@ use crate::matrix::Point;
 use crate::runner::interrupted;
 use crate::sample::RunSample;
 use crate::store::drop_cache;
-use crate::vm::{GuestRun, Vm};
-
-/// What every run of every point shares.
-#[derive(Debug, Clone, Copy)]
-pub struct PointEnv<'a> {
-    pub vm: Vm<'a>,
-    /// The vCPU TSC frequency the guest is told.
-    pub tsc_khz: u64,
-    /// Drop the store's pages from the page cache before every recorded run.
-    pub cold: bool,
-    /// Bytes of the store in use.
-    pub range: u64,
-    /// `--seconds`, `--warmup` and `--repeats`.
-    pub settings: &'a Settings,
-}
+use crate::vm::Vm;
 
 /// A measured point.
 #[derive(Debug, Clone, Default)]
@@ -100,7 +86,8 @@ impl Drop for Hogs {
 
 /// A point between its runs: the size of the next run and what the recorded runs gave so far.
 struct PointRun<'a> {
-    env: &'a PointEnv<'a>,
+    vm: &'a Vm<'a>,
+    settings: &'a Settings,
     /// 1-based position in the matrix.
     index: usize,
     p: Point,
@@ -120,32 +107,26 @@ impl<'a> PointRun<'a> {
         what: &str,
         deadline: Duration,
     ) -> Result<RunSample, String> {
-        if self.env.cold {
+        if self.vm.cold {
             // Every run of a cold store starts cold, the probe too: a probe on cached pages
             // sizes the first recorded run for page-cache speed (10x too long), and that run
             // warms the cache for the next.
-            drop_cache(self.env.vm.store).map_err(|e| e.to_string())?;
+            drop_cache(self.vm.store).map_err(|e| e.to_string())?;
         }
         let hog = self.p.hog;
         let _hogs = Hogs::start(hog).map_err(|e| format!("cannot start {hog} CPU hogs: {e}"))?;
-        let env = self.env;
-        let run = GuestRun {
-            range: env.range,
-            count,
-            tsc_khz: env.tsc_khz,
-            seed,
-        };
         let name = format!("point-{:03}-{what}", self.index);
-        env.vm
-            .run(&self.p, &run, &name, deadline)
+        self.vm
+            .run(&self.p, (count, seed), &name, deadline)
             .map_err(|e| format!("{e:#}"))
     }
 
     /// Sizes the recorded runs of `p` by a probe run (and the optional warm-up).
-    fn new(env: &'a PointEnv<'a>, index: usize, p: Point) -> Self {
+    fn new(vm: &'a Vm<'a>, settings: &'a Settings, index: usize, p: Point) -> Self {
         let floor = probe_count(&p);
         let mut pr = PointRun {
-            env,
+            vm,
+            settings,
             index,
             p,
             floor,
@@ -165,13 +146,13 @@ impl<'a> PointRun<'a> {
                 return pr;
             }
         }
-        if env.settings.warmup > 0.0 && !interrupted() {
-            let n = sized_count(pr.iops, env.settings.warmup, floor);
+        if settings.warmup > 0.0 && !interrupted() {
+            let n = sized_count(pr.iops, settings.warmup, floor);
             if let Ok(s) = pr.run(n, 1, "warmup", deadline(n, pr.iops)) {
                 pr.iops = s.iops;
             }
         }
-        pr.count = sized_count(pr.iops, env.settings.seconds, floor);
+        pr.count = sized_count(pr.iops, settings.seconds, floor);
         pr.m.count = pr.count;
         pr
     }
@@ -187,15 +168,11 @@ impl<'a> PointRun<'a> {
             self.stopped = true;
             return;
         }
-        match self.run(
-            self.count,
-            u64::from(r) + 1,
-            &name,
-            deadline(self.count, self.iops),
-        ) {
+        let limit = deadline(self.count, self.iops);
+        match self.run(self.count, u64::from(r) + 1, &name, limit) {
             Ok(sample) => {
                 self.iops = sample.iops;
-                self.count = sized_count(self.iops, self.env.settings.seconds, self.floor);
+                self.count = sized_count(self.iops, self.settings.seconds, self.floor);
                 self.m.runs.push(sample);
             }
             Err(e) => {
@@ -222,12 +199,12 @@ fn round_order(n: usize, r: u32) -> impl Iterator<Item = usize> {
 /// sized by its own probe, then the recorded runs go round by round, every point's run r before
 /// any point's run r + 1, so a drifting host shifts all of them alike; each round starts one point
 /// later, so none always runs first.
-pub fn measure_group(env: &PointEnv<'_>, points: &[(usize, Point)]) -> Vec<Measured> {
+pub fn measure_group(vm: &Vm<'_>, s: &Settings, points: &[(usize, Point)]) -> Vec<Measured> {
     let mut runs: Vec<PointRun<'_>> = points
         .iter()
-        .map(|&(index, p)| PointRun::new(env, index, p))
+        .map(|&(index, p)| PointRun::new(vm, s, index, p))
         .collect();
-    for r in 0..env.settings.repeats {
+    for r in 0..s.repeats {
         for i in round_order(runs.len(), r) {
             runs[i].record(r);
         }

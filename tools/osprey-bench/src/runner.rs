@@ -14,7 +14,7 @@ use anyhow::{bail, Context};
 use crate::cli::Settings;
 use crate::fio::{fio_available, run_fio, FioJob, FioResult};
 use crate::matrix::Point;
-use crate::measure::{measure_group, same_workload, PointEnv};
+use crate::measure::{measure_group, same_workload};
 use crate::report::{host_info, ReportHeader, ResultRow, GUEST_NOTE};
 use crate::store::{is_root, Store, StoreError, StoreKind};
 use crate::units::{format_bytes, human_duration, thousands, utc_now};
@@ -202,14 +202,10 @@ pub fn run(settings: &Settings, command: &str) -> anyhow::Result<Outcome> {
         elf: &elf,
         store: &store.path,
         direct: store.direct,
-        out: &out,
-    };
-    let env = PointEnv {
-        vm,
-        tsc_khz,
         cold: store.cold,
         range,
-        settings,
+        tsc_khz,
+        out: &out,
     };
 
     let mut natives: HashMap<FioJob, Result<FioResult, String>> = HashMap::new();
@@ -222,7 +218,7 @@ pub fn run(settings: &Settings, command: &str) -> anyhow::Result<Outcome> {
         if interrupted() {
             break;
         }
-        for (&(i, p), m) in group.iter().zip(measure_group(&env, group)) {
+        for (&(i, p), m) in group.iter().zip(measure_group(&vm, settings, group)) {
             if m.runs.is_empty() && interrupted() {
                 // Stopped before any recorded run: not a failure of the point.
                 break 'groups;

@@ -1,7 +1,8 @@
-//! One recorded run's numbers, and the median and spread over the repeats. A run's sample combines the test
-//! guest's `BLK {json}` console line (guest-images/test-guest/README.md) with the `GET /metrics`
-//! JSON Osprey appends to the run's metrics file as the VM stops (drive and iothread counters, CPU
-//! time per thread): IOPS, bandwidth, latency, CPU per I/O, kicks and interrupts per I/O.
+//! One recorded run's numbers, and the median and spread over the repeats. A run's sample combines
+//! the test guest's `BLK {json}` console line (guest-images/test-guest/README.md) with the `GET
+//! /metrics` JSON Osprey appends to the run's metrics file as the VM stops (drive and iothread
+//! counters, CPU time per thread): IOPS, bandwidth, latency, CPU per I/O, kicks and interrupts per
+//! I/O.
 
 use serde::Deserialize;
 use thiserror::Error;

@@ -16,35 +16,6 @@ use serde_json::{json, Value};
 use crate::matrix::Point;
 use crate::sample::RunSample;
 
-/// One test-guest run of a point: what differs between runs.
-#[derive(Debug, Clone, Copy)]
-pub struct GuestRun {
-    /// Bytes of the store the guest uses from sector 0.
-    pub range: u64,
-    /// Requests to complete.
-    pub count: u64,
-    /// The vCPU TSC frequency Osprey logged.
-    pub tsc_khz: u64,
-    /// Pattern and random-offset seed.
-    pub seed: u64,
-}
-
-/// The guest command line.
-pub fn guest_cmdline(p: &Point, r: &GuestRun) -> String {
-    format!(
-        "mode=blk rw={} bs={} qd={} queues={} count={} range={} tsc_khz={} irq={} seed={}",
-        p.rw,
-        p.bs,
-        p.qd,
-        p.queues,
-        r.count,
-        r.range,
-        r.tsc_khz,
-        u8::from(p.irq),
-        r.seed
-    )
-}
-
 /// A finished (or killed) Osprey process: its console (stdout), its log (stderr), and its exit
 /// status (None: killed at the deadline).
 #[derive(Debug)]
@@ -135,12 +106,33 @@ pub struct Vm<'a> {
     pub store: &'a Path,
     /// Open the store with O_DIRECT.
     pub direct: bool,
+    /// Drop the store's pages from the page cache before every run.
+    pub cold: bool,
+    /// Bytes of the store the guest uses from sector 0.
+    pub range: u64,
+    /// The vCPU TSC frequency Osprey logged.
+    pub tsc_khz: u64,
     pub out: &'a Path,
 }
 
 impl Vm<'_> {
-    /// The VM config JSON (docs/config.md) of one run; Osprey appends its metrics to `metrics` once,
-    /// as the VM stops (the interval is longer than any run).
+    /// The guest command line of a run of `count` requests with pattern and offset seed `seed`.
+    pub fn cmdline(&self, p: &Point, count: u64, seed: u64) -> String {
+        format!(
+            "mode=blk rw={} bs={} qd={} queues={} count={count} range={} tsc_khz={} irq={} \
+             seed={seed}",
+            p.rw,
+            p.bs,
+            p.qd,
+            p.queues,
+            self.range,
+            self.tsc_khz,
+            u8::from(p.irq),
+        )
+    }
+
+    /// The VM config JSON (docs/config.md) of one run; Osprey appends its metrics to `metrics`
+    /// once, as the VM stops (the interval is longer than any run).
     pub fn config(&self, p: &Point, cmdline: &str, metrics: &Path) -> Value {
         let mut iothread = p.poll.iothread_fields();
         iothread["id"] = "io0".into();
@@ -166,12 +158,12 @@ impl Vm<'_> {
     pub fn run(
         &self,
         p: &Point,
-        run: &GuestRun,
+        (count, seed): (u64, u64),
         name: &str,
         deadline: Duration,
     ) -> anyhow::Result<RunSample> {
         let [config, logs, metrics] = run_files(self.out, name);
-        let cmdline = guest_cmdline(p, run);
+        let cmdline = self.cmdline(p, count, seed);
         let vm = self.config(p, &cmdline, &metrics);
         let text = serde_json::to_string_pretty(&vm).unwrap_or_else(|_| vm.to_string());
         create_parent(&config)?;
@@ -264,25 +256,21 @@ mod tests {
             max_batch: 128,
             ..Point::base()
         };
-        let r = GuestRun {
-            range: 1 << 30,
-            count: 50_000,
-            tsc_khz: 2_445_426,
-            seed: 2,
-        };
-        let cmdline = guest_cmdline(&p, &r);
-        assert_eq!(
-            cmdline,
-            "mode=blk rw=randwrite bs=4096 qd=32 queues=2 count=50000 range=1073741824 \
-             tsc_khz=2445426 irq=0 seed=2"
-        );
         let vm = Vm {
             osprey: Path::new("/o"),
             elf: Path::new("/g.elf"),
             store: Path::new("/dev/loop0"),
             direct: true,
+            cold: false,
+            range: 1 << 30,
+            tsc_khz: 2_445_426,
             out: Path::new("/o"),
         };
+        assert_eq!(
+            vm.cmdline(&p, 50_000, 2),
+            "mode=blk rw=randwrite bs=4096 qd=32 queues=2 count=50000 range=1073741824 \
+             tsc_khz=2445426 irq=0 seed=2"
+        );
         let config = vm.config(&p, "mode=blk", Path::new("/m"));
         let drive = json!({ "drive_id": "bench0", "path_on_host": "/dev/loop0", "direct": true,
             "io_engine": "LinuxAio", "num_queues": 2, "queue_size": 256, "iothread": "io0" });
