@@ -205,8 +205,8 @@ impl Point {
     }
 }
 
-/// The comma lists of every dimension.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The comma lists of every dimension (an empty list keeps [`Point::base`]'s value).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MatrixSpec {
     pub rw: Vec<Rw>,
     pub bs: Vec<u64>,
@@ -233,8 +233,12 @@ pub struct Matrix {
     pub skipped: Vec<Skipped>,
 }
 
-/// Every point of `pts` once per distinct value of `vals`, set by `set` (values vary fastest).
+/// Every point of `pts` once per distinct value of `vals`, set by `set` (values vary fastest); no
+/// values keep the points as they are.
 fn cross<T: Copy + PartialEq>(pts: Vec<Point>, vals: &[T], set: fn(&mut Point, T)) -> Vec<Point> {
+    if vals.is_empty() {
+        return pts;
+    }
     let mut distinct: Vec<T> = Vec::new();
     for v in vals {
         if !distinct.contains(v) {
@@ -253,23 +257,6 @@ fn cross<T: Copy + PartialEq>(pts: Vec<Point>, vals: &[T], set: fn(&mut Point, T
 }
 
 impl MatrixSpec {
-    /// One value per dimension ([`Point::base`]), for tests to vary.
-    #[cfg(test)]
-    pub fn single() -> MatrixSpec {
-        let p = Point::base();
-        MatrixSpec {
-            rw: vec![p.rw],
-            bs: vec![p.bs],
-            qd: vec![p.qd],
-            queues: vec![p.queues],
-            engine: vec![p.engine],
-            poll: vec![p.poll],
-            max_batch: vec![p.max_batch],
-            irq: vec![p.irq],
-            hog: vec![p.hog],
-        }
-    }
-
     /// Every combination, in the order given (outermost rw, innermost hog), duplicates removed;
     /// points over the test guest's 8 MiB pool go to `skipped`.
     pub fn expand(&self) -> Matrix {
@@ -394,11 +381,13 @@ mod tests {
 
     #[test]
     fn expands_the_cross_product_in_order_without_duplicates() {
-        let mut s = MatrixSpec::single();
-        s.rw = vec![Rw::RandRead, Rw::RandWrite];
-        s.qd = vec![1, 8, 8, 32];
-        s.poll = vec![PollSetting::Off, PollSetting::Classic(None)];
-        let m = s.expand();
+        let m = MatrixSpec {
+            rw: vec![Rw::RandRead, Rw::RandWrite],
+            qd: vec![1, 8, 8, 32],
+            poll: vec![PollSetting::Off, PollSetting::Classic(None)],
+            ..MatrixSpec::default()
+        }
+        .expand();
         assert_eq!(m.points.len(), 2 * 3 * 2);
         assert!(m.skipped.is_empty());
         assert_eq!((m.points[0].rw, m.points[0].qd), (Rw::RandRead, 1));
@@ -409,11 +398,13 @@ mod tests {
 
     #[test]
     fn skips_points_over_the_guest_pool() {
-        let mut s = MatrixSpec::single();
-        s.bs = vec![4096, 131072, 1 << 20];
-        s.qd = vec![1, 32, 128];
-        s.queues = vec![1, 4];
-        let m = s.expand();
+        let m = MatrixSpec {
+            bs: vec![4096, 131072, 1 << 20],
+            qd: vec![1, 32, 128],
+            queues: vec![1, 4],
+            ..MatrixSpec::default()
+        }
+        .expand();
         assert!(m
             .points
             .iter()
@@ -425,9 +416,11 @@ mod tests {
         // bs 4k: all 6 fit; 128k: qd1 q1/q4 and qd32 q1 (3); 1m: qd1 q1/q4 (2).
         assert_eq!((m.points.len(), m.skipped.len()), (6 + 3 + 2, 18 - 11));
         // Exactly 8 MiB fits: 128k·64·1.
-        let mut edge = MatrixSpec::single();
-        edge.bs = vec![131072];
-        edge.qd = vec![64];
+        let mut edge = MatrixSpec {
+            bs: vec![131072],
+            qd: vec![64],
+            ..MatrixSpec::default()
+        };
         assert_eq!(edge.expand().points.len(), 1);
         edge.qd = vec![65];
         assert_eq!(edge.expand().skipped.len(), 1);
@@ -435,9 +428,11 @@ mod tests {
 
     #[test]
     fn labels_name_only_varying_dimensions() {
-        let mut s = MatrixSpec::single();
-        s.engine = vec![Engine::IoUring, Engine::Sync];
-        s.qd = vec![1, 8];
+        let s = MatrixSpec {
+            engine: vec![Engine::IoUring, Engine::Sync],
+            qd: vec![1, 8],
+            ..MatrixSpec::default()
+        };
         let points = s.expand().points;
         let v = varying(&points);
         assert_eq!(v, vec![Dim::Engine, Dim::Qd]);

@@ -365,11 +365,13 @@ mod tests {
 
     #[test]
     fn draws_the_three_plots() {
-        let mut spec = MatrixSpec::single();
-        spec.qd = vec![1, 32];
-        spec.engine = vec![Engine::IoUring, Engine::Null];
-        spec.poll = vec![PollSetting::Off, PollSetting::Classic(None)];
-        spec.max_batch = vec![1, 32];
+        let spec = MatrixSpec {
+            qd: vec![1, 32],
+            engine: vec![Engine::IoUring, Engine::Null],
+            poll: vec![PollSetting::Off, PollSetting::Classic(None)],
+            max_batch: vec![1, 32],
+            ..MatrixSpec::default()
+        };
         let data: Vec<(Point, ResultRow)> = spec
             .expand()
             .points

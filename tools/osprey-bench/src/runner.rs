@@ -143,11 +143,8 @@ pub fn run(settings: &Settings, command: &str) -> anyhow::Result<Outcome> {
     build
         .current_dir(&root)
         .args(["build", "--release", "--bin", "osprey"]);
-    let osprey = find_or_build(
-        cli.osprey.as_deref(),
-        root.join("target/release/osprey"),
-        &mut build,
-    )?;
+    let osprey_default = root.join("target/release/osprey");
+    let osprey = find_or_build(cli.osprey.as_deref(), osprey_default, &mut build)?;
     let mut build = Command::new("make");
     build
         .arg("-C")
@@ -170,10 +167,8 @@ pub fn run(settings: &Settings, command: &str) -> anyhow::Result<Outcome> {
         .unwrap_or_else(|| root.join("target/bench").join(stamp));
     std::fs::create_dir_all(&out).with_context(|| format!("Cannot create {}", out.display()))?;
     let (tsc_khz, kvm) = crate::vm::probe(&osprey, &elf, &out)?;
-    eprintln!(
-        "osprey-bench: {}; KVM: {kvm}; vCPU TSC {tsc_khz} kHz",
-        osprey.display()
-    );
+    let path = osprey.display();
+    eprintln!("osprey-bench: {path}; KVM: {kvm}; vCPU TSC {tsc_khz} kHz");
     let native_note = if cli.no_native {
         Some("--no-native was given".to_string())
     } else {
@@ -189,11 +184,8 @@ pub fn run(settings: &Settings, command: &str) -> anyhow::Result<Outcome> {
         );
     }
     let store_dir = root.join(&cli.store_dir);
-    let size = format_bytes(cli.store_size);
-    eprintln!(
-        "osprey-bench: creating the {} store ({size})…",
-        settings.store
-    );
+    let (kind, size) = (settings.store, format_bytes(cli.store_size));
+    eprintln!("osprey-bench: creating the {kind} store ({size})…");
     let store = Store::create(settings.store, &store_dir, cli.store_size)?;
     eprintln!("osprey-bench: store: {}", store.describe());
     let range = store.size.min(GUEST_RANGE_MAX);
