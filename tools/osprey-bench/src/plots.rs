@@ -11,7 +11,7 @@ use crate::matrix::{series_label, varying, Dim, Point};
 use crate::report::ResultRow;
 use crate::sample::spread;
 
-type Data = [(Point, ResultRow)];
+type Data = [ResultRow];
 type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
 
 /// Points annotated on the Pareto plot at most (beyond this the labels overlap).
@@ -28,14 +28,14 @@ struct Series {
 fn group(
     data: &Data,
     label: impl Fn(&Point) -> String,
-    xy: impl Fn(&Point, &ResultRow) -> Option<(f64, f64)>,
+    xy: impl Fn(&ResultRow) -> Option<(f64, f64)>,
     note: impl Fn(&Point) -> String,
 ) -> Vec<Series> {
     let mut out: Vec<Series> = Vec::new();
-    for (p, r) in data {
-        let Some((x, y)) = xy(p, r) else { continue };
-        let l = label(p);
-        let pt = (x, y, note(p));
+    for r in data {
+        let Some((x, y)) = xy(r) else { continue };
+        let l = label(&r.p);
+        let pt = (x, y, note(&r.p));
         match out.iter_mut().find(|s| s.label == l) {
             Some(s) => s.points.push(pt),
             None => out.push(Series {
@@ -121,7 +121,7 @@ fn pareto(root: &Area<'_>, data: &Data, v: &[Dim]) -> Result<(), String> {
     let series = group(
         data,
         |p| format!("poll={}", p.poll),
-        |_, r| Some((r.cpu_dataplane_us_per_io?, r.iops?)),
+        |r| Some((r.cpu_dataplane_us_per_io?, r.iops?)),
         |p| {
             Some(series_label(v, p, &[], &[Dim::Poll]))
                 .filter(|n| n != "all")
@@ -254,7 +254,7 @@ fn category_lines(
 
 /// The distinct values of a dimension, sorted, and each point's index among them.
 fn categories(data: &Data, key: fn(&Point) -> u32) -> (Vec<String>, impl Fn(&Point) -> f64) {
-    let mut v: Vec<u32> = data.iter().map(|(p, _)| key(p)).collect();
+    let mut v: Vec<u32> = data.iter().map(|r| key(&r.p)).collect();
     v.sort_unstable();
     v.dedup();
     let names = v.iter().map(u32::to_string).collect();
@@ -272,7 +272,7 @@ fn lines(
     thin: bool,
     suffix: &str,
 ) -> Vec<Line> {
-    group(data, label, |p, r| Some((x(p), y(r)?)), |_| String::new())
+    group(data, label, |r| Some((x(&r.p), y(r)?)), |_| String::new())
         .into_iter()
         .enumerate()
         .map(|(color, mut series)| {
@@ -331,16 +331,12 @@ pub fn write_plots(out: &Path, data: &Data) -> (Vec<String>, Vec<String>) {
         ("latency-by-qd.svg", 640, latency_by_qd),
         ("max-batch.svg", 900, max_batch),
     ];
-    let ok: Vec<(Point, ResultRow)> = data
-        .iter()
-        .filter(|(_, r)| r.iops.is_some())
-        .cloned()
-        .collect();
+    let ok: Vec<ResultRow> = data.iter().filter(|r| r.iops.is_some()).cloned().collect();
     let (mut written, mut failed) = (Vec::new(), Vec::new());
     if ok.is_empty() {
         return (written, failed);
     }
-    let points: Vec<Point> = data.iter().map(|(p, _)| *p).collect();
+    let points: Vec<Point> = data.iter().map(|r| r.p).collect();
     let v = varying(&points);
     for (name, height, plot) in plots {
         let path = out.join(name);
@@ -372,7 +368,7 @@ mod tests {
             max_batch: vec![1, 32],
             ..MatrixSpec::default()
         };
-        let data: Vec<(Point, ResultRow)> = spec
+        let data: Vec<ResultRow> = spec
             .expand()
             .points
             .into_iter()
@@ -381,7 +377,7 @@ mod tests {
                 let mut r = sample_row(i + 1, p.qd, 1000.0 * (i as f64 + 1.0).powi(3));
                 r.cpu_dataplane_us_per_io = Some(40.0 / (i as f64 + 1.0));
                 r.lat_p99_us = Some(10.0 * f64::from(p.qd) + i as f64);
-                (p, r)
+                ResultRow { p, ..r }
             })
             .collect();
         let dir = std::env::temp_dir().join(format!("osprey-bench-plots-{}", std::process::id()));
@@ -403,7 +399,7 @@ mod tests {
         assert!(svg("max-batch.svg").contains("Null poll=classic qd1"));
         // Nothing to draw without numbers.
         let mut none = data.clone();
-        none.iter_mut().for_each(|(_, r)| r.iops = None);
+        none.iter_mut().for_each(|r| r.iops = None);
         assert_eq!(write_plots(&dir, &none).0.len(), 0);
         if std::env::var_os("OSPREY_BENCH_KEEP_PLOTS").is_none() {
             let _ = std::fs::remove_dir_all(&dir);

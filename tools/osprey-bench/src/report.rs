@@ -23,6 +23,8 @@ fn fin(x: f64, digits: i32) -> Option<f64> {
 /// The CSV row (column names are the field names; see docs/benchmarks.md).
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct ResultRow {
+    #[serde(skip)]
+    pub p: Point,
     pub point: usize,
     pub rw: String,
     pub bs: String,
@@ -92,6 +94,7 @@ impl ResultRow {
             notes.push(format!("guest lowered qd to {q}"));
         }
         ResultRow {
+            p: *p,
             point: index,
             rw: p.rw.to_string(),
             bs: format_size(p.bs),
@@ -333,19 +336,18 @@ pub fn render(
 pub fn write_all(
     out: &Path,
     header: &ReportHeader,
-    data: &[(Point, ResultRow)],
+    rows: &[ResultRow],
     skipped: &[Skipped],
 ) -> anyhow::Result<Vec<String>> {
     let path = out.join("results.csv");
     let cannot = || format!("Cannot write {}", path.display());
     let mut w = csv::Writer::from_path(&path).with_context(cannot)?;
-    for (_, r) in data {
+    for r in rows {
         w.serialize(r).with_context(cannot)?;
     }
     w.flush().with_context(cannot)?;
-    let (plots, failed) = crate::plots::write_plots(out, data);
-    let rows: Vec<ResultRow> = data.iter().map(|(_, r)| r.clone()).collect();
-    let md = render(header, &rows, skipped, &plots);
+    let (plots, failed) = crate::plots::write_plots(out, rows);
+    let md = render(header, rows, skipped, &plots);
     let path = out.join("results.md");
     std::fs::write(&path, md).with_context(|| format!("Cannot write {}", path.display()))?;
     Ok(failed)

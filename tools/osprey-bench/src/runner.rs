@@ -201,7 +201,7 @@ pub fn run(settings: &Settings, command: &str) -> anyhow::Result<Outcome> {
     };
 
     let mut natives: HashMap<FioJob, Result<FioResult, String>> = HashMap::new();
-    let mut data: Vec<(Point, ResultRow)> = Vec::new();
+    let mut data: Vec<ResultRow> = Vec::new();
     let total = matrix.points.len();
     let loop_started = Instant::now();
     let indexed: Vec<(usize, Point)> = (1..).zip(matrix.points.iter().copied()).collect();
@@ -233,7 +233,7 @@ pub fn run(settings: &Settings, command: &str) -> anyhow::Result<Outcome> {
                 "{}",
                 progress(i, total, &p.label(), &row, loop_started.elapsed())
             );
-            data.push((p, row));
+            data.push(row);
         }
     }
     let was_interrupted = interrupted();
@@ -284,7 +284,7 @@ pub fn run(settings: &Settings, command: &str) -> anyhow::Result<Outcome> {
     println!("{}", out.join("results.md").display());
     Ok(if was_interrupted {
         Outcome::Interrupted
-    } else if data.iter().any(|(_, r)| r.iops.is_none()) {
+    } else if data.iter().any(|r| r.iops.is_none()) {
         Outcome::SomeFailed
     } else {
         Outcome::AllOk
