@@ -13,6 +13,7 @@ use crate::sample::spread;
 
 type Data = [ResultRow];
 type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
+type Drawn = Result<(), Box<dyn std::error::Error>>;
 
 /// Points annotated on the Pareto plot at most (beyond this the labels overlap).
 const MAX_ANNOTATED: usize = 24;
@@ -111,13 +112,9 @@ fn color(i: usize) -> RGBColor {
     RGBColor(c.0, c.1, c.2)
 }
 
-fn text<E: std::fmt::Display>(e: E) -> String {
-    e.to_string()
-}
-
 /// Plot 1: IOPS (y) against dataplane CPU µs per I/O (x), one series per polling config, each
 /// point annotated with the other varying dimensions.
-fn pareto(root: &Area<'_>, data: &Data, v: &[Dim]) -> Result<(), String> {
+fn pareto(root: &Area<'_>, data: &Data, v: &[Dim]) -> Drawn {
     let series = group(
         data,
         |p| format!("poll={}", p.poll),
@@ -142,44 +139,34 @@ fn pareto(root: &Area<'_>, data: &Data, v: &[Dim]) -> Result<(), String> {
         .margin(16)
         .x_label_area_size(44)
         .y_label_area_size(80)
-        .build_cartesian_2d(ax.range(), ay.range())
-        .map_err(text)?;
+        .build_cartesian_2d(ax.range(), ay.range())?;
     chart
         .configure_mesh()
         .x_desc(ax.desc("dataplane CPU per I/O (µs)"))
         .y_desc(ay.desc("guest IOPS"))
         .x_label_formatter(&|x| ax.label(*x))
         .y_label_formatter(&|y| ay.label(*y))
-        .draw()
-        .map_err(text)?;
+        .draw()?;
     for (i, s) in series.iter().enumerate() {
         let c = color(i);
         let at = |&(x, y, _): &(f64, f64, String)| (ax.t(x), ay.t(y));
         chart
-            .draw_series(s.points.iter().map(|p| Circle::new(at(p), 5, c.filled())))
-            .map_err(text)?
+            .draw_series(s.points.iter().map(|p| Circle::new(at(p), 5, c.filled())))?
             .label(s.label.clone())
             .legend(move |(x, y)| Circle::new((x, y), 5, c.filled()));
         if annotate {
-            chart
-                .draw_series(s.points.iter().map(|p| {
-                    EmptyElement::at(at(p))
-                        + Text::new(
-                            p.2.clone(),
-                            (8, -6),
-                            ("sans-serif", 11).into_font().color(&c),
-                        )
-                }))
-                .map_err(text)?;
+            let font = ("sans-serif", 11).into_font().color(&c);
+            chart.draw_series(s.points.iter().map(|p| {
+                EmptyElement::at(at(p)) + Text::new(p.2.clone(), (8, -6), font.clone())
+            }))?;
         }
     }
-    chart
+    Ok(chart
         .configure_series_labels()
         .position(SeriesLabelPosition::UpperRight)
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
-        .draw()
-        .map_err(text)
+        .draw()?)
 }
 
 /// A line on a categorical chart: thick with circles (mean, IOPS) or thin with triangles (p99).
@@ -198,15 +185,14 @@ fn category_lines(
     xs: &[String],
     y_desc: &str,
     lines: &[Line],
-) -> Result<(), String> {
+) -> Drawn {
     let ay = Axis::auto(lines.iter().flat_map(|l| &l.series.points).map(|p| p.1));
     let mut chart = ChartBuilder::on(area)
         .caption(caption, ("sans-serif", 18))
         .margin(14)
         .x_label_area_size(40)
         .y_label_area_size(80)
-        .build_cartesian_2d(-1i32..xs.len() as i32, ay.range())
-        .map_err(text)?;
+        .build_cartesian_2d(-1i32..xs.len() as i32, ay.range())?;
     chart
         .configure_mesh()
         .y_labels(8)
@@ -220,8 +206,7 @@ fn category_lines(
                 .unwrap_or_default()
         })
         .y_label_formatter(&|y| ay.label(*y))
-        .draw()
-        .map_err(text)?;
+        .draw()?;
     for line in lines {
         let c = color(line.color);
         let style = c.stroke_width(if line.thin { 1 } else { 2 });
@@ -232,24 +217,21 @@ fn category_lines(
             .map(|&(x, y, _)| (x as i32, ay.t(y)))
             .collect();
         chart
-            .draw_series(LineSeries::new(pts.clone(), style))
-            .map_err(text)?
+            .draw_series(LineSeries::new(pts.clone(), style))?
             .label(line.series.label.clone())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], style));
         if line.thin {
             chart.draw_series(pts.iter().map(|&p| TriangleMarker::new(p, 5, c.filled())))
         } else {
             chart.draw_series(pts.iter().map(|&p| Circle::new(p, 4, c.filled())))
-        }
-        .map_err(text)?;
+        }?;
     }
-    chart
+    Ok(chart
         .configure_series_labels()
         .position(SeriesLabelPosition::UpperLeft)
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
-        .draw()
-        .map_err(text)
+        .draw()?)
 }
 
 /// The distinct values of a dimension, sorted, and each point's index among them.
@@ -288,7 +270,7 @@ fn lines(
 
 /// Plot 2: mean (thick, circles) and p99 (thin, triangles) latency by queue depth, a pair of
 /// lines per engine (and per other varying dimension).
-fn latency_by_qd(root: &Area<'_>, data: &Data, v: &[Dim]) -> Result<(), String> {
+fn latency_by_qd(root: &Area<'_>, data: &Data, v: &[Dim]) -> Drawn {
     let (xs, x) = categories(data, |p| p.qd);
     let label = |p: &Point| series_label(v, p, &[Dim::Engine], &[Dim::Qd]);
     let mean = lines(data, label, &x, |r| r.lat_mean_us, false, " mean");
@@ -304,7 +286,7 @@ fn latency_by_qd(root: &Area<'_>, data: &Data, v: &[Dim]) -> Result<(), String> 
 }
 
 /// Plot 3: IOPS (top) and p99 latency (bottom) by max_batch.
-fn max_batch(root: &Area<'_>, data: &Data, v: &[Dim]) -> Result<(), String> {
+fn max_batch(root: &Area<'_>, data: &Data, v: &[Dim]) -> Drawn {
     let (xs, x) = categories(data, |p| p.max_batch);
     let label = |p: &Point| series_label(v, p, &[], &[Dim::MaxBatch]);
     let iops = lines(data, label, &x, |r| r.iops, false, "");
@@ -325,7 +307,7 @@ fn max_batch(root: &Area<'_>, data: &Data, v: &[Dim]) -> Result<(), String> {
 /// Draws the plots of the points that produced numbers into `out`; returns the files written and
 /// the plots that failed.
 pub fn write_plots(out: &Path, data: &Data) -> (Vec<String>, Vec<String>) {
-    type Plot = fn(&Area<'_>, &Data, &[Dim]) -> Result<(), String>;
+    type Plot = fn(&Area<'_>, &Data, &[Dim]) -> Drawn;
     let plots: [(&str, u32, Plot); 3] = [
         ("pareto-iops-vs-dataplane-cpu.svg", 640, pareto),
         ("latency-by-qd.svg", 640, latency_by_qd),
@@ -341,11 +323,12 @@ pub fn write_plots(out: &Path, data: &Data) -> (Vec<String>, Vec<String>) {
     for (name, height, plot) in plots {
         let path = out.join(name);
         let root = SVGBackend::new(&path, (960, height)).into_drawing_area();
-        let drawn = root.fill(&WHITE).map_err(text);
-        match drawn
-            .and_then(|()| plot(&root, &ok, &v))
-            .and_then(|()| root.present().map_err(text))
-        {
+        let draw = || -> Drawn {
+            root.fill(&WHITE)?;
+            plot(&root, &ok, &v)?;
+            Ok(root.present()?)
+        };
+        match draw() {
             Ok(()) => written.push(name.to_string()),
             Err(e) => failed.push(format!("Cannot draw {}: {e}", path.display())),
         }
