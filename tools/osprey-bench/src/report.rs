@@ -389,22 +389,25 @@ mod tests {
     use crate::matrix::PollSetting;
 
     #[test]
-    fn flattens_a_point_with_its_ratio_and_notes() {
+    fn flattens_a_point_with_medians_spreads_ratio_and_notes() {
         let point = Point {
             qd: 32,
             poll: PollSetting::Classic(None),
             ..Point::base()
         };
-        let run = RunSample {
-            iops: 150_000.0,
-            cpu_dataplane_us: 2.8004,
+        // (IOPS, p99 µs, dataplane µs/IO) of three runs, each with an error.
+        let runs = [(1e5, 50.0, 3.0), (3e5, 30.0, 1.0), (1.5e5, 10.0, 2.8004)];
+        let run = |(iops, lat_p99_us, cpu_dataplane_us)| RunSample {
+            iops,
+            lat_p99_us,
+            cpu_dataplane_us,
+            errors: 1,
             guest_qd: 16,
             ..RunSample::default()
         };
-        let m = Measured {
-            count: 150_000,
-            runs: vec![run],
-            error: None,
+        let mut m = Measured {
+            runs: runs.map(run).to_vec(),
+            ..Measured::default()
         };
         let job = FioJob::for_point(&point);
         let native = Ok(FioResult {
@@ -417,54 +420,24 @@ mod tests {
         let r = ResultRow::new(3, &point, &m, &job, &native);
         assert_eq!((r.point, r.status.as_str(), r.bs.as_str()), (3, "ok", "4k"));
         assert_eq!(r.poll, "classic");
+        assert_eq!((r.iops, r.lat_p99_us), (Some(1.5e5), Some(30.0)));
+        assert_eq!((r.iops_min, r.iops_max), (Some(1e5), Some(3e5)));
+        let p99_spread = (r.lat_p99_min_us, r.lat_p99_max_us);
+        assert_eq!(p99_spread, (Some(10.0), Some(50.0)));
+        assert_eq!((r.runs, r.errors), (3, Some(3)));
         assert_eq!(r.native_ratio, Some(0.75));
         assert_eq!(r.cpu_dataplane_us_per_io, Some(2.8));
         assert_eq!(r.native_cpu_us_per_io, None);
         assert_eq!(r.native_fio, "io_uring qd32×1");
         assert_eq!(r.note, "guest lowered qd to 16");
-        let failed = Measured {
-            runs: Vec::new(),
-            error: Some("boom".into()),
-            ..m
-        };
-        let r = ResultRow::new(3, &point, &failed, &job, &Err("fio missing".into()));
+        m.runs.clear();
+        m.error = Some("boom".into());
+        let r = ResultRow::new(3, &point, &m, &job, &Err("fio missing".into()));
         assert_eq!(
             (r.status.as_str(), r.iops, r.native_ratio),
             ("failed", None, None)
         );
         assert_eq!(r.note, "boom; native: fio missing");
-    }
-
-    #[test]
-    fn summarises_repeats_field_by_field() {
-        let run = |iops: f64, p99: f64, cpu: f64| RunSample {
-            iops,
-            lat_p99_us: p99,
-            cpu_dataplane_us: cpu,
-            errors: 1,
-            guest_qd: 32,
-            ..RunSample::default()
-        };
-        let m = Measured {
-            count: 1000,
-            runs: vec![
-                run(100.0, 50.0, 3.0),
-                run(300.0, 10.0, 1.0),
-                run(200.0, 30.0, 2.0),
-            ],
-            error: None,
-        };
-        let p = Point::base();
-        let r = ResultRow::new(1, &p, &m, &FioJob::for_point(&p), &Err("none".into()));
-        assert_eq!(r.iops, Some(200.0));
-        assert_eq!(r.lat_p99_us, Some(30.0));
-        assert_eq!(r.cpu_dataplane_us_per_io, Some(2.0));
-        assert_eq!((r.iops_min, r.iops_max), (Some(100.0), Some(300.0)));
-        assert_eq!(
-            (r.lat_p99_min_us, r.lat_p99_max_us),
-            (Some(10.0), Some(50.0))
-        );
-        assert_eq!((r.runs, r.errors), (3, Some(3)));
     }
 
     #[test]
