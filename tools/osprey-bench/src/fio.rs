@@ -5,27 +5,11 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::process::Command;
 
+use anyhow::{bail, Context};
 use serde::Deserialize;
-use thiserror::Error;
 
 use crate::matrix::{Engine, Point, Rw};
 use crate::sample::us_per_io;
-
-/// fio could not give a result.
-#[derive(Debug, Error)]
-pub enum FioError {
-    #[error("Cannot run fio")]
-    Spawn(#[source] std::io::Error),
-    #[error("fio failed ({status}): {stderr}")]
-    Failed {
-        status: std::process::ExitStatus,
-        stderr: String,
-    },
-    #[error("Bad fio JSON")]
-    Json(#[from] serde_json::Error),
-    #[error("fio reported no usable job (error {0})")]
-    NoJob(i64),
-}
 
 /// One fio job group (points sharing it share one native run).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -130,12 +114,13 @@ struct FioLat {
 
 /// Parses fio's `--output-format=json` for `rw` (text before the first `{`, such as warnings, is
 /// skipped); `cpu_ms` is fio's measured CPU time if known.
-pub fn parse_fio_json(text: &str, rw: Rw, cpu_ms: Option<f64>) -> Result<FioResult, FioError> {
+pub fn parse_fio_json(text: &str, rw: Rw, cpu_ms: Option<f64>) -> anyhow::Result<FioResult> {
     let start = text.find('{').unwrap_or(0);
-    let out: FioOutput = serde_json::from_str(&text[start..])?;
-    let job = out.jobs.into_iter().next().ok_or(FioError::NoJob(-1))?;
+    let out: FioOutput = serde_json::from_str(&text[start..]).context("Bad fio JSON")?;
+    let job = out.jobs.into_iter().next();
+    let job = job.context("fio reported no usable job (error -1)")?;
     if job.error != 0 {
-        return Err(FioError::NoJob(job.error));
+        bail!("fio reported no usable job (error {})", job.error);
     }
     let side = if matches!(rw, Rw::RandRead | Rw::Read) {
         job.read
@@ -172,18 +157,16 @@ pub fn run_fio(
     direct: bool,
     size: u64,
     seconds: f64,
-) -> Result<FioResult, FioError> {
+) -> anyhow::Result<FioResult> {
     let before = children_cpu_ms();
     let out = Command::new("fio")
         .args(job.args(store, direct, size, seconds))
         .output()
-        .map_err(FioError::Spawn)?;
+        .context("Cannot run fio")?;
     let after = children_cpu_ms();
     if !out.status.success() {
-        return Err(FioError::Failed {
-            status: out.status,
-            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-        });
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        bail!("fio failed ({}): {}", out.status, stderr.trim());
     }
     let cpu_ms = before.zip(after).map(|(b, a)| a - b);
     parse_fio_json(&String::from_utf8_lossy(&out.stdout), job.rw, cpu_ms)
