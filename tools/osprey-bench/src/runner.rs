@@ -251,6 +251,7 @@ pub fn run(settings: &Settings, command: &str) -> anyhow::Result<Outcome> {
         settings.seconds, settings.repeats,
     );
     let vm = "1 vCPU, 256 MiB, one virtio-blk drive (queue size 256) on iothread io0";
+    let guest = format!("test-guest (test guest {})", elf.display());
     let header = ReportHeader {
         date: started_at,
         command: command.to_string(),
@@ -262,10 +263,7 @@ pub fn run(settings: &Settings, command: &str) -> anyhow::Result<Outcome> {
             ("KVM", kvm),
             ("Osprey", format!("{} (commit {commit})", osprey.display())),
             ("store", store_desc),
-            (
-                "guest",
-                format!("test-guest (test guest {})", elf.display()),
-            ),
+            ("guest", guest),
             ("vCPU TSC", format!("{} kHz", thousands(tsc_khz as f64))),
             ("runs", timing),
             ("VM", vm.to_string()),

@@ -16,23 +16,15 @@ use serde_json::{json, Value};
 use crate::matrix::Point;
 use crate::sample::RunSample;
 
-/// A finished (or killed) Osprey process: its console (stdout), its log (stderr), and its exit
+/// Runs `osprey ARGS` to completion or `deadline` (then kills it), its console (stdout) and log
+/// (stderr) going to `<files>.console` and `<files>.log`; returns them read back and the exit
 /// status (None: killed at the deadline).
-#[derive(Debug)]
-pub struct Output {
-    pub console: String,
-    pub log: String,
-    pub status: Option<ExitStatus>,
-}
-
-/// Runs `osprey ARGS` to completion or `deadline` (then kills it), its console and log going to
-/// `<files>.console` and `<files>.log`, which are read back.
 pub fn run_osprey(
     osprey: &Path,
     args: &[&OsStr],
     deadline: Duration,
     files: &Path,
-) -> anyhow::Result<Output> {
+) -> anyhow::Result<(String, String, Option<ExitStatus>)> {
     let [console, log] = ["console", "log"].map(|ext| files.with_extension(ext));
     let create = |p: &Path| {
         create_parent(p)?;
@@ -60,11 +52,7 @@ pub fn run_osprey(
     };
     let read =
         |p: &Path| String::from_utf8_lossy(&std::fs::read(p).unwrap_or_default()).into_owned();
-    Ok(Output {
-        console: read(&console),
-        log: read(&log),
-        status,
-    })
+    Ok((read(&console), read(&log), status))
 }
 
 /// The last non-empty lines of a console (at most 6 and 600 characters, the end kept) as
@@ -173,10 +161,10 @@ impl Vm<'_> {
         create_parent(&metrics)?;
         let _ = std::fs::remove_file(&metrics);
         let config_arg = [OsStr::new("--config"), config.as_os_str()];
-        let out = run_osprey(self.osprey, &config_arg, deadline, &logs)?;
+        let (console, _, status) = run_osprey(self.osprey, &config_arg, deadline, &logs)?;
         let log = logs.with_extension("log");
-        let Some(status) = out.status else {
-            let tail = console_tail(&out.console);
+        let Some(status) = status else {
+            let tail = console_tail(&console);
             bail!(
                 "Osprey did not finish within {deadline:?} (killed); console ends: {tail}; see {}",
                 log.display()
@@ -187,7 +175,7 @@ impl Vm<'_> {
             let line = text.lines().rev().find(|l| !l.trim().is_empty())?;
             serde_json::from_str(line).ok()
         });
-        RunSample::from_outputs(&out.console, last.as_ref())
+        RunSample::from_outputs(&console, last.as_ref())
             .map_err(|e| anyhow!("{e} (osprey {status}; see {})", log.display()))
     }
 }
@@ -222,13 +210,14 @@ pub fn probe(osprey: &Path, elf: &Path, out: &Path) -> anyhow::Result<(u64, Stri
         OsStr::new("mode=report"),
     ];
     let (failed, files) = ("Osprey's start-up probe failed", out.join("logs/probe.*"));
-    let out = run_osprey(osprey, &args, Duration::from_secs(60), &files).context(failed)?;
-    let Some(status) = out.status else {
+    let (_, log, status) =
+        run_osprey(osprey, &args, Duration::from_secs(60), &files).context(failed)?;
+    let Some(status) = status else {
         bail!("{failed}: no exit within 60s");
     };
-    let (kvm, tsc_khz) = start_up_facts(&out.log);
+    let (kvm, tsc_khz) = start_up_facts(&log);
     let tsc_khz = tsc_khz.ok_or_else(|| {
-        let tail: Vec<&str> = out.log.lines().rev().take(5).collect();
+        let tail: Vec<&str> = log.lines().rev().take(5).collect();
         anyhow!(
             "{failed}: no `vCPU TSC frequency` line ({status}; last log lines: {})",
             tail.join(" | ")
