@@ -112,8 +112,7 @@ struct FioLat {
     percentile: HashMap<String, f64>,
 }
 
-/// Parses fio's `--output-format=json` for `rw` (text before the first `{`, such as warnings, is
-/// skipped); `cpu_ms` is fio's measured CPU time if known.
+/// Parses fio's JSON for `rw` (warnings before the first `{` skipped), with fio's CPU ms if known.
 pub fn parse_fio_json(text: &str, rw: Rw, cpu_ms: Option<f64>) -> anyhow::Result<FioResult> {
     let start = text.find('{').unwrap_or(0);
     let out: FioOutput = serde_json::from_str(&text[start..]).context("Bad fio JSON")?;
@@ -172,7 +171,6 @@ pub fn run_fio(
     parse_fio_json(&String::from_utf8_lossy(&out.stdout), job.rw, cpu_ms)
 }
 
-/// Whether `fio` runs here.
 pub fn fio_available() -> bool {
     Command::new("fio")
         .arg("--version")

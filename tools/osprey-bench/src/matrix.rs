@@ -233,8 +233,7 @@ pub struct Matrix {
     pub skipped: Vec<Skipped>,
 }
 
-/// Every point of `pts` once per distinct value of `vals`, set by `set` (values vary fastest); no
-/// values keep the points as they are.
+/// Every point of `pts` once per distinct value of `vals` (varying fastest); none: `pts` as is.
 fn cross<T: Copy + PartialEq>(pts: Vec<Point>, vals: &[T], set: fn(&mut Point, T)) -> Vec<Point> {
     if vals.is_empty() {
         return pts;
@@ -328,8 +327,7 @@ pub fn varying(points: &[Point]) -> Vec<Dim> {
         .collect()
 }
 
-/// A series label for `p`: the `lead` dimensions always, then every other dimension of `varying`
-/// not in `exclude`; `all` when that leaves nothing.
+/// A series label: `p`'s `lead` dimensions, then those of `varying` not in `exclude`; or `all`.
 pub fn series_label(varying: &[Dim], p: &Point, lead: &[Dim], exclude: &[Dim]) -> String {
     let rest = varying
         .iter()

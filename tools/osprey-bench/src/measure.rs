@@ -12,7 +12,6 @@ use crate::sample::RunSample;
 use crate::store::drop_cache;
 use crate::vm::Vm;
 
-/// A measured point.
 #[derive(Debug, Clone, Default)]
 pub struct Measured {
     /// Requests asked of the first recorded run.
@@ -23,8 +22,7 @@ pub struct Measured {
     pub error: Option<String>,
 }
 
-/// Requests for the sizing probe: about 16 MiB of I/O (64 to 4,000 requests), and at least four
-/// rounds of the whole queue depth.
+/// Requests for the sizing probe: ~16 MiB of I/O (64 to 4,000), at least 4 rounds of the depth.
 pub fn probe_count(p: &Point) -> u64 {
     let by_bytes = ((16u64 << 20) / p.bs).clamp(64, 4000);
     by_bytes.max(4 * u64::from(p.qd) * u64::from(p.queues))
@@ -182,23 +180,19 @@ impl<'a> PointRun<'a> {
     }
 }
 
-/// Whether two points run the same workload (they differ only in what is compared: engine,
-/// polling, `max_batch`, completion mode, CPU hogs).
+/// Whether two points differ only in what is compared (engine, polling, max_batch, irq, hogs).
 pub fn same_workload(a: &Point, b: &Point) -> bool {
     (a.rw, a.bs, a.qd, a.queues) == (b.rw, b.bs, b.qd, b.queues)
 }
 
-/// The order of round `r` over `n` points: rotated by one each round, so that no point always
-/// runs first (or right after the same neighbour).
+/// The order of round `r` over `n` points, rotated by one each round so no point always runs first.
 fn round_order(n: usize, r: u32) -> impl Iterator<Item = usize> {
     let start = if n == 0 { 0 } else { r as usize % n };
     (0..n).map(move |i| (start + i) % n)
 }
 
-/// Measures the points of one workload side by side (`points`: 1-based index and point). Each is
-/// sized by its own probe, then the recorded runs go round by round, every point's run r before
-/// any point's run r + 1, so a drifting host shifts all of them alike; each round starts one point
-/// later, so none always runs first.
+/// Measures the points of one workload (`points`: 1-based index and point), each sized by its own
+/// probe, round by round: every run r before any run r + 1, so a drifting host shifts all alike.
 pub fn measure_group(vm: &Vm<'_>, s: &Settings, points: &[(usize, Point)]) -> Vec<Measured> {
     let mut runs: Vec<PointRun<'_>> = points
         .iter()

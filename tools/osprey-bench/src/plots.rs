@@ -51,8 +51,7 @@ fn group(
     out
 }
 
-/// A value axis: linear from 0, or log10 when the data spans more than 30× (drawn as a linear
-/// axis over log10(v), labelled with v).
+/// A value axis: linear from 0, or over log10(v) (labelled v) when the data spans more than 30×.
 #[derive(Debug, Clone, Copy)]
 struct Axis {
     log: bool,
@@ -112,8 +111,7 @@ fn color(i: usize) -> RGBColor {
     RGBColor(c.0, c.1, c.2)
 }
 
-/// Plot 1: IOPS (y) against dataplane CPU µs per I/O (x), one series per polling config, each
-/// point annotated with the other varying dimensions.
+/// Plot 1: IOPS by dataplane CPU µs/IO, a series per polling config, annotated by other dims.
 fn pareto(root: &Area<'_>, data: &Data, v: &[Dim]) -> Drawn {
     let series = group(
         data,
@@ -268,8 +266,7 @@ fn lines(
         .collect()
 }
 
-/// Plot 2: mean (thick, circles) and p99 (thin, triangles) latency by queue depth, a pair of
-/// lines per engine (and per other varying dimension).
+/// Plot 2: mean (thick, ●) and p99 (thin, ▲) latency by queue depth, per engine and other dims.
 fn latency_by_qd(root: &Area<'_>, data: &Data, v: &[Dim]) -> Drawn {
     let (xs, x) = categories(data, |p| p.qd);
     let label = |p: &Point| series_label(v, p, &[Dim::Engine], &[Dim::Qd]);
@@ -304,8 +301,7 @@ fn max_batch(root: &Area<'_>, data: &Data, v: &[Dim]) -> Drawn {
     category_lines(&bottom, caption, "max_batch", &xs, "p99 latency (µs)", &p99)
 }
 
-/// Draws the plots of the points that produced numbers into `out`; returns the files written and
-/// the plots that failed.
+/// Draws the plots of the rows with numbers into `out`; returns the files written and failures.
 pub fn write_plots(out: &Path, data: &Data) -> (Vec<String>, Vec<String>) {
     type Plot = fn(&Area<'_>, &Data, &[Dim]) -> Drawn;
     let plots: [(&str, u32, Plot); 3] = [

@@ -353,8 +353,7 @@ pub fn write_all(
     Ok(failed)
 }
 
-/// A row of a point measured at `iops` (p99 2 µs, dataplane 4 µs/IO, spread ±1,000 over 3
-/// runs) with a native run at twice that, for tests.
+/// A test row: `iops` ±1,000 over 3 runs (p99 2 µs, dataplane 4 µs/IO), native at twice that.
 #[cfg(test)]
 pub fn sample_row(index: usize, qd: u32, iops: f64) -> ResultRow {
     let run = |iops| RunSample {

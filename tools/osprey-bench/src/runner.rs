@@ -29,8 +29,7 @@ extern "C" fn on_signal(_sig: libc::c_int) {
     INTERRUPTED.store(true, Ordering::SeqCst);
 }
 
-/// Whether Ctrl-C or SIGTERM asked for a stop (Osprey, in the same process group, stops its VM
-/// on the same signal).
+/// Whether Ctrl-C or SIGTERM asked for a stop (Osprey, in our process group, stops on it too).
 pub fn interrupted() -> bool {
     INTERRUPTED.load(Ordering::SeqCst)
 }
@@ -44,8 +43,7 @@ pub enum Outcome {
     Interrupted,
 }
 
-/// The repository root: the nearest ancestor of the working directory holding `Cargo.toml` and
-/// `guest-images/`, else the one this binary was built from.
+/// The nearest ancestor of the cwd holding `Cargo.toml` and `guest-images/`, else the build tree.
 fn repo_root() -> PathBuf {
     let cwd = std::env::current_dir().unwrap_or_default();
     if let Some(dir) = cwd
@@ -108,7 +106,6 @@ fn progress(done: usize, total: usize, label: &str, r: &ResultRow, elapsed: Dura
     )
 }
 
-/// Runs the matrix.
 pub fn run(settings: &Settings, command: &str) -> anyhow::Result<Outcome> {
     let cli = &settings.cli;
     let matrix = settings.spec.expand();

@@ -68,7 +68,6 @@ pub struct Store {
     pub size: u64,
 }
 
-/// True when running as root.
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() == 0 }
@@ -79,8 +78,7 @@ fn io(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> StoreEr
     move |source| StoreError::Io { what, path, source }
 }
 
-/// Writes `size` bytes of xorshift data over `path` (created as a file, or an existing device)
-/// and syncs it.
+/// Writes and syncs `size` bytes of xorshift data over `path` (a new file or an existing device).
 fn fill(path: &Path, size: u64, create: bool) -> Result<(), StoreError> {
     let mut f = OpenOptions::new()
         .write(true)

@@ -55,8 +55,7 @@ pub fn run_osprey(
     Ok((read(&console), read(&log), status))
 }
 
-/// The last non-empty lines of a console (at most 6 and 600 characters, the end kept) as
-/// `a | b | c`, for error messages; `(empty)` for none.
+/// A console's last ≤ 6 non-empty lines as `a | b | c` (the last 600 characters), or `(empty)`.
 pub fn console_tail(console: &str) -> String {
     let lines: Vec<&str> = console
         .lines()
@@ -79,8 +78,7 @@ fn create_parent(path: &Path) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("Cannot create {}", dir.display()))
 }
 
-/// Where a run's files go: `<out>/{configs,logs,metrics}/<name>.{json,*,jsonl}` (the logs folder
-/// gets `<name>.console` and `<name>.log`).
+/// A run's files: `<out>/{configs,logs,metrics}/<name>.{json,*,jsonl}` (`*`: console and log).
 pub fn run_files(out: &Path, name: &str) -> [PathBuf; 3] {
     [("configs", "json"), ("logs", "*"), ("metrics", "jsonl")]
         .map(|(dir, ext)| out.join(dir).join(format!("{name}.{ext}")))
