@@ -5,11 +5,27 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::process::Command;
 
-use anyhow::{bail, Context};
 use serde::Deserialize;
+use thiserror::Error;
 
 use crate::matrix::{Engine, Point, Rw};
 use crate::sample::us_per_io;
+
+/// fio could not give a result.
+#[derive(Debug, Error)]
+pub enum FioError {
+    #[error("Cannot run fio")]
+    Spawn(#[source] std::io::Error),
+    #[error("fio failed ({status}): {stderr}")]
+    Failed {
+        status: std::process::ExitStatus,
+        stderr: String,
+    },
+    #[error("Bad fio JSON")]
+    Json(#[from] serde_json::Error),
+    #[error("fio reported no usable job (error {0})")]
+    NoJob(i64),
+}
 
 /// One fio job group (points sharing it share one native run).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -113,13 +129,12 @@ struct FioLat {
 }
 
 /// Parses fio's JSON for `rw` (warnings before the first `{` skipped), with fio's CPU ms if known.
-pub fn parse_fio_json(text: &str, rw: Rw, cpu_ms: Option<f64>) -> anyhow::Result<FioResult> {
+pub fn parse_fio_json(text: &str, rw: Rw, cpu_ms: Option<f64>) -> Result<FioResult, FioError> {
     let start = text.find('{').unwrap_or(0);
-    let out: FioOutput = serde_json::from_str(&text[start..]).context("Bad fio JSON")?;
-    let job = out.jobs.into_iter().next();
-    let job = job.context("fio reported no usable job (error -1)")?;
+    let out: FioOutput = serde_json::from_str(&text[start..])?;
+    let job = out.jobs.into_iter().next().ok_or(FioError::NoJob(-1))?;
     if job.error != 0 {
-        bail!("fio reported no usable job (error {})", job.error);
+        return Err(FioError::NoJob(job.error));
     }
     let side = if matches!(rw, Rw::RandRead | Rw::Read) {
         job.read
@@ -156,16 +171,18 @@ pub fn run_fio(
     direct: bool,
     size: u64,
     seconds: f64,
-) -> anyhow::Result<FioResult> {
+) -> Result<FioResult, FioError> {
     let before = children_cpu_ms();
     let out = Command::new("fio")
         .args(job.args(store, direct, size, seconds))
         .output()
-        .context("Cannot run fio")?;
+        .map_err(FioError::Spawn)?;
     let after = children_cpu_ms();
     if !out.status.success() {
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        bail!("fio failed ({}): {}", out.status, stderr.trim());
+        return Err(FioError::Failed {
+            status: out.status,
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
     }
     let cpu_ms = before.zip(after).map(|(b, a)| a - b);
     parse_fio_json(&String::from_utf8_lossy(&out.stdout), job.rw, cpu_ms)

@@ -220,7 +220,7 @@ pub fn run(settings: &Settings, command: &str) -> anyhow::Result<Outcome> {
                 (None, None) if interrupted() => Err("interrupted".into()),
                 (None, None) => {
                     let r = run_fio(&job, &store.path, store.direct, range, settings.seconds)
-                        .map_err(|e| format!("{e:#}"));
+                        .map_err(|e| format!("{:#}", anyhow::Error::from(e)));
                     natives.insert(job.clone(), r.clone());
                     r
                 }

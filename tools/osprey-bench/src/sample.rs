@@ -4,8 +4,29 @@
 //! counters, CPU time per thread): IOPS, bandwidth, latency, CPU per I/O, kicks and interrupts per
 //! I/O.
 
-use anyhow::{bail, Context};
 use serde::Deserialize;
+use thiserror::Error;
+
+/// A run's outputs do not make a sample.
+#[derive(Debug, Error)]
+pub enum SampleError {
+    #[error("No BLK line on the guest console")]
+    NoBlkLine,
+    #[error("Bad BLK line")]
+    BadBlk(#[source] serde_json::Error),
+    #[error("The guest reported an error: {0}")]
+    Guest(String),
+    #[error("The BLK line has no main run")]
+    NoMainRun,
+    #[error("Osprey wrote no metrics at stop")]
+    NoMetrics,
+    #[error("The metrics have no drive")]
+    NoDrive,
+    #[error("The guest completed no requests")]
+    NoRequests,
+    #[error("The guest's run timed out after {0} requests")]
+    TimedOut(u64),
+}
 
 /// The parts of the `BLK` JSON the runner uses.
 #[derive(Debug, Default, Deserialize)]
@@ -102,31 +123,31 @@ impl RunSample {
     pub fn from_outputs(
         console: &str,
         metrics: Option<&serde_json::Value>,
-    ) -> anyhow::Result<Self> {
+    ) -> Result<Self, SampleError> {
         let json = console
             .lines()
             .find_map(|l| l.trim_end().strip_prefix("BLK "))
-            .context("No BLK line on the guest console")?;
-        let report: BlkReport = serde_json::from_str(json).context("Bad BLK line")?;
+            .ok_or(SampleError::NoBlkLine)?;
+        let report: BlkReport = serde_json::from_str(json).map_err(SampleError::BadBlk)?;
         if let Some(e) = report.error {
-            bail!("The guest reported an error: {e}");
+            return Err(SampleError::Guest(e));
         }
         let run = report
             .runs
             .into_iter()
             .find(|r| r.name == "main")
-            .context("The BLK line has no main run")?;
-        let m = metrics.context("Osprey wrote no metrics at stop")?;
+            .ok_or(SampleError::NoMainRun)?;
+        let m = metrics.ok_or(SampleError::NoMetrics)?;
         // `GET /metrics`: `drives[]`, `iothreads[].stats`, `threads[]` (name, cpu_ns).
-        let drive = m["drives"].get(0).context("The metrics have no drive")?;
+        let drive = m["drives"].get(0).ok_or(SampleError::NoDrive)?;
         let all = |key: &str| m[key].as_array().into_iter().flatten();
         let u = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
         if run.timed_out {
-            bail!("The guest's run timed out after {} requests", run.requests);
+            return Err(SampleError::TimedOut(run.requests));
         }
         let n = run.requests;
         if n == 0 {
-            bail!("The guest completed no requests");
+            return Err(SampleError::NoRequests);
         }
         let cpu_ms = |prefix: &str| -> f64 {
             let name =
