@@ -185,10 +185,24 @@ pub fn same_workload(a: &Point, b: &Point) -> bool {
     (a.rw, a.bs, a.qd, a.queues) == (b.rw, b.bs, b.qd, b.queues)
 }
 
-/// The order of round `r` over `n` points, rotated by one each round so no point always runs first.
-fn round_order(n: usize, r: u32) -> impl Iterator<Item = usize> {
-    let start = if n == 0 { 0 } else { r as usize % n };
-    (0..n).map(move |i| (start + i) % n)
+/// The order of round `r` over `n` points: a Williams design (0, 1, n-1, 2, n-2, …, shifted by
+/// `r`; for odd `n` every other `n` rounds reversed), so each point runs first in turn and right
+/// after every other point equally often. A plain rotation kept every point's predecessor: in
+/// the store matrix `Auto` always ran right after `Sync`, whatever the round.
+fn round_order(n: usize, r: u32) -> Vec<usize> {
+    let Some(shift) = (r as usize).checked_rem(n) else {
+        return Vec::new();
+    };
+    let base = (0..n).map(|i| match i {
+        0 => 0,
+        i if i % 2 == 1 => i.div_ceil(2),
+        i => n - i / 2,
+    });
+    let mut order: Vec<usize> = base.map(|b| (b + shift) % n).collect();
+    if n % 2 == 1 && (r as usize / n) % 2 == 1 {
+        order.reverse();
+    }
+    order
 }
 
 /// Measures the points of one workload (`points`: 1-based index and point), each sized by its own
@@ -234,12 +248,31 @@ mod tests {
     }
 
     #[test]
-    fn rounds_rotate_so_no_point_always_runs_first() {
-        let order = |r| round_order(4, r).collect::<Vec<_>>();
-        assert_eq!(order(0), [0, 1, 2, 3]);
-        assert_eq!(order(1), [1, 2, 3, 0]);
-        assert_eq!(order(5), [1, 2, 3, 0]);
-        assert_eq!(round_order(0, 3).count(), 0);
+    fn rounds_balance_first_places_and_predecessors() {
+        assert_eq!(round_order(4, 0), [0, 1, 3, 2]);
+        assert_eq!(round_order(4, 5), [1, 2, 0, 3]);
+        assert!(round_order(0, 3).is_empty());
+        for n in 1..=7usize {
+            let rounds = 2 * n as u32;
+            let mut first = vec![0; n];
+            let mut after = vec![vec![0; n]; n];
+            for r in 0..rounds {
+                let o = round_order(n, r);
+                let mut sorted = o.clone();
+                sorted.sort_unstable();
+                assert_eq!(sorted, (0..n).collect::<Vec<_>>(), "n={n} r={r}: {o:?}");
+                first[o[0]] += 1;
+                for w in o.windows(2) {
+                    after[w[1]][w[0]] += 1;
+                }
+            }
+            assert!(first.iter().all(|&f| f == 2), "n={n}: {first:?}");
+            let pairs: Vec<u32> = (0..n)
+                .flat_map(|a| (0..n).filter(move |&b| b != a).map(move |b| (a, b)))
+                .map(|(a, b)| after[a][b])
+                .collect();
+            assert!(pairs.iter().all(|&c| c == 2), "n={n}: {after:?}");
+        }
     }
 
     fn proc_stat(pid: u32) -> Option<String> {
