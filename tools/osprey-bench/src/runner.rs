@@ -9,7 +9,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
+use anyhow::{bail, ensure, Context};
 
 use crate::cli::Settings;
 use crate::fio::{fio_available, run_fio, FioJob, FioResult};
@@ -65,14 +65,12 @@ fn find_or_build(
     let path = given.map_or(default, Path::to_path_buf);
     if !path.is_file() && given.is_none() {
         eprintln!("osprey-bench: running {build:?}");
-        let ok = build.status().is_ok_and(|s| s.success());
-        if !ok {
-            bail!("`{build:?}` failed");
-        }
+        ensure!(
+            build.status().is_ok_and(|s| s.success()),
+            "`{build:?}` failed"
+        );
     }
-    if !path.is_file() {
-        bail!("{} does not exist", path.display());
-    }
+    ensure!(path.is_file(), "{} does not exist", path.display());
     Ok(path)
 }
 

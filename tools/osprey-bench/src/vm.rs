@@ -63,13 +63,10 @@ pub fn console_tail(console: &str) -> String {
         .filter(|l| !l.is_empty())
         .collect();
     let text = lines[lines.len().saturating_sub(6)..].join(" | ");
-    let n = text.chars().count();
-    if text.is_empty() {
-        "(empty)".to_string()
-    } else if n <= 600 {
-        text
-    } else {
-        format!("…{}", text.chars().skip(n - 600).collect::<String>())
+    match text.chars().count() {
+        0 => "(empty)".to_string(),
+        1..=600 => text,
+        n => format!("…{}", text.chars().skip(n - 600).collect::<String>()),
     }
 }
 
