@@ -14,8 +14,8 @@
 //! tmpfs refuses `RWF_NOWAIT` (EOPNOTSUPP, Linux 6.18), but its reads and writes are memory
 //! copies that do not wait for a device: `engine::open` gives a file on tmpfs or ramfs
 //! ([`in_memory`]) the Sync engine, every request inline, instead of an `AutoEngine`. A buffered
-//! file on another file system that refuses the flag gets inline calls without it (page-cache
-//! copies; slow ones switch inline off).
+//! file on another file system that refuses the flag (ext4's writes) gets inline calls without
+//! it: page-cache copies, which wait for no device.
 //!
 //! A block device that does its work in the caller's context (zram, a RAM disk: found at open by
 //! [`completes_in_caller`]) is wrapped around Linux AIO rather than io_uring: io_uring hands a
@@ -101,8 +101,8 @@ pub struct AutoEngine {
     /// Requests to skip before the next probe (0 while inline passes its windows).
     reprobe_after: u32,
     /// The flags of the inline calls for reads ([0]) and writes ([1]): RWF_NOWAIT, or 0 where
-    /// the file system or device refuses the flag (a buffered file's page-cache copies are
-    /// quick, and slow ones switch inline off; an O_DIRECT call is timed).
+    /// the file system or device refuses the flag (a buffered file's page-cache copies wait
+    /// for no device; an O_DIRECT call is timed, and slow ones switch inline off).
     rwf: [libc::c_int; 2],
     /// An inline read ([0]) or write ([1]) has been tried, so `rwf` says whether the file takes
     /// RWF_NOWAIT for that kind (until then a page-cache file's batches try one inline first).
@@ -199,8 +199,8 @@ impl AutoEngine {
         let kind = usize::from(!read);
         let rwf = self.rwf[kind];
         // Only an O_DIRECT call waits for the device: the others are memory copies (a RWF_NOWAIT
-        // call cannot block; a call without the flag on tmpfs, or on a file system that refuses
-        // the flag for buffered writes, is what the Sync engine does, and io_uring would hand
+        // call cannot block; a call without the flag on a file system that refuses it for
+        // buffered writes is what the Sync engine does, and io_uring would hand
         // it to a worker thread, slower: measured on ext4, 26k vs 48k IOPS at QD1).
         let total: usize = iovecs.iter().map(|v| v.len).sum();
         let iov = as_iovecs(iovecs);
