@@ -114,7 +114,7 @@ impl<'a> PointRun<'a> {
         let _hogs = Hogs::start(hog).map_err(|e| format!("cannot start {hog} CPU hogs: {e}"))?;
         let name = format!("point-{:03}-{what}", self.index);
         self.vm
-            .run(&self.p, (count, seed), &name, deadline)
+            .run(&self.p, count, seed, &name, deadline)
             .map_err(|e| format!("{e:#}"))
     }
 

@@ -35,8 +35,8 @@ fn group(
     let mut out: Vec<Series> = Vec::new();
     for r in data {
         let Some((x, y)) = xy(r) else { continue };
-        let l = label(&r.p);
-        let pt = (x, y, note(&r.p));
+        let l = label(&r.spec);
+        let pt = (x, y, note(&r.spec));
         match out.iter_mut().find(|s| s.label == l) {
             Some(s) => s.points.push(pt),
             None => out.push(Series {
@@ -234,7 +234,7 @@ fn category_lines(
 
 /// The distinct values of a dimension, sorted, and each point's index among them.
 fn categories(data: &Data, key: fn(&Point) -> u32) -> (Vec<String>, impl Fn(&Point) -> f64) {
-    let mut v: Vec<u32> = data.iter().map(|r| key(&r.p)).collect();
+    let mut v: Vec<u32> = data.iter().map(|r| key(&r.spec)).collect();
     v.sort_unstable();
     v.dedup();
     let names = v.iter().map(u32::to_string).collect();
@@ -252,7 +252,8 @@ fn lines(
     thin: bool,
     suffix: &str,
 ) -> Vec<Line> {
-    group(data, label, |r| Some((x(&r.p), y(r)?)), |_| String::new())
+    let xy = |r: &ResultRow| Some((x(&r.spec), y(r)?));
+    group(data, label, xy, |_| String::new())
         .into_iter()
         .enumerate()
         .map(|(color, mut series)| {
@@ -314,7 +315,7 @@ pub fn write_plots(out: &Path, data: &Data) -> (Vec<String>, Vec<String>) {
     if ok.is_empty() {
         return (written, failed);
     }
-    let points: Vec<Point> = data.iter().map(|r| r.p).collect();
+    let points: Vec<Point> = data.iter().map(|r| r.spec).collect();
     let v = varying(&points);
     for (name, height, plot) in plots {
         let path = out.join(name);
@@ -356,7 +357,7 @@ mod tests {
                 let mut r = sample_row(i + 1, p.qd, 1000.0 * (i as f64 + 1.0).powi(3));
                 r.cpu_dataplane_us_per_io = Some(40.0 / (i as f64 + 1.0));
                 r.lat_p99_us = Some(10.0 * f64::from(p.qd) + i as f64);
-                ResultRow { p, ..r }
+                ResultRow { spec: p, ..r }
             })
             .collect();
         let dir = std::env::temp_dir().join(format!("osprey-bench-plots-{}", std::process::id()));

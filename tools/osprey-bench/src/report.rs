@@ -23,8 +23,9 @@ fn fin(x: f64, digits: i32) -> Option<f64> {
 /// The CSV row (column names are the field names; see docs/benchmarks.md).
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct ResultRow {
+    /// The point measured (not a column; `point` is its 1-based index).
     #[serde(skip)]
-    pub p: Point,
+    pub spec: Point,
     pub point: usize,
     pub rw: String,
     pub bs: String,
@@ -94,7 +95,7 @@ impl ResultRow {
             notes.push(format!("guest lowered qd to {q}"));
         }
         ResultRow {
-            p: *p,
+            spec: *p,
             point: index,
             rw: p.rw.to_string(),
             bs: format_size(p.bs),

@@ -137,11 +137,13 @@ impl Vm<'_> {
         })
     }
 
-    /// Boots the test guest for run `name` of `p` and returns its sample.
+    /// Boots the test guest for run `name` of `p` (`count` requests, offsets from `seed`) and
+    /// returns its sample.
     pub fn run(
         &self,
         p: &Point,
-        (count, seed): (u64, u64),
+        count: u64,
+        seed: u64,
         name: &str,
         deadline: Duration,
     ) -> anyhow::Result<RunSample> {
