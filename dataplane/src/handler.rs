@@ -33,6 +33,11 @@ pub trait Handler: Send {
     fn attach(&mut self) -> Result<(), AttachError> {
         Ok(())
     }
+    /// Called once on the iothread when the handler leaves (drained), before it is handed
+    /// back: the place to release what [`Handler::attach`] created, on the thread whose
+    /// seccomp filter allows it (an AIO context's `io_destroy`; the receiving vCPU thread's
+    /// filter does not).
+    fn detach(&mut self) {}
     /// The fds whose readability means work: the queue's kick eventfd, the engine's completion
     /// fd. The handler must drain them in [`Handler::run`] (they are level-triggered).
     fn wake_fds(&self) -> Vec<RawFd>;

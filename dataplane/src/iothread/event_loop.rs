@@ -635,6 +635,9 @@ impl Loop {
                 }
             }
             self.unwatch(slot);
+            if let Some(h) = self.handler(slot) {
+                h.detach();
+            }
             out.extend(self.forget(slot));
         }
         out

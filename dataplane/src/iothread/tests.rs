@@ -12,6 +12,7 @@ struct Counter {
     seen: Arc<AtomicU64>,
     quiesced: bool,
     attached_on: Option<String>,
+    detached_on: Option<String>,
 }
 
 impl Handler for Counter {
@@ -21,6 +22,9 @@ impl Handler for Counter {
     fn attach(&mut self) -> Result<(), crate::handler::AttachError> {
         self.attached_on = std::thread::current().name().map(str::to_owned);
         Ok(())
+    }
+    fn detach(&mut self) {
+        self.detached_on = std::thread::current().name().map(str::to_owned);
     }
     fn wake_fds(&self) -> Vec<RawFd> {
         vec![self.fd.as_raw_fd()]
@@ -72,6 +76,7 @@ fn runs_handlers_on_their_fds_and_gives_them_back() {
         seen: seen.clone(),
         quiesced: false,
         attached_on: None,
+        detached_on: None,
     };
     fd.write(3).expect("pre-attach kick");
     t.attach(vec![Box::new(h)]).expect("attach");
@@ -98,6 +103,11 @@ fn runs_handlers_on_their_fds_and_gives_them_back() {
         counter.attached_on.as_deref(),
         Some("iothread-test"),
         "attach runs on the iothread"
+    );
+    assert_eq!(
+        counter.detached_on.as_deref(),
+        Some("iothread-test"),
+        "detach runs on the iothread"
     );
     fd.write(1).expect("kick after detach");
     std::thread::sleep(Duration::from_millis(20));
@@ -587,6 +597,7 @@ fn detach_waits_for_in_flight_io_and_never_hands_back_early() {
         seen: seen.clone(),
         quiesced: false,
         attached_on: None,
+        detached_on: None,
     };
     t.attach(vec![Box::new(h), Box::new(other)])
         .expect("attach");

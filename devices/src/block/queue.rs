@@ -454,6 +454,12 @@ impl Handler for BlockQueueHandler {
         Ok(())
     }
 
+    fn detach(&mut self) {
+        // Drained: the engine holds nothing. Dropped here, on the thread that created it (an
+        // AIO context's io_destroy is not in the vCPU thread's seccomp filter).
+        self.engine = Box::new(dataplane::engine::null::NullEngine::new(1));
+    }
+
     fn run(&mut self, max_batch: usize) -> bool {
         // While the thread polls, the guest does not kick (notifications are suppressed): the
         // read would almost always find nothing. A kick that raced in keeps the fd readable and
