@@ -113,6 +113,7 @@ impl DriveHandle {
             "in_flight": sum(|s| s.in_flight),
             "inline_requests": sum(|s| s.inline_requests),
             "deferred_requests": sum(|s| s.deferred_requests),
+            "batched_writes": sum(|s| s.batched_writes),
             "reset_pending": snaps.iter().any(|s| s.reset_pending),
             "throttled_events": sum(|s| s.throttled_events),
             "throttled_ns": sum(|s| s.throttled_ns),

@@ -23,6 +23,11 @@
 //! batch in one call. Single requests go inline there, turns of [`RING_BATCH`] or more to
 //! `io_submit`.
 //!
+//! A page-cache file whose file system refuses RWF_NOWAIT writes (ext4) gets its writes inline
+//! without the flag, one `pwritev2` each; a turn with [`RING_BATCH`] or more of them goes instead
+//! to one `io_submit` of a Linux AIO context opened for them on first use, which runs buffered
+//! writes before it returns: one syscall for the turn (io_uring would hand them to its workers).
+//!
 //! Ordering: a flush goes to the wrapped engine only once every earlier request it holds has
 //! completed (inline writes are in the page cache before their completion exists), so a flush
 //! never completes before an earlier write, whichever path the write took.
@@ -81,6 +86,8 @@ pub struct InlineStats {
     pub failed: u64,
     /// Inline attempts made (each `preadv2`/`pwritev2` call).
     pub attempts: u64,
+    /// Buffered writes run by one `io_submit` per turn (counted in `deferred` too).
+    pub batched_writes: u64,
 }
 
 /// Inline first, asynchronous for the rest.
@@ -118,6 +125,10 @@ pub struct AutoEngine {
     ring_batches: bool,
     /// The wrapped engine's in-flight count last added to the thread's total.
     async_reported: usize,
+    /// The wrapped engine's last `reap` began with nothing in flight: it cleared the completion
+    /// fd and nothing can signal it before the next submission, so `reap` skips the engine (its
+    /// fd read is a syscall per turn on a store where every request goes inline).
+    inner_quiet: bool,
     /// Scratch for `held` (its capacity is reused).
     spare: Vec<IoRequest>,
     /// O_DIRECT: the average duration of an inline call (ns, weight 1/8).
@@ -132,7 +143,19 @@ pub struct AutoEngine {
     /// O_DIRECT wrapped around Linux AIO: a device completing in the caller's context takes a
     /// turn's batch in one `io_submit` (cheaper than a call per request).
     aio_batches: bool,
+    /// A page-cache file whose file system refuses RWF_NOWAIT writes: a turn's writes go to one
+    /// `io_submit` here (opened on first use; `Failed` when that failed: inline then).
+    write_batches: WriteBatches,
+    /// The wrapped engine's depth (the writer's too).
+    depth: u32,
     stats: InlineStats,
+}
+
+/// The Linux AIO context for batches of buffered writes.
+enum WriteBatches {
+    NotYet,
+    Open(Box<super::linux_aio::LinuxAioEngine>),
+    Failed,
 }
 
 impl std::fmt::Debug for AutoEngine {
@@ -158,9 +181,12 @@ impl AutoEngine {
         let ring_batches = !direct && inner.kind() == EngineKind::IoUring;
         let aio_batches = direct && inner.kind() == EngineKind::LinuxAio;
         Self {
+            write_batches: WriteBatches::NotYet,
+            depth: u32::try_from(inner.capacity()).unwrap_or(u32::MAX),
             ring_batches,
             aio_batches,
             async_reported: 0,
+            inner_quiet: false,
             rwf: [libc::RWF_NOWAIT; 2],
             rwf_known: [false; 2],
             direct,
@@ -402,10 +428,34 @@ impl AutoEngine {
     /// without blocking), the rest inline first.
     fn release_buffered(&mut self) {
         let batch = self.held.len() >= RING_BATCH;
+        let write_batch = self.trying
+            && self.rwf_known[1]
+            && self.rwf[1] == 0
+            && self
+                .held
+                .iter()
+                .filter(|r| matches!(r.op, IoOp::Write { .. }))
+                .nth(RING_BATCH - 1)
+                .is_some()
+            && self.writer().is_some();
         std::mem::swap(&mut self.held, &mut self.spare);
         let mut held = std::mem::take(&mut self.spare);
         for mut request in held.drain(..) {
             let write = matches!(request.op, IoOp::Write { .. });
+            if let (true, WriteBatches::Open(writer)) =
+                (write && write_batch, &mut self.write_batches)
+            {
+                // The writer has the wrapped engine's depth, and `capacity` counts its
+                // requests: it has room for every held one.
+                if writer.capacity() > 0 {
+                    self.stats.deferred += 1;
+                    self.stats.batched_writes += 1;
+                    if writer.submit(request).is_err() {
+                        log::error!("auto engine: the write batch refused a request");
+                    }
+                    continue;
+                }
+            }
             // Writes the file system will not do with RWF_NOWAIT (ext4) block the ring's
             // submitter or serialize in its workers: those stay inline. Whether it will is
             // learnt from the first inline call of the kind: at depth every turn is a batch,
@@ -429,6 +479,63 @@ impl AutoEngine {
         self.spare = held;
     }
 
+    /// The writer for batches of buffered writes, opened on first use (on this thread); `None`
+    /// when that failed (the writes stay inline).
+    fn writer(&mut self) -> Option<&mut super::linux_aio::LinuxAioEngine> {
+        if let WriteBatches::NotYet = self.write_batches {
+            let opened = self
+                .file
+                .try_clone()
+                .map_err(|e| e.to_string())
+                .and_then(|f| {
+                    super::linux_aio::LinuxAioEngine::for_buffered_batches(f, self.depth)
+                        .map_err(|e| e.to_string())
+                });
+            self.write_batches = match opened {
+                Ok(writer) => {
+                    log::info!("auto engine: turns of {RING_BATCH} or more buffered writes go to one io_submit");
+                    WriteBatches::Open(Box::new(writer))
+                }
+                Err(e) => {
+                    log::warn!("auto engine: no Linux AIO context for write batches ({e}); writes stay inline");
+                    WriteBatches::Failed
+                }
+            };
+        }
+        match &mut self.write_batches {
+            WriteBatches::Open(writer) => Some(writer),
+            WriteBatches::NotYet | WriteBatches::Failed => None,
+        }
+    }
+
+    /// Submits the turn's write batch and collects its completions: `io_submit` ran the
+    /// buffered writes before it returned. A short write's remainder is resubmitted by `reap`
+    /// (a few rounds at most: the next call writes or fails); whatever is left is reaped later.
+    fn run_write_batch(&mut self) {
+        const ROUNDS: usize = 4;
+        let WriteBatches::Open(writer) = &mut self.write_batches else {
+            return;
+        };
+        if writer.in_flight() == 0 {
+            return;
+        }
+        writer.commit();
+        for _ in 0..ROUNDS {
+            if writer.in_flight() == 0 {
+                break;
+            }
+            writer.reap(&mut self.done);
+        }
+    }
+
+    /// Requests in the write batch's context not reaped yet.
+    fn writer_in_flight(&self) -> usize {
+        match &self.write_batches {
+            WriteBatches::Open(writer) => writer.in_flight(),
+            WriteBatches::NotYet | WriteBatches::Failed => 0,
+        }
+    }
+
     /// Counts a request while inline is off; switches it back on for a probe now and then.
     fn count_probe(&mut self) {
         if !self.trying {
@@ -443,7 +550,7 @@ impl AutoEngine {
 
     /// Hands waiting flushes to the wrapped engine once it has nothing else in flight.
     fn release_flushes(&mut self) {
-        while !self.flushes.is_empty() && self.inner.in_flight() == 0 {
+        while !self.flushes.is_empty() && self.inner.in_flight() + self.writer_in_flight() == 0 {
             let token = self.flushes.remove(0);
             if self
                 .inner
@@ -498,6 +605,7 @@ impl IoEngine for AutoEngine {
 
     fn commit(&mut self) -> usize {
         self.release_held();
+        self.run_write_batch();
         self.release_flushes();
         let n = self.inner.commit();
         self.publish_async();
@@ -505,9 +613,18 @@ impl IoEngine for AutoEngine {
     }
 
     fn reap(&mut self, out: &mut Vec<Completion>) -> usize {
-        let n = self.done.len();
+        if let WriteBatches::Open(writer) = &mut self.write_batches {
+            if writer.in_flight() > 0 {
+                writer.reap(&mut self.done);
+            }
+        }
+        let mut n = self.done.len();
         out.append(&mut self.done);
-        let n = n + self.inner.reap(out);
+        let inner_busy = self.inner.in_flight() > 0;
+        if inner_busy || !self.inner_quiet {
+            n += self.inner.reap(out);
+            self.inner_quiet = !inner_busy;
+        }
         self.release_flushes();
         self.publish_async();
         n
@@ -524,15 +641,21 @@ impl IoEngine for AutoEngine {
         }
         self.inner
             .capacity()
-            .saturating_sub(self.done.len() + self.held.len())
+            .saturating_sub(self.done.len() + self.held.len() + self.writer_in_flight())
     }
 
     fn in_flight(&self) -> usize {
-        self.inner.in_flight() + self.done.len() + self.flushes.len() + self.held.len()
+        self.inner.in_flight()
+            + self.done.len()
+            + self.flushes.len()
+            + self.held.len()
+            + self.writer_in_flight()
     }
 
     fn has_completions(&self) -> bool {
-        !self.done.is_empty() || self.inner.has_completions()
+        !self.done.is_empty()
+            || self.inner.has_completions()
+            || matches!(&self.write_batches, WriteBatches::Open(w) if w.has_completions())
     }
 
     fn poll_begin(&mut self) {
@@ -545,6 +668,10 @@ impl IoEngine for AutoEngine {
 
     fn unsubmitted(&self) -> usize {
         self.inner.unsubmitted()
+            + match &self.write_batches {
+                WriteBatches::Open(writer) => writer.unsubmitted(),
+                WriteBatches::NotYet | WriteBatches::Failed => 0,
+            }
     }
 
     fn kind(&self) -> EngineKind {
@@ -557,7 +684,7 @@ impl IoEngine for AutoEngine {
         } else if self.direct {
             "inline RWF_NOWAIT for every request while calls average under 4 us or stay on the CPU, else when a request is alone on the thread (O_DIRECT)"
         } else if self.ring_batches {
-            "inline RWF_NOWAIT, turns of 4 or more requests to the ring for kinds the file system takes the flag for"
+            "inline RWF_NOWAIT, turns of 4 or more requests to the ring for kinds the file system takes the flag for, turns of 4 or more writes it refuses the flag for to one io_submit"
         } else {
             "inline RWF_NOWAIT"
         };
@@ -774,6 +901,87 @@ mod tests {
         assert_eq!(e.inline_stats().deferred, 1);
     }
 
+    /// A wrapped engine that counts the `reap` calls it gets.
+    struct CountReaps(
+        Box<dyn IoEngine>,
+        std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    );
+
+    impl IoEngine for CountReaps {
+        fn submit(&mut self, request: IoRequest) -> Result<(), SubmitError> {
+            self.0.submit(request)
+        }
+        fn commit(&mut self) -> usize {
+            self.0.commit()
+        }
+        fn reap(&mut self, out: &mut Vec<Completion>) -> usize {
+            self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.0.reap(out)
+        }
+        fn completion_fd(&self) -> Option<RawFd> {
+            self.0.completion_fd()
+        }
+        fn capacity(&self) -> usize {
+            self.0.capacity()
+        }
+        fn in_flight(&self) -> usize {
+            self.0.in_flight()
+        }
+        fn has_completions(&self) -> bool {
+            self.0.has_completions()
+        }
+        fn unsubmitted(&self) -> usize {
+            self.0.unsubmitted()
+        }
+        fn kind(&self) -> EngineKind {
+            self.0.kind()
+        }
+        fn describe(&self) -> String {
+            self.0.describe()
+        }
+    }
+
+    #[test]
+    fn an_idle_wrapped_engine_is_reaped_once_then_left_alone() {
+        // Its reap reads the completion fd: a syscall per turn where every request is inline.
+        let dir = std::env::current_dir().expect("cwd").join("target");
+        let s = store(&dir, "auto-quiet", 1 << 20);
+        let reaps = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let kind = crate::engine::auto_async_kind(false);
+        let wrapped = CountReaps(
+            inner(open(&s.path, true, false), 32, false, kind),
+            reaps.clone(),
+        );
+        let mut e = AutoEngine::new(open(&s.path, true, false), Box::new(wrapped));
+        if in_memory(&e.file) {
+            eprintln!("target/ is a memory file system: nothing to check");
+            return;
+        }
+        let count = || reaps.load(std::sync::atomic::Ordering::Relaxed);
+        let buf = Aligned::new(4096);
+        for t in 0..8 {
+            e.submit(read(&buf, t * 4096, t)).expect("room");
+            assert_eq!(complete(&mut e, 1).len(), 1);
+        }
+        assert_eq!(e.inline_stats().inline, 8);
+        assert_eq!(
+            count(),
+            1,
+            "one reap clears the idle engine's fd, then none"
+        );
+        // A read past the end goes to the wrapped engine: reaped until it completes, and once
+        // more after, for a completion that signalled the fd after it was read.
+        e.submit(read(&buf, (1 << 20) - 2048, 9)).expect("room");
+        assert_eq!(complete(&mut e, 1)[0].result, 4096);
+        let after = count();
+        assert!(after >= 2, "{after}");
+        let mut out = Vec::new();
+        for _ in 0..3 {
+            e.reap(&mut out);
+        }
+        assert_eq!(count(), after + 1, "{out:?}");
+    }
+
     #[test]
     fn on_a_page_cache_file_a_batch_goes_to_the_ring_and_a_lone_request_inline() {
         if crate::engine::io_uring::IoUringEngine::probe().is_err() {
@@ -842,6 +1050,40 @@ mod tests {
             after.deferred - st.deferred,
             batch - inline_writes,
             "{after:?}"
+        );
+        if e.rwf[1] != 0 {
+            return;
+        }
+        // Refused flag, known now: the next turn's writes go to one io_submit, which runs them
+        // before it returns; a read reads back what the batch wrote.
+        let mut data = Aligned::new(4096);
+        data.fill(0x5a);
+        for t in 0..batch {
+            e.submit(IoRequest {
+                op: IoOp::Write {
+                    offset: (16 + t) * 4096,
+                    iovecs: iovecs![data.iov(0, 4096)],
+                },
+                token: 300 + t,
+            })
+            .expect("room");
+        }
+        assert_eq!(e.commit(), 0, "nothing for the ring");
+        assert_eq!(e.done.len(), RING_BATCH, "completed inside io_submit");
+        let c = complete(&mut e, RING_BATCH);
+        assert!(c.iter().all(|c| c.result == 4096), "{c:?}");
+        let batched = e.inline_stats();
+        assert_eq!(
+            (batched.batched_writes, batched.inline),
+            (batch, after.inline),
+            "{batched:?}"
+        );
+        let back = Aligned::new(4096);
+        e.submit(read(&back, 17 * 4096, 400)).expect("room");
+        assert_eq!(complete(&mut e, 1)[0].result, 4096);
+        assert!(
+            back.as_slice().iter().all(|&b| b == 0x5a),
+            "the batch's data"
         );
     }
 

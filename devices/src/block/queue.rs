@@ -492,6 +492,9 @@ impl Handler for BlockQueueHandler {
             self.stats
                 .deferred_requests
                 .store(s.deferred, Ordering::Relaxed);
+            self.stats
+                .batched_writes
+                .store(s.batched_writes, Ordering::Relaxed);
         }
         match stop {
             Stop::Budget => !self.broken,

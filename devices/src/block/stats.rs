@@ -48,6 +48,9 @@ pub struct QueueStats {
     pub inline_requests: AtomicU64,
     /// `Auto` engine: reads and writes handed to the asynchronous engine.
     pub deferred_requests: AtomicU64,
+    /// `Auto` engine: buffered writes run by one `io_submit` per turn (also in
+    /// `deferred_requests`).
+    pub batched_writes: AtomicU64,
     /// Times the queue stopped taking requests because a rate limiter's bucket was dry.
     pub throttled_events: AtomicU64,
     /// Time the queue spent stopped by a rate limiter (ns).
@@ -132,6 +135,8 @@ pub struct QueueStatsSnapshot {
     pub inline_requests: u64,
     /// See [`QueueStats::deferred_requests`].
     pub deferred_requests: u64,
+    /// See [`QueueStats::batched_writes`].
+    pub batched_writes: u64,
     /// See [`QueueStats::throttled_events`].
     pub throttled_events: u64,
     /// See [`QueueStats::throttled_ns`].
@@ -160,6 +165,7 @@ impl QueueStats {
             reset_pending: g(&self.reset_pending) != 0,
             inline_requests: g(&self.inline_requests),
             deferred_requests: g(&self.deferred_requests),
+            batched_writes: g(&self.batched_writes),
             throttled_events: g(&self.throttled_events),
             throttled_ns: g(&self.throttled_ns),
         }

@@ -282,6 +282,12 @@ const CATALOGUE: &[(&str, &str, Kind, &str)] = &[
     ),
     (
         "drive",
+        "batched_writes",
+        Kind::Counter,
+        "Buffered writes the Auto engine ran in one io_submit per turn",
+    ),
+    (
+        "drive",
         "throttled_events",
         Kind::Counter,
         "Times a queue stopped on a dry rate-limit bucket",

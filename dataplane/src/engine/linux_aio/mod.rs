@@ -168,7 +168,26 @@ impl std::fmt::Debug for LinuxAioEngine {
 impl LinuxAioEngine {
     /// An engine on `file` with an AIO context of min(`opts.depth`, [`MAX_EVENTS`]) events.
     pub fn new(file: File, opts: &EngineOptions) -> Result<Self, EngineError> {
-        let nr = opts.depth.clamp(1, MAX_EVENTS);
+        if !opts.direct {
+            log::warn!(
+                "LinuxAio without O_DIRECT submits synchronously inside io_submit; set \"direct\": true"
+            );
+        }
+        Self::build(file, opts.depth, opts.direct)
+    }
+
+    /// An engine for batches of buffered writes (the `Auto` engine's, on a file system that
+    /// refuses RWF_NOWAIT writes): `io_submit` runs them before it returns, so the caller
+    /// reaps right after `commit` and never sleeps on the completion fd, which is left alone
+    /// as while polling.
+    pub fn for_buffered_batches(file: File, depth: u32) -> Result<Self, EngineError> {
+        let mut engine = Self::build(file, depth, false)?;
+        engine.polling = true;
+        Ok(engine)
+    }
+
+    fn build(file: File, depth: u32, direct: bool) -> Result<Self, EngineError> {
+        let nr = depth.clamp(1, MAX_EVENTS);
         let ctx = AioContext::setup(nr).map_err(|e| setup_error(e, nr))?;
         let eventfd = EventFd::new(libc::EFD_NONBLOCK | libc::EFD_CLOEXEC).map_err(|source| {
             EngineError::Setup {
@@ -178,11 +197,6 @@ impl LinuxAioEngine {
             }
         })?;
         let limit = nr as usize;
-        if !opts.direct {
-            log::warn!(
-                "LinuxAio without O_DIRECT submits synchronously inside io_submit; set \"direct\": true"
-            );
-        }
         if !ctx.ring_ok() {
             log::info!(
                 "LinuxAio: unknown completion ring layout (magic 0x{:x}); reaping with io_getevents",
@@ -205,7 +219,7 @@ impl LinuxAioEngine {
             events: vec![IoEvent::default(); limit].into_boxed_slice(),
             retry: Vec::with_capacity(limit),
             limit,
-            direct: opts.direct,
+            direct,
             fdsync_refused: false,
             #[cfg(test)]
             hooks: tests::Hooks::default(),
