@@ -5,8 +5,16 @@ test of "Auto's runs are below the best engine's", and the chance that an engine
 from the best engine's own distribution meets the issue's bar (its median >= 0.95 x the largest
 median of the explicit engines), by bootstrap. The sum of those chances is the number of points
 a perfect Auto would be expected to pass in one such run.
-Usage: scripts/store-noise.py target/bench/s9-zram target/bench/s9-loop ..."""
-import csv, glob, json, math, os, random, statistics, sys
+Usage: scripts/store-noise.py target/bench/s9-zram target/bench/s9-loop ...
+       scripts/store-noise.py --compare poll --subject adaptive target/bench/policy-matrix4
+(the second form: the Adaptive policy against the best other policy, per engine and hog count)."""
+import argparse, csv, glob, json, math, os, random, statistics
+
+ap = argparse.ArgumentParser()
+ap.add_argument("dirs", nargs="+")
+ap.add_argument("--compare", choices=["engine", "poll"], default="engine")
+ap.add_argument("--subject", default="Auto")
+args = ap.parse_args()
 
 random.seed(1)
 DRAWS = 2000
@@ -34,18 +42,23 @@ def resampled_median(xs):
     return statistics.median(random.choices(xs, k=len(xs)))
 
 
-print("| store | rw | QD | q | Auto median (runs) | best explicit median | Auto/best | p(Auto below best) | P(an engine like the best passes) |")
-print("|---|---|---|---|---|---|---|---|---|")
+S = args.subject
+extra = " engine | hog |" if args.compare == "poll" else ""
+print(f"| store | rw | QD | q |{extra} {S} median (runs) | best other median | {S}/best | p({S} below best) | P(one like the best passes) |")
+print("|---|---|---|---|" + "---|" * (extra.count("|")) + "---|---|---|---|---|")
 expected = passed = significant = points = 0
-for sdir in sys.argv[1:]:
+for sdir in args.dirs:
     name = os.path.basename(sdir)
     pts = {}
     for r in csv.DictReader(open(f"{sdir}/results.csv")):
         if r["status"] == "ok":
-            pts.setdefault((r["rw"], int(r["qd"]), int(r["queues"])), {})[r["engine"]] = runs_of(sdir, int(r["point"]))
+            key = (r["rw"], int(r["qd"]), int(r["queues"]))
+            if args.compare == "poll":
+                key += (r["engine"], int(r["hog"] or 0))
+            pts.setdefault(key, {})[r[args.compare]] = runs_of(sdir, int(r["point"]))
     for key in sorted(pts):
         e = pts[key]
-        auto = e.pop("Auto", None)
+        auto = e.pop(S, None)
         if not auto or not e or not all(e.values()):
             continue
         best = max(e, key=lambda k: statistics.median(e[k]))
@@ -61,6 +74,7 @@ for sdir in sys.argv[1:]:
         expected += chance
         passed += ratio >= 0.95
         significant += p < 0.05
-        print(f"| {name} | {key[0]} | {key[1]} | {key[2]} | {statistics.median(auto)/1e3:.0f}k ({len(auto)}) | {best} {bm/1e3:.0f}k | {ratio:.2f} | {p:.3f}{' ✗' if p < 0.05 else ''} | {chance:.2f} |")
-print(f"\nAuto >= 0.95 x best (IOPS) at {passed} of {points} points; significantly below the best (p < 0.05) at {significant};"
-      f" an engine drawn from the best's own runs would pass {expected:.1f} of {points} on average")
+        cols = " | ".join(str(k) for k in key)
+        print(f"| {name} | {cols} | {statistics.median(auto)/1e3:.0f}k ({len(auto)}) | {best} {bm/1e3:.0f}k | {ratio:.2f} | {p:.3f}{' ✗' if p < 0.05 else ''} | {chance:.2f} |")
+print(f"\n{S} >= 0.95 x best (IOPS) at {passed} of {points} points; significantly below the best (p < 0.05) at {significant};"
+      f" one drawn from the best's own runs would pass {expected:.1f} of {points} on average")
