@@ -141,6 +141,8 @@ pub struct LinuxAioEngine {
     use_ring: bool,
     /// The file system refused IOCB_CMD_FDSYNC: flushes run fdatasync in `commit`.
     fdsync_refused: bool,
+    /// Completions do not signal the eventfd ([`LinuxAioEngine::for_buffered_batches`]).
+    unsignalled: bool,
     #[cfg(test)]
     hooks: tests::Hooks,
 }
@@ -178,11 +180,12 @@ impl LinuxAioEngine {
 
     /// An engine for batches of buffered writes (the `Auto` engine's, on a file system that
     /// refuses RWF_NOWAIT writes): `io_submit` runs them before it returns, so the caller
-    /// reaps right after `commit` and never sleeps on the completion fd, which is left alone
-    /// as while polling.
+    /// reaps right after `commit` and never sleeps on the completion fd: completions do not
+    /// signal it, and it is left alone as while polling.
     pub fn for_buffered_batches(file: File, depth: u32) -> Result<Self, EngineError> {
         let mut engine = Self::build(file, depth, false)?;
         engine.polling = true;
+        engine.unsignalled = true;
         Ok(engine)
     }
 
@@ -221,6 +224,7 @@ impl LinuxAioEngine {
             limit,
             direct,
             fdsync_refused: false,
+            unsignalled: false,
             #[cfg(test)]
             hooks: tests::Hooks::default(),
         })
@@ -452,7 +456,8 @@ impl IoEngine for LinuxAioEngine {
         let Some(idx) = self.free.pop() else {
             return Err(SubmitError::Full);
         };
-        let (fd, resfd) = (self.file.as_raw_fd(), self.eventfd.as_raw_fd());
+        let fd = self.file.as_raw_fd();
+        let resfd = (!self.unsignalled).then(|| self.eventfd.as_raw_fd());
         self.slots[idx as usize].load(request, idx, fd, resfd);
         self.pending.push_back(idx);
         Ok(())

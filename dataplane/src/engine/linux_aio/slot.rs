@@ -55,8 +55,9 @@ impl Slot {
         }
     }
 
-    /// Fills the slot (number `idx`) with `request`; the iocb targets `fd` and signals `resfd`.
-    pub(super) fn load(&mut self, request: IoRequest, idx: u32, fd: RawFd, resfd: RawFd) {
+    /// Fills the slot (number `idx`) with `request`; the iocb targets `fd` and signals `resfd`
+    /// (`None`: no eventfd, the caller reaps the ring).
+    pub(super) fn load(&mut self, request: IoRequest, idx: u32, fd: RawFd, resfd: Option<RawFd>) {
         self.token = request.token;
         self.first = 0;
         self.offset = 0;
@@ -65,8 +66,8 @@ impl Slot {
         self.iocb = Iocb {
             aio_data: u64::from(idx),
             aio_fildes: fd as u32,
-            aio_flags: IOCB_FLAG_RESFD,
-            aio_resfd: resfd as u32,
+            aio_flags: if resfd.is_some() { IOCB_FLAG_RESFD } else { 0 },
+            aio_resfd: resfd.map_or(0, |fd| fd as u32),
             ..Iocb::default()
         };
         self.kind = match request.op {

@@ -184,6 +184,24 @@ fn io_getevents_fallback_reaps_the_same() {
 }
 
 #[test]
+fn buffered_batches_complete_inside_io_submit_without_signalling() {
+    let t = store(&disk(), "batches", 1 << 20);
+    let mut e =
+        LinuxAioEngine::for_buffered_batches(open(&t.path, true, false), 8).expect("engine");
+    let fd = e.completion_fd().expect("fd");
+    let buf = Aligned::new(4096);
+    for t in 0..4 {
+        e.submit(write(t * 4096, &buf, 0, 4096, t)).expect("submit");
+    }
+    assert_eq!(e.commit(), 4);
+    let mut out = Vec::new();
+    assert_eq!(e.reap(&mut out), 4, "done when io_submit returned: {out:?}");
+    assert!(out.iter().all(|c| c.result == 4096), "{out:?}");
+    assert!(!readable(fd, 0), "completions do not signal the eventfd");
+    assert_eq!(e.in_flight(), 0);
+}
+
+#[test]
 fn has_completions_peeks_the_ring_and_eventfd_fires() {
     let t = store(&disk(), "efd", 1 << 20);
     let mut e = engine(&t, 8, true);
