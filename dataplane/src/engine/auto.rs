@@ -509,10 +509,13 @@ impl AutoEngine {
     }
 
     /// Submits the turn's write batch and collects its completions: `io_submit` ran the
-    /// buffered writes before it returned. A short write's remainder is resubmitted by `reap`
-    /// (a few rounds at most: the next call writes or fails); whatever is left is reaped later.
+    /// buffered writes before it returned, so none is left in the kernel (the writer's
+    /// completions signal no fd). A short write's remainder is resubmitted by `reap` and done
+    /// by that call too, so reaping goes on while the ring has completions (bounded: each round
+    /// writes at least a byte or ends the request); what `io_submit` did not take (EAGAIN)
+    /// stays unsubmitted, and the queue retries it on a timer (`unsubmitted`).
     fn run_write_batch(&mut self) {
-        const ROUNDS: usize = 4;
+        const MAX_ROUNDS: usize = 1024;
         let WriteBatches::Open(writer) = &mut self.write_batches else {
             return;
         };
@@ -520,8 +523,8 @@ impl AutoEngine {
             return;
         }
         writer.commit();
-        for _ in 0..ROUNDS {
-            if writer.in_flight() == 0 {
+        for _ in 0..MAX_ROUNDS {
+            if writer.in_flight() == 0 || !writer.has_completions() {
                 break;
             }
             writer.reap(&mut self.done);
