@@ -158,6 +158,23 @@ enum WriteBatches {
     Failed,
 }
 
+impl WriteBatches {
+    /// The writer, once opened.
+    fn get(&self) -> Option<&super::linux_aio::LinuxAioEngine> {
+        match self {
+            WriteBatches::Open(writer) => Some(writer),
+            WriteBatches::NotYet | WriteBatches::Failed => None,
+        }
+    }
+
+    fn get_mut(&mut self) -> Option<&mut super::linux_aio::LinuxAioEngine> {
+        match self {
+            WriteBatches::Open(writer) => Some(writer),
+            WriteBatches::NotYet | WriteBatches::Failed => None,
+        }
+    }
+}
+
 impl std::fmt::Debug for AutoEngine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AutoEngine")
@@ -442,9 +459,7 @@ impl AutoEngine {
         let mut held = std::mem::take(&mut self.spare);
         for mut request in held.drain(..) {
             let write = matches!(request.op, IoOp::Write { .. });
-            if let (true, WriteBatches::Open(writer)) =
-                (write && write_batch, &mut self.write_batches)
-            {
+            if let (true, Some(writer)) = (write && write_batch, self.write_batches.get_mut()) {
                 // The writer has the wrapped engine's depth, and `capacity` counts its
                 // requests: it has room for every held one.
                 if writer.capacity() > 0 {
@@ -502,10 +517,7 @@ impl AutoEngine {
                 }
             };
         }
-        match &mut self.write_batches {
-            WriteBatches::Open(writer) => Some(writer),
-            WriteBatches::NotYet | WriteBatches::Failed => None,
-        }
+        self.write_batches.get_mut()
     }
 
     /// Submits the turn's write batch and collects its completions: `io_submit` ran the
@@ -516,7 +528,7 @@ impl AutoEngine {
     /// stays unsubmitted, and the queue retries it on a timer (`unsubmitted`).
     fn run_write_batch(&mut self) {
         const MAX_ROUNDS: usize = 1024;
-        let WriteBatches::Open(writer) = &mut self.write_batches else {
+        let Some(writer) = self.write_batches.get_mut() else {
             return;
         };
         if writer.in_flight() == 0 {
@@ -533,10 +545,7 @@ impl AutoEngine {
 
     /// Requests in the write batch's context not reaped yet.
     fn writer_in_flight(&self) -> usize {
-        match &self.write_batches {
-            WriteBatches::Open(writer) => writer.in_flight(),
-            WriteBatches::NotYet | WriteBatches::Failed => 0,
-        }
+        self.write_batches.get().map_or(0, |w| w.in_flight())
     }
 
     /// Counts a request while inline is off; switches it back on for a probe now and then.
@@ -616,7 +625,7 @@ impl IoEngine for AutoEngine {
     }
 
     fn reap(&mut self, out: &mut Vec<Completion>) -> usize {
-        if let WriteBatches::Open(writer) = &mut self.write_batches {
+        if let Some(writer) = self.write_batches.get_mut() {
             if writer.in_flight() > 0 {
                 writer.reap(&mut self.done);
             }
@@ -658,7 +667,10 @@ impl IoEngine for AutoEngine {
     fn has_completions(&self) -> bool {
         !self.done.is_empty()
             || self.inner.has_completions()
-            || matches!(&self.write_batches, WriteBatches::Open(w) if w.has_completions())
+            || self
+                .write_batches
+                .get()
+                .is_some_and(|w| w.has_completions())
     }
 
     fn poll_begin(&mut self) {
@@ -670,11 +682,7 @@ impl IoEngine for AutoEngine {
     }
 
     fn unsubmitted(&self) -> usize {
-        self.inner.unsubmitted()
-            + match &self.write_batches {
-                WriteBatches::Open(writer) => writer.unsubmitted(),
-                WriteBatches::NotYet | WriteBatches::Failed => 0,
-            }
+        self.inner.unsubmitted() + self.write_batches.get().map_or(0, |w| w.unsubmitted())
     }
 
     fn kind(&self) -> EngineKind {

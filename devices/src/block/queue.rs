@@ -132,7 +132,7 @@ impl BlockQueueHandler {
             kick: q.kick,
             mem,
             interrupt,
-            engine: Box::new(dataplane::engine::null::NullEngine::new(1)),
+            engine: no_engine(),
             engine_spec: Some((file, opts)),
             limits,
             stats,
@@ -425,6 +425,12 @@ impl BlockQueueHandler {
     }
 }
 
+/// What a handler holds while its engine does not exist: before `attach` builds it on the
+/// iothread, and after `detach` dropped it there.
+fn no_engine() -> Box<dyn IoEngine> {
+    Box::new(dataplane::engine::null::NullEngine::new(1))
+}
+
 fn describe(result: i64) -> String {
     i32::try_from(-result)
         .map(|e| std::io::Error::from_raw_os_error(e).to_string())
@@ -457,7 +463,7 @@ impl Handler for BlockQueueHandler {
     fn detach(&mut self) {
         // Drained: the engine holds nothing. Dropped here, on the thread that created it (an
         // AIO context's io_destroy is not in the vCPU thread's seccomp filter).
-        self.engine = Box::new(dataplane::engine::null::NullEngine::new(1));
+        self.engine = no_engine();
     }
 
     fn run(&mut self, max_batch: usize) -> bool {

@@ -181,10 +181,9 @@ impl LinuxAioEngine {
     /// An engine for batches of buffered writes (the `Auto` engine's, on a file system that
     /// refuses RWF_NOWAIT writes): `io_submit` runs them before it returns, so the caller
     /// reaps right after `commit` and never sleeps on the completion fd: completions do not
-    /// signal it, and it is left alone as while polling.
+    /// signal it, so it is never read or written.
     pub fn for_buffered_batches(file: File, depth: u32) -> Result<Self, EngineError> {
         let mut engine = Self::build(file, depth, false)?;
-        engine.polling = true;
         engine.unsignalled = true;
         Ok(engine)
     }
@@ -357,13 +356,13 @@ impl LinuxAioEngine {
         unsafe { self.ctx.submit(&mut ptrs[..n]) }
     }
 
-    /// Moves kernel completions into `out`, queueing short transfers in `retry`.
-    /// Whether the completion fd may be left alone: the thread is polling and completions can
-    /// be seen in the mapped ring without it.
+    /// Whether the completion fd may be left alone: completions do not signal it, or the
+    /// thread is polling and completions can be seen in the mapped ring without it.
     fn quiet_fd(&self) -> bool {
-        self.polling && self.use_ring && self.ctx.ring_ok()
+        self.unsignalled || (self.polling && self.use_ring && self.ctx.ring_ok())
     }
 
+    /// Moves kernel completions into `out`, queueing short transfers in `retry`.
     fn reap_kernel(&mut self, out: &mut Vec<Completion>) {
         let mut events = std::mem::take(&mut self.events);
         while self.submitted > 0 {
