@@ -1164,6 +1164,36 @@ mod tests {
     }
 
     #[test]
+    fn a_device_completing_in_the_caller_gets_linux_aio_opened_without_a_probe() {
+        // What `engine::open` wraps for zram: Linux AIO, opened straight away (a probe's
+        // io_destroy would stall the iothread for an RCU grace period per queue).
+        let dir = std::env::current_dir().expect("cwd").join("target");
+        let s = store(&dir, "auto-in-caller-aio", 1 << 20);
+        let file = open(&s.path, true, true);
+        if !is_direct(&file) {
+            eprintln!("target/ is a memory file system: nothing to check");
+            return;
+        }
+        let opts = EngineOptions {
+            kind: EngineKind::Auto,
+            depth: 32,
+            io_uring: IoUringFlags::default(),
+            direct: true,
+            fault: None,
+        };
+        let engine = crate::engine::open_in_caller_aio(&file, &opts)
+            .expect("Linux AIO opens on an O_DIRECT file here");
+        assert_eq!(engine.kind(), EngineKind::LinuxAio);
+        assert_eq!(engine.capacity(), 32, "{}", engine.describe());
+        // The caller's file stays usable for the inline path.
+        let mut e = AutoEngine::new(file, engine);
+        let buf = Aligned::new(4096);
+        e.submit(read(&buf, 0, 7)).expect("room");
+        let done = complete(&mut e, 1);
+        assert_eq!((done[0].token, done[0].result), (7, 4096));
+    }
+
+    #[test]
     fn a_store_where_inline_fails_stops_trying_then_probes_again() {
         // O_DIRECT on the work tree's file system: RWF_NOWAIT reads are refused or blocking.
         let dir = std::env::current_dir().expect("cwd").join("target");

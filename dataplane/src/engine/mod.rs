@@ -142,20 +142,25 @@ pub fn open(file: File, opts: &EngineOptions) -> Result<Box<dyn IoEngine>, Engin
                 what: "duplicating the file for the inline path",
                 source,
             })?;
-            let kind = if auto::completes_in_caller(&file) && linux_aio::probe().is_ok() {
-                log::info!(
-                    "auto engine: the device completes reads in the caller's context (zram, a RAM disk): batches go to Linux AIO's io_submit"
-                );
-                EngineKind::LinuxAio
+            let in_caller = if auto::completes_in_caller(&file) {
+                // Opened straight away, not probed first: a probe's io_destroy would stall
+                // the iothread for an RCU grace period (32 ms here) per queue.
+                open_in_caller_aio(&file, opts)
             } else {
-                auto_async_kind(opts.direct)
+                None
             };
-            let inner = EngineOptions {
-                kind,
-                fault: None,
-                ..*opts
+            let wrapped = match in_caller {
+                Some(engine) => engine,
+                None => {
+                    let inner = EngineOptions {
+                        kind: auto_async_kind(opts.direct),
+                        fault: None,
+                        ..*opts
+                    };
+                    open(file, &inner)?
+                }
             };
-            Box::new(auto::AutoEngine::new(inline, open(file, &inner)?))
+            Box::new(auto::AutoEngine::new(inline, wrapped))
         }
         EngineKind::Sync => Box::new(sync::SyncEngine::new(file, opts.depth as usize)),
         EngineKind::Null => Box::new(null::NullEngine::new(opts.depth as usize)),
@@ -166,6 +171,35 @@ pub fn open(file: File, opts: &EngineOptions) -> Result<Box<dyn IoEngine>, Engin
         Some(plan) => Box::new(fault::FaultInjectingEngine::new(engine, plan)),
         None => engine,
     })
+}
+
+/// `Auto`'s wrapped engine for a device that completes in the caller's context: Linux AIO,
+/// whose `io_submit` runs a turn's batch in one call; `None` (with a warning) when the host
+/// cannot give it, and `Auto` wraps its usual engine instead.
+fn open_in_caller_aio(file: &File, opts: &EngineOptions) -> Option<Box<dyn IoEngine>> {
+    let inner = EngineOptions {
+        kind: EngineKind::LinuxAio,
+        fault: None,
+        ..*opts
+    };
+    let opened = file
+        .try_clone()
+        .map_err(|e| e.to_string())
+        .and_then(|f| linux_aio::LinuxAioEngine::new(f, &inner).map_err(|e| e.to_string()));
+    match opened {
+        Ok(engine) => {
+            log::info!(
+                "auto engine: the device completes reads in the caller's context (zram, a RAM disk): batches go to Linux AIO's io_submit"
+            );
+            Some(Box::new(engine))
+        }
+        Err(e) => {
+            log::warn!(
+                "auto engine: the device completes reads in the caller's context, but Linux AIO is unavailable ({e}); batches go to the usual engine"
+            );
+            None
+        }
+    }
 }
 
 /// The asynchronous engine `Auto` hands what would block to: io_uring where the host has it,

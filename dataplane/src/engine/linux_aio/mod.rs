@@ -40,11 +40,20 @@ const DROP_TIMEOUT: Duration = Duration::from_secs(5);
 /// Size of the context `probe` creates.
 const PROBE_EVENTS: u32 = 8;
 
-/// Checks that the host can create an AIO context (io_setup + io_destroy of a small one).
+/// Checks that the host can create an AIO context (io_setup + io_destroy of a small one). A
+/// success is remembered for the process: `io_destroy` waits for an RCU grace period (32 ms on
+/// the kvm_pvm dev machine), which every engine opened on an iothread would otherwise stall it
+/// for. A failure is not (it may be transient: AIO events exhausted for a while).
 pub fn probe() -> Result<(), EngineError> {
+    static AVAILABLE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if AVAILABLE.load(std::sync::atomic::Ordering::Relaxed) {
+        return Ok(());
+    }
     AioContext::setup(PROBE_EVENTS)
         .map(drop)
-        .map_err(|e| setup_error(e, PROBE_EVENTS))
+        .map_err(|e| setup_error(e, PROBE_EVENTS))?;
+    AVAILABLE.store(true, std::sync::atomic::Ordering::Relaxed);
+    Ok(())
 }
 
 /// Turns an io_setup failure into an error that says why.
