@@ -40,20 +40,30 @@ const DROP_TIMEOUT: Duration = Duration::from_secs(5);
 /// Size of the context `probe` creates.
 const PROBE_EVENTS: u32 = 8;
 
-/// Checks that the host can create an AIO context (io_setup + io_destroy of a small one). A
-/// success is remembered for the process: `io_destroy` waits for an RCU grace period (32 ms on
-/// the kvm_pvm dev machine), which every engine opened on an iothread would otherwise stall it
-/// for. A failure is not (it may be transient: AIO events exhausted for a while).
+/// Checks that the host can create an AIO context (io_setup of a small one). The first context
+/// that works is kept for the life of the process (8 events of `fs.aio-max-nr`), and later calls
+/// find it: destroying it would take `io_destroy`, which waits for an RCU grace period (32-79 ms
+/// on the kvm_pvm dev machine) on the thread that checks (the main thread before boot, an
+/// iothread opening an engine). A failure is not remembered (it may be transient: AIO events
+/// exhausted for a while).
 pub fn probe() -> Result<(), EngineError> {
-    static AVAILABLE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-    if AVAILABLE.load(std::sync::atomic::Ordering::Relaxed) {
+    static KEPT: std::sync::OnceLock<AioContext> = std::sync::OnceLock::new();
+    if KEPT.get().is_some() {
         return Ok(());
     }
-    AioContext::setup(PROBE_EVENTS)
-        .map(drop)
-        .map_err(|e| setup_error(e, PROBE_EVENTS))?;
-    AVAILABLE.store(true, std::sync::atomic::Ordering::Relaxed);
+    let ctx = AioContext::setup(PROBE_EVENTS).map_err(|e| setup_error(e, PROBE_EVENTS))?;
+    // Another thread's context may have won the race: this one is then destroyed.
+    let _ = KEPT.set(ctx);
     Ok(())
+}
+
+/// The process is about to exit: contexts dropped from now on (the engines of a VM shutting
+/// down) are not destroyed one by one, each `io_destroy` waiting for an RCU grace period (32 ms
+/// per queue here), but left to the exit, which frees them without waiting. Engines still wait
+/// for their requests in the kernel when dropped. Not for a device reset: its engines' contexts
+/// must go, or a guest resetting its device again and again would use up the host's AIO events.
+pub fn leave_contexts_to_process_exit() {
+    abi::leave_to_exit();
 }
 
 /// Turns an io_setup failure into an error that says why.
