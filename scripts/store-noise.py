@@ -7,13 +7,18 @@ median of the explicit engines), by bootstrap. The sum of those chances is the n
 a perfect Auto would be expected to pass in one such run.
 Usage: scripts/store-noise.py target/bench/s9-zram target/bench/s9-loop ...
        scripts/store-noise.py --compare poll --subject adaptive target/bench/policy-matrix4
-(the second form: the Adaptive policy against the best other policy, per engine and hog count)."""
+       scripts/store-noise.py --metric cpu target/bench/s14-loop ...
+(the second form: the Adaptive policy against the best other policy, per engine and hog count;
+the third: the bar's CPU half, dataplane CPU per I/O of each run from metrics/point-NNN-runK.jsonl
+against the engine with the best median IOPS: a one-sided test of "Auto's CPU per I/O is above
+that engine's", and the chance that one drawn from that engine's runs stays within its 1.05x)."""
 import argparse, csv, glob, json, math, os, random, statistics
 
 ap = argparse.ArgumentParser()
 ap.add_argument("dirs", nargs="+")
 ap.add_argument("--compare", choices=["engine", "poll"], default="engine")
 ap.add_argument("--subject", default="Auto")
+ap.add_argument("--metric", choices=["iops", "cpu"], default="iops")
 args = ap.parse_args()
 
 random.seed(1)
@@ -30,6 +35,21 @@ def runs_of(sdir, point):
     return out
 
 
+def cpu_runs_of(sdir, point):
+    """Dataplane CPU per I/O (µs) of each recorded run: the iothreads' CPU over the requests."""
+    out = []
+    for f in sorted(glob.glob(f"{sdir}/metrics/point-{point:03d}-run*.jsonl")):
+        lines = [l for l in open(f, errors="replace") if l.strip()]
+        if not lines:
+            continue
+        j = json.loads(lines[-1])
+        cpu = sum(t["cpu_ns"] for t in j.get("threads", []) if t["name"].startswith("iothread-"))
+        reqs = sum(d["requests"] for d in j.get("drives", []))
+        if reqs:
+            out.append(cpu / reqs / 1e3)
+    return out
+
+
 def below_p(a, b):
     """One-sided Mann-Whitney U p-value (normal approximation, ties halved) that a < b."""
     u = sum((x < y) + 0.5 * (x == y) for x in a for y in b)
@@ -43,8 +63,9 @@ def resampled_median(xs):
 
 
 S = args.subject
+side = "above" if args.metric == "cpu" else "below"
 extra = " engine | hog |" if args.compare == "poll" else ""
-print(f"| store | rw | QD | q |{extra} {S} median (runs) | best other median | {S}/best | p({S} below best) | P(one like the best passes) |")
+print(f"| store | rw | QD | q |{extra} {S} median (runs) | best other median | {S}/best | p({S} {side} best) | P(one like the best passes) |")
 print("|---|---|---|---|" + "---|" * (extra.count("|")) + "---|---|---|---|---|")
 expected = passed = significant = points = 0
 for sdir in args.dirs:
@@ -55,9 +76,28 @@ for sdir in args.dirs:
             key = (r["rw"], int(r["qd"]), int(r["queues"]))
             if args.compare == "poll":
                 key += (r["engine"], int(r["hog"] or 0))
-            pts.setdefault(key, {})[r[args.compare]] = runs_of(sdir, int(r["point"]))
+            point = int(r["point"])
+            pts.setdefault(key, {})[r[args.compare]] = (runs_of(sdir, point), cpu_runs_of(sdir, point))
     for key in sorted(pts):
-        e = pts[key]
+        both = pts[key]
+        if args.metric == "cpu":
+            sub = both.pop(S, None)
+            if not sub or not both or not all(v[0] and v[1] for v in both.values()) or not sub[1]:
+                continue
+            best = max(both, key=lambda k: statistics.median(both[k][0]))
+            auto, bc = sub[1], both[best][1]
+            ratio = statistics.median(auto) / statistics.median(bc)
+            p = below_p(bc, auto)
+            ok = sum(resampled_median(bc) <= 1.05 * resampled_median(bc) for _ in range(DRAWS))
+            chance = ok / DRAWS
+            points += 1
+            expected += chance
+            passed += ratio <= 1.05
+            significant += p < 0.05
+            cols = " | ".join(str(k) for k in key)
+            print(f"| {name} | {cols} | {statistics.median(auto):.2f} µs ({len(auto)}) | {best} {statistics.median(bc):.2f} µs | {ratio:.2f} | {p:.3f}{' ✗' if p < 0.05 else ''} | {chance:.2f} |")
+            continue
+        e = {k: v[0] for k, v in both.items()}
         auto = e.pop(S, None)
         if not auto or not e or not all(e.values()):
             continue
@@ -76,5 +116,9 @@ for sdir in args.dirs:
         significant += p < 0.05
         cols = " | ".join(str(k) for k in key)
         print(f"| {name} | {cols} | {statistics.median(auto)/1e3:.0f}k ({len(auto)}) | {best} {bm/1e3:.0f}k | {ratio:.2f} | {p:.3f}{' ✗' if p < 0.05 else ''} | {chance:.2f} |")
+if args.metric == "cpu":
+    print(f"\n{S}'s CPU per I/O <= 1.05 x the best-IOPS engine's at {passed} of {points} points; significantly above it (p < 0.05) at {significant};"
+          f" one drawn from that engine's own runs would pass {expected:.1f} of {points} on average")
+    raise SystemExit
 print(f"\n{S} >= 0.95 x best (IOPS) at {passed} of {points} points; significantly below the best (p < 0.05) at {significant};"
       f" one drawn from the best's own runs would pass {expected:.1f} of {points} on average")
