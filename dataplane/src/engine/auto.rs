@@ -8,7 +8,7 @@
 //! copy at once, with no thread hop. On a store that completes asynchronously (`O_DIRECT` on a
 //! device), trying inline costs a failed syscall per request, or blocks the thread: the engine
 //! watches what its attempts do and stops trying while most of them fail or take longer than
-//! [`SLOW_INLINE_NS`], probing again after [`MIN_REPROBE_REQUESTS`] requests, then after twice
+//! [`SLOW_INLINE_NS`] ([`SLOW_LONE_NS`] for a request alone on the thread), probing again after [`MIN_REPROBE_REQUESTS`] requests, then after twice
 //! as many each time the probe fails too, up to [`REPROBE_REQUESTS`].
 //!
 //! tmpfs refuses `RWF_NOWAIT` (EOPNOTSUPP, Linux 6.18), but its reads and writes are memory
@@ -45,6 +45,12 @@ const MAX_FAILED: u32 = WINDOW * 3 / 4;
 /// An inline call that takes longer than this blocked the thread (O_DIRECT on a device
 /// completes synchronously even with RWF_NOWAIT): it counts as a failure.
 pub const SLOW_INLINE_NS: u64 = 20_000;
+/// O_DIRECT: a request alone on the thread holds up nothing when it starts, only requests that
+/// arrive on other queues while it runs; its call counts as failed only past this (a disk, a
+/// network store). At [`SLOW_INLINE_NS`], a busy host's preemptions made loop-device calls at
+/// QD1 "slow" often enough to switch inline off: 16 % of the requests went to io_uring and were
+/// polled for.
+pub const SLOW_LONE_NS: u64 = 500_000;
 /// O_DIRECT: an inline call that takes less than this on average (zram, or a device that
 /// completes in the caller's context) is as good as an asynchronous one at any depth; a slower
 /// one (a loop device, NVMe waiting for its interrupt) serializes requests the asynchronous
@@ -94,6 +100,29 @@ pub struct InlineStats {
     pub attempts: u64,
     /// Buffered writes run by one `io_submit` per turn (counted in `deferred` too).
     pub batched_writes: u64,
+}
+
+/// Why a request goes inline: what its call may take before it counts as failed, and whether
+/// it samples the CPU clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Call {
+    /// One of a turn's requests: every request inline, or a page-cache copy.
+    Turn,
+    /// O_DIRECT: the first of a turn, to learn what the device does (its CPU share is sampled).
+    Probe,
+    /// O_DIRECT: a request alone on the thread ([`SLOW_LONE_NS`]).
+    Lone,
+}
+
+impl Call {
+    /// Whether a call that took `took_ns` blocked the thread too long, and counts as failed.
+    fn too_slow(self, took_ns: u64) -> bool {
+        took_ns
+            > match self {
+                Call::Lone => SLOW_LONE_NS,
+                Call::Turn | Call::Probe => SLOW_INLINE_NS,
+            }
+    }
 }
 
 /// Inline first, asynchronous for the rest.
@@ -244,8 +273,9 @@ impl AutoEngine {
     }
 
     /// Tries `op` (a read or write) inline; returns the byte count when it completed in full.
-    /// `probe`: an O_DIRECT call that samples the CPU clock whatever the sampling period says.
-    fn try_inline(&mut self, op: &IoOp, probe: bool) -> Option<i64> {
+    /// A [`Call::Probe`] samples the CPU clock whatever the sampling period says.
+    fn try_inline(&mut self, op: &IoOp, call: Call) -> Option<i64> {
+        let probe = call == Call::Probe;
         let (offset, iovecs, read) = match op {
             IoOp::Read { offset, iovecs } => (*offset, iovecs, true),
             IoOp::Write { offset, iovecs } => (*offset, iovecs, false),
@@ -304,7 +334,7 @@ impl AutoEngine {
             return if self.direct {
                 None
             } else {
-                self.try_inline(op, probe)
+                self.try_inline(op, call)
             };
         }
         let took = start.map_or(0, |s| s.elapsed().as_nanos() as u64);
@@ -316,7 +346,7 @@ impl AutoEngine {
                 Some(p) => p - p / 4 + permille / 4,
             });
         }
-        let slow = took > SLOW_INLINE_NS;
+        let slow = call.too_slow(took);
         if timed && r >= 0 {
             self.inline_ns = if self.inline_ns == 0 {
                 took
@@ -363,9 +393,9 @@ impl AutoEngine {
     }
 
     /// Does `request` inline (its completion waits for the next `reap`); returns it when it
-    /// must go to the wrapped engine instead. `probe` as for [`AutoEngine::try_inline`].
-    fn inline(&mut self, request: IoRequest, probe: bool) -> Option<IoRequest> {
-        match self.try_inline(&request.op, probe) {
+    /// must go to the wrapped engine instead.
+    fn inline(&mut self, request: IoRequest, call: Call) -> Option<IoRequest> {
+        match self.try_inline(&request.op, call) {
             Some(result) => {
                 self.stats.inline += 1;
                 self.done.push(Completion {
@@ -399,7 +429,7 @@ impl AutoEngine {
             let mut held = std::mem::take(&mut self.spare);
             for request in held.drain(..) {
                 self.count_probe();
-                if let Some(request) = self.inline(request, false) {
+                if let Some(request) = self.inline(request, Call::Turn) {
                     self.held.push(request);
                 }
             }
@@ -419,7 +449,7 @@ impl AutoEngine {
             }
             if self.trying && (lone || probe) {
                 let request = self.held.remove(0);
-                let back = self.inline(request, !lone);
+                let back = self.inline(request, if lone { Call::Lone } else { Call::Probe });
                 if probe && self.on_cpu_permille.is_some() {
                     self.direct_turns = 0;
                     self.probe_gap = if self.on_cpu() {
@@ -500,7 +530,7 @@ impl AutoEngine {
             if !to_ring {
                 self.count_probe();
                 if self.trying {
-                    match self.inline(request, false) {
+                    match self.inline(request, Call::Turn) {
                         None => continue,
                         Some(back) => request = back,
                     }
@@ -623,7 +653,7 @@ impl IoEngine for AutoEngine {
             IoOp::Read { .. } | IoOp::Write { .. } => {
                 self.count_probe();
                 if self.trying {
-                    match self.inline(request, false) {
+                    match self.inline(request, Call::Turn) {
                         None => return Ok(()),
                         Some(back) => request = back,
                     }
@@ -1196,6 +1226,20 @@ mod tests {
         let after = e.inline_stats();
         assert_eq!(after.attempts - st.attempts, 8, "{after:?}");
         crate::iothread::turn::set_ready_handlers(0);
+    }
+
+    #[test]
+    fn a_lone_call_may_wait_for_the_device_longer_than_one_that_holds_up_others() {
+        // A loop device's read at QD1 on a busy host: preempted, 100 µs.
+        assert!(!Call::Lone.too_slow(100_000), "nothing else waits for it");
+        assert!(
+            Call::Probe.too_slow(100_000),
+            "the turn's other requests wait"
+        );
+        assert!(Call::Turn.too_slow(SLOW_INLINE_NS + 1));
+        assert!(!Call::Turn.too_slow(SLOW_INLINE_NS));
+        // A disk or a network store: even alone, requests arriving meanwhile wait too long.
+        assert!(Call::Lone.too_slow(SLOW_LONE_NS + 1));
     }
 
     #[test]
