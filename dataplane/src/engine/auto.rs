@@ -8,8 +8,9 @@
 //! copy at once, with no thread hop. On a store that completes asynchronously (`O_DIRECT` on a
 //! device), trying inline costs a failed syscall per request, or blocks the thread: the engine
 //! watches what its attempts do and stops trying while most of them fail or take longer than
-//! [`SLOW_INLINE_NS`] ([`SLOW_LONE_NS`] for a request alone on the thread), probing again after [`MIN_REPROBE_REQUESTS`] requests, then after twice
-//! as many each time the probe fails too, up to [`REPROBE_REQUESTS`].
+//! [`SLOW_INLINE_NS`] ([`SLOW_LONE_NS`] for a request alone on the thread), probing again
+//! after [`MIN_REPROBE_REQUESTS`] requests, then after twice as many each time the probe fails
+//! too, up to [`REPROBE_REQUESTS`].
 //!
 //! tmpfs refuses `RWF_NOWAIT` (EOPNOTSUPP, Linux 6.18), but its reads and writes are memory
 //! copies that do not wait for a device: `engine::open` gives a file on tmpfs or ramfs
