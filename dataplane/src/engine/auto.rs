@@ -1296,7 +1296,7 @@ mod tests {
             return;
         }
         let opts = EngineOptions {
-            kind: EngineKind::Auto,
+            kind: EngineKind::LinuxAio,
             depth: 32,
             io_uring: IoUringFlags::default(),
             direct: true,

@@ -142,23 +142,22 @@ pub fn open(file: File, opts: &EngineOptions) -> Result<Box<dyn IoEngine>, Engin
                 what: "duplicating the file for the inline path",
                 source,
             })?;
+            // The wrapped engine: the queue's options, without the fault plan (that wraps `Auto`).
+            let wrapped_opts = |kind| EngineOptions {
+                kind,
+                fault: None,
+                ..*opts
+            };
             let in_caller = if auto::completes_in_caller(&file) {
                 // Opened straight away, not probed first: a probe's io_destroy would stall
                 // the iothread for an RCU grace period (32 ms here) per queue.
-                open_in_caller_aio(&file, opts)
+                open_in_caller_aio(&file, &wrapped_opts(EngineKind::LinuxAio))
             } else {
                 None
             };
             let wrapped = match in_caller {
                 Some(engine) => engine,
-                None => {
-                    let inner = EngineOptions {
-                        kind: auto_async_kind(opts.direct),
-                        fault: None,
-                        ..*opts
-                    };
-                    open(file, &inner)?
-                }
+                None => open(file, &wrapped_opts(auto_async_kind(opts.direct)))?,
             };
             Box::new(auto::AutoEngine::new(inline, wrapped))
         }
@@ -173,25 +172,20 @@ pub fn open(file: File, opts: &EngineOptions) -> Result<Box<dyn IoEngine>, Engin
     })
 }
 
-/// `Auto`'s wrapped engine for a device that completes in the caller's context: Linux AIO,
-/// whose `io_submit` runs a turn's batch in one call; `None` (with a warning) when the host
-/// cannot give it, and `Auto` wraps its usual engine instead.
+/// `Auto`'s wrapped engine for a device that completes in the caller's context: Linux AIO
+/// (`opts` names it), whose `io_submit` runs a turn's batch in one call; `None` (with a warning)
+/// when the host cannot give it, and `Auto` wraps its usual engine instead.
 fn open_in_caller_aio(file: &File, opts: &EngineOptions) -> Option<Box<dyn IoEngine>> {
-    let inner = EngineOptions {
-        kind: EngineKind::LinuxAio,
-        fault: None,
-        ..*opts
-    };
     let opened = file
         .try_clone()
         .map_err(|e| e.to_string())
-        .and_then(|f| linux_aio::LinuxAioEngine::new(f, &inner).map_err(|e| e.to_string()));
+        .and_then(|f| open(f, opts).map_err(|e| e.to_string()));
     match opened {
         Ok(engine) => {
             log::info!(
                 "auto engine: the device completes reads in the caller's context (zram, a RAM disk): batches go to Linux AIO's io_submit"
             );
-            Some(Box::new(engine))
+            Some(engine)
         }
         Err(e) => {
             log::warn!(
