@@ -114,6 +114,7 @@ impl DriveHandle {
             "inline_requests": sum(|s| s.inline_requests),
             "deferred_requests": sum(|s| s.deferred_requests),
             "batched_writes": sum(|s| s.batched_writes),
+            "shallow_requests": sum(|s| s.shallow_requests),
             "reset_pending": snaps.iter().any(|s| s.reset_pending),
             "throttled_events": sum(|s| s.throttled_events),
             "throttled_ns": sum(|s| s.throttled_ns),

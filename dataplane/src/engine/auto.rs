@@ -24,6 +24,12 @@
 //! batch in one call. Single requests go inline there, turns of [`RING_BATCH`] or more to
 //! `io_submit`.
 //!
+//! An `O_DIRECT` file on a device that sleeps for its completions (NVMe, a loop device) is
+//! wrapped around io_uring with a Linux AIO engine beside it ([`AutoEngine::with_shallow`]):
+//! while the turn and the requests in flight are fewer than [`RING_BATCH`] (QD1 to QD3), the
+//! requests go to Linux AIO, whose completions this thread reads from a mapped ring; at depth
+//! they go to the ring, which batches better. Both engines' fds wake the thread.
+//!
 //! A page-cache file whose file system refuses RWF_NOWAIT writes (ext4) gets its writes inline
 //! without the flag, one `pwritev2` each; a turn with [`RING_BATCH`] or more of them goes instead
 //! to one `io_submit` of a Linux AIO context opened for them on first use, which runs buffered
@@ -101,6 +107,10 @@ pub struct InlineStats {
     pub attempts: u64,
     /// Buffered writes run by one `io_submit` per turn (counted in `deferred` too).
     pub batched_writes: u64,
+    /// O_DIRECT: reads and writes handed to the Linux AIO engine beside the ring, because their
+    /// turn and the requests in flight were fewer than [`RING_BATCH`] (counted in `deferred`
+    /// too).
+    pub shallow: u64,
 }
 
 /// Why a request goes inline: what its call may take before it counts as failed, and whether
@@ -184,6 +194,13 @@ pub struct AutoEngine {
     /// A page-cache file whose file system refuses RWF_NOWAIT writes: a turn's writes go to one
     /// `io_submit` here (opened on first use; `Failed` when that failed: inline then).
     write_batches: WriteBatches,
+    /// O_DIRECT on a device that sleeps for its completions, beside the wrapped io_uring: a
+    /// Linux AIO engine that takes a turn when it and the requests in flight are fewer than
+    /// [`RING_BATCH`] (see [`AutoEngine::with_shallow`]). Its requests count against the
+    /// wrapped engine's depth.
+    shallow: Option<Box<dyn IoEngine>>,
+    /// The shallow engine's last `reap` began with nothing in flight (as `inner_quiet`).
+    shallow_quiet: bool,
     /// The wrapped engine's depth (the writer's too).
     depth: u32,
     stats: InlineStats,
@@ -239,6 +256,8 @@ impl AutoEngine {
         let aio_batches = direct && inner.kind() == EngineKind::LinuxAio;
         Self {
             write_batches: WriteBatches::NotYet,
+            shallow: None,
+            shallow_quiet: false,
             depth: u32::try_from(inner.capacity()).unwrap_or(u32::MAX),
             ring_batches,
             aio_batches,
@@ -266,6 +285,21 @@ impl AutoEngine {
             stats: InlineStats::default(),
             committed: 0,
         }
+    }
+
+    /// Adds `shallow` (a Linux AIO engine on the same file) beside a wrapped io_uring, for an
+    /// O_DIRECT device that sleeps for its completions: a turn goes to it when the turn and the
+    /// requests in flight are fewer than [`RING_BATCH`] (QD1 to QD3), to the ring at depth. A request alone costs less there: its
+    /// completion is written to a ring this thread reads, where io_uring's needs task work run
+    /// by this thread; a batch costs less in the ring. On the loop device, 4 queues, side by
+    /// side: at QD1 (turns of one) the dataplane CPU per I/O was 5.20 µs with Linux AIO against
+    /// 5.63 µs with io_uring for reads, 5.27 against 5.74 for writes; at QD32 (turns of ~30)
+    /// reads took 1.74 against 1.60 µs.
+    pub fn with_shallow(mut self, shallow: Box<dyn IoEngine>) -> Self {
+        if self.direct && self.inner.kind() == EngineKind::IoUring {
+            self.shallow = Some(shallow);
+        }
+        self
     }
 
     /// What the inline path did so far.
@@ -419,6 +453,7 @@ impl AutoEngine {
             self.release_buffered();
             return;
         }
+        let turn = self.held.len();
         let fast = self.on_cpu() || (self.inline_ns != 0 && self.inline_ns < FAST_DIRECT_NS);
         if fast && self.aio_batches && self.held.len() >= RING_BATCH {
             // The device works in the caller's context: one io_submit for the whole turn (the
@@ -466,10 +501,21 @@ impl AutoEngine {
                 }
             }
         }
+        // Shallow: the turn and what this queue has in flight stay under RING_BATCH (QD1 to
+        // QD3); at depth every turn goes to the ring, without mixing two engines' completions.
+        let to_shallow = self.shallow.is_some() && self.async_in_flight() + turn < RING_BATCH;
         for request in self.held.drain(..) {
             self.stats.deferred += 1;
-            if self.inner.submit(request).is_err() {
-                // `capacity` counted the held requests against the wrapped engine's room.
+            let engine = match self.shallow.as_mut() {
+                Some(shallow) if to_shallow => {
+                    self.stats.shallow += 1;
+                    shallow
+                }
+                _ => &mut self.inner,
+            };
+            if engine.submit(request).is_err() {
+                // `capacity` counted the held requests against the wrapped engine's room (the
+                // shallow engine has the same depth, and its requests count there too).
                 log::error!("auto engine: the wrapped engine refused a request");
             }
         }
@@ -478,14 +524,24 @@ impl AutoEngine {
     /// Nothing else on the thread is in flight or has work this round: an inline call that
     /// waits for the device holds up no other request.
     fn alone_on_thread(&self) -> bool {
-        self.inner.in_flight() == 0
+        self.async_in_flight() == 0
             && crate::iothread::turn::async_in_flight() == 0
             && crate::iothread::turn::ready_handlers() <= 1
     }
 
-    /// Publishes the wrapped engine's in-flight count to the thread's total.
+    /// Requests in the wrapped engine and the shallow one.
+    fn async_in_flight(&self) -> usize {
+        self.inner.in_flight() + self.shallow_in_flight()
+    }
+
+    /// Requests in the shallow engine not reaped yet.
+    fn shallow_in_flight(&self) -> usize {
+        self.shallow.as_ref().map_or(0, |s| s.in_flight())
+    }
+
+    /// Publishes the asynchronous engines' in-flight count to the thread's total.
     fn publish_async(&mut self) {
-        let now = self.inner.in_flight();
+        let now = self.async_in_flight();
         if now != self.async_reported {
             crate::iothread::turn::note_async_in_flight(self.async_reported, now);
             self.async_reported = now;
@@ -613,7 +669,7 @@ impl AutoEngine {
 
     /// Hands waiting flushes to the wrapped engine once it has nothing else in flight.
     fn release_flushes(&mut self) {
-        while !self.flushes.is_empty() && self.inner.in_flight() + self.writer_in_flight() == 0 {
+        while !self.flushes.is_empty() && self.async_in_flight() + self.writer_in_flight() == 0 {
             let token = self.flushes.remove(0);
             if self
                 .inner
@@ -674,6 +730,9 @@ impl IoEngine for AutoEngine {
         self.run_write_batch();
         self.release_flushes();
         self.inner.commit();
+        if let Some(shallow) = self.shallow.as_mut() {
+            shallow.commit();
+        }
         self.publish_async();
         let started = self.stats.inline + self.stats.deferred;
         let n = started.saturating_sub(self.committed);
@@ -694,13 +753,24 @@ impl IoEngine for AutoEngine {
             n += self.inner.reap(out);
             self.inner_quiet = !inner_busy;
         }
+        if let Some(shallow) = self.shallow.as_mut() {
+            let busy = shallow.in_flight() > 0;
+            if busy || !self.shallow_quiet {
+                n += shallow.reap(out);
+                self.shallow_quiet = !busy;
+            }
+        }
         self.release_flushes();
         self.publish_async();
         n
     }
 
-    fn completion_fd(&self) -> Option<RawFd> {
-        self.inner.completion_fd()
+    fn completion_fds(&self) -> Vec<RawFd> {
+        let mut fds = self.inner.completion_fds();
+        if let Some(shallow) = &self.shallow {
+            fds.extend(shallow.completion_fds());
+        }
+        fds
     }
 
     fn capacity(&self) -> usize {
@@ -708,9 +778,9 @@ impl IoEngine for AutoEngine {
             // Nothing new until the flush went: later writes must not keep it waiting.
             return 0;
         }
-        self.inner
-            .capacity()
-            .saturating_sub(self.done.len() + self.held.len() + self.writer_in_flight())
+        self.inner.capacity().saturating_sub(
+            self.done.len() + self.held.len() + self.writer_in_flight() + self.shallow_in_flight(),
+        )
     }
 
     fn in_flight(&self) -> usize {
@@ -719,6 +789,7 @@ impl IoEngine for AutoEngine {
             + self.flushes.len()
             + self.held.len()
             + self.writer_in_flight()
+            + self.shallow_in_flight()
     }
 
     fn has_completions(&self) -> bool {
@@ -728,18 +799,27 @@ impl IoEngine for AutoEngine {
                 .write_batches
                 .get()
                 .is_some_and(|w| w.has_completions())
+            || self.shallow.as_ref().is_some_and(|s| s.has_completions())
     }
 
     fn poll_begin(&mut self) {
         self.inner.poll_begin();
+        if let Some(shallow) = self.shallow.as_mut() {
+            shallow.poll_begin();
+        }
     }
 
     fn poll_end(&mut self) {
         self.inner.poll_end();
+        if let Some(shallow) = self.shallow.as_mut() {
+            shallow.poll_end();
+        }
     }
 
     fn unsubmitted(&self) -> usize {
-        self.inner.unsubmitted() + self.write_batches.get().map_or(0, |w| w.unsubmitted())
+        self.inner.unsubmitted()
+            + self.write_batches.get().map_or(0, |w| w.unsubmitted())
+            + self.shallow.as_ref().map_or(0, |s| s.unsubmitted())
     }
 
     fn kind(&self) -> EngineKind {
@@ -749,6 +829,8 @@ impl IoEngine for AutoEngine {
     fn describe(&self) -> String {
         let inline = if self.aio_batches {
             "inline RWF_NOWAIT for single requests while calls average under 4 us or stay on the CPU, turns of 4 or more to io_submit, else when a request is alone on the thread (O_DIRECT)"
+        } else if self.direct && self.shallow.is_some() {
+            "inline RWF_NOWAIT for every request while calls average under 4 us or stay on the CPU, else when a request is alone on the thread (O_DIRECT); Linux AIO while fewer than 4 requests are in flight, the ring at depth"
         } else if self.direct {
             "inline RWF_NOWAIT for every request while calls average under 4 us or stay on the CPU, else when a request is alone on the thread (O_DIRECT)"
         } else if self.ring_batches {
@@ -756,7 +838,14 @@ impl IoEngine for AutoEngine {
         } else {
             "inline RWF_NOWAIT"
         };
-        format!("auto ({inline}, then {})", self.inner.describe())
+        match &self.shallow {
+            Some(shallow) => format!(
+                "auto ({inline}, then {} and {})",
+                self.inner.describe(),
+                shallow.describe()
+            ),
+            None => format!("auto ({inline}, then {})", self.inner.describe()),
+        }
     }
 
     fn inline_stats(&self) -> Option<InlineStats> {
@@ -898,14 +987,21 @@ mod tests {
         .expect("engine")
     }
 
+    /// `Auto` as `engine::open` builds it on a file that is not in memory: the wrapped engine,
+    /// and for O_DIRECT beside io_uring the Linux AIO engine for small turns.
     fn auto(file: File, depth: u32, direct: bool, trying: bool) -> Box<dyn IoEngine> {
         let inline = file.try_clone().expect("dup");
         let kind = crate::engine::auto_async_kind(direct);
-        Box::new(AutoEngine::with_inline(
-            inline,
-            inner(file, depth, direct, kind),
-            trying,
-        ))
+        let shallow = inner(
+            file.try_clone().expect("dup"),
+            depth,
+            direct,
+            EngineKind::LinuxAio,
+        );
+        Box::new(
+            AutoEngine::with_inline(inline, inner(file, depth, direct, kind), trying)
+                .with_shallow(shallow),
+        )
     }
 
     #[test]
@@ -986,8 +1082,8 @@ mod tests {
             self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             self.0.reap(out)
         }
-        fn completion_fd(&self) -> Option<RawFd> {
-            self.0.completion_fd()
+        fn completion_fds(&self) -> Vec<RawFd> {
+            self.0.completion_fds()
         }
         fn capacity(&self) -> usize {
             self.0.capacity()
@@ -1177,6 +1273,64 @@ mod tests {
     }
 
     #[test]
+    fn small_direct_turns_go_to_linux_aio_beside_the_ring_and_batches_to_the_ring() {
+        let Some((s, e)) = direct_engine("auto-shallow") else {
+            return;
+        };
+        if e.inner.kind() != EngineKind::IoUring {
+            eprintln!("no io_uring here: no engine beside it");
+            return;
+        }
+        let aio = inner(open(&s.path, true, true), 32, true, EngineKind::LinuxAio);
+        let mut e = e.with_shallow(aio);
+        assert_eq!(e.completion_fds().len(), 2, "a wake-up from either engine");
+        // A device known to sleep in its calls; another queue has work: nothing goes inline.
+        e.on_cpu_permille = Some(0);
+        crate::iothread::turn::set_ready_handlers(2);
+        let buf = Aligned::new(8 * 4096);
+        let one = |i: u64| IoRequest {
+            op: IoOp::Write {
+                offset: i * 4096,
+                iovecs: iovecs![buf.iov(i as usize * 4096, 4096)],
+            },
+            token: i,
+        };
+        // A turn of one: to Linux AIO.
+        e.submit(one(0)).expect("room");
+        e.commit();
+        assert_eq!(e.shallow_in_flight(), 1, "{:?}", e.inline_stats());
+        // A flush after it waits for it, though the flush goes to the ring.
+        e.submit(IoRequest {
+            op: IoOp::Flush,
+            token: 100,
+        })
+        .expect("room");
+        e.commit();
+        assert_eq!(
+            e.inner.in_flight(),
+            0,
+            "the flush went before the write completed"
+        );
+        let done = complete(&mut e, 2);
+        let tokens: Vec<u64> = done.iter().map(|c| c.token).collect();
+        assert_eq!(tokens, [0, 100], "{done:?}");
+        // A turn of RING_BATCH or more: to the ring.
+        for i in 0..RING_BATCH as u64 {
+            e.submit(one(i)).expect("room");
+        }
+        e.commit();
+        assert_eq!(e.shallow_in_flight(), 0);
+        assert_eq!(complete(&mut e, RING_BATCH).len(), RING_BATCH);
+        let st = e.inline_stats();
+        assert_eq!(
+            (st.inline, st.deferred, st.shallow),
+            (0, 1 + RING_BATCH as u64, 1),
+            "{st:?}"
+        );
+        crate::iothread::turn::set_ready_handlers(0);
+    }
+
+    #[test]
     fn an_o_direct_request_goes_inline_only_when_alone_on_the_thread() {
         let Some((_store, mut e)) = direct_engine("auto-alone") else {
             return;
@@ -1302,7 +1456,7 @@ mod tests {
             direct: true,
             fault: None,
         };
-        let engine = crate::engine::open_in_caller_aio(&file, &opts)
+        let engine = crate::engine::open_auto_aio(&file, &opts, "a test's batches", "none")
             .expect("Linux AIO opens on an O_DIRECT file here");
         assert_eq!(engine.kind(), EngineKind::LinuxAio);
         assert_eq!(engine.capacity(), 32, "{}", engine.describe());

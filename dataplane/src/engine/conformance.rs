@@ -79,16 +79,20 @@ pub(crate) fn complete(e: &mut dyn IoEngine, n: usize) -> Vec<Completion> {
             "{} of {n} completions after 10 s",
             out.len()
         );
-        if let Some(fd) = e.completion_fd() {
-            let mut p = libc::pollfd {
-                fd,
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: one valid pollfd.
-            unsafe { libc::poll(&mut p, 1, 10) };
-        } else {
+        let fds = e.completion_fds();
+        if fds.is_empty() {
             e.commit();
+        } else {
+            let mut polled: Vec<libc::pollfd> = fds
+                .iter()
+                .map(|&fd| libc::pollfd {
+                    fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                })
+                .collect();
+            // SAFETY: `polled` is a valid array of `polled.len()` pollfds, alive for the call.
+            unsafe { libc::poll(polled.as_mut_ptr(), polled.len() as libc::nfds_t, 10) };
         }
     }
     out
@@ -197,7 +201,7 @@ fn round_trip(make: Factory<'_>, dir: &Path, direct: bool, backed: bool, ctx: &s
         );
     }
     assert_eq!(e.in_flight(), 0, "{ctx}: nothing left in flight");
-    if let Some(fd) = e.completion_fd() {
+    for fd in e.completion_fds() {
         // A completion posted by a kernel worker (io-wq, where the file system cannot take the
         // request inline) is visible before that worker signals the eventfd, so the reap above
         // may overtake the signal: the wake-up it leaves finds an empty ring. Let any such late

@@ -184,8 +184,8 @@ impl IoEngine for FaultInjectingEngine {
         n + self.inner.reap(out)
     }
 
-    fn completion_fd(&self) -> Option<RawFd> {
-        self.inner.completion_fd()
+    fn completion_fds(&self) -> Vec<RawFd> {
+        self.inner.completion_fds()
     }
 
     fn capacity(&self) -> usize {

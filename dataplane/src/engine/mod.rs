@@ -151,15 +151,39 @@ pub fn open(file: File, opts: &EngineOptions) -> Result<Box<dyn IoEngine>, Engin
             let in_caller = if auto::completes_in_caller(&file) {
                 // Opened straight away, not probed first: a probe's io_destroy would stall
                 // the iothread for an RCU grace period (32 ms here) per queue.
-                open_in_caller_aio(&file, &wrapped_opts(EngineKind::LinuxAio))
+                open_auto_aio(
+                    &file,
+                    &wrapped_opts(EngineKind::LinuxAio),
+                    "batches of a device that completes reads in the caller's context (zram, a RAM disk)",
+                    "they go to the usual engine",
+                )
             } else {
                 None
             };
-            let wrapped = match in_caller {
-                Some(engine) => engine,
-                None => open(file, &wrapped_opts(auto_async_kind(opts.direct)))?,
+            let (wrapped, shallow) = match in_caller {
+                Some(engine) => (engine, None),
+                None => {
+                    let kind = auto_async_kind(opts.direct);
+                    // O_DIRECT on a device that sleeps for its completions: small turns go to
+                    // Linux AIO beside the ring.
+                    let shallow = (opts.direct && kind == EngineKind::IoUring)
+                        .then(|| {
+                            open_auto_aio(
+                                &file,
+                                &wrapped_opts(EngineKind::LinuxAio),
+                                "requests on an O_DIRECT file while fewer than 4 are in flight",
+                                "every turn goes to the ring",
+                            )
+                        })
+                        .flatten();
+                    (open(file, &wrapped_opts(kind))?, shallow)
+                }
             };
-            Box::new(auto::AutoEngine::new(inline, wrapped))
+            let engine = auto::AutoEngine::new(inline, wrapped);
+            Box::new(match shallow {
+                Some(shallow) => engine.with_shallow(shallow),
+                None => engine,
+            })
         }
         EngineKind::Sync => Box::new(sync::SyncEngine::new(file, opts.depth as usize)),
         EngineKind::Null => Box::new(null::NullEngine::new(opts.depth as usize)),
@@ -172,25 +196,28 @@ pub fn open(file: File, opts: &EngineOptions) -> Result<Box<dyn IoEngine>, Engin
     })
 }
 
-/// `Auto`'s wrapped engine for a device that completes in the caller's context: Linux AIO
-/// (`opts` names it), whose `io_submit` runs a turn's batch in one call; `None` (with a warning)
-/// when the host cannot give it, and `Auto` wraps its usual engine instead.
-fn open_in_caller_aio(file: &File, opts: &EngineOptions) -> Option<Box<dyn IoEngine>> {
+/// A Linux AIO engine (`opts` names it) on a clone of `file`, for `Auto`: the wrapped engine
+/// of a device that completes in the caller's context (`io_submit` runs a turn's batch in one
+/// call), or the engine beside the ring for the small turns of an O_DIRECT device that sleeps
+/// for its completions. `None`, with a warning that says what happens instead, when the host
+/// cannot give it (no AIO, or `fs.aio-max-nr` used up).
+fn open_auto_aio(
+    file: &File,
+    opts: &EngineOptions,
+    role: &str,
+    instead: &str,
+) -> Option<Box<dyn IoEngine>> {
     let opened = file
         .try_clone()
         .map_err(|e| e.to_string())
         .and_then(|f| open(f, opts).map_err(|e| e.to_string()));
     match opened {
         Ok(engine) => {
-            log::info!(
-                "auto engine: the device completes reads in the caller's context (zram, a RAM disk): batches go to Linux AIO's io_submit"
-            );
+            log::info!("auto engine: {role} go to Linux AIO");
             Some(engine)
         }
         Err(e) => {
-            log::warn!(
-                "auto engine: the device completes reads in the caller's context, but Linux AIO is unavailable ({e}); batches go to the usual engine"
-            );
+            log::warn!("auto engine: no Linux AIO for {role} ({e}); {instead}");
             None
         }
     }
@@ -343,8 +370,10 @@ pub trait IoEngine: Send {
     fn commit(&mut self) -> usize;
     /// Moves finished requests to `out` without blocking; returns how many.
     fn reap(&mut self, out: &mut Vec<Completion>) -> usize;
-    /// An fd that becomes readable when completions arrive, for engines that complete later.
-    fn completion_fd(&self) -> Option<RawFd>;
+    /// The fds that become readable when completions arrive, for engines that complete later
+    /// (none for engines that complete in `commit`; two for an `Auto` engine that hands
+    /// requests to two asynchronous engines). A sleeping caller waits on all of them.
+    fn completion_fds(&self) -> Vec<RawFd>;
     /// How many more requests `submit` accepts now.
     fn capacity(&self) -> usize;
     /// Requests submitted and not yet reaped.

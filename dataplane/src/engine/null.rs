@@ -68,8 +68,8 @@ impl IoEngine for NullEngine {
         n
     }
 
-    fn completion_fd(&self) -> Option<RawFd> {
-        None
+    fn completion_fds(&self) -> Vec<RawFd> {
+        Vec::new()
     }
 
     fn capacity(&self) -> usize {

@@ -83,8 +83,8 @@ impl IoEngine for SyncEngine {
         n
     }
 
-    fn completion_fd(&self) -> Option<RawFd> {
-        None
+    fn completion_fds(&self) -> Vec<RawFd> {
+        Vec::new()
     }
 
     fn capacity(&self) -> usize {
@@ -329,7 +329,10 @@ mod tests {
             "{}",
             e.describe()
         );
-        assert_eq!(e.completion_fd(), None, "no asynchronous engine behind it");
+        assert!(
+            e.completion_fds().is_empty(),
+            "no asynchronous engine behind it"
+        );
         let mut buf = vec![0u8; 4096];
         for (token, op) in [
             IoOp::Read {

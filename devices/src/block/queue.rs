@@ -444,7 +444,7 @@ impl Handler for BlockQueueHandler {
 
     fn wake_fds(&self) -> Vec<RawFd> {
         let mut fds = vec![self.kick.as_raw_fd()];
-        fds.extend(self.engine.completion_fd());
+        fds.extend(self.engine.completion_fds());
         fds
     }
 
@@ -501,6 +501,9 @@ impl Handler for BlockQueueHandler {
             self.stats
                 .batched_writes
                 .store(s.batched_writes, Ordering::Relaxed);
+            self.stats
+                .shallow_requests
+                .store(s.shallow, Ordering::Relaxed);
         }
         match stop {
             Stop::Budget => !self.broken,

@@ -51,6 +51,9 @@ pub struct QueueStats {
     /// `Auto` engine: buffered writes run by one `io_submit` per turn (also in
     /// `deferred_requests`).
     pub batched_writes: AtomicU64,
+    /// `Auto` engine, `direct: true`: reads and writes handed to the Linux AIO engine beside the
+    /// ring while fewer than 4 requests were in flight (also in `deferred_requests`).
+    pub shallow_requests: AtomicU64,
     /// Times the queue stopped taking requests because a rate limiter's bucket was dry.
     pub throttled_events: AtomicU64,
     /// Time the queue spent stopped by a rate limiter (ns).
@@ -137,6 +140,8 @@ pub struct QueueStatsSnapshot {
     pub deferred_requests: u64,
     /// See [`QueueStats::batched_writes`].
     pub batched_writes: u64,
+    /// See [`QueueStats::shallow_requests`].
+    pub shallow_requests: u64,
     /// See [`QueueStats::throttled_events`].
     pub throttled_events: u64,
     /// See [`QueueStats::throttled_ns`].
@@ -166,6 +171,7 @@ impl QueueStats {
             inline_requests: g(&self.inline_requests),
             deferred_requests: g(&self.deferred_requests),
             batched_writes: g(&self.batched_writes),
+            shallow_requests: g(&self.shallow_requests),
             throttled_events: g(&self.throttled_events),
             throttled_ns: g(&self.throttled_ns),
         }

@@ -288,6 +288,12 @@ const CATALOGUE: &[(&str, &str, Kind, &str)] = &[
     ),
     (
         "drive",
+        "shallow_requests",
+        Kind::Counter,
+        "O_DIRECT requests the Auto engine gave Linux AIO while fewer than 4 were in flight",
+    ),
+    (
+        "drive",
         "throttled_events",
         Kind::Counter,
         "Times a queue stopped on a dry rate-limit bucket",

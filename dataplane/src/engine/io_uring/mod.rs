@@ -364,8 +364,8 @@ impl IoEngine for IoUringEngine {
         n
     }
 
-    fn completion_fd(&self) -> Option<RawFd> {
-        Some(self.eventfd.as_raw_fd())
+    fn completion_fds(&self) -> Vec<RawFd> {
+        vec![self.eventfd.as_raw_fd()]
     }
 
     fn capacity(&self) -> usize {

@@ -147,7 +147,7 @@ fn restrictions_refuse_other_opcodes_and_unregistered_files() {
 fn completion_fd_fires_and_reap_clears_it() {
     let (_t, f) = temp("efd", 1 << 20);
     let mut e = engine(f, 8);
-    let fd = e.completion_fd().expect("fd");
+    let fd = *e.completion_fds().first().expect("fd");
     assert!(!readable(fd, 0));
     let buf = vec![0x42u8; 4096];
     e.submit(IoRequest {
@@ -196,14 +196,14 @@ fn short_read_on_a_growing_file_is_resubmitted() {
     .expect("submit");
     e.commit();
     // The first readv stops at end of file (4096 of 8192); its CQE is waiting.
-    assert!(readable(e.completion_fd().expect("fd"), 5000));
+    assert!(readable(*e.completion_fds().first().expect("fd"), 5000));
     // The file grows before the engine looks at the short read.
     f.write_all(&[2u8; 4096]).expect("second half");
     let mut out = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(5);
     while out.is_empty() && Instant::now() < deadline {
         e.reap(&mut out);
-        readable(e.completion_fd().expect("fd"), 10);
+        readable(*e.completion_fds().first().expect("fd"), 10);
     }
     assert_eq!(
         out,
@@ -239,7 +239,7 @@ fn invalid_ranges_complete_locally_and_wake() {
     .expect("submit");
     assert_eq!((e.in_flight(), e.capacity()), (1, 1));
     assert!(e.has_completions());
-    assert!(readable(e.completion_fd().expect("fd"), 0));
+    assert!(readable(*e.completion_fds().first().expect("fd"), 0));
     assert_eq!(
         complete(&mut e, 1),
         vec![Completion {
@@ -328,7 +328,10 @@ fn completion_fd_wakes_a_sleeping_thread_for_direct_io() {
     .expect("submit");
     e.commit();
     let started = Instant::now();
-    assert!(readable(e.completion_fd().expect("fd"), 5000), "no wake-up");
+    assert!(
+        readable(*e.completion_fds().first().expect("fd"), 5000),
+        "no wake-up"
+    );
     assert!(started.elapsed() < Duration::from_secs(2));
     let mut out = Vec::new();
     e.reap(&mut out);

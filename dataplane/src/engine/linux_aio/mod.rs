@@ -148,6 +148,10 @@ pub struct LinuxAioEngine {
     /// `done`, so the completion fd is neither read nor written (it is cleared in `poll_end`,
     /// before the thread may sleep).
     polling: bool,
+    /// Since `poll_begin`, a request was in the kernel, whose completion may have signalled the
+    /// fd: `poll_end` clears it only then (a read is a syscall per polling period, and `Auto`'s
+    /// engine for small turns is idle through most of them).
+    polled_in_flight: bool,
     /// Scratch: the iocb pointer array for io_submit.
     ptrs: Vec<*mut Iocb>,
     /// Scratch: events read from the ring or io_getevents.
@@ -236,6 +240,7 @@ impl LinuxAioEngine {
             done: Vec::with_capacity(limit),
             signal: false,
             polling: false,
+            polled_in_flight: false,
             ptrs: Vec::with_capacity(limit),
             events: vec![IoEvent::default(); limit].into_boxed_slice(),
             retry: Vec::with_capacity(limit),
@@ -331,6 +336,7 @@ impl LinuxAioEngine {
                 let k = k.min(n);
                 self.pending.drain(..k);
                 self.submitted += k;
+                self.polled_in_flight |= self.polling && k > 0;
                 k
             }
             // The context is full for now: everything stays pending for the next commit.
@@ -507,8 +513,8 @@ impl IoEngine for LinuxAioEngine {
         out.len() - before
     }
 
-    fn completion_fd(&self) -> Option<RawFd> {
-        Some(self.eventfd.as_raw_fd())
+    fn completion_fds(&self) -> Vec<RawFd> {
+        vec![self.eventfd.as_raw_fd()]
     }
 
     fn capacity(&self) -> usize {
@@ -525,10 +531,11 @@ impl IoEngine for LinuxAioEngine {
 
     fn poll_begin(&mut self) {
         self.polling = true;
+        self.polled_in_flight = self.submitted > 0;
     }
 
     fn poll_end(&mut self) {
-        if self.quiet_fd() {
+        if self.quiet_fd() && (self.polled_in_flight || self.submitted > 0) {
             // Signals of completions seen (or about to be seen) in the ring while polling: the
             // caller checks `has_completions` next, and later completions signal again.
             let _ = self.eventfd.read();

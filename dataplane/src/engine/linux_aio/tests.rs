@@ -188,7 +188,7 @@ fn buffered_batches_complete_inside_io_submit_without_signalling() {
     let t = store(&disk(), "batches", 1 << 20);
     let mut e =
         LinuxAioEngine::for_buffered_batches(open(&t.path, true, false), 8).expect("engine");
-    let fd = e.completion_fd().expect("fd");
+    let fd = *e.completion_fds().first().expect("fd");
     let buf = Aligned::new(4096);
     for t in 0..4 {
         e.submit(write(t * 4096, &buf, 0, 4096, t)).expect("submit");
@@ -205,7 +205,7 @@ fn buffered_batches_complete_inside_io_submit_without_signalling() {
 fn has_completions_peeks_the_ring_and_eventfd_fires() {
     let t = store(&disk(), "efd", 1 << 20);
     let mut e = engine(&t, 8, true);
-    let fd = e.completion_fd().expect("fd");
+    let fd = *e.completion_fds().first().expect("fd");
     let buf = Aligned::new(4096);
     e.submit(write(0, &buf, 0, 4096, 1)).expect("submit");
     assert!(!e.has_completions());
@@ -232,7 +232,7 @@ fn while_polling_the_completion_fd_is_left_alone_and_poll_end_clears_it() {
     let t = store(&disk(), "efd-poll", 1 << 20);
     let mut e = engine(&t, 8, true);
     assert!(e.use_ring, "this test needs the mapped ring");
-    let fd = e.completion_fd().expect("fd");
+    let fd = *e.completion_fds().first().expect("fd");
     let buf = Aligned::new(4096);
     e.poll_begin();
     e.submit(write(0, &buf, 0, 4096, 1)).expect("submit");
@@ -255,6 +255,25 @@ fn while_polling_the_completion_fd_is_left_alone_and_poll_end_clears_it() {
     out.clear();
     assert_eq!(e.reap(&mut out), 1);
     assert!(!readable(fd, 0), "reap cleared the eventfd");
+    // A polling period with nothing in the kernel: no completion can signal the fd, and
+    // poll_end does not read it (a syscall per period). A signal from elsewhere shows that.
+    e.poll_begin();
+    e.eventfd.write(1).expect("signal");
+    e.poll_end();
+    assert!(
+        readable(fd, 0),
+        "poll_end read the fd with nothing in flight"
+    );
+    e.eventfd.read().expect("clear");
+    // A request submitted while polling: poll_end clears its signal.
+    e.poll_begin();
+    e.submit(write(8192, &buf, 0, 4096, 3)).expect("submit");
+    assert_eq!(e.commit(), 1);
+    assert!(readable(fd, 5000));
+    out.clear();
+    assert_eq!(e.reap(&mut out), 1);
+    e.poll_end();
+    assert!(!readable(fd, 0), "poll_end cleared the fd");
 }
 
 #[test]
@@ -308,7 +327,7 @@ fn eagain_keeps_everything_pending() {
 fn first_iocb_error_completes_it_and_keeps_the_rest() {
     let t = store(&shm(), "einval", 1 << 20);
     let mut e = engine(&t, 8, false);
-    let fd = e.completion_fd().expect("fd");
+    let fd = *e.completion_fds().first().expect("fd");
     let buf = Aligned::new(4096);
     for i in 0..3 {
         e.submit(write(i * 4096, &buf, 0, 4096, i)).expect("submit");
@@ -414,7 +433,7 @@ fn fdsync_through_aio_where_the_file_system_takes_it() {
 fn discard_and_write_zeroes_complete_through_reap() {
     let t = store(&shm(), "dz", 1 << 20);
     let mut e = engine(&t, 8, false);
-    let fd = e.completion_fd().expect("fd");
+    let fd = *e.completion_fds().first().expect("fd");
     e.submit(IoRequest {
         op: IoOp::Discard {
             offset: 0,
