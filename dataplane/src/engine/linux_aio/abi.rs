@@ -2,6 +2,7 @@
 //! owned kernel context ([`AioContext`]) that also reads the completion ring `io_setup` maps into
 //! the process (`struct aio_ring`), so completions can be reaped without `io_getevents`.
 
+use std::cell::RefCell;
 use std::io;
 use std::mem::{offset_of, size_of};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -90,17 +91,45 @@ const _: () = {
     assert!(offset_of!(AioRingHeader, magic) == 16);
 };
 
-/// A kernel AIO context (`aio_context_t`, the address of its completion ring); destroyed on drop.
+/// A kernel AIO context (`aio_context_t`, the address of its completion ring); destroyed on drop,
+/// or kept for reuse on its thread once its owner said it is drained ([`AioContext::drained`]).
 #[derive(Debug)]
 pub(super) struct AioContext {
     id: u64,
     /// The ring at `id` has the layout we know (magic and incompatible features checked).
     ring_ok: bool,
+    /// The `nr_events` it was set up with.
+    nr_events: u32,
+    /// Nothing of it is in the kernel and its ring is empty: `drop` may keep it for reuse.
+    drained: bool,
+}
+
+/// Drained contexts a thread keeps for its next engines: a device reset drops each queue's
+/// engine on the iothread and the guest's re-initialisation opens them again there. A kept
+/// context costs neither `io_setup` nor `io_destroy`, which waits for an RCU grace period
+/// (32-79 ms on the kvm_pvm dev machine) with the thread and every queue it serves; and a guest
+/// that resets its device again and again holds no more contexts than it had.
+const SPARES_PER_THREAD: usize = 16;
+
+thread_local! {
+    /// This thread's kept contexts (see [`SPARES_PER_THREAD`]); destroyed with the thread.
+    static SPARES: RefCell<Vec<AioContext>> = const { RefCell::new(Vec::new()) };
 }
 
 impl AioContext {
-    /// `io_setup(nr_events)`.
+    /// A context of `nr_events`: one this thread kept, else `io_setup(nr_events)`.
     pub(super) fn setup(nr_events: u32) -> io::Result<AioContext> {
+        let kept = SPARES
+            .try_with(|spares| {
+                let mut spares = spares.borrow_mut();
+                let at = spares.iter().position(|c| c.nr_events == nr_events)?;
+                Some(spares.swap_remove(at))
+            })
+            .ok()
+            .flatten();
+        if let Some(ctx) = kept {
+            return Ok(ctx);
+        }
         let mut id: u64 = 0;
         // SAFETY: io_setup writes one aio_context_t (an unsigned long, 8 bytes here) to `&mut id`,
         // which is live and zeroed as the kernel requires.
@@ -114,7 +143,12 @@ impl AioContext {
         if r < 0 {
             return Err(io::Error::last_os_error());
         }
-        let mut ctx = AioContext { id, ring_ok: false };
+        let mut ctx = AioContext {
+            id,
+            ring_ok: false,
+            nr_events,
+            drained: false,
+        };
         let h = ctx.header();
         ctx.ring_ok = h.magic == AIO_RING_MAGIC
             && h.incompat_features == AIO_RING_INCOMPAT_FEATURES
@@ -129,6 +163,18 @@ impl AioContext {
         // starts with this header and stays mapped until io_destroy in `drop`. A volatile read
         // because the kernel updates it concurrently.
         unsafe { std::ptr::read_volatile(self.id as *const AioRingHeader) }
+    }
+
+    /// Its owner reaped every request it submitted: if the ring is empty too, `drop` may keep the
+    /// context for the thread's next engine instead of destroying it.
+    pub(super) fn drained(&mut self) {
+        self.drained = self.ring_ok && !self.ring_pending();
+    }
+
+    /// The kernel's address of the context (tests check that a kept context is reused).
+    #[cfg(test)]
+    pub(super) fn id(&self) -> u64 {
+        self.id
     }
 
     /// Completions can be read from the mapped ring.
@@ -250,6 +296,12 @@ impl AioContext {
     }
 }
 
+/// How many contexts this thread keeps now (tests).
+#[cfg(test)]
+pub(super) fn spares() -> usize {
+    SPARES.with(|spares| spares.borrow().len())
+}
+
 /// Set once the process is about to exit: contexts dropped after that are left to the exit's
 /// teardown (which does not wait), instead of `io_destroy`, which waits for an RCU grace period
 /// (32 ms on the kvm_pvm dev machine) per context.
@@ -265,6 +317,28 @@ impl Drop for AioContext {
         if LEFT_TO_EXIT.load(Ordering::Relaxed) {
             // The engine waited for its requests before this; the ring stays mapped until exit.
             return;
+        }
+        if self.drained {
+            // A copy goes to the thread's list, and this one is not destroyed. During the
+            // thread's exit the list is gone, and a full list takes no more: destroyed then.
+            let kept = SPARES
+                .try_with(|spares| {
+                    let mut spares = spares.borrow_mut();
+                    if spares.len() >= SPARES_PER_THREAD {
+                        return false;
+                    }
+                    spares.push(AioContext {
+                        id: self.id,
+                        ring_ok: self.ring_ok,
+                        nr_events: self.nr_events,
+                        drained: false,
+                    });
+                    true
+                })
+                .unwrap_or(false);
+            if kept {
+                return;
+            }
         }
         // SAFETY: `id` is our context; io_destroy unmaps the ring, which nothing uses after this.
         // It waits for requests still in the kernel, so none writes into freed iocbs later.

@@ -608,5 +608,10 @@ impl Drop for LinuxAioEngine {
                 }
             }
         }
+        if self.submitted == 0 {
+            // Nothing of ours can complete into it any more: the thread may keep it for its
+            // next engine (a device reset's re-initialisation) instead of destroying it.
+            self.ctx.drained();
+        }
     }
 }

@@ -597,3 +597,42 @@ fn drop_waits_for_requests_in_the_kernel() {
     assert!(start.elapsed() < DROP_TIMEOUT);
     // `buf` is freed only now, after the engine waited for the kernel.
 }
+
+#[test]
+fn a_drained_context_is_kept_for_the_threads_next_engine() {
+    // In a thread of its own: its kept contexts are its own, and go with it.
+    std::thread::spawn(|| {
+        let t = store(&disk(), "spare", 1 << 20);
+        let buf = Aligned::new(4096);
+        let mut e = engine(&t, 12, true);
+        let first = e.ctx.id();
+        e.submit(write(0, &buf, 0, 4096, 1)).expect("submit");
+        assert_eq!(complete(&mut e, 1).len(), 1);
+        assert_eq!(super::abi::spares(), 0);
+        drop(e);
+        assert_eq!(super::abi::spares(), 1, "the drained context was not kept");
+        // The same size: the kept context, which works as a new one.
+        let mut e = engine(&t, 12, true);
+        assert_eq!(super::abi::spares(), 0, "the kept context was not taken");
+        assert_eq!(e.ctx.id(), first);
+        e.submit(write(4096, &buf, 0, 4096, 2)).expect("submit");
+        let done = complete(&mut e, 1);
+        assert_eq!((done[0].token, done[0].result), (2, 4096));
+        // Another size gets a context of its own, while the first is in use.
+        let other = engine(&t, 13, true);
+        assert_ne!(other.ctx.id(), first);
+        assert_eq!(super::abi::spares(), 0);
+        // An engine dropped with a request it never reaped: the context is still drained by the
+        // drop's wait, and kept.
+        e.submit(write(8192, &buf, 0, 4096, 3)).expect("submit");
+        e.commit();
+        drop(e);
+        assert_eq!(super::abi::spares(), 1);
+        let e = engine(&t, 12, true);
+        assert_eq!(e.ctx.id(), first);
+        drop((e, other));
+        assert_eq!(super::abi::spares(), 2);
+    })
+    .join()
+    .expect("test thread");
+}
