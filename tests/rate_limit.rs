@@ -157,13 +157,17 @@ fn patch(sock: &Path, body: &str) -> Instant {
 
 #[test]
 fn a_throttled_queue_costs_no_cpu_and_patch_changes_or_removes_the_limit_live() {
+    // Enough requests to outlast every phase: ~9,000 go at the limits, and the rest must still
+    // be running 200 ms after the limit is removed. With 60,000, an unthrottled Sync queue at
+    // 340k IOPS finished the run in 180 ms and the VM was gone before the last measurement.
+    const COUNT: u64 = 250_000;
     let _one = serial();
     let disk = Disk::new("rl-live", 64 << 20);
     let sock: PathBuf = disk.dir.join("api.sock");
     let cfg = json!({
         "machine-config": {"vcpu_count": 1, "mem_size_mib": 128},
         "boot-source": {"kernel_image_path": test_guest(),
-                        "boot_args": "mode=blk rw=randread qd=32 count=60000 timeout_ms=60000"},
+                        "boot_args": format!("mode=blk rw=randread qd=32 count={COUNT} timeout_ms=60000")},
         // 100 IOPS as 5 tokens per 50 ms: a wake-up that comes a few ms late (the thread sleeps
         // to the millisecond) loses nothing.
         "drives": [{"drive_id": "disk0", "path_on_host": disk.path, "io_engine": "Sync",
@@ -244,7 +248,7 @@ fn a_throttled_queue_costs_no_cpu_and_patch_changes_or_removes_the_limit_live() 
     let m = run(&report, "main");
     assert_eq!(
         (m["errors"].as_u64(), m["requests"].as_u64()),
-        (Some(0), Some(60000)),
+        (Some(0), Some(COUNT)),
         "{m}"
     );
 }
