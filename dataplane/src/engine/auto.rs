@@ -72,8 +72,8 @@ pub const RING_BATCH: usize = 4;
 pub const CPU_SAMPLE_EVERY: u32 = 64;
 /// O_DIRECT: after this many samples of the CPU clock, one inline call in
 /// [`CPU_SAMPLE_EVERY_SETTLED`] samples it. A sample reads the clock twice (a syscall each,
-/// 1.2 µs here): at one call in 64 it lay in the p99 of every inline read on zram (6.2-7.6 µs
-/// against Sync's 5.5-6.0 at QD1).
+/// 1.2 µs here): at one call in 64 it lay in the p99 of inline reads on zram (6.7-6.9 µs
+/// against Sync's 4.8-6.1 at QD1).
 pub const CPU_SAMPLES_EARLY: u32 = 16;
 /// See [`CPU_SAMPLES_EARLY`]: a device whose behaviour changes is noticed within a few
 /// thousand calls.
@@ -300,13 +300,13 @@ impl AutoEngine {
     }
 
     /// Adds `shallow` (a Linux AIO engine on the same file) beside a wrapped io_uring, for an
-    /// O_DIRECT device that sleeps for its completions: a turn goes to it when the turn and the
-    /// requests in flight are fewer than [`RING_BATCH`] (QD1 to QD3), to the ring at depth. A request alone costs less there: its
-    /// completion is written to a ring this thread reads, where io_uring's needs task work run
-    /// by this thread; a batch costs less in the ring. On the loop device, 4 queues, side by
-    /// side: at QD1 (turns of one) the dataplane CPU per I/O was 5.20 µs with Linux AIO against
-    /// 5.63 µs with io_uring for reads, 5.27 against 5.74 for writes; at QD32 (turns of ~30)
-    /// reads took 1.74 against 1.60 µs.
+    /// O_DIRECT device that sleeps for its completions (ignored for any other engine): a turn
+    /// goes to it when the turn and the requests in flight are fewer than [`RING_BATCH`] (QD1 to
+    /// QD3), to the ring at depth. A request alone costs less there: its completion is written
+    /// to a ring this thread reads, where io_uring's needs task work run by this thread; a batch
+    /// costs less in the ring. On the loop device, 4 queues, side by side: at QD1 the dataplane
+    /// CPU per I/O was 5.20 µs with Linux AIO against 5.63 µs with io_uring for reads, 5.27
+    /// against 5.74 for writes; at QD32 reads took 1.74 against 1.60 µs.
     pub fn with_shallow(mut self, shallow: Box<dyn IoEngine>) -> Self {
         if self.direct && self.inner.kind() == EngineKind::IoUring {
             self.shallow = Some(shallow);

@@ -164,8 +164,8 @@ pub fn open(file: File, opts: &EngineOptions) -> Result<Box<dyn IoEngine>, Engin
                 Some(engine) => (engine, None),
                 None => {
                     let kind = auto_async_kind(opts.direct);
-                    // O_DIRECT on a device that sleeps for its completions: small turns go to
-                    // Linux AIO beside the ring.
+                    // O_DIRECT on a device that sleeps for its completions: requests go to
+                    // Linux AIO beside the ring while fewer than 4 are in flight.
                     let shallow = (opts.direct && kind == EngineKind::IoUring)
                         .then(|| {
                             open_auto_aio(
