@@ -593,7 +593,8 @@ impl Loop {
         } else {
             self.slots[slot] = Some(s);
         }
-        self.stats.handlers.fetch_add(1, Ordering::Relaxed);
+        let n = self.stats.handlers.fetch_add(1, Ordering::Relaxed) + 1;
+        super::turn::set_handlers(usize::try_from(n).unwrap_or(usize::MAX));
         if !polls {
             self.stats
                 .poll_disabled_handlers
@@ -607,7 +608,12 @@ impl Loop {
     /// Takes an unwatched handler out of its slot and undoes its statistics.
     fn forget(&mut self, slot: usize) -> Option<Box<dyn Handler>> {
         let s = self.slots.get_mut(slot)?.take()?;
-        self.stats.handlers.fetch_sub(1, Ordering::Relaxed);
+        let n = self
+            .stats
+            .handlers
+            .fetch_sub(1, Ordering::Relaxed)
+            .saturating_sub(1);
+        super::turn::set_handlers(usize::try_from(n).unwrap_or(usize::MAX));
         if !s.handler.can_poll() {
             self.stats
                 .poll_disabled_handlers

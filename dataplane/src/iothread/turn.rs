@@ -1,14 +1,26 @@
 //! What an engine may know of its iothread's current turn, kept in thread-locals (an engine
-//! lives on one iothread): how many handlers have work this round, and how many requests the
-//! thread's `Auto` engines have in flight on their asynchronous engines. The `Auto` engine sends
-//! an `O_DIRECT` request inline only when it is alone on the whole thread: an inline call waits
-//! for the device, and the thread's other queues would wait with it.
+//! lives on one iothread): how many handlers the thread serves, how many have work this round,
+//! and how many requests the thread's `Auto` engines have in flight on their asynchronous
+//! engines. The `Auto` engine sends an `O_DIRECT` request inline only when it is alone on the
+//! whole thread: an inline call waits for the device, and the thread's other queues would wait
+//! with it.
 
 use std::cell::Cell;
 
 thread_local! {
+    static HANDLERS: Cell<usize> = const { Cell::new(0) };
     static READY_HANDLERS: Cell<usize> = const { Cell::new(0) };
     static ASYNC_IN_FLIGHT: Cell<usize> = const { Cell::new(0) };
+}
+
+/// The loop: the thread serves `n` handlers now.
+pub(crate) fn set_handlers(n: usize) {
+    HANDLERS.with(|c| c.set(n));
+}
+
+/// Handlers the thread serves (0 outside a loop, e.g. in unit tests).
+pub(crate) fn handlers() -> usize {
+    HANDLERS.with(Cell::get)
 }
 
 /// The loop: `n` handlers take turns in this round.
@@ -47,5 +59,8 @@ mod tests {
         assert_eq!(async_in_flight(), 0, "saturates instead of wrapping");
         set_ready_handlers(4);
         assert_eq!(ready_handlers(), 4);
+        set_handlers(2);
+        assert_eq!(handlers(), 2);
+        set_handlers(0);
     }
 }
