@@ -179,9 +179,7 @@ pub struct AutoEngine {
     ring_batches: bool,
     /// The wrapped engine's in-flight count last added to the thread's total.
     async_reported: usize,
-    /// The wrapped engine's last `reap` began with nothing in flight: it cleared the completion
-    /// fd and nothing can signal it before the next submission, so `reap` skips the engine (its
-    /// fd read is a syscall per turn on a store where every request goes inline).
+    /// The wrapped engine's last `reap` began with nothing in flight ([`reap_unless_quiet`]).
     inner_quiet: bool,
     /// Scratch for `held` (its capacity is reused).
     spare: Vec<IoRequest>,
@@ -210,7 +208,7 @@ pub struct AutoEngine {
     /// [`RING_BATCH`] (see [`AutoEngine::with_shallow`]). Its requests count against the
     /// wrapped engine's depth.
     shallow: Option<Box<dyn IoEngine>>,
-    /// The shallow engine's last `reap` began with nothing in flight (as `inner_quiet`).
+    /// The shallow engine's last `reap` began with nothing in flight ([`reap_unless_quiet`]).
     shallow_quiet: bool,
     /// The wrapped engine's depth (the writer's too).
     depth: u32,
@@ -765,17 +763,9 @@ impl IoEngine for AutoEngine {
         }
         let mut n = self.done.len();
         out.append(&mut self.done);
-        let inner_busy = self.inner.in_flight() > 0;
-        if inner_busy || !self.inner_quiet {
-            n += self.inner.reap(out);
-            self.inner_quiet = !inner_busy;
-        }
+        n += reap_unless_quiet(self.inner.as_mut(), &mut self.inner_quiet, out);
         if let Some(shallow) = self.shallow.as_mut() {
-            let busy = shallow.in_flight() > 0;
-            if busy || !self.shallow_quiet {
-                n += shallow.reap(out);
-                self.shallow_quiet = !busy;
-            }
+            n += reap_unless_quiet(shallow.as_mut(), &mut self.shallow_quiet, out);
         }
         self.release_flushes();
         self.publish_async();
@@ -913,6 +903,22 @@ pub fn completes_in_caller(file: &File) -> bool {
     unsafe { std::alloc::dealloc(buf, layout) };
     shares.sort_unstable();
     ok && shares[CALLER_PROBE_READS / 2] >= ON_CPU_PERMILLE
+}
+
+/// Reaps `engine` unless its last reap also began with nothing in flight (`quiet`): that reap
+/// cleared its completion fd, and nothing can signal it before the next submission (reading the
+/// fd is a syscall per turn on a store where every request goes inline).
+fn reap_unless_quiet(
+    engine: &mut dyn IoEngine,
+    quiet: &mut bool,
+    out: &mut Vec<Completion>,
+) -> usize {
+    let busy = engine.in_flight() > 0;
+    if !busy && *quiet {
+        return 0;
+    }
+    *quiet = !busy;
+    engine.reap(out)
 }
 
 /// Whether the O_DIRECT inline call after `calls` earlier ones samples the CPU clock, `samples`
