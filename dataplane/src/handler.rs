@@ -38,9 +38,14 @@ pub trait Handler: Send {
     /// seccomp filter allows it (an AIO context's `io_destroy`; the receiving vCPU thread's
     /// filter does not).
     fn detach(&mut self) {}
-    /// The fds whose readability means work: the queue's kick eventfd, the engine's completion
-    /// fd. The handler must drain them in [`Handler::run`] (they are level-triggered).
+    /// The fds whose signals mean work: the queue's kick eventfd, the engine's completion fds.
+    /// They are watched edge-triggered: each signal after the thread last looked wakes it once,
+    /// whether or not the fd was read. The handler need not read them (a syscall each); it may,
+    /// to drop a signal it knows is stale (one raised while the thread polled and saw the work).
     fn wake_fds(&self) -> Vec<RawFd>;
+    /// The thread saw fd `index` of [`Handler::wake_fds`] signalled (once for any number of
+    /// signals since it last looked), before the handler's next [`Handler::run`].
+    fn fd_fired(&mut self, _index: usize) {}
     /// Takes one turn without sleeping: completes what is done and hands at most `max_batch`
     /// new requests to the kernel in one submission. Returns true when work remains that no fd
     /// will signal (the budget ran out), so the thread gives it another turn after the other

@@ -614,3 +614,78 @@ fn detach_waits_for_in_flight_io_and_never_hands_back_early() {
     assert_eq!(stat(&t, "handlers"), 1);
     t.shutdown();
 }
+
+/// Never reads its fds; records which of them the thread reported.
+struct Unread {
+    fds: [EventFd; 2],
+    fired: Arc<Mutex<Vec<usize>>>,
+    runs: Arc<AtomicU64>,
+}
+
+impl Handler for Unread {
+    fn owner(&self) -> u64 {
+        31
+    }
+    fn wake_fds(&self) -> Vec<RawFd> {
+        self.fds.iter().map(AsRawFd::as_raw_fd).collect()
+    }
+    fn fd_fired(&mut self, index: usize) {
+        self.fired.lock().expect("lock").push(index);
+    }
+    fn run(&mut self, _max_batch: usize) -> bool {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        false
+    }
+    fn drain(&mut self) -> usize {
+        0
+    }
+    fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
+        self
+    }
+}
+
+#[test]
+fn fds_are_edge_triggered_and_the_handler_learns_which_fired() {
+    let t = IoThread::spawn_with(
+        "edge",
+        0,
+        PollParams {
+            max_ns: 0,
+            policy: crate::poll::PolicyKind::Classic,
+            ..PollParams::default()
+        },
+    )
+    .expect("spawn");
+    let kick = EventFd::new(libc::EFD_NONBLOCK).expect("eventfd");
+    let done = EventFd::new(libc::EFD_NONBLOCK).expect("eventfd");
+    let fired = Arc::new(Mutex::new(Vec::new()));
+    let runs = Arc::new(AtomicU64::new(0));
+    t.attach(vec![Box::new(Unread {
+        fds: [
+            kick.try_clone().expect("clone"),
+            done.try_clone().expect("clone"),
+        ],
+        fired: fired.clone(),
+        runs: runs.clone(),
+    })])
+    .expect("attach");
+    done.write(1).expect("signal");
+    wait_for(|| !fired.lock().expect("lock").is_empty());
+    // Left unread, a level-triggered fd would wake the thread again at once, for ever.
+    std::thread::sleep(Duration::from_millis(50));
+    let reports = fired.lock().expect("lock").len();
+    assert_eq!(reports, 1, "{reports} reports for one signal");
+    assert_eq!(fired.lock().expect("lock")[0], 1, "the second fd fired");
+    let after_one = runs.load(Ordering::SeqCst);
+    assert!(after_one <= 2, "{after_one} turns for one signal");
+    // A new signal wakes the thread although the fd's count was never cleared.
+    kick.write(1).expect("signal");
+    done.write(1).expect("signal");
+    wait_for(|| fired.lock().expect("lock").len() >= 3);
+    std::thread::sleep(Duration::from_millis(20));
+    let mut seen = fired.lock().expect("lock").clone();
+    seen[1..].sort_unstable();
+    assert_eq!(seen, vec![1, 0, 1]);
+    assert!(runs.load(Ordering::SeqCst) <= after_one + 2);
+    t.shutdown();
+}

@@ -12,7 +12,8 @@ pub const BATCH_BUCKETS: [u64; 9] = [1, 2, 4, 8, 16, 32, 64, 128, 256];
 /// Counters of one virtqueue.
 #[derive(Debug, Default)]
 pub struct QueueStats {
-    /// Kicks received (ioeventfd writes, as counted by the eventfd).
+    /// Kicks seen: wake-ups of the iothread by the queue's ioeventfd (edge-triggered, so
+    /// kicks that arrive before the thread looks count once).
     pub kicks: AtomicU64,
     /// Requests completed (any status).
     pub requests: AtomicU64,

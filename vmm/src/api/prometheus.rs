@@ -214,7 +214,7 @@ const CATALOGUE: &[(&str, &str, Kind, &str)] = &[
         "drive",
         "kicks",
         Kind::Counter,
-        "Guest notifications (queue kicks) received",
+        "Guest notifications (queue kicks) seen; kicks between two looks count once",
     ),
     ("drive", "requests", Kind::Counter, "Requests completed"),
     ("drive", "read_bytes", Kind::Counter, "Bytes read"),

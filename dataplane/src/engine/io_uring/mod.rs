@@ -340,16 +340,9 @@ impl IoEngine for IoUringEngine {
     }
 
     fn reap(&mut self, out: &mut Vec<Completion>) -> usize {
-        // Task work first: it posts CQEs and signals the eventfd, which is cleared next, so a
-        // wake-up is left only for completions that arrive after this point.
+        // Task work first: it posts CQEs. The eventfd is not read: the thread watches it
+        // edge-triggered (`Handler::wake_fds`), so completions after this point wake it again.
         self.run_task_work();
-        if !self.eventfd_off {
-            match self.eventfd.read() {
-                Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => log::warn!("io_uring: clearing the completion fd: {e}"),
-            }
-        }
         let mut n = self.local_done.len();
         out.append(&mut self.local_done);
         for _ in 0..REAP_ROUNDS {

@@ -144,6 +144,10 @@ pub struct LinuxAioEngine {
     done: Vec<Completion>,
     /// `done` gained entries the completion fd does not announce yet.
     signal: bool,
+    /// This engine wrote the completion fd itself since the last reap: `reap` clears it, so a
+    /// signal for completions it hands out does not wake the thread once more (the fd is
+    /// watched edge-triggered and not otherwise read on the reaping path).
+    self_signalled: bool,
     /// Between `poll_begin` and `poll_end`: the thread watches the mapped completion ring and
     /// `done`, so the completion fd is neither read nor written (it is cleared in `poll_end`,
     /// before the thread may sleep).
@@ -239,6 +243,7 @@ impl LinuxAioEngine {
             submitted: 0,
             done: Vec::with_capacity(limit),
             signal: false,
+            self_signalled: false,
             polling: false,
             polled_in_flight: false,
             ptrs: Vec::with_capacity(limit),
@@ -492,6 +497,7 @@ impl IoEngine for LinuxAioEngine {
         n += self.submit_front(self.pending.len());
         if self.signal && !self.quiet_fd() {
             self.signal = false;
+            self.self_signalled = true;
             if let Err(e) = self.eventfd.write(1) {
                 log::error!("LinuxAio: completion eventfd: {e}");
             }
@@ -501,9 +507,10 @@ impl IoEngine for LinuxAioEngine {
 
     fn reap(&mut self, out: &mut Vec<Completion>) -> usize {
         let before = out.len();
-        // Clear readiness first: a completion that lands after this read signals it again.
-        // While the thread polls the mapped ring it does not look at the fd: no read then.
-        if !self.quiet_fd() {
+        // The kernel's signals are not read here: the thread watches the fd edge-triggered, so
+        // a completion after this point wakes it again whatever the fd's count. Only this
+        // engine's own signal is cleared (it announces what this reap hands out).
+        if std::mem::take(&mut self.self_signalled) {
             let _ = self.eventfd.read();
         }
         self.reap_kernel(out);
@@ -536,8 +543,10 @@ impl IoEngine for LinuxAioEngine {
 
     fn poll_end(&mut self) {
         if self.quiet_fd() && (self.polled_in_flight || self.submitted > 0) {
-            // Signals of completions seen (or about to be seen) in the ring while polling: the
-            // caller checks `has_completions` next, and later completions signal again.
+            // Signals of completions seen (or about to be seen) in the ring while polling: left
+            // set, they would wake the thread once more for work it has done (epoll reports an
+            // edge-triggered fd only if it is still readable). The caller checks
+            // `has_completions` next, and later completions signal again.
             let _ = self.eventfd.read();
         }
         self.polling = false;

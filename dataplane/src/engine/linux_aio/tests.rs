@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 use super::abi::{AioRingHeader, IoEvent, Iocb, AIO_RING_MAGIC};
 use super::*;
-use crate::engine::conformance::{complete, open, readable, store, Aligned, Store};
+use crate::engine::conformance::{complete, open, readable, store, Aligned, EdgeWatch, Store};
 
 /// Test-only control over io_submit.
 #[derive(Debug, Default)]
@@ -222,7 +222,10 @@ fn has_completions_peeks_the_ring_and_eventfd_fires() {
             result: 4096
         }]
     );
-    assert!(!readable(fd, 0), "reap cleared the eventfd");
+    assert!(
+        readable(fd, 0),
+        "reap leaves the kernel's signal unread (the thread watches the fd edge-triggered)"
+    );
     assert!(!e.has_completions());
     assert_eq!(e.in_flight(), 0);
 }
@@ -248,13 +251,15 @@ fn while_polling_the_completion_fd_is_left_alone_and_poll_end_clears_it() {
         !readable(fd, 0),
         "poll_end cleared the fd before the thread may sleep"
     );
-    // Not polling: reap reads the fd again.
+    // Not polling: reap does not read the fd, and the next completion still wakes an
+    // edge-triggered watcher.
+    let watch = EdgeWatch::new(&[fd]);
     e.submit(write(4096, &buf, 0, 4096, 2)).expect("submit");
     assert_eq!(e.commit(), 1);
-    assert!(readable(fd, 5000));
+    assert!(watch.fired(5000), "the completion wakes the watcher");
     out.clear();
     assert_eq!(e.reap(&mut out), 1);
-    assert!(!readable(fd, 0), "reap cleared the eventfd");
+    assert!(readable(fd, 0), "reap left the kernel's signal unread");
     // A polling period with nothing in the kernel: no completion can signal the fd, and
     // poll_end does not read it (a syscall per period). A signal from elsewhere shows that.
     e.poll_begin();
@@ -635,4 +640,37 @@ fn a_drained_context_is_kept_for_the_threads_next_engine() {
     })
     .join()
     .expect("test thread");
+}
+
+#[test]
+fn the_engines_own_signal_is_cleared_by_the_reap_that_hands_its_completion_out() {
+    let t = store(&disk(), "efd-self", 1 << 20);
+    let mut e = engine(&t, 8, true);
+    let fd = *e.completion_fds().first().expect("fd");
+    let watch = EdgeWatch::new(&[fd]);
+    let mut b = [0u8; 16];
+    // An offset past i64 completes on this thread, announced by the engine's own signal.
+    e.submit(IoRequest {
+        op: IoOp::Read {
+            offset: u64::MAX - 4,
+            iovecs: crate::engine::iovecs![crate::engine::IoVec {
+                base: b.as_mut_ptr(),
+                len: b.len(),
+            }],
+        },
+        token: 9,
+    })
+    .expect("submit");
+    e.commit();
+    assert!(
+        readable(fd, 0),
+        "the local completion is announced on the fd"
+    );
+    let mut out = Vec::new();
+    assert_eq!(e.reap(&mut out), 1);
+    assert_eq!(out[0].result, -i64::from(libc::EINVAL));
+    assert!(
+        !watch.fired(0),
+        "reap dropped the signal for what it handed out: no wake-up for work already done"
+    );
 }
