@@ -437,13 +437,16 @@ fn describe(result: i64) -> String {
         .unwrap_or_else(|_| format!("result {result}"))
 }
 
+/// The kick eventfd's place in [`Handler::wake_fds`] (the engine's completion fds follow).
+const KICK_FD_INDEX: usize = 0;
+
 impl Handler for BlockQueueHandler {
     fn owner(&self) -> u64 {
         self.owner
     }
 
     fn wake_fds(&self) -> Vec<RawFd> {
-        let mut fds = vec![self.kick.as_raw_fd()];
+        let mut fds = vec![self.kick.as_raw_fd()]; // at KICK_FD_INDEX
         fds.extend(self.engine.completion_fds());
         fds
     }
@@ -467,9 +470,8 @@ impl Handler for BlockQueueHandler {
     }
 
     fn fd_fired(&mut self, index: usize) {
-        // Index 0 is the kick (`wake_fds`). The fd is edge-triggered and never read: kicks
-        // that arrive together count once.
-        if index == 0 {
+        // The fd is edge-triggered and never read: kicks that arrive together count once.
+        if index == KICK_FD_INDEX {
             QueueStats::add(&self.stats.kicks, 1);
         }
     }
@@ -717,7 +719,7 @@ mod tests {
         vq.add_desc_chains(&chains, 0).expect("chains");
         let mut h = handler(&r, vq.create_queue().expect("queue"));
         h.kick.write(1).expect("kick");
-        h.fd_fired(0); // what the iothread does when epoll reports the kick
+        h.fd_fired(KICK_FD_INDEX); // what the iothread does when epoll reports the kick
         h.run(32);
 
         assert_eq!(
@@ -787,7 +789,7 @@ mod tests {
         assert_eq!((s.malformed, s.io_errors), (2, 1));
         // A broken queue ignores further kicks instead of spinning.
         h.kick.write(1).expect("kick");
-        h.fd_fired(0); // what the iothread does when epoll reports the kick
+        h.fd_fired(KICK_FD_INDEX); // what the iothread does when epoll reports the kick
         h.run(32);
         assert_eq!(vq.used().idx().load(), 2);
         std::fs::remove_file(&r.path).ok();
@@ -940,7 +942,7 @@ mod tests {
         r.mem.write_obj(0xffu8, GuestAddress(0x30_0000)).expect("w");
         let mut h = handler_with(&r, vq.create_queue().expect("queue"), EngineKind::IoUring);
         h.kick.write(1).expect("kick");
-        h.fd_fired(0); // what the iothread does when epoll reports the kick
+        h.fd_fired(KICK_FD_INDEX); // what the iothread does when epoll reports the kick
         h.run(32);
         assert!(r.irq.needs_reset.load(Ordering::SeqCst));
         let mut turns = 0;

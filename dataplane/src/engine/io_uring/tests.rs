@@ -150,17 +150,17 @@ fn completion_fd_fires_and_reap_leaves_it_unread() {
     let fd = *e.completion_fds().first().expect("fd");
     assert!(!readable(fd, 0));
     let buf = vec![0x42u8; 4096];
-    e.submit(IoRequest {
+    let write_at = |offset: u64, token: u64| IoRequest {
         op: IoOp::Write {
-            offset: 4096,
+            offset,
             iovecs: crate::engine::iovecs![IoVec {
                 base: buf.as_ptr().cast_mut(),
                 len: buf.len(),
             }],
         },
-        token: 3,
-    })
-    .expect("submit");
+        token,
+    };
+    e.submit(write_at(4096, 3)).expect("submit");
     assert_eq!(e.in_flight(), 1);
     assert!(!readable(fd, 0), "nothing reaches the kernel before commit");
     assert_eq!(e.commit(), 1);
@@ -184,17 +184,7 @@ fn completion_fd_fires_and_reap_leaves_it_unread() {
     // The next completion wakes an edge-triggered sleeper though the fd's count was never
     // cleared.
     let watch = EdgeWatch::new(&[fd]);
-    e.submit(IoRequest {
-        op: IoOp::Write {
-            offset: 8192,
-            iovecs: crate::engine::iovecs![IoVec {
-                base: buf.as_ptr().cast_mut(),
-                len: buf.len(),
-            }],
-        },
-        token: 4,
-    })
-    .expect("submit");
+    e.submit(write_at(8192, 4)).expect("submit");
     assert_eq!(e.commit(), 1);
     assert!(watch.fired(5000), "the second completion wakes the watcher");
     out.clear();
