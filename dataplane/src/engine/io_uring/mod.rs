@@ -59,8 +59,11 @@ pub struct IoUringEngine {
     /// Resubmissions of short transfers and retries, for tests and statistics.
     resubmits: u64,
     /// The caller polls the CQ: the kernel does not signal the eventfd (CQ flag
-    /// `IORING_CQ_EVENTFD_DISABLED`), so `reap` does not read it.
+    /// `IORING_CQ_EVENTFD_DISABLED`), and neither do local completions.
     eventfd_off: bool,
+    /// `complete_locally` signalled the eventfd: the next `reap` hands that completion out and
+    /// clears the signal, so an edge-triggered sleeper is not woken for nothing.
+    self_signalled: bool,
 }
 
 impl std::fmt::Debug for IoUringEngine {
@@ -159,6 +162,7 @@ impl IoUringEngine {
             in_kernel: 0,
             resubmits: 0,
             eventfd_off: false,
+            self_signalled: false,
         };
         log::debug!("{}", engine.describe());
         Ok(engine)
@@ -305,8 +309,9 @@ impl IoUringEngine {
         if self.eventfd_off {
             return;
         }
-        if let Err(e) = self.eventfd.write(1) {
-            log::warn!("io_uring: signalling the completion fd: {e}");
+        match self.eventfd.write(1) {
+            Ok(()) => self.self_signalled = true,
+            Err(e) => log::warn!("io_uring: signalling the completion fd: {e}"),
         }
     }
 }
@@ -340,8 +345,14 @@ impl IoEngine for IoUringEngine {
     }
 
     fn reap(&mut self, out: &mut Vec<Completion>) -> usize {
-        // Task work first: it posts CQEs. The eventfd is not read: the thread watches it
-        // edge-triggered (`Handler::wake_fds`), so completions after this point wake it again.
+        // The kernel's signals are not read: the thread watches the fd edge-triggered
+        // (`Handler::wake_fds`), so completions after this point wake it again. Only this
+        // engine's own signal is cleared (it announces local completions this reap hands out;
+        // a CQE it also clears is drained below).
+        if std::mem::take(&mut self.self_signalled) {
+            let _ = self.eventfd.read();
+        }
+        // Task work first: it posts CQEs.
         self.run_task_work();
         let mut n = self.local_done.len();
         out.append(&mut self.local_done);

@@ -237,6 +237,8 @@ fn short_read_on_a_growing_file_is_resubmitted() {
 fn invalid_ranges_complete_locally_and_wake() {
     let (_t, f) = temp("inval", 4096);
     let mut e = engine(f, 2);
+    let fd = *e.completion_fds().first().expect("fd");
+    let watch = EdgeWatch::new(&[fd]);
     let mut b = [0u8; 16];
     e.submit(IoRequest {
         op: IoOp::Read {
@@ -251,7 +253,7 @@ fn invalid_ranges_complete_locally_and_wake() {
     .expect("submit");
     assert_eq!((e.in_flight(), e.capacity()), (1, 1));
     assert!(e.has_completions());
-    assert!(readable(*e.completion_fds().first().expect("fd"), 0));
+    assert!(readable(fd, 0));
     assert_eq!(
         complete(&mut e, 1),
         vec![Completion {
@@ -260,6 +262,11 @@ fn invalid_ranges_complete_locally_and_wake() {
         }]
     );
     assert_eq!(e.capacity(), 2);
+    assert!(
+        !watch.fired(0),
+        "the reap that handed the local completion out cleared its signal: no empty wake-up"
+    );
+    assert!(!readable(fd, 0));
 }
 
 #[test]
