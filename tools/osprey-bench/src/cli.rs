@@ -46,6 +46,12 @@ pub struct Cli {
     /// during each run of the point, e.g. `--hog 0,1` for idle and busy side by side.
     #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u32).range(0..=64))]
     pub hog: Vec<u32>,
+    /// Where the `--hog` busy loops run: `own`, each in a session of its own, so another
+    /// scheduling group (autogroup), as another tenant's process is; `shared`, in the runner's
+    /// session, the group Osprey runs in, so the loop competes with Osprey's threads task
+    /// against task.
+    #[arg(long, value_enum, default_value_t = HogSession::Own)]
+    pub hog_session: HogSession,
     /// Backing store [default: loop as root, else file].
     #[arg(long, value_enum)]
     pub store: Option<StoreKind>,
@@ -85,6 +91,15 @@ pub struct Cli {
     /// Print the matrix and exit.
     #[arg(long)]
     pub dry_run: bool,
+}
+
+/// Which scheduling group the `--hog` busy loops join (see [`Cli::hog_session`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum HogSession {
+    /// A session of their own (`setsid`): with autogroup scheduling, a group of their own.
+    Own,
+    /// The runner's session, shared with Osprey.
+    Shared,
 }
 
 /// The command line with every default resolved.

@@ -2,10 +2,11 @@
 //! run lasts about `--seconds`, an optional unrecorded warm-up refines it, then the `--repeats`
 //! recorded runs go round by round over the points. CPU hogs (`--hog N`) run beside every run.
 
+use std::os::unix::process::CommandExt as _;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use crate::cli::Settings;
+use crate::cli::{HogSession, Settings};
 use crate::matrix::Point;
 use crate::runner::interrupted;
 use crate::sample::RunSample;
@@ -52,17 +53,32 @@ fn deadline(count: u64, iops: f64) -> Duration {
 pub struct Hogs(Vec<Child>);
 
 impl Hogs {
-    /// Starts `n` busy loops (none for 0), each bounded to an hour whatever happens to the runner.
-    pub fn start(n: u32) -> std::io::Result<Hogs> {
+    /// Starts `n` busy loops (none for 0), each bounded to an hour whatever happens to the
+    /// runner, in a session of its own or in the runner's.
+    pub fn start(n: u32, session: HogSession) -> std::io::Result<Hogs> {
         let mut hogs = Hogs(Vec::new());
         for _ in 0..n {
-            let child = Command::new("timeout")
-                .args(["3600s", "sh", "-c", "while :; do :; done"])
+            let mut cmd = Command::new("timeout");
+            cmd.args(["3600s", "sh", "-c", "while :; do :; done"])
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()?;
-            hogs.0.push(child);
+                .stderr(Stdio::null());
+            if session == HogSession::Shared {
+                // A process group of its own (same session), signalled whole on drop.
+                cmd.process_group(0);
+            } else {
+                // SAFETY: `setsid` is async-signal-safe and touches no memory of the parent;
+                // the closure runs in the forked child before exec and allocates nothing.
+                unsafe {
+                    cmd.pre_exec(|| {
+                        if libc::setsid() < 0 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                        Ok(())
+                    });
+                }
+            }
+            hogs.0.push(cmd.spawn()?);
         }
         Ok(hogs)
     }
@@ -71,9 +87,13 @@ impl Hogs {
 impl Drop for Hogs {
     fn drop(&mut self) {
         for c in &mut self.0 {
-            // `timeout` passes SIGTERM on to the loop it runs.
-            // SAFETY: kill(2) on our own child's pid has no memory-safety preconditions.
-            unsafe { libc::kill(c.id() as libc::pid_t, libc::SIGTERM) };
+            // Each hog leads a process group (`setsid` or `process_group(0)`): the whole group
+            // is signalled, the loop with `timeout`, so a hog dropped before `timeout` set up
+            // its handler (which passes SIGTERM on) does not outlive the run.
+            let group = -(c.id() as libc::pid_t);
+            // SAFETY: kill(2) on the process group our own child leads has no memory-safety
+            // preconditions.
+            unsafe { libc::kill(group, libc::SIGTERM) };
         }
         for c in &mut self.0 {
             let _ = c.wait();
@@ -111,7 +131,8 @@ impl<'a> PointRun<'a> {
             drop_cache(self.vm.store).map_err(|e| e.to_string())?;
         }
         let hog = self.p.hog;
-        let _hogs = Hogs::start(hog).map_err(|e| format!("cannot start {hog} CPU hogs: {e}"))?;
+        let _hogs = Hogs::start(hog, self.settings.cli.hog_session)
+            .map_err(|e| format!("cannot start {hog} CPU hogs: {e}"))?;
         let name = format!("point-{:03}-{what}", self.index);
         self.vm
             .run(&self.p, count, seed, &name, deadline)
@@ -268,9 +289,50 @@ mod tests {
         std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()
     }
 
+    /// Field `n` (0-based) of `pid`'s stat (the command names here have no spaces).
+    fn stat_field(pid: u32, n: usize) -> Option<u32> {
+        proc_stat(pid)?.split_whitespace().nth(n)?.parse().ok()
+    }
+
+    /// The session id of `pid`.
+    fn session(pid: u32) -> Option<u32> {
+        stat_field(pid, 5)
+    }
+
+    #[test]
+    fn own_session_hogs_lead_a_session_of_their_own() {
+        let own = Hogs::start(1, HogSession::Own).expect("start");
+        let shared = Hogs::start(1, HogSession::Shared).expect("start");
+        let (own_pid, shared_pid) = (own.0[0].id(), shared.0[0].id());
+        let runner = session(std::process::id()).expect("runner's session");
+        assert_eq!(
+            session(own_pid),
+            Some(own_pid),
+            "setsid made it a session leader"
+        );
+        assert_eq!(
+            session(shared_pid),
+            Some(runner),
+            "it stays in the runner's session"
+        );
+        // Dropped at once (before `timeout` may have set up the handler that passes SIGTERM
+        // on), the loops still end: nothing is left running in either hog's process group.
+        drop(own);
+        drop(shared);
+        std::thread::sleep(Duration::from_millis(200));
+        let left: Vec<String> = std::fs::read_dir("/proc")
+            .expect("/proc")
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|&pid| matches!(stat_field(pid, 4), Some(g) if g == own_pid || g == shared_pid))
+            .filter_map(proc_stat)
+            .filter(|s| !s.contains(") Z "))
+            .collect();
+        assert!(left.is_empty(), "still running in a hog's group: {left:?}");
+    }
+
     #[test]
     fn hogs_burn_cpu_and_stop_when_dropped() {
-        let hogs = Hogs::start(1).expect("start");
+        let hogs = Hogs::start(1, HogSession::Shared).expect("start");
         let pid = hogs.0[0].id();
         std::thread::sleep(Duration::from_millis(300));
         // The busy loop is the `sh` that `timeout` runs.
