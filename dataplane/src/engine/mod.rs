@@ -27,6 +27,7 @@ pub mod fault;
 pub mod io_uring;
 pub mod linux_aio;
 pub mod null;
+mod own_signal;
 pub mod sync;
 
 /// Which engine.

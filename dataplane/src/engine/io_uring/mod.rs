@@ -23,6 +23,7 @@ use ::io_uring::register::Restriction;
 use ::io_uring::{squeue, IoUring};
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
+use super::own_signal::OwnSignal;
 use super::{Completion, EngineError, EngineKind, EngineOptions, IoEngine, IoRequest, SubmitError};
 pub use setup::probe;
 use setup::SetupFlags;
@@ -61,9 +62,8 @@ pub struct IoUringEngine {
     /// The caller polls the CQ: the kernel does not signal the eventfd (CQ flag
     /// `IORING_CQ_EVENTFD_DISABLED`), and neither do local completions.
     eventfd_off: bool,
-    /// `complete_locally` signalled the eventfd: the next `reap` hands that completion out and
-    /// clears the signal, so an edge-triggered sleeper is not woken for nothing.
-    self_signalled: bool,
+    /// `complete_locally` signalled the eventfd; the next `reap` clears it.
+    own_signal: OwnSignal,
 }
 
 impl std::fmt::Debug for IoUringEngine {
@@ -162,7 +162,7 @@ impl IoUringEngine {
             in_kernel: 0,
             resubmits: 0,
             eventfd_off: false,
-            self_signalled: false,
+            own_signal: OwnSignal::default(),
         };
         log::debug!("{}", engine.describe());
         Ok(engine)
@@ -309,9 +309,8 @@ impl IoUringEngine {
         if self.eventfd_off {
             return;
         }
-        match self.eventfd.write(1) {
-            Ok(()) => self.self_signalled = true,
-            Err(e) => log::warn!("io_uring: signalling the completion fd: {e}"),
+        if let Err(e) = self.own_signal.raise(&self.eventfd) {
+            log::warn!("io_uring: signalling the completion fd: {e}");
         }
     }
 }
@@ -345,13 +344,8 @@ impl IoEngine for IoUringEngine {
     }
 
     fn reap(&mut self, out: &mut Vec<Completion>) -> usize {
-        // The kernel's signals are not read: the thread watches the fd edge-triggered
-        // (`Handler::wake_fds`), so completions after this point wake it again. Only this
-        // engine's own signal is cleared (it announces local completions this reap hands out;
-        // a CQE it also clears is drained below).
-        if std::mem::take(&mut self.self_signalled) {
-            let _ = self.eventfd.read();
-        }
+        // Local completions are handed out below: their signal goes (`OwnSignal`).
+        self.own_signal.clear(&self.eventfd);
         // Task work first: it posts CQEs.
         self.run_task_work();
         let mut n = self.local_done.len();

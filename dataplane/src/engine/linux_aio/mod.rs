@@ -26,6 +26,7 @@ use vmm_sys_util::eventfd::EventFd;
 
 use self::abi::{AioContext, IoEvent, Iocb};
 use self::slot::{Kind, Slot};
+use super::own_signal::OwnSignal;
 use super::{
     advance, run_blocking, zero_tail, Completion, EngineError, EngineKind, EngineOptions, IoEngine,
     IoOp, IoRequest, SubmitError,
@@ -144,10 +145,8 @@ pub struct LinuxAioEngine {
     done: Vec<Completion>,
     /// `done` gained entries the completion fd does not announce yet.
     signal: bool,
-    /// This engine wrote the completion fd itself since the last reap: `reap` clears it, so a
-    /// signal for completions it hands out does not wake the thread once more (the fd is
-    /// watched edge-triggered and not otherwise read on the reaping path).
-    self_signalled: bool,
+    /// This engine wrote the completion fd itself since the last reap; `reap` clears it.
+    own_signal: OwnSignal,
     /// Between `poll_begin` and `poll_end`: the thread watches the mapped completion ring and
     /// `done`, so the completion fd is neither read nor written (it is cleared in `poll_end`,
     /// before the thread may sleep).
@@ -243,7 +242,7 @@ impl LinuxAioEngine {
             submitted: 0,
             done: Vec::with_capacity(limit),
             signal: false,
-            self_signalled: false,
+            own_signal: OwnSignal::default(),
             polling: false,
             polled_in_flight: false,
             ptrs: Vec::with_capacity(limit),
@@ -497,8 +496,7 @@ impl IoEngine for LinuxAioEngine {
         n += self.submit_front(self.pending.len());
         if self.signal && !self.quiet_fd() {
             self.signal = false;
-            self.self_signalled = true;
-            if let Err(e) = self.eventfd.write(1) {
+            if let Err(e) = self.own_signal.raise(&self.eventfd) {
                 log::error!("LinuxAio: completion eventfd: {e}");
             }
         }
@@ -507,12 +505,8 @@ impl IoEngine for LinuxAioEngine {
 
     fn reap(&mut self, out: &mut Vec<Completion>) -> usize {
         let before = out.len();
-        // The kernel's signals are not read here: the thread watches the fd edge-triggered, so
-        // a completion after this point wakes it again whatever the fd's count. Only this
-        // engine's own signal is cleared (it announces what this reap hands out).
-        if std::mem::take(&mut self.self_signalled) {
-            let _ = self.eventfd.read();
-        }
+        // `done` is handed out below: its signal goes (`OwnSignal`).
+        self.own_signal.clear(&self.eventfd);
         self.reap_kernel(out);
         self.resubmit_retries();
         out.append(&mut self.done);
