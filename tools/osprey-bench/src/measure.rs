@@ -290,7 +290,7 @@ mod tests {
     }
 
     /// Field `n` (0-based) of `pid`'s stat (the command names here have no spaces).
-    fn stat_field(pid: u32, n: usize) -> Option<u32> {
+    fn stat_field<T: std::str::FromStr>(pid: u32, n: usize) -> Option<T> {
         proc_stat(pid)?.split_whitespace().nth(n)?.parse().ok()
     }
 
@@ -323,7 +323,9 @@ mod tests {
         let left: Vec<String> = std::fs::read_dir("/proc")
             .expect("/proc")
             .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-            .filter(|&pid| matches!(stat_field(pid, 4), Some(g) if g == own_pid || g == shared_pid))
+            .filter(|&pid| {
+                matches!(stat_field::<u32>(pid, 4), Some(g) if g == own_pid || g == shared_pid)
+            })
             .filter_map(proc_stat)
             .filter(|s| !s.contains(") Z "))
             .collect();
@@ -343,14 +345,8 @@ mod tests {
             .next()
             .and_then(|v| v.parse().ok())
             .expect("sh");
-        // utime is field 14 (the command name has no spaces here).
-        let utime = |pid| {
-            proc_stat(pid)?
-                .split_whitespace()
-                .nth(13)?
-                .parse::<u64>()
-                .ok()
-        };
+        // utime is field 14.
+        let utime = |pid| stat_field::<u64>(pid, 13);
         assert!(utime(sh).is_some_and(|t| t > 5), "the loop burns CPU");
         drop(hogs);
         std::thread::sleep(Duration::from_millis(100));
