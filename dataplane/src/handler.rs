@@ -88,6 +88,11 @@ pub trait Handler: Send {
     fn stopped(&self) -> bool {
         false
     }
+    /// The requests this handler has completed so far (cumulative; 0 if it does not count).
+    /// The `Adaptive` policy compares how many the thread completes polling and sleeping.
+    fn completed(&self) -> u64 {
+        0
+    }
     /// Prepares to leave the thread, without blocking: take no new work, hand what is queued to
     /// the kernel and complete what finished. Returns the requests still in flight; the thread
     /// keeps running the handler (on its completion fd) and hands it back only once this

@@ -41,6 +41,19 @@ pub struct IoThreadStats {
     pub poll_yield_stops: AtomicU64,
     /// Adaptive: 1 while the poll loop does not yield its CPU.
     pub poll_yields_off: AtomicU64,
+    /// Adaptive: conclusive payoff trials (a segment in the other mode, polling or sleeping,
+    /// bracketed by the current mode).
+    pub payoff_trials: AtomicU64,
+    /// Adaptive: payoff trials the other mode won.
+    pub payoff_wins: AtomicU64,
+    /// Adaptive: switches between polling and sleeping (two won trials in a row).
+    pub payoff_switches: AtomicU64,
+    /// Adaptive: the last payoff trial's other mode's request rate against the current one's, ‰.
+    pub payoff_ratio_permille: AtomicU64,
+    /// Adaptive: the current interval between payoff trials, in ns.
+    pub payoff_interval_ns: AtomicU64,
+    /// Adaptive: 1 while sleeping between events completes more requests than polling.
+    pub payoff_sleeping: AtomicU64,
     /// Times the thread went to sleep in epoll (blocking).
     pub sleeps: AtomicU64,
     /// Handler wake-ups by fd (epoll events, not counting the command fd).
@@ -97,6 +110,12 @@ impl IoThreadStats {
             ("poll_yields_off", g(&self.poll_yields_off)),
             ("cpu_wait_permille", g(&self.cpu_wait_permille)),
             ("run_delay_ns", g(&self.run_delay_ns)),
+            ("payoff_trials", g(&self.payoff_trials)),
+            ("payoff_wins", g(&self.payoff_wins)),
+            ("payoff_switches", g(&self.payoff_switches)),
+            ("payoff_ratio_permille", g(&self.payoff_ratio_permille)),
+            ("payoff_interval_ns", g(&self.payoff_interval_ns)),
+            ("payoff_sleeping", g(&self.payoff_sleeping)),
             ("sleeps", g(&self.sleeps)),
             ("fd_events", g(&self.fd_events)),
             ("poll_ns", g(&self.poll_ns)),

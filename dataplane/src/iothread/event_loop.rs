@@ -250,10 +250,19 @@ impl Loop {
             if now >= next_host_sample {
                 next_host_sample = now + SAMPLE_PERIOD_NS;
                 if let Some((cpu_ns, run_delay_ns)) = schedstat.as_ref().and_then(read_schedstat) {
+                    // A handler leaving makes the sum drop; the payoff check reads that segment
+                    // as empty (saturating), which only makes one trial say nothing.
+                    let requests = self
+                        .slots
+                        .iter()
+                        .flatten()
+                        .map(|s| s.handler.completed())
+                        .fold(0u64, u64::wrapping_add);
                     self.policy.observe_host(HostSample {
                         now_ns: now,
                         cpu_ns,
                         run_delay_ns,
+                        requests,
                     });
                     self.publish_contention(run_delay_ns, now);
                 }
@@ -286,6 +295,13 @@ impl Loop {
             &self.stats.poll_suspended,
             u64::from(self.policy.suspended()),
         );
+        let p = self.policy.payoff();
+        IoThreadStats::set(&self.stats.payoff_trials, p.trials);
+        IoThreadStats::set(&self.stats.payoff_wins, p.wins);
+        IoThreadStats::set(&self.stats.payoff_switches, p.switches);
+        IoThreadStats::set(&self.stats.payoff_ratio_permille, p.ratio_permille);
+        IoThreadStats::set(&self.stats.payoff_interval_ns, p.interval_ns);
+        IoThreadStats::set(&self.stats.payoff_sleeping, u64::from(p.sleeping));
     }
 
     /// How long the thread may sleep: for ever (-1), unless a handler waits for a retry or a

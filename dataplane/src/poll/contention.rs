@@ -34,7 +34,8 @@ pub const MIN_BACKOFF_NS: u64 = 10_000_000;
 /// The longest suspension (ns): the guard looks again at least this often.
 pub const MAX_BACKOFF_NS: u64 = 1_000_000_000;
 
-/// One reading of the thread's scheduler statistics (`/proc/thread-self/schedstat`).
+/// One reading of the thread's scheduler statistics (`/proc/thread-self/schedstat`) and of its
+/// work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HostSample {
     /// The caller's monotonic clock (ns).
@@ -43,6 +44,8 @@ pub struct HostSample {
     pub cpu_ns: u64,
     /// The thread's cumulative run delay (ns): time runnable but not running.
     pub run_delay_ns: u64,
+    /// The requests the thread's handlers have completed (cumulative; for the payoff check).
+    pub requests: u64,
 }
 
 /// What the guard saw and did, for statistics.
@@ -170,6 +173,7 @@ mod tests {
                     now_ns: self.t,
                     cpu_ns: self.cpu,
                     run_delay_ns: self.delay,
+                    requests: 0,
                 });
             }
         }

@@ -16,9 +16,13 @@
 //!   ([`super::contention`]): when the thread's own run delay says that the CPU it would burn is
 //!   wanted by someone else (the guest's vCPU, the worker completing our I/O, another tenant), the
 //!   poll loop first stops yielding (a yield hands a CPU hog its slice), and if that is not enough
-//!   polling stops; each resumes after a back-off.
+//!   polling stops; each resumes after a back-off. And polling goes on only while it pays
+//!   ([`super::payoff`]): now and then the thread sleeps between events for a short segment
+//!   instead, and keeps sleeping when that completed more requests (when polling, it tries
+//!   polling again the same way).
 
 use super::contention::{ContentionGuard, ContentionStats, HostSample};
+use super::payoff::{Mode, PayoffCheck, PayoffStats};
 
 /// Which policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,7 +31,8 @@ pub enum PolicyKind {
     Classic,
     /// One thread window from weighted event-interval estimates, shrinking gradually.
     Weighted,
-    /// Classic windows, suspended while the host is busy (the thread waits for a CPU).
+    /// Classic windows, suspended while the host is busy (the thread waits for a CPU) or while
+    /// sleeping between events completes more requests.
     Adaptive,
 }
 
@@ -146,6 +151,8 @@ pub struct PollPolicy {
     thread_ns: u64,
     /// Adaptive: whether the host is busy, and what it saw.
     guard: ContentionGuard,
+    /// Adaptive: whether polling completes more requests than sleeping.
+    payoff: PayoffCheck,
     /// Adaptive: polling is suspended (as of the last `update` or sample).
     suspended: bool,
 }
@@ -158,6 +165,7 @@ impl PollPolicy {
             handlers: Vec::new(),
             thread_ns: 0,
             guard: ContentionGuard::default(),
+            payoff: PayoffCheck::default(),
             suspended: false,
         }
     }
@@ -172,6 +180,7 @@ impl PollPolicy {
         self.params = params;
         self.thread_ns = 0;
         self.guard.reset();
+        self.payoff = PayoffCheck::default();
         self.suspended = false;
         for h in self.handlers.iter_mut().flatten() {
             h.ns = 0;
@@ -202,18 +211,28 @@ impl PollPolicy {
         self.handlers.get(slot).copied().flatten()
     }
 
-    /// Adaptive: feeds the contention guard a sample of the thread's run delay (the caller takes
-    /// one every [`super::contention::SAMPLE_PERIOD_NS`] or so). Other policies ignore it.
+    /// Adaptive: feeds the contention guard a sample of the thread's run delay, and the payoff
+    /// check its completed requests (the caller takes one every
+    /// [`super::contention::SAMPLE_PERIOD_NS`] or so). Other policies ignore it.
     pub fn observe_host(&mut self, sample: HostSample) {
         if self.params.policy != PolicyKind::Adaptive || self.params.max_ns == 0 {
             return;
         }
         self.guard.observe(sample);
-        self.suspended = self.guard.suspended(sample.now_ns);
+        let guard_suspended = self.guard.suspended(sample.now_ns);
+        self.payoff
+            .observe(sample.now_ns, sample.requests, !guard_suspended);
+        self.suspended = self.adaptive_suspended(sample.now_ns);
     }
 
-    /// Whether polling is suspended because the host is busy (Adaptive only): the thread then
-    /// sleeps between events, without even the first-step probe.
+    /// Adaptive: polling is suspended by the guard, or sleeping pays more.
+    fn adaptive_suspended(&self, now_ns: u64) -> bool {
+        self.guard.suspended(now_ns) || self.payoff.mode() == Mode::Sleep
+    }
+
+    /// Whether polling is suspended (Adaptive only), because the host is busy or because
+    /// sleeping completed more requests: the thread then sleeps between events, without even
+    /// the first-step probe.
     pub fn suspended(&self) -> bool {
         self.suspended
     }
@@ -227,6 +246,11 @@ impl PollPolicy {
     /// The contention guard's view (Adaptive).
     pub fn contention(&self) -> ContentionStats {
         self.guard.stats()
+    }
+
+    /// The payoff check's view (Adaptive).
+    pub fn payoff(&self) -> PayoffStats {
+        self.payoff.stats()
     }
 
     /// Whether handler `slot` is polled (classic: in the poll set; weighted: always).
@@ -261,7 +285,7 @@ impl PollPolicy {
         }
         let p = self.params;
         if p.policy == PolicyKind::Adaptive {
-            self.suspended = self.guard.suspended(now_ns);
+            self.suspended = self.adaptive_suspended(now_ns);
         }
         match p.policy {
             PolicyKind::Classic | PolicyKind::Adaptive => {
@@ -544,6 +568,7 @@ mod tests {
             now_ns: now,
             cpu_ns: cpu,
             run_delay_ns: delay,
+            requests: 0,
         };
         adaptive.observe_host(sample(10_000, 0, 0));
         adaptive.observe_host(sample(10_000 + WINDOW_NS, 400_000, 9_600_000));
@@ -564,5 +589,54 @@ mod tests {
         adaptive.update(1_000, &[0], 10_000 + 3 * WINDOW_NS + 1);
         assert!(!adaptive.suspended());
         assert!(adaptive.window() > 0);
+    }
+
+    #[test]
+    fn adaptive_stops_polling_where_sleeping_completes_more_and_classic_does_not() {
+        use crate::poll::payoff::{MIN_INTERVAL_NS, SEGMENT_NS, TRIAL_SEGMENTS};
+        let classic_params = PollParams {
+            policy: PolicyKind::Classic,
+            ..PollParams::default()
+        };
+        let (mut adaptive, mut classic) = (
+            PollPolicy::new(PollParams::default()),
+            PollPolicy::new(classic_params),
+        );
+        for pol in [&mut adaptive, &mut classic] {
+            pol.add(0, 0);
+            // A guest that completes 8 requests per ms while the thread polls and 11 while it
+            // sleeps; the thread neither waits for a CPU nor runs (the guard stays quiet).
+            let mut requests = 0;
+            // (Two trials: a win, and its confirmation.)
+            let ms = MIN_INTERVAL_NS / 1_000_000
+                + 2 * TRIAL_SEGMENTS as u64 * SEGMENT_NS / 1_000_000
+                + 2;
+            for i in 1..=ms {
+                let now = i * 1_000_000;
+                requests += if pol.suspended() { 11 } else { 8 };
+                pol.update(1_000, &[0], now);
+                pol.observe_host(HostSample {
+                    now_ns: now,
+                    cpu_ns: 0,
+                    run_delay_ns: 0,
+                    requests,
+                });
+            }
+        }
+        assert!(adaptive.suspended());
+        assert_eq!(adaptive.window(), 0);
+        assert_eq!(adaptive.payoff().switches, 1);
+        assert!(adaptive.payoff().sleeping);
+        assert_eq!(
+            adaptive.contention().suspensions,
+            0,
+            "the guard did not do it"
+        );
+        assert!(!classic.suspended() && classic.window() > 0);
+        assert_eq!(classic.payoff().trials, 0);
+        // A live change forgets the verdict.
+        adaptive.set_params(PollParams::default());
+        assert!(!adaptive.suspended());
+        assert!(!adaptive.payoff().sleeping);
     }
 }

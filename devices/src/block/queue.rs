@@ -516,6 +516,10 @@ impl Handler for BlockQueueHandler {
         }
     }
 
+    fn completed(&self) -> u64 {
+        self.stats.requests.load(Ordering::Relaxed)
+    }
+
     fn retry_later(&self) -> bool {
         self.engine.unsubmitted() > 0
     }

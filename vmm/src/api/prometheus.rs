@@ -176,6 +176,42 @@ const CATALOGUE: &[(&str, &str, Kind, &str)] = &[
     ),
     (
         "iothread",
+        "payoff_trials",
+        Kind::Counter,
+        "Conclusive trials of the other mode, polling or sleeping (Adaptive)",
+    ),
+    (
+        "iothread",
+        "payoff_wins",
+        Kind::Counter,
+        "Trials the other mode won (Adaptive)",
+    ),
+    (
+        "iothread",
+        "payoff_switches",
+        Kind::Counter,
+        "Switches between polling and sleeping: two won trials in a row (Adaptive)",
+    ),
+    (
+        "iothread",
+        "payoff_ratio_permille",
+        Kind::Gauge,
+        "Last trial: the other mode's request rate against the current mode's, per mille",
+    ),
+    (
+        "iothread",
+        "payoff_interval_ns",
+        Kind::Gauge,
+        "Current interval between payoff trials, in ns",
+    ),
+    (
+        "iothread",
+        "payoff_sleeping",
+        Kind::Gauge,
+        "1 while sleeping between events completes more requests than polling (Adaptive)",
+    ),
+    (
+        "iothread",
         "sleeps",
         Kind::Counter,
         "Times the thread slept in epoll_wait",
