@@ -18,11 +18,12 @@
 //! too it becomes the current mode. (On a busy host one 10 ms segment can be far off: with a
 //! CPU-bound neighbour, single polling segments beat sleeping ones by up to 1.5× now and then
 //! although polling completed 0.1-0.5× as much in most trials, and a thread that switched on
-//! one segment's word flapped between the modes.) A trial in which a segment completed fewer than [`MIN_REQUESTS`] says nothing
-//! (a guest that is idle or booting) and is retried at the same interval; a conclusive trial
-//! that keeps the mode doubles the interval up to [`MAX_INTERVAL_NS`] (on a host where polling
-//! wins 3×, a sleeping segment costs about two thirds of its requests, so trials must become
-//! rare); a switch starts again at [`MIN_INTERVAL_NS`].
+//! one segment's word flapped between the modes.) A trial whose segments in either mode
+//! completed fewer than [`MIN_REQUESTS`] each on average says nothing (a guest that is idle or
+//! booting) and is retried at the same interval; a conclusive trial that keeps the mode doubles
+//! the interval up to [`MAX_INTERVAL_NS`] (on a host where polling wins 3×, a sleeping segment
+//! costs about two thirds of its requests, so trials must become rare); a switch starts again
+//! at [`MIN_INTERVAL_NS`].
 
 /// The length of one segment (ns).
 pub const SEGMENT_NS: u64 = 10_000_000;
@@ -229,7 +230,7 @@ impl PayoffCheck {
     }
 
     /// How the thread should wait now: the current mode, or the other one during a trial's
-    /// middle segment.
+    /// segments in the other mode.
     pub fn mode(&self) -> Mode {
         match self.phase {
             Phase::Trial { segment, .. } if segment % 2 == 1 => self.mode.other(),
@@ -345,21 +346,13 @@ mod tests {
         let (mut c, mut h) = (PayoffCheck::default(), Host::new());
         // The first trial's sleeping segment is lucky...
         h.run(&mut c, MIN_INTERVAL_NS / MS + TRIAL_MS + 2, 7_000, 9_100);
-        assert_eq!(
-            (c.stats().wins, c.stats().switches),
-            (1, 0),
-            "{:?}",
-            c.stats()
-        );
+        let st = c.stats();
+        assert_eq!((st.wins, st.switches), (1, 0), "{st:?}");
         assert_eq!(c.mode(), Mode::Poll);
         // ...the confirmation follows at once, and is not.
         h.run(&mut c, TRIAL_MS + 4, 7_000, 5_000);
-        assert_eq!(
-            (c.stats().trials, c.stats().switches),
-            (2, 0),
-            "{:?}",
-            c.stats()
-        );
+        let st = c.stats();
+        assert_eq!((st.trials, st.switches), (2, 0), "{st:?}");
         assert_eq!(c.mode(), Mode::Poll);
         assert_eq!(c.stats().interval_ns, 2 * MIN_INTERVAL_NS);
     }
