@@ -264,7 +264,7 @@ impl Loop {
                         run_delay_ns,
                         requests,
                     });
-                    self.publish_contention(run_delay_ns, now);
+                    self.publish_adaptive_stats(run_delay_ns, now);
                 }
             }
             self.policy.update(block_ns, &hits, now);
@@ -280,7 +280,8 @@ impl Loop {
         }
     }
 
-    fn publish_contention(&self, run_delay_ns: u64, now_ns: u64) {
+    /// Publishes what the Adaptive policy's contention guard and payoff check saw and did.
+    fn publish_adaptive_stats(&self, run_delay_ns: u64, now_ns: u64) {
         let c = self.policy.contention();
         IoThreadStats::set(&self.stats.run_delay_ns, run_delay_ns);
         IoThreadStats::set(&self.stats.cpu_wait_permille, c.wait_permille);

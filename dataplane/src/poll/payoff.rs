@@ -90,21 +90,16 @@ enum Phase {
     /// Between trials.
     #[default]
     Steady,
-    /// In segment `segment` (even: current mode; odd: the other), with what the segments so
-    /// far completed in each mode.
+    /// In segment `segment` (even: current mode; odd: the other), which began at `start_ns`
+    /// with `start_requests` completed, with what the segments before it completed in each mode.
     Trial {
         segment: u32,
+        start_ns: u64,
+        start_requests: u64,
         current: Span,
         other: Span,
     },
 }
-
-/// The first segment of a trial.
-const FIRST: Phase = Phase::Trial {
-    segment: 0,
-    current: Span { requests: 0, ns: 0 },
-    other: Span { requests: 0, ns: 0 },
-};
 
 /// What the check saw and did, for statistics.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -117,7 +112,7 @@ pub struct PayoffStats {
     pub switches: u64,
     /// The last conclusive trial: the other mode's rate against the current mode's (‰).
     pub ratio_permille: u64,
-    /// The current interval between trials (ns).
+    /// The current interval between trials (ns; 0 before the first reading).
     pub interval_ns: u64,
     /// The current mode is sleeping.
     pub sleeping: bool,
@@ -128,8 +123,6 @@ pub struct PayoffStats {
 pub struct PayoffCheck {
     mode: Mode,
     phase: Phase,
-    /// The start of the current segment: time and cumulative requests.
-    segment_start: Option<(u64, u64)>,
     /// When the next trial begins.
     next_trial_ns: u64,
     interval_ns: u64,
@@ -147,33 +140,35 @@ impl PayoffCheck {
             self.interval_ns = MIN_INTERVAL_NS;
             self.next_trial_ns = now_ns.saturating_add(MIN_INTERVAL_NS);
         }
-        self.stats.interval_ns = self.interval_ns;
-        if !polling_possible && self.phase != Phase::Steady {
-            self.end_trial(now_ns, None);
-            return;
-        }
-        let Some((start_ns, start_requests)) = self.segment_start else {
-            if self.phase == Phase::Steady && now_ns >= self.next_trial_ns && polling_possible {
-                self.phase = FIRST;
-                self.segment_start = Some((now_ns, requests));
+        let Phase::Trial {
+            segment,
+            start_ns,
+            start_requests,
+            mut current,
+            mut other,
+        } = self.phase
+        else {
+            if now_ns >= self.next_trial_ns && polling_possible {
+                self.phase = Phase::Trial {
+                    segment: 0,
+                    start_ns: now_ns,
+                    start_requests: requests,
+                    current: Span::default(),
+                    other: Span::default(),
+                };
             }
             return;
         };
+        if !polling_possible {
+            self.end_trial(now_ns, None);
+            return;
+        }
         if now_ns.saturating_sub(start_ns) < SEGMENT_NS {
             return;
         }
         let span = Span {
             requests: requests.saturating_sub(start_requests),
             ns: now_ns - start_ns,
-        };
-        self.segment_start = Some((now_ns, requests));
-        let Phase::Trial {
-            segment,
-            mut current,
-            mut other,
-        } = self.phase
-        else {
-            return;
         };
         if segment % 2 == 0 {
             current = current.plus(span);
@@ -185,6 +180,8 @@ impl PayoffCheck {
         } else {
             self.phase = Phase::Trial {
                 segment: segment + 1,
+                start_ns: now_ns,
+                start_requests: requests,
                 current,
                 other,
             };
@@ -195,7 +192,6 @@ impl PayoffCheck {
     /// (None: abandoned).
     fn end_trial(&mut self, now_ns: u64, spans: Option<(Span, Span)>) {
         self.phase = Phase::Steady;
-        self.segment_start = None;
         let min = u64::from(ROUNDS) * MIN_REQUESTS;
         let conclusive =
             spans.filter(|(current, other)| current.requests >= min && other.requests >= min);
@@ -216,7 +212,6 @@ impl PayoffCheck {
                     // Confirm at once.
                     self.won_once = true;
                     self.next_trial_ns = now_ns;
-                    self.stats.interval_ns = self.interval_ns;
                     return;
                 }
             } else {
@@ -225,8 +220,6 @@ impl PayoffCheck {
             }
         }
         self.next_trial_ns = now_ns.saturating_add(self.interval_ns);
-        self.stats.interval_ns = self.interval_ns;
-        self.stats.sleeping = self.mode == Mode::Sleep;
     }
 
     /// How the thread should wait now: the current mode, or the other one during a trial's
@@ -240,7 +233,11 @@ impl PayoffCheck {
 
     /// What the check saw and did.
     pub fn stats(&self) -> PayoffStats {
-        self.stats
+        PayoffStats {
+            interval_ns: self.interval_ns,
+            sleeping: self.mode == Mode::Sleep,
+            ..self.stats
+        }
     }
 }
 
