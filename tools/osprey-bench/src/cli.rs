@@ -81,7 +81,7 @@ pub struct Cli {
     /// Test guest ELF [default: guest-images/build/test-guest.elf, built with make if missing].
     #[arg(long, value_name = "PATH")]
     pub test_guest_elf: Option<PathBuf>,
-    /// A small preset (4k randread QD1/QD32, 1 queue, IoUring, polling off/classic, 1 s per
+    /// A small preset (4k randread QD1/QD32, 1 queue, Auto, polling off/adaptive, 1 s per
     /// point, no repeats); explicit options override it.
     #[arg(long)]
     pub quick: bool,
@@ -122,11 +122,18 @@ impl Cli {
     /// Fills in the defaults (the `--quick` preset's when asked for).
     pub fn settings(self) -> Result<Settings, String> {
         let q = self.quick;
-        let polls = [
-            PollSetting::Off,
-            PollSetting::Classic(None),
-            PollSetting::Weighted(3),
-        ];
+        // Osprey's defaults (Auto, Adaptive) are always measured, beside polling off and
+        // QEMU's two policies (the quick preset: polling off and Adaptive only).
+        let polls: &[PollSetting] = if q {
+            &[PollSetting::Off, PollSetting::Adaptive]
+        } else {
+            &[
+                PollSetting::Off,
+                PollSetting::Classic(None),
+                PollSetting::Weighted(3),
+                PollSetting::Adaptive,
+            ]
+        };
         let spec = MatrixSpec {
             rw: or(
                 &self.rw,
@@ -135,8 +142,8 @@ impl Cli {
             bs: or(&self.bs, &[4096]),
             qd: or(&self.qd, if q { &[1, 32] } else { &[1, 8, 32] }),
             queues: or(&self.queues, &[1]),
-            engine: or(&self.engine, &[Engine::IoUring]),
-            poll: or(&self.poll, &polls[..if q { 2 } else { 3 }]),
+            engine: or(&self.engine, &[Engine::Auto]),
+            poll: or(&self.poll, polls),
             max_batch: or(&self.max_batch, &[32]),
             irq: or(&self.irq, &[false]),
             hog: or(&self.hog, &[0]),
@@ -222,8 +229,18 @@ mod tests {
         assert_eq!(s.spec.engine, vec![Engine::Null]);
         assert_eq!(s.seconds, 0.5);
         let full = settings(&[]).expect("settings");
-        assert_eq!(full.spec.expand().points.len(), 2 * 3 * 3);
+        assert_eq!(full.spec.expand().points.len(), 2 * 3 * 4);
         assert_eq!((full.repeats, full.warmup), (3, 0.5));
+    }
+
+    #[test]
+    fn the_defaults_measure_what_a_user_who_names_nothing_gets() {
+        for args in [&[][..], &["--quick"]] {
+            let s = settings(args).expect("settings");
+            assert_eq!(s.spec.engine, vec![Engine::Auto], "{args:?}");
+            assert!(s.spec.poll.contains(&PollSetting::Adaptive), "{args:?}");
+            assert!(s.spec.poll.contains(&PollSetting::Off), "{args:?}");
+        }
     }
 
     #[test]
