@@ -23,6 +23,17 @@ pub enum AttachError {
     },
 }
 
+/// What a handler's requests in flight are doing ([`Handler::completion_state`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompletionState {
+    /// Nothing in flight (or the handler cannot tell): nothing to wait for.
+    Idle,
+    /// Requests in flight, none completed yet.
+    Pending,
+    /// A completion waits to be reaped.
+    Ready,
+}
+
 /// A unit of work owned by an iothread.
 pub trait Handler: Send {
     /// The device that owns this handler; `IoThread::detach` returns all handlers of an owner.
@@ -60,6 +71,14 @@ pub trait Handler: Send {
     /// No syscalls, no side effects; called in a tight loop while the thread polls.
     fn poll(&mut self) -> bool {
         false
+    }
+    /// Where the handler's requests in flight are, by the same cheap check as
+    /// [`Handler::poll`] but on the completion side only (the queue is not looked at, its
+    /// notifications stay on). While the `Adaptive` policy has polling suspended, the thread
+    /// spins on this for a bounded window before sleeping, so the completion of a request it
+    /// just submitted does not wait for the thread to be woken.
+    fn completion_state(&self) -> CompletionState {
+        CompletionState::Idle
     }
     /// The thread starts polling this handler: suppress the notifications that would wake it
     /// (the guest need not kick while the thread watches the ring). Until [`Handler::poll_end`],

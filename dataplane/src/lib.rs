@@ -14,5 +14,5 @@ pub mod rate_limit;
 pub mod stats;
 
 pub use engine::{Completion, EngineKind, IoEngine, IoOp, IoRequest};
-pub use handler::Handler;
+pub use handler::{CompletionState, Handler};
 pub use iothread::{Detach, IoThread, IoThreadError};

@@ -27,6 +27,13 @@ pub struct IoThreadStats {
     pub poll_misses: AtomicU64,
     /// Times the poll loop yielded its CPU (`sched_yield`) to let other runnable work in.
     pub poll_yields: AtomicU64,
+    /// Adaptive, polling suspended: times the thread spun on the completions of requests in
+    /// flight before sleeping.
+    pub completion_spins: AtomicU64,
+    /// Adaptive: completion spins that saw a completion (the thread did not sleep).
+    pub completion_spin_hits: AtomicU64,
+    /// Adaptive: time spent spinning on completions, in ns.
+    pub completion_spin_ns: AtomicU64,
     /// Adaptive: the thread's cumulative run delay (runnable, waiting for a CPU), in ns.
     pub run_delay_ns: AtomicU64,
     /// Adaptive: the share of the last 10 ms window's runnable time spent waiting for a CPU, in ‰.
@@ -103,6 +110,9 @@ impl IoThreadStats {
             ("poll_hits", g(&self.poll_hits)),
             ("poll_misses", g(&self.poll_misses)),
             ("poll_yields", g(&self.poll_yields)),
+            ("completion_spins", g(&self.completion_spins)),
+            ("completion_spin_hits", g(&self.completion_spin_hits)),
+            ("completion_spin_ns", g(&self.completion_spin_ns)),
             ("poll_suspended", g(&self.poll_suspended)),
             ("poll_suspensions", g(&self.poll_suspensions)),
             ("poll_backoff_ns", g(&self.poll_backoff_ns)),

@@ -13,7 +13,7 @@ use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 use vmm_sys_util::eventfd::EventFd;
 
 use super::{Command, Detach};
-use crate::handler::{AttachError, Handler};
+use crate::handler::{AttachError, CompletionState, Handler};
 use crate::poll::contention::SAMPLE_PERIOD_NS;
 use crate::poll::policy::FIRST_STEP_NS;
 use crate::poll::{HostSample, PollPolicy};
@@ -167,6 +167,10 @@ impl Loop {
                             hits.push(slot);
                         }
                     }
+                }
+                let completion_window = self.completion_window();
+                if hits.is_empty() && completion_window > 0 {
+                    self.spin_for_completions(completion_window, &mut hits);
                 }
                 if hits.is_empty() {
                     timeout = self.sleep_timeout_ms(t0);
@@ -343,6 +347,15 @@ impl Loop {
         }
     }
 
+    /// How long to spin on completions before sleeping: the policy's
+    /// [`PollPolicy::completion_window`], unless a handler has no cheap check.
+    fn completion_window(&self) -> u64 {
+        if IoThreadStats::get(&self.stats.poll_disabled_handlers) > 0 {
+            return 0;
+        }
+        self.policy.completion_window()
+    }
+
     /// Polls the cheap checks of the handlers in the poll set, notifications suppressed, until
     /// one has work or `window` ns have passed since `t0`.
     fn poll_for(&mut self, window: u64, t0: Instant, hits: &mut Vec<usize>) {
@@ -361,6 +374,60 @@ impl Loop {
         if self.pollers.is_empty() {
             return;
         }
+        let yields = self.spin(window, t0, hits, |h| h.poll());
+        IoThreadStats::add(&self.stats.poll_ns, t0.elapsed().as_nanos() as u64);
+        IoThreadStats::add(&self.stats.poll_yields, yields);
+        if hits.is_empty() {
+            IoThreadStats::add(&self.stats.poll_misses, 1);
+        } else {
+            IoThreadStats::add(&self.stats.poll_hits, 1);
+        }
+    }
+
+    /// While requests are in flight, spins on the handlers' cheap checks (a completion, or a
+    /// new request in a queue: their notifications stay on, so a guest still kicks) until one
+    /// has work or `window` ns have passed: see [`PollPolicy::completion_window`].
+    fn spin_for_completions(&mut self, window: u64, hits: &mut Vec<usize>) {
+        self.pollers.clear();
+        let mut in_flight = false;
+        for (slot, s) in self.slots.iter().enumerate() {
+            let Some(s) = s.as_ref() else { continue };
+            if s.watched.is_empty() {
+                continue;
+            }
+            match s.handler.completion_state() {
+                CompletionState::Idle => {}
+                CompletionState::Pending => in_flight = true,
+                CompletionState::Ready => hits.push(slot),
+            }
+            self.pollers.push(slot);
+        }
+        if !in_flight || !hits.is_empty() {
+            return;
+        }
+        let t0 = Instant::now();
+        let yields = self.spin(window, t0, hits, |h| h.poll());
+        IoThreadStats::add(
+            &self.stats.completion_spin_ns,
+            t0.elapsed().as_nanos() as u64,
+        );
+        IoThreadStats::add(&self.stats.poll_yields, yields);
+        IoThreadStats::add(&self.stats.completion_spins, 1);
+        if !hits.is_empty() {
+            IoThreadStats::add(&self.stats.completion_spin_hits, 1);
+        }
+    }
+
+    /// Runs `check` on the handlers in `self.pollers` round after round until one says yes
+    /// (pushed to `hits`) or `window` ns have passed since `t0`, yielding the CPU now and then
+    /// where the policy allows it. Returns the yields.
+    fn spin(
+        &mut self,
+        window: u64,
+        t0: Instant,
+        hits: &mut Vec<usize>,
+        check: impl Fn(&mut dyn Handler) -> bool,
+    ) -> u64 {
         let deadline = Duration::from_nanos(window);
         // Adaptive stops the yields on a busy host (they hand a CPU hog its slice).
         let may_yield = self
@@ -369,16 +436,16 @@ impl Loop {
         let mut spins: u32 = 0;
         let mut next_yield = POLL_YIELD_INTERVAL;
         let mut yields = 0;
-        'poll: loop {
+        loop {
             for &slot in &self.pollers {
                 if let Some(Some(s)) = self.slots.get_mut(slot) {
-                    if s.handler.poll() {
+                    if check(s.handler.as_mut()) {
                         hits.push(slot);
                     }
                 }
             }
             if !hits.is_empty() {
-                break 'poll;
+                return yields;
             }
             // The clock costs more than a cheap check: read it every few rounds (the window
             // overshoots by a few checks at most).
@@ -386,7 +453,7 @@ impl Loop {
             if spins.is_multiple_of(CLOCK_EVERY_SPINS) {
                 let polled = t0.elapsed();
                 if polled >= deadline {
-                    break 'poll;
+                    return yields;
                 }
                 if may_yield && polled >= next_yield {
                     next_yield = polled + POLL_YIELD_INTERVAL;
@@ -396,13 +463,6 @@ impl Loop {
                 }
             }
             std::hint::spin_loop();
-        }
-        IoThreadStats::add(&self.stats.poll_ns, t0.elapsed().as_nanos() as u64);
-        IoThreadStats::add(&self.stats.poll_yields, yields);
-        if hits.is_empty() {
-            IoThreadStats::add(&self.stats.poll_misses, 1);
-        } else {
-            IoThreadStats::add(&self.stats.poll_hits, 1);
         }
     }
 
@@ -702,3 +762,7 @@ fn read_schedstat(f: &std::fs::File) -> Option<(u64, u64)> {
     let mut fields = line.split_whitespace().map(|v| v.parse::<u64>().ok());
     Some((fields.next()??, fields.next()??))
 }
+
+#[cfg(test)]
+#[path = "event_loop_tests.rs"]
+mod tests;

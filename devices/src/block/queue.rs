@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use dataplane::engine::{Completion, EngineOptions, IoEngine, IoOp, IoRequest};
-use dataplane::Handler;
+use dataplane::{CompletionState, Handler};
 use virtio_queue::{Queue, QueueT};
 use vm_memory::GuestAddress;
 use vmm_sys_util::eventfd::EventFd;
@@ -545,6 +545,16 @@ impl Handler for BlockQueueHandler {
             return self.engine.has_completions();
         }
         self.engine.has_completions() || self.ring.as_ref().is_some_and(HostRing::has_avail)
+    }
+
+    fn completion_state(&self) -> CompletionState {
+        if self.engine.has_completions() {
+            CompletionState::Ready
+        } else if self.engine.in_flight() > 0 {
+            CompletionState::Pending
+        } else {
+            CompletionState::Idle
+        }
     }
 
     fn poll_begin(&mut self) {

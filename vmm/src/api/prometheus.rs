@@ -134,6 +134,24 @@ const CATALOGUE: &[(&str, &str, Kind, &str)] = &[
     ),
     (
         "iothread",
+        "completion_spins",
+        Kind::Counter,
+        "Spins on in-flight completions before sleeping, polling suspended (Adaptive)",
+    ),
+    (
+        "iothread",
+        "completion_spin_hits",
+        Kind::Counter,
+        "Completion spins that saw a completion and did not sleep (Adaptive)",
+    ),
+    (
+        "iothread",
+        "completion_spin_ns",
+        Kind::Counter,
+        "Time spent spinning on in-flight completions, in ns (Adaptive)",
+    ),
+    (
+        "iothread",
         "poll_yield_stops",
         Kind::Counter,
         "Times the poll loop's yields were stopped on a busy host (Adaptive)",
