@@ -72,11 +72,11 @@ pub trait Handler: Send {
     fn poll(&mut self) -> bool {
         false
     }
-    /// Where the handler's requests in flight are, by the same cheap check as
-    /// [`Handler::poll`] but on the completion side only (the queue is not looked at, its
-    /// notifications stay on). While the `Adaptive` policy has polling suspended, the thread
-    /// spins on this for a bounded window before sleeping, so the completion of a request it
-    /// just submitted does not wait for the thread to be woken.
+    /// Whether the handler has requests in flight, and whether one has completed: a cheap
+    /// check like [`Handler::poll`], on the completion side only. While the `Adaptive` policy
+    /// has polling suspended, the thread asks this before sleeping: with requests in flight it
+    /// spins on [`Handler::poll`] for a bounded window (notifications left on), so the
+    /// completion of a request it just submitted does not wait for the thread to be woken.
     fn completion_state(&self) -> CompletionState {
         CompletionState::Idle
     }

@@ -27,10 +27,11 @@ pub struct IoThreadStats {
     pub poll_misses: AtomicU64,
     /// Times the poll loop yielded its CPU (`sched_yield`) to let other runnable work in.
     pub poll_yields: AtomicU64,
-    /// Adaptive, polling suspended: times the thread spun on the completions of requests in
-    /// flight before sleeping.
+    /// Adaptive, polling suspended: times the thread spun before sleeping because requests
+    /// were in flight.
     pub completion_spins: AtomicU64,
-    /// Adaptive: completion spins that saw a completion (the thread did not sleep).
+    /// Adaptive: completion spins that found work, a completion or a new request (the thread
+    /// did not sleep).
     pub completion_spin_hits: AtomicU64,
     /// Adaptive: time spent spinning on completions, in ns.
     pub completion_spin_ns: AtomicU64,

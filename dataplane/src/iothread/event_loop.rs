@@ -337,7 +337,7 @@ impl Loop {
     /// iterations alone, even when the guest's next request follows within microseconds. A probe
     /// hit measures the real interval and lets the policy open the window.
     fn window(&self) -> u64 {
-        if IoThreadStats::get(&self.stats.poll_disabled_handlers) > 0 || self.policy.suspended() {
+        if !self.every_handler_pollable() || self.policy.suspended() {
             return 0;
         }
         let max = self.policy.params().max_ns;
@@ -350,10 +350,16 @@ impl Loop {
     /// How long to spin on completions before sleeping: the policy's
     /// [`PollPolicy::completion_window`], unless a handler has no cheap check.
     fn completion_window(&self) -> u64 {
-        if IoThreadStats::get(&self.stats.poll_disabled_handlers) > 0 {
+        if !self.every_handler_pollable() {
             return 0;
         }
         self.policy.completion_window()
+    }
+
+    /// Whether every handler has a cheap check: one without it turns polling (and the spin on
+    /// completions) off for its thread.
+    fn every_handler_pollable(&self) -> bool {
+        IoThreadStats::get(&self.stats.poll_disabled_handlers) == 0
     }
 
     /// Polls the cheap checks of the handlers in the poll set, notifications suppressed, until

@@ -20,7 +20,7 @@
 //!   ([`super::payoff`]): now and then the thread sleeps between events for a short segment
 //!   instead, and keeps sleeping when that completed more requests (when polling, it tries
 //!   polling again the same way). While its polling is suspended, the thread still spins for up
-//!   to `poll_max_ns` on the completions of requests in flight, notifications left on
+//!   to `poll_max_ns` while requests are in flight, notifications left on
 //!   ([`PollPolicy::completion_window`]): the wake-up a completion would otherwise cost is much
 //!   of a QD1 request's time on a busy host.
 
@@ -283,7 +283,8 @@ impl PollPolicy {
     /// How long to spin on the completions of requests in flight before sleeping, in ns (0:
     /// not at all). Adaptive only, and only while its polling is suspended: the thread then
     /// leaves the queues' notifications on (no guest request waits for it) but, having just
-    /// submitted, watches the completion rings for up to `poll_max_ns`, so a completion that
+    /// submitted, watches the completion and avail rings for up to `poll_max_ns` (a new request
+    /// also ends the watch), so a completion that
     /// follows within that does not pay for the thread's wake-up (~100 µs on a nested host, much
     /// of a QD1 request's time). Classic and Weighted never do: they stay as QEMU defines them.
     pub fn completion_window(&self) -> u64 {

@@ -142,7 +142,7 @@ const CATALOGUE: &[(&str, &str, Kind, &str)] = &[
         "iothread",
         "completion_spin_hits",
         Kind::Counter,
-        "Completion spins that saw a completion and did not sleep (Adaptive)",
+        "Completion spins that found work (a completion or a new request) and did not sleep (Adaptive)",
     ),
     (
         "iothread",
