@@ -380,7 +380,7 @@ impl Loop {
         if self.pollers.is_empty() {
             return;
         }
-        let yields = self.spin(window, t0, hits, |h| h.poll());
+        let yields = self.spin(window, t0, hits);
         IoThreadStats::add(&self.stats.poll_ns, t0.elapsed().as_nanos() as u64);
         IoThreadStats::add(&self.stats.poll_yields, yields);
         if hits.is_empty() {
@@ -412,7 +412,7 @@ impl Loop {
             return;
         }
         let t0 = Instant::now();
-        let yields = self.spin(window, t0, hits, |h| h.poll());
+        let yields = self.spin(window, t0, hits);
         IoThreadStats::add(
             &self.stats.completion_spin_ns,
             t0.elapsed().as_nanos() as u64,
@@ -424,16 +424,10 @@ impl Loop {
         }
     }
 
-    /// Runs `check` on the handlers in `self.pollers` round after round until one says yes
-    /// (pushed to `hits`) or `window` ns have passed since `t0`, yielding the CPU now and then
-    /// where the policy allows it. Returns the yields.
-    fn spin(
-        &mut self,
-        window: u64,
-        t0: Instant,
-        hits: &mut Vec<usize>,
-        check: impl Fn(&mut dyn Handler) -> bool,
-    ) -> u64 {
+    /// Runs the cheap checks ([`Handler::poll`]) of the handlers in `self.pollers` round after
+    /// round until one finds work (pushed to `hits`) or `window` ns have passed since `t0`,
+    /// yielding the CPU now and then where the policy allows it. Returns the yields.
+    fn spin(&mut self, window: u64, t0: Instant, hits: &mut Vec<usize>) -> u64 {
         let deadline = Duration::from_nanos(window);
         // Adaptive stops the yields on a busy host (they hand a CPU hog its slice).
         let may_yield = self
@@ -445,7 +439,7 @@ impl Loop {
         loop {
             for &slot in &self.pollers {
                 if let Some(Some(s)) = self.slots.get_mut(slot) {
-                    if check(s.handler.as_mut()) {
+                    if s.handler.poll() {
                         hits.push(slot);
                     }
                 }
