@@ -94,6 +94,28 @@ fn polling_removes_most_kicks_at_qd1() {
         t_on["stats"]["payoff_trials"].as_u64().unwrap_or(0) >= 1,
         "Adaptive tried sleeping at least once: {t_on}"
     );
+    // Dynamic thread weights (the default, where the host lets a thread come back to its
+    // nice): the polling thread went light, and back at every sleeping trial segment, through
+    // its seccomp filter; the thread that never polls never switched.
+    let switches = |t: &Value| {
+        t["stats"]["weight_switches"]
+            .as_u64()
+            .expect("weight_switches")
+    };
+    assert_eq!(
+        switches(&t_off),
+        0,
+        "polling off stays at the base weight: {t_off}"
+    );
+    if on_log.contains("thread weights: Dynamic") {
+        assert!(
+            switches(&t_on) >= 2,
+            "light while polling, back for the sleeping trial: {t_on}"
+        );
+    } else {
+        assert!(on_log.contains("weights stay equal"), "{on_log}");
+        assert_eq!(switches(&t_on), 0, "equal weights never switch: {t_on}");
+    }
     assert_eq!(run(&on, "main")["errors"], 0);
 }
 

@@ -12,6 +12,7 @@ pub mod iothread;
 pub mod poll;
 pub mod rate_limit;
 pub mod stats;
+pub mod thread_weight;
 
 pub use engine::{Completion, EngineKind, IoEngine, IoOp, IoRequest};
 pub use handler::{CompletionState, Handler};

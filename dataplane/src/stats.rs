@@ -62,6 +62,10 @@ pub struct IoThreadStats {
     pub payoff_interval_ns: AtomicU64,
     /// Adaptive: 1 while sleeping between events completes more requests than polling.
     pub payoff_sleeping: AtomicU64,
+    /// 1 while the thread runs one step lighter because its policy polls (dynamic weights).
+    pub thread_light: AtomicU64,
+    /// Switches between light and base weight (dynamic weights).
+    pub weight_switches: AtomicU64,
     /// Times the thread went to sleep in epoll (blocking).
     pub sleeps: AtomicU64,
     /// Handler wake-ups by fd (epoll events, not counting the command fd).
@@ -127,6 +131,8 @@ impl IoThreadStats {
             ("payoff_ratio_permille", g(&self.payoff_ratio_permille)),
             ("payoff_interval_ns", g(&self.payoff_interval_ns)),
             ("payoff_sleeping", g(&self.payoff_sleeping)),
+            ("thread_light", g(&self.thread_light)),
+            ("weight_switches", g(&self.weight_switches)),
             ("sleeps", g(&self.sleeps)),
             ("fd_events", g(&self.fd_events)),
             ("poll_ns", g(&self.poll_ns)),

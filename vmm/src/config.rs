@@ -112,6 +112,9 @@ pub struct MachineConfig {
     /// Guest memory in MiB.
     #[serde(default = "default_mem")]
     pub mem_size_mib: u64,
+    /// How the scheduler weighs the VM's threads against each other.
+    #[serde(default)]
+    pub thread_weights: crate::thread_weights::ThreadWeights,
 }
 
 fn default_vcpus() -> u8 {
@@ -126,6 +129,7 @@ impl Default for MachineConfig {
         Self {
             vcpu_count: default_vcpus(),
             mem_size_mib: default_mem(),
+            thread_weights: Default::default(),
         }
     }
 }
@@ -675,7 +679,8 @@ mod tests {
             c.machine,
             MachineConfig {
                 vcpu_count: 1,
-                mem_size_mib: 128
+                mem_size_mib: 128,
+                thread_weights: crate::thread_weights::ThreadWeights::Dynamic,
             }
         );
         assert_eq!(c.boot.kernel_image_path, PathBuf::from("/k"));

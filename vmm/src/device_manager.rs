@@ -150,12 +150,14 @@ impl std::fmt::Debug for Devices {
     }
 }
 
-/// Builds every device for `config`.
+/// Builds every device for `config`; with `dynamic_weights`, iothreads are light while they
+/// poll ([`crate::thread_weights`]).
 pub fn build(
     config: &VmConfig,
     vm: &Arc<VmFd>,
     mem: &GuestMemory,
     exit: Arc<dyn ExitRequester>,
+    dynamic_weights: bool,
 ) -> Result<Devices, DeviceError> {
     let serial_irq = EventFd::new(libc::EFD_NONBLOCK).map_err(os("serial eventfd"))?;
     vm.register_irqfd(&serial_irq, COM1_IRQ)
@@ -216,7 +218,7 @@ pub fn build(
         ));
     }
     for (name, max_batch, poll, cpus) in threads {
-        let t = IoThread::spawn_with(&name, max_batch as usize, poll)
+        let t = IoThread::spawn_weighted(&name, max_batch as usize, poll, dynamic_weights)
             .map_err(|e| os(format!("iothread {name}"))(std::io::Error::other(e)))?;
         if !cpus.is_empty() {
             let shown = crate::affinity::describe(&cpus);

@@ -26,6 +26,7 @@ pub mod regs;
 pub mod sandbox;
 pub mod seccomp;
 pub mod stop;
+pub mod thread_weights;
 pub mod unpack;
 pub mod vcpu;
 pub mod vm;

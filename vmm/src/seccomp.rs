@@ -126,6 +126,9 @@ impl ThreadKind {
             ThreadKind::Api => &[libc::FIONBIO],
             ThreadKind::Control => &CONTROL_IOCTLS,
         };
+        if self == ThreadKind::IoThread {
+            rules.insert(libc::SYS_setpriority, vec![iothread_setpriority()?]);
+        }
         if !ioctls.is_empty() {
             let mut allowed = Vec::with_capacity(ioctls.len());
             for &request in ioctls {
@@ -245,6 +248,22 @@ const IOTHREAD: &[libc::c_long] = &[
     libc::SYS_io_uring_enter,
     libc::SYS_io_uring_register,
 ];
+
+/// The iothread's `setpriority` (dynamic thread weights: light while it polls): on itself only
+/// (`PRIO_PROCESS`, who = 0) and to nice 0-19, so a thread that keeps `CAP_SYS_NICE` cannot
+/// raise its priority above the default nor touch another process.
+fn iothread_setpriority() -> Result<SeccompRule, seccompiler::BackendError> {
+    SeccompRule::new(vec![
+        SeccompCondition::new(
+            0,
+            SeccompCmpArgLen::Dword,
+            SeccompCmpOp::Eq,
+            libc::PRIO_PROCESS as u64,
+        )?,
+        SeccompCondition::new(1, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, 0)?,
+        SeccompCondition::new(2, SeccompCmpArgLen::Dword, SeccompCmpOp::Le, 19)?,
+    ])
+}
 
 /// The API thread: tokio's epoll reactor and timer, accepting on the Unix socket and serving
 /// each connection.
@@ -528,13 +547,26 @@ mod tests {
                 let refused = std::fs::File::open("/proc/self/status")
                     .map_err(|e| e.raw_os_error())
                     .err();
-                (v.len(), refused)
+                // Its own nice, within 0-19: allowed (the thread-weight switch).
+                // SAFETY: integer arguments only; who = 0 is this thread alone.
+                let lighter = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 3) };
+                (v.len(), refused, lighter)
             })
             .expect("spawn");
         assert_eq!(
             t.join().expect("join"),
-            (1 << 20, Some(Some(libc::EACCES))),
+            (1 << 20, Some(Some(libc::EACCES)), 0),
             "allowed calls work, openat fails with EACCES"
         );
+    }
+
+    #[test]
+    fn the_iothread_may_set_only_its_own_nice() {
+        let rules = ThreadKind::IoThread.rules().expect("rules");
+        let setpriority = rules.get(&libc::SYS_setpriority).expect("listed");
+        assert_eq!(setpriority.len(), 1, "one rule, with argument conditions");
+        assert_eq!(setpriority, &vec![iothread_setpriority().expect("rule")]);
+        let vcpu = ThreadKind::Vcpu.rules().expect("rules");
+        assert!(!vcpu.contains_key(&libc::SYS_setpriority));
     }
 }

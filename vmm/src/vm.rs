@@ -187,8 +187,15 @@ pub fn start(config: &VmConfig) -> Result<RunningVm, VmError> {
     // Opened before the sandbox is built: the Landlock rule needs the file to exist, and the
     // control thread never opens it again.
     let metrics = config.metrics.as_ref().and_then(MetricsFile::open);
-    let sandbox = Sandbox::prepare(config, seccomp_filters(config)?)?;
-    let devices = device_manager::build(config, &vm, &mem, exit)?;
+    // Before any VM thread starts, and before this thread drops its privileges.
+    let weights = crate::thread_weights::prepare(config.machine.thread_weights, &config.sandbox);
+    let sandbox = Sandbox::prepare(
+        config,
+        seccomp_filters(config)?,
+        weights.iothread_capabilities(),
+    )?;
+    let light_vcpus = weights.dynamic();
+    let devices = device_manager::build(config, &vm, &mem, exit, light_vcpus)?;
     for t in devices.iothreads.values() {
         t.run_on_thread(sandbox.hook(ThreadKind::IoThread))
             .map_err(|e| VmError::Os {
@@ -257,7 +264,7 @@ pub fn start(config: &VmConfig) -> Result<RunningVm, VmError> {
             events: tx.clone(),
             stop: stop.clone(),
             pause: pause.clone(),
-            on_start: Some(sandbox.hook(ThreadKind::Vcpu)),
+            on_start: Some(vcpu_start_hook(light_vcpus, sandbox.hook(ThreadKind::Vcpu))),
         };
         let handle = std::thread::Builder::new()
             .name(format!("vcpu{id}"))
@@ -429,6 +436,19 @@ fn set_lint(lapic: &mut kvm_bindings::kvm_lapic_state) {
     };
     update(APIC_LVT0, APIC_MODE_EXTINT);
     update(APIC_LVT1, APIC_MODE_NMI);
+}
+
+/// A vCPU's start hook: one nice step light first (with dynamic thread weights), then the
+/// sandbox's hook.
+fn vcpu_start_hook(light: bool, sandbox: ThreadHook) -> ThreadHook {
+    Box::new(move || {
+        if light {
+            if let Err(e) = dataplane::thread_weight::lighten_this_thread() {
+                log::warn!("vCPU: cannot lower its weight ({e}); it keeps the process's");
+            }
+        }
+        sandbox()
+    })
 }
 
 fn spawn_stdin_reader(serial: Arc<Mutex<SerialConsole>>, sandbox: ThreadHook) {

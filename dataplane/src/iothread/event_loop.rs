@@ -18,6 +18,7 @@ use crate::poll::contention::SAMPLE_PERIOD_NS;
 use crate::poll::policy::FIRST_STEP_NS;
 use crate::poll::{HostSample, PollPolicy};
 use crate::stats::{thread_cpu_ns, IoThreadStats};
+use crate::thread_weight::ThreadWeight;
 
 /// The epoll token of the command eventfd.
 pub(super) const COMMAND_TOKEN: u64 = u64::MAX;
@@ -97,6 +98,8 @@ pub(super) struct Loop {
     /// Scratch: handlers that stopped during the last turns.
     stopped: Vec<usize>,
     pub(super) stats: Arc<IoThreadStats>,
+    /// Run one step lighter while polling than while sleeping ([`crate::thread_weight`]).
+    dynamic_weight: bool,
 }
 
 impl Loop {
@@ -108,6 +111,7 @@ impl Loop {
         wake: EventFd,
         commands: Receiver<Command>,
         stats: Arc<IoThreadStats>,
+        dynamic_weight: bool,
     ) -> Self {
         Self {
             max_batch,
@@ -123,6 +127,7 @@ impl Loop {
             detaches: Vec::new(),
             stopped: Vec::new(),
             stats,
+            dynamic_weight,
         }
     }
 
@@ -149,12 +154,19 @@ impl Loop {
             .map_err(|e| log::info!("iothread: no schedstat ({e}); contention guard off"))
             .ok();
         let mut next_host_sample = 0u64;
+        // Created here: the nice calls act on the calling thread.
+        let mut weight = ThreadWeight::for_this_thread(self.dynamic_weight);
         // The end of one iteration's work is the start of the next (one clock read for both).
         let mut t0 = Instant::now();
         loop {
             hits.clear();
             let window = self.window();
             IoThreadStats::set(&self.stats.poll_window_ns, window);
+            if weight.enabled() && weight.is_light() != (window > 0) {
+                weight.set_light(window > 0);
+                IoThreadStats::set(&self.stats.thread_light, u64::from(weight.is_light()));
+                IoThreadStats::set(&self.stats.weight_switches, weight.switches());
+            }
             if window > 0 && self.carry.is_empty() {
                 self.poll_for(window, t0, &mut hits);
             }

@@ -69,6 +69,7 @@ fn test_loop() -> Loop {
         wake,
         rx,
         Arc::new(IoThreadStats::default()),
+        false,
     )
 }
 

@@ -119,6 +119,18 @@ impl IoThread {
         max_batch: usize,
         poll: PollParams,
     ) -> Result<Arc<IoThread>, IoThreadError> {
+        Self::spawn_weighted(name, max_batch, poll, false)
+    }
+
+    /// Like [`IoThread::spawn_with`]; with `dynamic_weight`, the thread runs one step lighter
+    /// while its policy polls than while it sleeps between events
+    /// ([`crate::thread_weight`]), where `RLIMIT_NICE` lets it come back.
+    pub fn spawn_weighted(
+        name: &str,
+        max_batch: usize,
+        poll: PollParams,
+        dynamic_weight: bool,
+    ) -> Result<Arc<IoThread>, IoThreadError> {
         let os = |what| {
             let name = name.to_owned();
             move |source| IoThreadError::Os { name, what, source }
@@ -142,6 +154,7 @@ impl IoThread {
             wake.try_clone().map_err(os("eventfd clone"))?,
             rx,
             stats.clone(),
+            dynamic_weight,
         );
         let join = std::thread::Builder::new()
             .name(format!("iothread-{name}"))

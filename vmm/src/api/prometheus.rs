@@ -230,6 +230,18 @@ const CATALOGUE: &[(&str, &str, Kind, &str)] = &[
     ),
     (
         "iothread",
+        "thread_light",
+        Kind::Gauge,
+        "1 while the thread runs one nice step lighter because its policy polls",
+    ),
+    (
+        "iothread",
+        "weight_switches",
+        Kind::Counter,
+        "Switches between the light and the base weight",
+    ),
+    (
+        "iothread",
         "sleeps",
         Kind::Counter,
         "Times the thread slept in epoll_wait",

@@ -54,8 +54,10 @@ pub struct Dropped {
 }
 
 /// Drops every capability of the calling thread (bounding, ambient, inheritable, permitted,
-/// effective), and with `ids` becomes that uid and gid (supplementary groups cleared) first.
-pub fn drop_privileges(ids: Option<(u32, u32)>) -> Result<Dropped, CredentialsError> {
+/// effective) but those in `keep` (a bit mask, kept permitted and effective where the thread
+/// holds them; ignored with `ids`), and with `ids` becomes that uid and gid (supplementary
+/// groups cleared) first.
+pub fn drop_privileges(ids: Option<(u32, u32)>, keep: u64) -> Result<Dropped, CredentialsError> {
     let mut bounding_set = true;
     for cap in 0..=MAX_CAP {
         // SAFETY: prctl with integer arguments only.
@@ -96,13 +98,25 @@ pub fn drop_privileges(ids: Option<(u32, u32)>) -> Result<Dropped, CredentialsEr
         let ret = unsafe { libc::syscall(libc::SYS_setresuid, uid, uid, uid) };
         check(ret, || format!("setresuid({uid})"))?;
     }
-    clear_capability_sets()?;
+    let keep = if ids.is_some() {
+        0
+    } else {
+        keep & held_capabilities()
+    };
+    set_capability_sets(keep)?;
     Ok(Dropped { bounding_set })
 }
 
-/// Empties the calling thread's permitted, effective and inheritable sets (always allowed: it
-/// only lowers them).
-fn clear_capability_sets() -> Result<(), CredentialsError> {
+/// The calling thread's permitted capabilities (a bit mask; none when unreadable).
+fn held_capabilities() -> u64 {
+    status_field("CapPrm")
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or(0)
+}
+
+/// Sets the calling thread's permitted and effective sets to `keep` (a subset of what it holds)
+/// and empties its inheritable set (always allowed: it only lowers them).
+fn set_capability_sets(keep: u64) -> Result<(), CredentialsError> {
     #[repr(C)]
     struct Header {
         version: u32,
@@ -119,15 +133,19 @@ fn clear_capability_sets() -> Result<(), CredentialsError> {
         version: CAPABILITY_VERSION_3,
         pid: 0,
     };
-    let data = [Data::default(); 2];
+    let word = |w: u64| Data {
+        effective: w as u32,
+        permitted: w as u32,
+        inheritable: 0,
+    };
+    let data = [word(keep), word(keep >> 32)];
     // SAFETY: `header` and `data` are the layout capset(2) reads for version 3 (two data words),
     // alive for the call; pid 0 is the calling thread.
     let ret = unsafe { libc::syscall(libc::SYS_capset, &header, data.as_ptr()) };
-    check(ret, || "capset(all sets empty)".into())
+    check(ret, || format!("capset(permitted and effective {keep:#x})"))
 }
 
-/// This thread's line `name:` from `/proc/thread-self/status` (for the tests).
-#[cfg(test)]
+/// This thread's line `name:` from `/proc/thread-self/status`.
 pub(crate) fn status_field(name: &str) -> Option<String> {
     let text = std::fs::read_to_string("/proc/thread-self/status").ok()?;
     text.lines()
@@ -144,7 +162,7 @@ mod tests {
         let main_caps = status_field("CapEff").expect("CapEff");
         let t = std::thread::spawn(|| {
             set_no_new_privs().expect("no_new_privs");
-            let dropped = drop_privileges(None).expect("drop");
+            let dropped = drop_privileges(None, 0).expect("drop");
             (
                 status_field("CapEff"),
                 status_field("CapPrm"),
@@ -164,6 +182,20 @@ mod tests {
     }
 
     #[test]
+    fn a_thread_keeps_only_the_capabilities_asked_for_that_it_holds() {
+        const SYS_NICE: u64 = 1 << 23;
+        let held = held_capabilities();
+        let t = std::thread::spawn(|| {
+            drop_privileges(None, SYS_NICE | (1 << 62)).expect("drop");
+            (status_field("CapEff"), status_field("CapPrm"))
+        });
+        let (eff, prm) = t.join().expect("join");
+        let want = format!("{:016x}", held & SYS_NICE);
+        assert_eq!(eff.as_deref(), Some(want.as_str()));
+        assert_eq!(prm.as_deref(), Some(want.as_str()));
+    }
+
+    #[test]
     fn a_thread_becomes_another_user_alone() {
         // SAFETY: geteuid has no arguments.
         if unsafe { libc::geteuid() } != 0 {
@@ -171,7 +203,7 @@ mod tests {
             return;
         }
         let t = std::thread::spawn(|| {
-            drop_privileges(Some((65534, 65534))).expect("drop");
+            drop_privileges(Some((65534, 65534)), 1 << 23).expect("drop");
             (
                 status_field("Uid"),
                 status_field("Gid"),

@@ -83,7 +83,8 @@ impl SandboxConfig {
         Ok(())
     }
 
-    fn ids(&self) -> Option<(u32, u32)> {
+    /// The uid and gid to become, when both are given.
+    pub fn ids(&self) -> Option<(u32, u32)> {
         self.uid.zip(self.gid)
     }
 }
@@ -117,6 +118,9 @@ pub struct Sandbox {
     config: SandboxConfig,
     seccomp: Option<Filters>,
     landlock: Option<FsSandbox>,
+    /// Capabilities (a bit mask) iothreads keep: `CAP_SYS_NICE` for dynamic thread weights
+    /// where `RLIMIT_NICE` cannot be raised ([`crate::thread_weights::InForce`]).
+    iothread_capabilities: u64,
 }
 
 /// How one thread's entry went, for the start-up log ([`Sandbox::describe`]).
@@ -145,13 +149,20 @@ impl Sandbox {
     /// Compiles the seccomp filters (unless `seccomp` is `None`: `--seccomp off`) and the
     /// Landlock ruleset for `vm`'s files. Files must exist: call after the metrics file and
     /// the API socket's directory are there.
-    pub fn prepare(vm: &VmConfig, seccomp: Option<Filters>) -> Result<Arc<Sandbox>, SandboxError> {
+    /// Iothreads keep the capabilities in `iothread_capabilities` (a bit mask; their seccomp
+    /// filter bounds what they may do with them).
+    pub fn prepare(
+        vm: &VmConfig,
+        seccomp: Option<Filters>,
+        iothread_capabilities: u64,
+    ) -> Result<Arc<Sandbox>, SandboxError> {
         let config = vm.sandbox.clone();
         if config.mode == SandboxMode::Off {
             return Ok(Arc::new(Sandbox {
                 config,
                 seccomp: None,
                 landlock: None,
+                iothread_capabilities: 0,
             }));
         }
         let strict = config.mode == SandboxMode::Strict;
@@ -165,6 +176,7 @@ impl Sandbox {
             config,
             seccomp,
             landlock: Some(landlock),
+            iothread_capabilities,
         }))
     }
 
@@ -203,7 +215,12 @@ impl Sandbox {
                 return Err(SandboxError::NotStrict(landlock));
             }
         }
-        let dropped = credentials::drop_privileges(self.config.ids())?;
+        let keep = if kind == ThreadKind::IoThread {
+            self.iothread_capabilities
+        } else {
+            0
+        };
+        let dropped = credentials::drop_privileges(self.config.ids(), keep)?;
         if let Some(f) = &self.seccomp {
             f.of(kind).install()?;
         }
@@ -247,6 +264,11 @@ impl Sandbox {
             Some(d) if d.bounding_set => "every capability dropped".into(),
             _ => "capabilities dropped (bounding set kept: no CAP_SETPCAP)".into(),
         });
+        if self.iothread_capabilities != 0 {
+            parts.push(
+                "but iothreads keep CAP_SYS_NICE (setpriority on themselves, nice 0-19)".into(),
+            );
+        }
         if let Some((uid, gid)) = self.config.ids() {
             parts.push(format!("uid {uid} gid {gid}"));
         }
@@ -297,7 +319,7 @@ mod tests {
             "sandbox": {"mode": "off"},
         }))
         .expect("config");
-        let s = Sandbox::prepare(&vm, None).expect("prepare");
+        let s = Sandbox::prepare(&vm, None, 0).expect("prepare");
         assert!(!s.is_on());
         let nnp = std::thread::spawn(move || {
             s.enter(ThreadKind::Stdin).expect("enter");

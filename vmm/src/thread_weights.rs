@@ -1,0 +1,130 @@
+//! `machine.thread_weights`: how the scheduler weighs the VM's own threads against each other
+//! (see [`dataplane::thread_weight`] for the mechanism). `Dynamic`, the default, runs the vCPUs
+//! one nice step light and lets each iothread be as light while it polls and at the process's
+//! weight while it sleeps between events; `Equal` leaves every thread at the process's nice.
+//! Threads only ever get lighter than the process, so a VM takes no CPU from its neighbours.
+
+use dataplane::thread_weight::{allow_return, current_nice, has_cap_sys_nice, LIGHT_STEP};
+use serde::{Deserialize, Serialize};
+
+use crate::sandbox::{SandboxConfig, SandboxMode};
+
+/// `machine.thread_weights`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum ThreadWeights {
+    /// vCPUs one nice step (+5) light; an iothread as light while it polls, at the process's
+    /// nice while it sleeps between events (a kick then gets the core before the vCPU).
+    #[default]
+    Dynamic,
+    /// Every thread at the process's nice.
+    Equal,
+}
+
+/// Whether dynamic weights are in force, and what lets an iothread come back to its base.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InForce {
+    /// Every thread at the process's nice.
+    Equal,
+    /// Dynamic: `RLIMIT_NICE` lets threads come back (no privilege kept).
+    ByLimit,
+    /// Dynamic: the iothreads keep `CAP_SYS_NICE` through the sandbox (the limit cannot be
+    /// raised without `CAP_SYS_RESOURCE`); their seccomp filter allows `setpriority` only on
+    /// themselves, to nice 0-19.
+    ByCapability,
+}
+
+impl InForce {
+    /// Whether the weights switch.
+    pub fn dynamic(self) -> bool {
+        self != InForce::Equal
+    }
+
+    /// The capabilities (a bit mask) the iothreads keep in the sandbox.
+    pub fn iothread_capabilities(self) -> u64 {
+        match self {
+            InForce::ByCapability => 1 << CAP_SYS_NICE,
+            _ => 0,
+        }
+    }
+}
+
+/// `CAP_SYS_NICE`'s number.
+const CAP_SYS_NICE: u32 = 23;
+
+/// Prepares the process for `weights` before any VM thread starts, while it still may raise
+/// `RLIMIT_NICE` (the sandbox drops that right): an iothread that went light must be allowed
+/// back to the process's nice. Where the limit cannot be raised but the process holds
+/// `CAP_SYS_NICE`, the iothreads keep that capability (`sandbox` tells whether they can: not
+/// when becoming another user). Otherwise logs why and leaves the weights equal.
+pub fn prepare(weights: ThreadWeights, sandbox: &SandboxConfig) -> InForce {
+    if weights == ThreadWeights::Equal {
+        return InForce::Equal;
+    }
+    let base = match current_nice() {
+        Ok(n) => n,
+        Err(e) => {
+            log::info!("thread weights: cannot read the nice value ({e}); weights stay equal");
+            return InForce::Equal;
+        }
+    };
+    // Negative bases are left alone: the iothreads' seccomp filter allows nice 0-19 only.
+    if !(0..=19 - LIGHT_STEP).contains(&base) {
+        log::info!(
+            "thread weights: Osprey runs at nice {base}, outside 0-{}; weights stay equal",
+            19 - LIGHT_STEP
+        );
+        return InForce::Equal;
+    }
+    let in_force = if allow_return(base).unwrap_or(false) {
+        InForce::ByLimit
+    } else if has_cap_sys_nice()
+        && (sandbox.mode == SandboxMode::Off || (sandbox.ids().is_none() && base == 0))
+    {
+        InForce::ByCapability
+    } else {
+        log::info!(
+            "thread weights: RLIMIT_NICE does not let a thread come back to nice {base} and \
+             cannot be raised (needs CAP_SYS_RESOURCE, or `ulimit -e 20` before the start; or \
+             CAP_SYS_NICE without sandbox.uid); weights stay equal"
+        );
+        return InForce::Equal;
+    };
+    log::info!(
+        "thread weights: Dynamic (vCPUs at nice {light}, iothreads at {light} while polling and \
+         {base} while sleeping; {how})",
+        light = base + LIGHT_STEP,
+        how = match in_force {
+            InForce::ByLimit => "RLIMIT_NICE lets them back",
+            _ => "the iothreads keep CAP_SYS_NICE, for their own nice only",
+        }
+    );
+    in_force
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn equal_weights_are_never_in_force() {
+        let sandbox = SandboxConfig::default();
+        assert_eq!(prepare(ThreadWeights::Equal, &sandbox), InForce::Equal);
+        assert_eq!(InForce::Equal.iothread_capabilities(), 0);
+        assert!(!InForce::Equal.dynamic());
+    }
+
+    #[test]
+    fn only_the_capability_route_keeps_a_capability() {
+        assert_eq!(InForce::ByLimit.iothread_capabilities(), 0);
+        assert_eq!(InForce::ByCapability.iothread_capabilities(), 1 << 23);
+        assert!(InForce::ByLimit.dynamic() && InForce::ByCapability.dynamic());
+    }
+
+    #[test]
+    fn dynamic_is_the_default_and_parses_by_name() {
+        assert_eq!(ThreadWeights::default(), ThreadWeights::Dynamic);
+        let w: ThreadWeights = serde_json::from_str("\"Equal\"").expect("parse");
+        assert_eq!(w, ThreadWeights::Equal);
+        assert!(serde_json::from_str::<ThreadWeights>("\"Heavy\"").is_err());
+    }
+}
