@@ -19,6 +19,8 @@ const TIMEOUT: Duration = Duration::from_secs(90);
 const EXIT_SECCOMP: i32 = 159;
 /// `execve` on x86-64.
 const SYS_EXECVE: i64 = 59;
+/// `setpriority` on x86-64.
+const SYS_SETPRIORITY: i64 = 141;
 /// `nobody` on Debian.
 const NOBODY: u32 = 65534;
 
@@ -215,6 +217,24 @@ fn each_thread_type_is_refused_other_files_and_killed_on_exec() {
             "{kind}: the guest did not get to run:\n{console}"
         );
     }
+}
+
+/// The iothread may set its own nice within 0-19 (dynamic thread weights), even where it kept
+/// `CAP_SYS_NICE` for that, but a nice above the default is a seccomp kill.
+#[test]
+fn the_iothread_may_lighten_itself_but_not_raise_its_priority() {
+    let (code, console, log) = probe("iothread-nice", &[]);
+    let thread = "iothread-io0";
+    let light = format!("osprey: sandbox probe: thread {thread}: nice 5: allowed");
+    assert!(log.contains(&light), "`{light}` in:\n{log}");
+    let killed =
+        format!("osprey: seccomp: thread {thread} made forbidden syscall {SYS_SETPRIORITY}");
+    assert!(log.contains(&killed), "`{killed}` in:\n{log}");
+    assert_eq!(code, Some(EXIT_SECCOMP), "{log}");
+    assert!(
+        !console.contains("BLK "),
+        "the guest did not run:\n{console}"
+    );
 }
 
 /// Without seccomp, Landlock alone still refuses the file and the execution, and the VM runs;

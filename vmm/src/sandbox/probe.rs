@@ -17,9 +17,18 @@ fn outcome(ret: libc::c_int) -> String {
     }
 }
 
+/// [`PROBE_ENV`]'s value for the iothread's nice probe: its own nice within 0-19 is allowed
+/// (dynamic thread weights), a negative one is a seccomp kill.
+pub const NICE_PROBE: &str = "iothread-nice";
+
 /// Runs the probe on the calling thread if [`PROBE_ENV`] names `kind`.
 pub fn run(kind: ThreadKind) {
-    if std::env::var(PROBE_ENV).ok().as_deref() != Some(kind.name()) {
+    let target = std::env::var(PROBE_ENV).ok();
+    if kind == ThreadKind::IoThread && target.as_deref() == Some(NICE_PROBE) {
+        nice_probe();
+        return;
+    }
+    if target.as_deref() != Some(kind.name()) {
         return;
     }
     let name = std::thread::current()
@@ -43,5 +52,25 @@ pub fn run(kind: ThreadKind) {
     eprintln!(
         "osprey: sandbox probe: thread {name}: execve /bin/true: {}",
         outcome(ret)
+    );
+}
+
+/// The iothread sets its own nice to 5 (allowed), then to -5 (above the default: killed).
+fn nice_probe() {
+    let name = std::thread::current()
+        .name()
+        .unwrap_or("iothread")
+        .to_owned();
+    // SAFETY: integer arguments only; who = 0 is the calling thread.
+    let light = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 5) };
+    eprintln!(
+        "osprey: sandbox probe: thread {name}: nice 5: {}",
+        outcome(light)
+    );
+    // SAFETY: as above.
+    let heavy = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, -5) };
+    eprintln!(
+        "osprey: sandbox probe: thread {name}: nice -5: {}",
+        outcome(heavy)
     );
 }
