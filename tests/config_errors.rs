@@ -44,7 +44,9 @@ fn file_errors_name_the_file_and_field() {
         (
             "unknown.json",
             with_kernel(r#","machine-config":{"vcpu_count":1,"memory":64}"#),
-            "machine-config.memory: unknown field `memory`, expected `vcpu_count` or `mem_size_mib`".into(),
+            "machine-config.memory: unknown field `memory`, expected one of `vcpu_count`, \
+             `mem_size_mib`, `thread_weights`"
+                .into(),
         ),
         (
             "type.json",

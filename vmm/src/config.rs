@@ -693,7 +693,10 @@ mod tests {
             .expect_err("must fail");
         let msg = e.to_string();
         assert!(
-            msg.starts_with("vm.json: machine-config.vcpus: unknown field `vcpus`, expected `vcpu_count` or `mem_size_mib`"),
+            msg.starts_with(
+                "vm.json: machine-config.vcpus: unknown field `vcpus`, expected one of \
+                 `vcpu_count`, `mem_size_mib`, `thread_weights`"
+            ),
             "{msg}"
         );
     }
