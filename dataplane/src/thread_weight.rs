@@ -133,9 +133,11 @@ impl ThreadWeight {
     /// The calling thread's weight; it switches only if `dynamic` and it can come back to its
     /// base ([`can_return`]).
     pub fn for_this_thread(dynamic: bool) -> Self {
-        let base = current_nice().unwrap_or(0);
-        let enabled =
-            dynamic && base + LIGHT_STEP <= MAX_NICE && (can_return(base) || has_cap_sys_nice());
+        let base = current_nice().ok();
+        let enabled = base.is_some_and(|base| {
+            dynamic && base + LIGHT_STEP <= MAX_NICE && (can_return(base) || has_cap_sys_nice())
+        });
+        let base = base.unwrap_or(0);
         Self {
             base,
             enabled,

@@ -54,8 +54,9 @@ const CAP_SYS_NICE: u32 = 23;
 /// Prepares the process for `weights` before any VM thread starts, while it still may raise
 /// `RLIMIT_NICE` (the sandbox drops that right): an iothread that went light must be allowed
 /// back to the process's nice. Where the limit cannot be raised but the process holds
-/// `CAP_SYS_NICE`, the iothreads keep that capability (`sandbox` tells whether they can: not
-/// when becoming another user). Otherwise logs why and leaves the weights equal.
+/// `CAP_SYS_NICE`, the iothreads keep that capability, but only where their seccomp filter
+/// bounds it and they stay this user (`sandbox`: no `uid`; seccomp on; base nice 0).
+/// Otherwise logs why and leaves the weights equal.
 pub fn prepare(weights: ThreadWeights, sandbox: &SandboxConfig) -> InForce {
     if weights == ThreadWeights::Equal {
         return InForce::Equal;
@@ -78,14 +79,18 @@ pub fn prepare(weights: ThreadWeights, sandbox: &SandboxConfig) -> InForce {
     let in_force = if allow_return(base).unwrap_or(false) {
         InForce::ByLimit
     } else if has_cap_sys_nice()
-        && (sandbox.mode == SandboxMode::Off || (sandbox.ids().is_none() && base == 0))
+        && capability_may_stay(
+            base,
+            sandbox,
+            crate::seccomp::mode() == crate::seccomp::SeccompMode::On,
+        )
     {
         InForce::ByCapability
     } else {
         log::info!(
             "thread weights: RLIMIT_NICE does not let a thread come back to nice {base} and \
              cannot be raised (needs CAP_SYS_RESOURCE, or `ulimit -e 20` before the start; or \
-             CAP_SYS_NICE without sandbox.uid); weights stay equal"
+             CAP_SYS_NICE with seccomp on, no sandbox.uid and nice 0); weights stay equal"
         );
         return InForce::Equal;
     };
@@ -95,10 +100,19 @@ pub fn prepare(weights: ThreadWeights, sandbox: &SandboxConfig) -> InForce {
         light = base + LIGHT_STEP,
         how = match in_force {
             InForce::ByLimit => "RLIMIT_NICE lets them back",
+            _ if sandbox.mode == SandboxMode::Off => "CAP_SYS_NICE: --sandbox off keeps it",
             _ => "the iothreads keep CAP_SYS_NICE, for their own nice only",
         }
     );
     in_force
+}
+
+/// Whether iothreads may keep `CAP_SYS_NICE` for dynamic weights (when the process holds it):
+/// with the sandbox off nothing is dropped anyway; with it on, only where their seccomp filter
+/// bounds the capability to their own nice 0-19 (`seccomp_on`), they stay this user (a uid
+/// change clears capabilities) and the base is 0 (so 0-19 is exactly base to light).
+fn capability_may_stay(base: i32, sandbox: &SandboxConfig, seccomp_on: bool) -> bool {
+    sandbox.mode == SandboxMode::Off || (seccomp_on && sandbox.ids().is_none() && base == 0)
 }
 
 #[cfg(test)]
@@ -111,6 +125,31 @@ mod tests {
         assert_eq!(prepare(ThreadWeights::Equal, &sandbox), InForce::Equal);
         assert_eq!(InForce::Equal.iothread_capabilities(), 0);
         assert!(!InForce::Equal.dynamic());
+    }
+
+    #[test]
+    fn the_capability_stays_only_where_seccomp_bounds_it() {
+        let on = SandboxConfig::default();
+        assert!(capability_may_stay(0, &on, true));
+        assert!(!capability_may_stay(0, &on, false), "--seccomp off");
+        assert!(
+            !capability_may_stay(3, &on, true),
+            "nice 0-19 would reach below base 3"
+        );
+        let other_user = SandboxConfig {
+            uid: Some(65534),
+            gid: Some(65534),
+            ..SandboxConfig::default()
+        };
+        assert!(!capability_may_stay(0, &other_user, true));
+        let off = SandboxConfig {
+            mode: SandboxMode::Off,
+            ..SandboxConfig::default()
+        };
+        assert!(
+            capability_may_stay(7, &off, false),
+            "the sandbox off keeps everything"
+        );
     }
 
     #[test]
