@@ -73,7 +73,7 @@ pub fn can_return(base: i32) -> bool {
 }
 
 /// `CAP_SYS_NICE`'s bit in the capability sets.
-const CAP_SYS_NICE: u32 = 23;
+pub const CAP_SYS_NICE: u32 = 23;
 
 /// Whether the calling thread holds `CAP_SYS_NICE` (effective): it may then lower its nice
 /// whatever `RLIMIT_NICE` says.
@@ -163,10 +163,10 @@ impl ThreadWeight {
 
     /// Makes the thread light or brings it back to its base; a system call only when that
     /// changes. A failure (say, a limit lowered from outside) turns switching off, back at the
-    /// base where possible.
-    pub fn set_light(&mut self, light: bool) {
+    /// base where possible. Returns whether anything changed (a switch, or switching turned off).
+    pub fn set_light(&mut self, light: bool) -> bool {
         if !self.enabled || light == self.light {
-            return;
+            return false;
         }
         let nice = if light {
             self.base + LIGHT_STEP
@@ -186,6 +186,7 @@ impl ThreadWeight {
                 }
             }
         }
+        true
     }
 }
 

@@ -4,7 +4,9 @@
 //! weight while it sleeps between events; `Equal` leaves every thread at the process's nice.
 //! Threads only ever get lighter than the process, so a VM takes no CPU from its neighbours.
 
-use dataplane::thread_weight::{allow_return, current_nice, has_cap_sys_nice, LIGHT_STEP};
+use dataplane::thread_weight::{
+    allow_return, current_nice, has_cap_sys_nice, CAP_SYS_NICE, LIGHT_STEP,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::sandbox::{SandboxConfig, SandboxMode};
@@ -47,9 +49,6 @@ impl InForce {
         }
     }
 }
-
-/// `CAP_SYS_NICE`'s number.
-const CAP_SYS_NICE: u32 = 23;
 
 /// Prepares the process for `weights` before any VM thread starts, while it still may raise
 /// `RLIMIT_NICE` (the sandbox drops that right): an iothread that went light must be allowed

@@ -162,8 +162,7 @@ impl Loop {
             hits.clear();
             let window = self.window();
             IoThreadStats::set(&self.stats.poll_window_ns, window);
-            if weight.enabled() && weight.is_light() != (window > 0) {
-                weight.set_light(window > 0);
+            if weight.set_light(window > 0) {
                 IoThreadStats::set(&self.stats.thread_light, u64::from(weight.is_light()));
                 IoThreadStats::set(&self.stats.weight_switches, weight.switches());
             }

@@ -183,7 +183,7 @@ mod tests {
 
     #[test]
     fn a_thread_keeps_only_the_capabilities_asked_for_that_it_holds() {
-        const SYS_NICE: u64 = 1 << 23;
+        const SYS_NICE: u64 = 1 << dataplane::thread_weight::CAP_SYS_NICE;
         let held = held_capabilities();
         let t = std::thread::spawn(|| {
             drop_privileges(None, SYS_NICE | (1 << 62)).expect("drop");
@@ -203,7 +203,11 @@ mod tests {
             return;
         }
         let t = std::thread::spawn(|| {
-            drop_privileges(Some((65534, 65534)), 1 << 23).expect("drop");
+            drop_privileges(
+                Some((65534, 65534)),
+                1 << dataplane::thread_weight::CAP_SYS_NICE,
+            )
+            .expect("drop");
             (
                 status_field("Uid"),
                 status_field("Gid"),

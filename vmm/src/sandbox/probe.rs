@@ -24,17 +24,18 @@ pub const NICE_PROBE: &str = "iothread-nice";
 /// Runs the probe on the calling thread if [`PROBE_ENV`] names `kind`.
 pub fn run(kind: ThreadKind) {
     let target = std::env::var(PROBE_ENV).ok();
-    if kind == ThreadKind::IoThread && target.as_deref() == Some(NICE_PROBE) {
-        nice_probe();
-        return;
-    }
-    if target.as_deref() != Some(kind.name()) {
+    let nice = kind == ThreadKind::IoThread && target.as_deref() == Some(NICE_PROBE);
+    if !nice && target.as_deref() != Some(kind.name()) {
         return;
     }
     let name = std::thread::current()
         .name()
         .unwrap_or(kind.name())
         .to_owned();
+    if nice {
+        nice_probe(&name);
+        return;
+    }
     // SAFETY: a NUL-terminated literal path; the fd, if any, is closed right away.
     let fd = unsafe { libc::open(c"/etc/hostname".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
     let open = outcome(fd);
@@ -56,11 +57,7 @@ pub fn run(kind: ThreadKind) {
 }
 
 /// The iothread sets its own nice to 5 (allowed), then to -5 (above the default: killed).
-fn nice_probe() {
-    let name = std::thread::current()
-        .name()
-        .unwrap_or("iothread")
-        .to_owned();
+fn nice_probe(name: &str) {
     // SAFETY: integer arguments only; who = 0 is the calling thread.
     let light = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 5) };
     eprintln!(
