@@ -633,7 +633,7 @@ mod tests {
             // A guest that completes 8 requests per ms while the thread polls and 11 while it
             // sleeps; the thread neither waits for a CPU nor runs (the guard stays quiet).
             let mut requests = 0;
-            // (Two trials: a win, and its confirmation.)
+            // (Time for two trials; sleeping ahead by 37 % decides in the first.)
             let ms = MIN_INTERVAL_NS / 1_000_000
                 + 2 * TRIAL_SEGMENTS as u64 * SEGMENT_NS / 1_000_000
                 + 2;
