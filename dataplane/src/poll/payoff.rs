@@ -206,16 +206,14 @@ impl PayoffCheck {
             spans.filter(|(current, other)| current.requests >= min && other.requests >= min);
         if let Some((bracket, trial)) = conclusive {
             let (current, other) = (bracket.rate(), trial.rate());
+            // The other mode's rate in thousandths, against the current rate times 1000 + a margin.
+            let other_permille = other.saturating_mul(1000);
             self.stats.trials += 1;
-            self.stats.ratio_permille = other
-                .saturating_mul(1000)
-                .checked_div(current)
-                .unwrap_or(u64::MAX);
-            if other.saturating_mul(1000) > current.saturating_mul(1000 + MARGIN_PERMILLE) {
+            self.stats.ratio_permille = other_permille.checked_div(current).unwrap_or(u64::MAX);
+            if other_permille > current.saturating_mul(1000 + MARGIN_PERMILLE) {
                 self.stats.wins += 1;
                 let decisive = self.mode == Mode::Poll
-                    && other.saturating_mul(1000)
-                        >= current.saturating_mul(1000 + DECISIVE_PERMILLE);
+                    && other_permille >= current.saturating_mul(1000 + DECISIVE_PERMILLE);
                 if std::mem::take(&mut self.won_once) || decisive {
                     self.mode = self.mode.other();
                     self.stats.switches += 1;
