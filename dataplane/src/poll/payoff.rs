@@ -26,10 +26,16 @@
 //! 217 to 128 ms at QD32, and left 78 of 80 runs sleeping at their end (70 before). A trial
 //! whose segments in either mode
 //! completed fewer than [`MIN_REQUESTS`] each on average says nothing (a guest that is idle or
-//! booting) and is retried at the same interval; a conclusive trial that keeps the mode doubles
-//! the interval up to [`MAX_INTERVAL_NS`] (on a host where polling wins 3×, a sleeping segment
-//! costs about two thirds of its requests, so trials must become rare); a switch starts again
-//! at [`MIN_INTERVAL_NS`].
+//! booting) and is retried after [`RETRY_NS`], so that the first conclusive trial follows the
+//! guest's first requests closely. A conclusive trial that keeps the mode doubles the interval,
+//! and quadruples it when the current mode was ahead by [`DECISIVE_PERMILLE`] or more, up to
+//! [`MAX_INTERVAL_NS`]: every trial costs what the wrong mode loses during its segments (on a
+//! host where polling wins 3×, a sleeping segment costs about two thirds of its requests; on a
+//! busy host a polling segment often completes half of what sleeping does), so trials must
+//! become rare, and fastest where they show the most. A switch starts again at
+//! [`MIN_INTERVAL_NS`]. On the busy host, a thread that only ever slept ran 1.11× faster than
+//! this check with 100 ms retries and doubling alone did at four queues (2 s runs), which is
+//! what the two faster back-offs are for.
 
 /// The length of one segment (ns).
 pub const SEGMENT_NS: u64 = 10_000_000;
@@ -46,6 +52,8 @@ pub const MARGIN_PERMILLE: u64 = 100;
 /// Sleeping that completes this much more (‰) than polling in one trial takes over at once,
 /// without a confirming trial.
 pub const DECISIVE_PERMILLE: u64 = 250;
+/// An inconclusive trial is retried after this (ns).
+pub const RETRY_NS: u64 = 20_000_000;
 /// A trial whose segments in either mode completed fewer than this many requests per segment
 /// on average says nothing.
 pub const MIN_REQUESTS: u64 = 16;
@@ -226,8 +234,15 @@ impl PayoffCheck {
                 }
             } else {
                 self.won_once = false;
-                self.interval_ns = self.interval_ns.saturating_mul(2).min(MAX_INTERVAL_NS);
+                // The current mode ahead by the decisive margin: back off twice as fast.
+                let lopsided = current.saturating_mul(1_000_000)
+                    >= other_permille.saturating_mul(1000 + DECISIVE_PERMILLE);
+                let growth = if lopsided { 4 } else { 2 };
+                self.interval_ns = self.interval_ns.saturating_mul(growth).min(MAX_INTERVAL_NS);
             }
+        } else if spans.is_some() {
+            self.next_trial_ns = now_ns.saturating_add(RETRY_NS);
+            return;
         }
         self.next_trial_ns = now_ns.saturating_add(self.interval_ns);
     }
@@ -356,8 +371,8 @@ mod tests {
         let st = c.stats();
         assert_eq!((st.wins, st.switches), (1, 0), "{st:?}");
         assert_eq!(c.mode(), Mode::Poll);
-        // ...the confirmation follows at once, and is not.
-        h.run(&mut c, TRIAL_MS + 4, 7_000, 5_000);
+        // ...the confirmation follows at once, and is not (nor lopsided: 1.17× for polling).
+        h.run(&mut c, TRIAL_MS + 4, 7_000, 6_000);
         let st = c.stats();
         assert_eq!((st.trials, st.switches), (2, 0), "{st:?}");
         assert_eq!(c.mode(), Mode::Poll);
@@ -382,6 +397,45 @@ mod tests {
         let st = c.stats();
         assert_eq!((st.wins, st.switches), (3, 2), "{st:?}");
         assert_eq!(c.mode(), Mode::Poll);
+    }
+
+    #[test]
+    fn a_lopsided_keep_backs_off_twice_as_fast_as_a_close_one() {
+        // Polling completes 1.3× more: the next trial is four intervals away.
+        let (mut c, mut h) = (PayoffCheck::default(), Host::new());
+        h.run(&mut c, MIN_INTERVAL_NS / MS + TRIAL_MS + 2, 9_100, 7_000);
+        let st = c.stats();
+        assert_eq!((st.trials, st.wins), (1, 0), "{st:?}");
+        assert_eq!(st.interval_ns, 4 * MIN_INTERVAL_NS);
+        // 1.2× more: two intervals away.
+        let (mut c, mut h) = (PayoffCheck::default(), Host::new());
+        h.run(&mut c, MIN_INTERVAL_NS / MS + TRIAL_MS + 2, 8_400, 7_000);
+        let st = c.stats();
+        assert_eq!((st.trials, st.wins), (1, 0), "{st:?}");
+        assert_eq!(st.interval_ns, 2 * MIN_INTERVAL_NS);
+        // A sleeping thread backs off the same way when polling loses by that much.
+        let (mut c, mut h) = (PayoffCheck::default(), Host::new());
+        h.run(&mut c, MIN_INTERVAL_NS / MS + TRIAL_MS + 2, 7_000, 9_100);
+        assert_eq!(c.mode(), Mode::Sleep);
+        h.run(&mut c, MIN_INTERVAL_NS / MS + TRIAL_MS + 2, 7_000, 9_100);
+        let st = c.stats();
+        assert_eq!((st.trials, st.switches), (2, 1), "{st:?}");
+        assert_eq!(st.interval_ns, 4 * MIN_INTERVAL_NS);
+    }
+
+    #[test]
+    fn an_inconclusive_trial_is_retried_soon_so_the_first_verdict_follows_the_load() {
+        let (mut c, mut h) = (PayoffCheck::default(), Host::new());
+        // The guest boots for a second (2 requests per segment), then sleeping pays 1.3×.
+        h.run(&mut c, 1_000, 200, 200);
+        assert_eq!(c.stats().trials, 0);
+        assert_eq!(c.mode(), Mode::Poll);
+        // A trial may be under way: it ends, the retry follows within RETRY_NS, and that one
+        // decides.
+        h.run(&mut c, 2 * TRIAL_MS + RETRY_NS / MS + 2, 7_000, 9_100);
+        let st = c.stats();
+        assert_eq!(st.switches, 1, "{st:?}");
+        assert_eq!(c.mode(), Mode::Sleep);
     }
 
     #[test]
