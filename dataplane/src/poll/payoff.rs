@@ -61,6 +61,11 @@ pub const RETRY_NS: u64 = 20_000_000;
 /// on average says nothing.
 pub const MIN_REQUESTS: u64 = 16;
 
+/// Whether rate `a` is ahead of rate `b` by `permille` ‰ or more.
+fn ahead_by(a: u64, b: u64, permille: u64) -> bool {
+    a.saturating_mul(1000) >= b.saturating_mul(1000 + permille)
+}
+
 /// How the thread waits for work.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Mode {
@@ -217,14 +222,14 @@ impl PayoffCheck {
             spans.filter(|(current, other)| current.requests >= min && other.requests >= min);
         if let Some((bracket, trial)) = conclusive {
             let (current, other) = (bracket.rate(), trial.rate());
-            // The other mode's rate in thousandths, against the current rate times 1000 + a margin.
+            // The other mode's rate in thousandths, for the ratio and the (strict) margin test.
             let other_permille = other.saturating_mul(1000);
             self.stats.trials += 1;
             self.stats.ratio_permille = other_permille.checked_div(current).unwrap_or(u64::MAX);
             if other_permille > current.saturating_mul(1000 + MARGIN_PERMILLE) {
                 self.stats.wins += 1;
-                let decisive = self.mode == Mode::Poll
-                    && other_permille >= current.saturating_mul(1000 + DECISIVE_PERMILLE);
+                let decisive =
+                    self.mode == Mode::Poll && ahead_by(other, current, DECISIVE_PERMILLE);
                 if std::mem::take(&mut self.won_once) || decisive {
                     self.mode = self.mode.other();
                     self.stats.switches += 1;
@@ -238,9 +243,11 @@ impl PayoffCheck {
             } else {
                 self.won_once = false;
                 // The current mode ahead by the decisive margin: back off twice as fast.
-                let lopsided = current.saturating_mul(1_000_000)
-                    >= other_permille.saturating_mul(1000 + DECISIVE_PERMILLE);
-                let growth = if lopsided { 4 } else { 2 };
+                let growth = if ahead_by(current, other, DECISIVE_PERMILLE) {
+                    4
+                } else {
+                    2
+                };
                 self.interval_ns = self.interval_ns.saturating_mul(growth).min(MAX_INTERVAL_NS);
             }
         } else if spans.is_some() {
@@ -276,6 +283,17 @@ mod tests {
     const MS: u64 = 1_000_000;
     /// One trial, in ms.
     const TRIAL_MS: u64 = TRIAL_SEGMENTS as u64 * SEGMENT_NS / MS;
+    /// The shortest interval and the trial after it, with a little slack (ms): from a fresh
+    /// check or a switch, the time to the next verdict.
+    const NEXT_VERDICT_MS: u64 = MIN_INTERVAL_NS / MS + TRIAL_MS + 2;
+
+    /// A fresh check, run through its first trial with the guest completing `poll_rate`
+    /// requests per second while the thread polls and `sleep_rate` while it sleeps.
+    fn after_first_trial(poll_rate: u64, sleep_rate: u64) -> (PayoffCheck, Host) {
+        let (mut c, mut h) = (PayoffCheck::default(), Host::new());
+        h.run(&mut c, NEXT_VERDICT_MS, poll_rate, sleep_rate);
+        (c, h)
+    }
 
     /// A thread whose guest completes `poll_rate` requests per second while the thread polls
     /// and `sleep_rate` while it sleeps, sampled every millisecond.
@@ -368,9 +386,8 @@ mod tests {
 
     #[test]
     fn one_won_trial_is_not_enough() {
-        let (mut c, mut h) = (PayoffCheck::default(), Host::new());
         // The first trial's sleeping segments are lucky (by less than the decisive margin)...
-        h.run(&mut c, MIN_INTERVAL_NS / MS + TRIAL_MS + 2, 7_000, 8_400);
+        let (mut c, mut h) = after_first_trial(7_000, 8_400);
         let st = c.stats();
         assert_eq!((st.wins, st.switches), (1, 0), "{st:?}");
         assert_eq!(c.mode(), Mode::Poll);
@@ -384,15 +401,14 @@ mod tests {
 
     #[test]
     fn a_lopsided_trial_for_sleeping_switches_at_once_but_one_for_polling_does_not() {
-        let (mut c, mut h) = (PayoffCheck::default(), Host::new());
         // Sleeping completes 1.3× more: one trial decides.
-        h.run(&mut c, MIN_INTERVAL_NS / MS + TRIAL_MS + 2, 7_000, 9_100);
+        let (mut c, mut h) = after_first_trial(7_000, 9_100);
         let st = c.stats();
         assert_eq!((st.trials, st.wins, st.switches), (1, 1, 1), "{st:?}");
         assert_eq!(c.mode(), Mode::Sleep);
         assert_eq!(st.interval_ns, MIN_INTERVAL_NS);
         // Polling completing 3× more needs its confirming trial before the thread polls again.
-        h.run(&mut c, MIN_INTERVAL_NS / MS + TRIAL_MS + 2, 60_000, 20_000);
+        h.run(&mut c, NEXT_VERDICT_MS, 60_000, 20_000);
         let st = c.stats();
         assert_eq!((st.wins, st.switches), (2, 1), "{st:?}");
         assert_eq!(c.mode(), Mode::Sleep);
@@ -405,22 +421,19 @@ mod tests {
     #[test]
     fn a_lopsided_keep_backs_off_twice_as_fast_as_a_close_one() {
         // Polling completes 1.3× more: the next trial is four intervals away.
-        let (mut c, mut h) = (PayoffCheck::default(), Host::new());
-        h.run(&mut c, MIN_INTERVAL_NS / MS + TRIAL_MS + 2, 9_100, 7_000);
+        let (c, _) = after_first_trial(9_100, 7_000);
         let st = c.stats();
         assert_eq!((st.trials, st.wins), (1, 0), "{st:?}");
         assert_eq!(st.interval_ns, 4 * MIN_INTERVAL_NS);
         // 1.2× more: two intervals away.
-        let (mut c, mut h) = (PayoffCheck::default(), Host::new());
-        h.run(&mut c, MIN_INTERVAL_NS / MS + TRIAL_MS + 2, 8_400, 7_000);
+        let (c, _) = after_first_trial(8_400, 7_000);
         let st = c.stats();
         assert_eq!((st.trials, st.wins), (1, 0), "{st:?}");
         assert_eq!(st.interval_ns, 2 * MIN_INTERVAL_NS);
         // A sleeping thread backs off the same way when polling loses by that much.
-        let (mut c, mut h) = (PayoffCheck::default(), Host::new());
-        h.run(&mut c, MIN_INTERVAL_NS / MS + TRIAL_MS + 2, 7_000, 9_100);
+        let (mut c, mut h) = after_first_trial(7_000, 9_100);
         assert_eq!(c.mode(), Mode::Sleep);
-        h.run(&mut c, MIN_INTERVAL_NS / MS + TRIAL_MS + 2, 7_000, 9_100);
+        h.run(&mut c, NEXT_VERDICT_MS, 7_000, 9_100);
         let st = c.stats();
         assert_eq!((st.trials, st.switches), (2, 1), "{st:?}");
         assert_eq!(st.interval_ns, 4 * MIN_INTERVAL_NS);
