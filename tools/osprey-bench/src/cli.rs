@@ -13,6 +13,9 @@ use crate::units::parse_size;
 /// Osprey's workload matrix runner: boots Osprey's test guest once per run of every point of the
 /// matrix, runs host fio on the same store for reference, and writes results.csv, results.md and
 /// SVG plots (docs/benchmarks.md).
+/// The most Osprey binaries one run compares (`--osprey A,B,…`).
+pub const MAX_BUILDS: usize = 8;
+
 #[derive(Debug, Clone, Parser)]
 #[command(name = "osprey-bench", version)]
 pub struct Cli {
@@ -75,9 +78,13 @@ pub struct Cli {
     /// Output directory [default: target/bench/<UTC timestamp>].
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Osprey binary [default: target/release/osprey, built with cargo if missing].
-    #[arg(long)]
-    pub osprey: Option<PathBuf>,
+    /// Osprey binary [default: target/release/osprey, built with cargo if missing]. Several,
+    /// comma-separated, compare builds side by side: each is a dimension of the matrix (`build`
+    /// 1, 2, … in this order, a column of results.csv), and its runs are interleaved round by
+    /// round with the other points of the same workload, so that host drift falls on all builds
+    /// alike (`scripts/build-ab.py` prints their ratios).
+    #[arg(long, value_delimiter = ',', value_name = "PATH")]
+    pub osprey: Vec<PathBuf>,
     /// Test guest ELF [default: guest-images/build/test-guest.elf, built with make if missing].
     #[arg(long, value_name = "PATH")]
     pub test_guest_elf: Option<PathBuf>,
@@ -147,7 +154,16 @@ impl Cli {
             max_batch: or(&self.max_batch, &[32]),
             irq: or(&self.irq, &[false]),
             hog: or(&self.hog, &[0]),
+            build: (1..=self.osprey.len().max(1))
+                .map(|b| u8::try_from(b).unwrap_or(u8::MAX))
+                .collect(),
         };
+        if self.osprey.len() > MAX_BUILDS {
+            return Err(format!(
+                "--osprey names {} binaries; at most {MAX_BUILDS} can be compared",
+                self.osprey.len()
+            ));
+        }
         let seconds = self.seconds.unwrap_or(if q { 1.0 } else { 2.0 });
         if !(seconds > 0.0 && seconds <= 3600.0) {
             return Err(format!("--seconds {seconds} must be in (0, 3600]"));
@@ -241,6 +257,35 @@ mod tests {
             assert!(s.spec.poll.contains(&PollSetting::Adaptive), "{args:?}");
             assert!(s.spec.poll.contains(&PollSetting::Off), "{args:?}");
         }
+    }
+
+    #[test]
+    fn several_binaries_are_a_dimension_whose_runs_interleave_with_the_workload() {
+        let one = settings(&["--qd=1,32", "--rw=randread", "--poll=off"]).expect("settings");
+        assert_eq!(one.spec.build, vec![1]);
+        let args = [
+            "--qd=1,32",
+            "--rw=randread",
+            "--poll=off",
+            "--osprey=/a/o,/b/o",
+        ];
+        let two = settings(&args).expect("settings");
+        assert_eq!(two.spec.build, vec![1, 2]);
+        let points = two.spec.expand().points;
+        assert_eq!(points.len(), 4);
+        // Both builds of a workload are next to each other, so they run round by round.
+        assert_eq!(
+            points.iter().map(|p| (p.qd, p.build)).collect::<Vec<_>>(),
+            vec![(1, 1), (1, 2), (32, 1), (32, 2)]
+        );
+        assert_eq!(
+            points[1].label(),
+            "randread 4k qd1 q1 Auto poll=off mb=32 build=2"
+        );
+        assert_eq!(points[0].label(), "randread 4k qd1 q1 Auto poll=off mb=32");
+        let nine = vec!["/o"; MAX_BUILDS + 1].join(",");
+        let err = settings(&["--osprey", &nine]).err().expect("refused");
+        assert!(err.contains("--osprey names 9 binaries"), "{err}");
     }
 
     #[test]

@@ -164,6 +164,8 @@ pub struct Point {
     pub irq: bool,
     /// CPU-bound processes running beside the VM.
     pub hog: u32,
+    /// Which Osprey binary serves the point: 1 for the first of `--osprey`, 2 for the second…
+    pub build: u8,
 }
 
 impl Point {
@@ -179,6 +181,7 @@ impl Point {
             max_batch: 32,
             irq: false,
             hog: 0,
+            build: 1,
         }
     }
 
@@ -190,8 +193,9 @@ impl Point {
     /// Short human label: `randread 4k qd32 q1 IoUring poll=classic mb=32`.
     pub fn label(&self) -> String {
         let hog = (self.hog > 0).then(|| format!(" hog={}", self.hog));
+        let build = (self.build > 1).then(|| format!(" build={}", self.build));
         format!(
-            "{} {} qd{} q{} {} poll={} mb={}{}{}",
+            "{} {} qd{} q{} {} poll={} mb={}{}{}{}",
             self.rw,
             format_size(self.bs),
             self.qd,
@@ -201,6 +205,7 @@ impl Point {
             self.max_batch,
             if self.irq { " irq" } else { "" },
             hog.unwrap_or_default(),
+            build.unwrap_or_default(),
         )
     }
 }
@@ -217,6 +222,8 @@ pub struct MatrixSpec {
     pub max_batch: Vec<u32>,
     pub irq: Vec<bool>,
     pub hog: Vec<u32>,
+    /// Osprey binaries, numbered from 1 (`--osprey A,B`).
+    pub build: Vec<u8>,
 }
 
 /// A point set aside and why.
@@ -269,6 +276,7 @@ impl MatrixSpec {
         p = cross(p, &self.max_batch, |p, v| p.max_batch = v);
         p = cross(p, &self.irq, |p, v| p.irq = v);
         p = cross(p, &self.hog, |p, v| p.hog = v);
+        p = cross(p, &self.build, |p, v| p.build = v);
         let (points, over): (Vec<Point>, Vec<Point>) = p
             .into_iter()
             .partition(|p| p.guest_pool_bytes() <= GUEST_POOL_BYTES);
@@ -299,6 +307,7 @@ pub enum Dim {
     MaxBatch,
     Irq,
     Hog,
+    Build,
 }
 
 impl Dim {
@@ -313,6 +322,7 @@ impl Dim {
             Dim::MaxBatch => format!("mb={}", p.max_batch),
             Dim::Irq => format!("irq={}", u8::from(p.irq)),
             Dim::Hog => format!("hog={}", p.hog),
+            Dim::Build => format!("build={}", p.build),
         }
     }
 }

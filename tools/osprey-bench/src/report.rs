@@ -37,6 +37,8 @@ pub struct ResultRow {
     pub max_batch: u32,
     pub irq: u8,
     pub hog: u32,
+    /// Which `--osprey` binary served the point (1 unless several were given).
+    pub build: u8,
     pub status: String,
     pub runs: usize,
     pub requests_first_run: u64,
@@ -107,6 +109,7 @@ impl ResultRow {
             max_batch: p.max_batch,
             irq: u8::from(p.irq),
             hog: p.hog,
+            build: p.build,
             status: match (runs.is_empty(), &m.error) {
                 (false, None) => "ok",
                 (false, Some(_)) => "partial",
@@ -176,7 +179,8 @@ Osprey's CPU time (all threads, vCPU threads, dataplane threads) per completed r
 included; native is host fio on the same store (see docs/benchmarks.md for every column and the \
 fio mapping). Values are medians over the repeats; spread is the min–max IOPS.";
 
-const TABLE_HEAD: &str = "| qd | queues | engine | polling | max_batch | irq | hog | IOPS | \
+const TABLE_HEAD: &str =
+    "| qd | queues | engine | polling | max_batch | irq | hog | build | IOPS | \
 spread | MiB/s | mean µs | p50 µs | p99 µs | CPU/IO µs all | vCPU | dataplane | kicks/IO guest | \
 drive | irqs/IO guest | drive | batch | native IOPS | native p99 µs | guest/native | errors |";
 
@@ -241,7 +245,7 @@ pub fn render(
         }
     }
     for (rw, bs) in groups {
-        s += &format!("## {bs} {rw}\n\n{TABLE_HEAD}\n|{}\n", "---|".repeat(25));
+        s += &format!("## {bs} {rw}\n\n{TABLE_HEAD}\n|{}\n", "---|".repeat(26));
         for r in rows.iter().filter(|r| r.rw == rw && r.bs == bs) {
             let spread = match (r.iops_min, r.iops_max) {
                 (Some(lo), Some(hi)) if r.runs > 1 => {
@@ -250,7 +254,8 @@ pub fn render(
                 _ => "–".into(),
             };
             let point = [r.qd, r.queues].map(|v| v.to_string());
-            let knobs = [r.max_batch, u32::from(r.irq), r.hog].map(|v| v.to_string());
+            let knobs =
+                [r.max_batch, u32::from(r.irq), r.hog, u32::from(r.build)].map(|v| v.to_string());
             let cells = [
                 num(r.bw_mib_s, 1),
                 num(r.lat_mean_us, 1),
@@ -466,7 +471,7 @@ mod tests {
             "columns are empty: --no-native was given.",
             "## 4k randread",
             "## 4k randwrite",
-            "| 32 | 1 | IoUring | off | 32 | 0 | 0 | 150,000 | 149,000–151,000 | 0.0 | 0.0 | 0.0 | 2.0 |",
+            "| 32 | 1 | IoUring | off | 32 | 0 | 0 | 1 | 150,000 | 149,000–151,000 | 0.0 | 0.0 | 0.0 | 2.0 |",
             "| 0.50 | 0 |",
             "## Host fio (native)",
             "| randread | 4k | io_uring qd32×1 | 300,000 |",
@@ -475,8 +480,8 @@ mod tests {
         ] {
             assert!(md.contains(want), "{want} missing in\n{md}");
         }
-        // One table per (bs, rw), 25 columns each.
-        let rule = format!("|{}\n", "---|".repeat(25));
+        // One table per (bs, rw), 26 columns each.
+        let rule = format!("|{}\n", "---|".repeat(26));
         assert_eq!(md.matches(&rule).count(), 2);
     }
 }

@@ -74,6 +74,19 @@ fn find_or_build(
     Ok(path)
 }
 
+/// The Osprey binaries, as the log and the report name them: the path, or `build N: path`
+/// for each when several are compared.
+fn builds_description(ospreys: &[PathBuf]) -> String {
+    match ospreys {
+        [one] => one.display().to_string(),
+        many => (1..)
+            .zip(many)
+            .map(|(n, p)| format!("build {n}: {}", p.display()))
+            .collect::<Vec<_>>()
+            .join(", "),
+    }
+}
+
 /// The progress line of a finished point: n/N, the point, its numbers, time elapsed and left.
 fn progress(done: usize, total: usize, label: &str, r: &ResultRow, elapsed: Duration) -> String {
     let result = match r.iops {
@@ -139,7 +152,15 @@ pub fn run(settings: &Settings, command: &str) -> anyhow::Result<Outcome> {
         .current_dir(&root)
         .args(["build", "--release", "--bin", "osprey"]);
     let osprey_default = root.join("target/release/osprey");
-    let osprey = find_or_build(cli.osprey.as_deref(), osprey_default, &mut build)?;
+    let ospreys = if cli.osprey.is_empty() {
+        vec![find_or_build(None, osprey_default, &mut build)?]
+    } else {
+        let given = cli.osprey.iter();
+        given
+            .map(|p| find_or_build(Some(p), osprey_default.clone(), &mut build))
+            .collect::<anyhow::Result<Vec<_>>>()?
+    };
+    let osprey = &ospreys[0];
     let mut build = Command::new("make");
     build
         .arg("-C")
@@ -161,8 +182,8 @@ pub fn run(settings: &Settings, command: &str) -> anyhow::Result<Outcome> {
         .clone()
         .unwrap_or_else(|| root.join("target/bench").join(stamp));
     std::fs::create_dir_all(&out).with_context(|| format!("Cannot create {}", out.display()))?;
-    let (tsc_khz, kvm) = crate::vm::probe(&osprey, &elf, &out)?;
-    let path = osprey.display();
+    let (tsc_khz, kvm) = crate::vm::probe(osprey, &elf, &out)?;
+    let path = builds_description(&ospreys);
     eprintln!("osprey-bench: {path}; KVM: {kvm}; vCPU TSC {tsc_khz} kHz");
     let native_note = if cli.no_native {
         Some("--no-native was given".to_string())
@@ -185,7 +206,7 @@ pub fn run(settings: &Settings, command: &str) -> anyhow::Result<Outcome> {
     eprintln!("osprey-bench: store: {}", store.describe());
     let range = store.size.min(GUEST_RANGE_MAX);
     let vm = Vm {
-        osprey: &osprey,
+        ospreys: &ospreys,
         elf: &elf,
         store: &store.path,
         direct: store.direct,
@@ -256,7 +277,10 @@ pub fn run(settings: &Settings, command: &str) -> anyhow::Result<Outcome> {
             ("kernel", kernel),
             ("CPU", cpu),
             ("KVM", kvm),
-            ("Osprey", format!("{} (commit {commit})", osprey.display())),
+            (
+                "Osprey",
+                format!("{} (commit {commit})", builds_description(&ospreys)),
+            ),
             ("store", store_desc),
             ("guest", guest),
             ("vCPU TSC", format!("{} kHz", thousands(tsc_khz as f64))),

@@ -84,7 +84,8 @@ pub fn run_files(out: &Path, name: &str) -> [PathBuf; 3] {
 /// The shared part of every run of a matrix.
 #[derive(Debug, Clone, Copy)]
 pub struct Vm<'a> {
-    pub osprey: &'a Path,
+    /// The Osprey binaries; a point's `build` picks one (1-based).
+    pub ospreys: &'a [PathBuf],
     pub elf: &'a Path,
     pub store: &'a Path,
     /// Open the store with O_DIRECT.
@@ -158,7 +159,11 @@ impl Vm<'_> {
         create_parent(&metrics)?;
         let _ = std::fs::remove_file(&metrics);
         let config_arg = [OsStr::new("--config"), config.as_os_str()];
-        let (console, _, status) = run_osprey(self.osprey, &config_arg, deadline, &logs)?;
+        let osprey = usize::from(p.build)
+            .checked_sub(1)
+            .and_then(|i| self.ospreys.get(i))
+            .ok_or_else(|| anyhow!("point {} names no --osprey binary", p.label()))?;
+        let (console, _, status) = run_osprey(osprey, &config_arg, deadline, &logs)?;
         let log = logs.with_extension("log");
         let Some(status) = status else {
             let tail = console_tail(&console);
@@ -243,7 +248,7 @@ mod tests {
             ..Point::base()
         };
         let vm = Vm {
-            osprey: Path::new("/o"),
+            ospreys: &[],
             elf: Path::new("/g.elf"),
             store: Path::new("/dev/loop0"),
             direct: true,
