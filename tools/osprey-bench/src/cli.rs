@@ -283,8 +283,10 @@ mod tests {
             "randread 4k qd1 q1 Auto poll=off mb=32 build=2"
         );
         assert_eq!(points[0].label(), "randread 4k qd1 q1 Auto poll=off mb=32");
-        let nine = vec!["/o"; MAX_BUILDS + 1].join(",");
-        let err = settings(&["--osprey", &nine]).err().expect("refused");
+        let nine = ["/o"; MAX_BUILDS + 1].join(",");
+        let Err(err) = settings(&["--osprey", &nine]) else {
+            panic!("nine binaries must be refused");
+        };
         assert!(err.contains("--osprey names 9 binaries"), "{err}");
     }
 
