@@ -85,6 +85,11 @@ pub struct Cli {
     /// alike (`scripts/build-ab.py` prints their ratios).
     #[arg(long, value_delimiter = ',', value_name = "PATH")]
     pub osprey: Vec<PathBuf>,
+    /// Also append the VM's metrics every MS milliseconds of each run, for a timeline of it
+    /// (`scripts/run-timeline.py DIR/metrics/point-NNN-runK.jsonl`) [default: once, as the VM
+    /// stops]. At least 100 ms (Osprey's own floor); costs the VMM a JSON line per interval.
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(100..=60_000))]
+    pub metrics_interval: Option<u64>,
     /// Test guest ELF [default: guest-images/build/test-guest.elf, built with make if missing].
     #[arg(long, value_name = "PATH")]
     pub test_guest_elf: Option<PathBuf>,
@@ -302,6 +307,7 @@ mod tests {
             &["--max-batch", "1025"],
             &["--irq", "2"],
             &["--hog", "65"],
+            &["--metrics-interval", "50"],
             &["--repeats", "0"],
             &["--seconds", "0"],
             &["--store-size", "4k"],

@@ -214,6 +214,7 @@ pub fn run(settings: &Settings, command: &str) -> anyhow::Result<Outcome> {
         range,
         tsc_khz,
         out: &out,
+        metrics_interval_ms: cli.metrics_interval,
     };
 
     let mut natives: HashMap<FioJob, Result<FioResult, String>> = HashMap::new();

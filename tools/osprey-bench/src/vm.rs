@@ -97,6 +97,8 @@ pub struct Vm<'a> {
     /// The vCPU TSC frequency Osprey logged.
     pub tsc_khz: u64,
     pub out: &'a Path,
+    /// Append the metrics every this many ms (a timeline), not only as the VM stops.
+    pub metrics_interval_ms: Option<u64>,
 }
 
 impl Vm<'_> {
@@ -116,7 +118,8 @@ impl Vm<'_> {
     }
 
     /// The VM config JSON (docs/config.md) of one run; Osprey appends its metrics to `metrics`
-    /// once, as the VM stops (the interval is longer than any run).
+    /// as the VM stops, and every `metrics_interval_ms` when that is set (otherwise the interval
+    /// is longer than any run).
     pub fn config(&self, p: &Point, cmdline: &str, metrics: &Path) -> Value {
         let mut iothread = p.poll.iothread_fields();
         iothread["id"] = "io0".into();
@@ -134,7 +137,10 @@ impl Vm<'_> {
                 "iothread": "io0",
             }],
             "iothreads": [iothread],
-            "metrics": { "path": metrics, "interval_ms": 24u64 * 3600 * 1000 },
+            "metrics": {
+                "path": metrics,
+                "interval_ms": self.metrics_interval_ms.unwrap_or(24 * 3600 * 1000),
+            },
         })
     }
 
@@ -256,6 +262,7 @@ mod tests {
             range: 1 << 30,
             tsc_khz: 2_445_426,
             out: Path::new("/o"),
+            metrics_interval_ms: None,
         };
         assert_eq!(
             vm.cmdline(&p, 50_000, 2),
@@ -275,6 +282,12 @@ mod tests {
             "metrics": { "path": "/m", "interval_ms": 86_400_000 },
         });
         assert_eq!(config, want);
+        let timeline = Vm {
+            metrics_interval_ms: Some(100),
+            ..vm
+        };
+        let config = timeline.config(&p, "mode=blk", Path::new("/m"));
+        assert_eq!(config["metrics"]["interval_ms"], 100);
     }
 
     #[test]
