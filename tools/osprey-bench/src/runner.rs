@@ -155,10 +155,11 @@ pub fn run(settings: &Settings, command: &str) -> anyhow::Result<Outcome> {
     let ospreys = if cli.osprey.is_empty() {
         vec![find_or_build(None, osprey_default, &mut build)?]
     } else {
-        let given = cli.osprey.iter();
-        given
-            .map(|p| find_or_build(Some(p), osprey_default.clone(), &mut build))
-            .collect::<anyhow::Result<Vec<_>>>()?
+        let found = cli
+            .osprey
+            .iter()
+            .map(|p| find_or_build(Some(p), PathBuf::new(), &mut build));
+        found.collect::<anyhow::Result<Vec<_>>>()?
     };
     let osprey = &ospreys[0];
     let mut build = Command::new("make");
