@@ -10,12 +10,12 @@ use crate::matrix::{parse_bs, Engine, MatrixSpec, PollSetting, Rw};
 use crate::store::{is_root, StoreKind};
 use crate::units::parse_size;
 
-/// Osprey's workload matrix runner: boots Osprey's test guest once per run of every point of the
-/// matrix, runs host fio on the same store for reference, and writes results.csv, results.md and
-/// SVG plots (docs/benchmarks.md).
 /// The most Osprey binaries one run compares (`--osprey A,B,…`).
 pub const MAX_BUILDS: usize = 8;
 
+/// Osprey's workload matrix runner: boots Osprey's test guest once per run of every point of the
+/// matrix, runs host fio on the same store for reference, and writes results.csv, results.md and
+/// SVG plots (docs/benchmarks.md).
 #[derive(Debug, Clone, Parser)]
 #[command(name = "osprey-bench", version)]
 pub struct Cli {
@@ -262,6 +262,17 @@ mod tests {
             assert!(s.spec.poll.contains(&PollSetting::Adaptive), "{args:?}");
             assert!(s.spec.poll.contains(&PollSetting::Off), "{args:?}");
         }
+    }
+
+    #[test]
+    fn help_begins_with_what_the_runner_does() {
+        use clap::CommandFactory;
+        let about = Cli::command().get_about().map(ToString::to_string);
+        let about = about.unwrap_or_default();
+        assert!(
+            about.starts_with("Osprey's workload matrix runner"),
+            "{about}"
+        );
     }
 
     #[test]
