@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::blk::{boot, read_at, run, Disk};
+use common::blk::{boot, read_at, run, run_config, Disk};
 use serde_json::json;
 
 #[test]
@@ -55,6 +55,31 @@ fn device_is_found_with_the_configured_shape() {
         "RO must not be offered for a writable drive"
     );
     assert!(log.contains("virtio-blk at 00:01.0"), "{log}");
+}
+
+#[test]
+fn the_guest_reads_the_host_tsc_frequency_from_kvmclock() {
+    let Some(host) = common::host_tsc_khz() else {
+        eprintln!("skipped: KVM_GET_TSC_KHZ gives no frequency here");
+        return;
+    };
+    let disk = Disk::new("kvmclock", 1 << 20);
+    // No tsc_khz= on the command line: the guest asks KVM's pvclock.
+    let cfg = json!({
+        "machine-config": {"vcpu_count": 1, "mem_size_mib": 128},
+        "boot-source": {"kernel_image_path": common::test_guest(),
+                        "boot_args": "mode=blk rw=read count=16"},
+        "drives": [{"drive_id": "disk0", "path_on_host": disk.path}],
+    });
+    let (status, r, log) = run_config(&disk, &cfg, "kvmclock");
+    assert_eq!(status, 0, "{r}\n{log}");
+    assert_eq!(r["tsc_khz_source"], "kvmclock", "{r}");
+    let guest = r["tsc_khz"].as_f64().expect("tsc_khz");
+    // pvclock's multiplier carries 32 bits of fraction: within a kHz or so of KVM's figure.
+    assert!(
+        (guest - f64::from(host)).abs() <= f64::from(host) * 1e-4,
+        "guest {guest} kHz against KVM's {host} kHz"
+    );
 }
 
 #[test]

@@ -201,7 +201,7 @@ struct blk_opts {
     u64 pattern_lba;
     u32 pattern;
     u64 tsc_khz;
-    int tsc_khz_given;
+    int tsc_khz_given;          /* 0: default, 1: tsc_khz=, 2: kvmclock */
     u64 timeout_ms;
     u64 think_us;          /* ring-3 pause after each completion round before issuing more */
 };
@@ -320,5 +320,8 @@ struct blkmem {
     char report[BLK_REPORT_BYTES];
 };
 extern struct blkmem blkmem;            /* NOLOAD, not zeroed at boot */
+
+/* kvmclock.c: the TSC frequency KVM's pvclock gives, in kHz; 0 without one. */
+u64 kvmclock_tsc_khz(void);
 
 #endif

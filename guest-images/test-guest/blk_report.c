@@ -179,7 +179,8 @@ long blk_report_job(void *arg)
             kv_u(b, "apic_id", d->apic_id);
     }
     kv_u(b, "tsc_khz", o->tsc_khz);
-    kv_s(b, "tsc_khz_source", o->tsc_khz_given ? "cmdline" : "default");
+    kv_s(b, "tsc_khz_source",
+         o->tsc_khz_given == 1 ? "cmdline" : o->tsc_khz_given == 2 ? "kvmclock" : "default");
     sb_key(b, "runs");
     sb_putc(b, '[');
     for (u32 i = 0; i < s->nruns; i++) {

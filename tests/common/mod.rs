@@ -30,18 +30,24 @@ pub fn osprey() -> PathBuf {
 
 static GUEST_BUILD: Once = Once::new();
 
-/// ` tsc_khz=N` for the test guest's command line: the vCPU's TSC frequency as KVM reports it
-/// (`KVM_GET_TSC_KHZ`, as Osprey logs it), so that the guest's clock (latencies, IOPS, think
-/// times) is right on any host; empty when KVM cannot tell, and the guest keeps its default
-/// (2,596,146 kHz, a development host's: 24 % off on a 2.1 GHz one).
-pub fn guest_tsc_arg() -> String {
+/// The vCPU's TSC frequency as KVM reports it (`KVM_GET_TSC_KHZ`, as Osprey logs it), in kHz;
+/// `None` when KVM cannot tell.
+pub fn host_tsc_khz() -> Option<u32> {
     static KHZ: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
-    let khz = KHZ.get_or_init(|| {
+    *KHZ.get_or_init(|| {
         let kvm = kvm_ioctls::Kvm::new().ok()?;
         let vm = kvm.create_vm().ok()?;
         vm.create_vcpu(0).ok()?.get_tsc_khz().ok()
-    });
-    khz.map(|k| format!(" tsc_khz={k}")).unwrap_or_default()
+    })
+}
+
+/// ` tsc_khz=N` ([`host_tsc_khz`]) for the test guest's command line, so that the clock of the
+/// tests that time rates does not depend on the guest's own reading of kvmclock; empty when
+/// KVM cannot tell.
+pub fn guest_tsc_arg() -> String {
+    host_tsc_khz()
+        .map(|k| format!(" tsc_khz={k}"))
+        .unwrap_or_default()
 }
 
 /// Builds (once per test binary) and returns Osprey's test guest.
