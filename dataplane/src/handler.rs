@@ -80,6 +80,18 @@ pub trait Handler: Send {
     fn completion_state(&self) -> CompletionState {
         CompletionState::Idle
     }
+    /// The thread starts spinning on this handler's completions (see
+    /// [`Handler::completion_state`]): the engine may stop signalling its completion fd until
+    /// [`Handler::completion_watch_end`], as in [`Handler::poll_begin`], while the queue's
+    /// notifications stay on (the guest still kicks). Without it, a completion that the spin
+    /// found and the turn reaped would still signal the fd, and wake the thread once more for
+    /// nothing.
+    fn completion_watch_begin(&mut self) {}
+    /// The thread is about to sleep after a completion watch: the engine signals its fd again;
+    /// returns true if a completion raced in (the thread then does not sleep).
+    fn completion_watch_end(&mut self) -> bool {
+        false
+    }
     /// The thread starts polling this handler: suppress the notifications that would wake it
     /// (the guest need not kick while the thread watches the ring). Until [`Handler::poll_end`],
     /// `run` must leave notifications suppressed.

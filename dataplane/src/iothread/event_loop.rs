@@ -86,6 +86,9 @@ pub(super) struct Loop {
     pub(super) policy: PollPolicy,
     /// Handlers whose notifications are suppressed (between poll_begin and poll_end).
     pub(super) suppressed: Vec<usize>,
+    /// Handlers whose completion fd may be quiet (between completion_watch_begin and
+    /// completion_watch_end): a completion spin watched them.
+    pub(super) completions_watched: Vec<usize>,
     /// Scratch: handlers polled this iteration.
     pub(super) pollers: Vec<usize>,
     /// Origin of the monotonic ns the policy sees.
@@ -118,6 +121,7 @@ impl Loop {
             carry: Vec::new(),
             policy,
             suppressed: Vec::new(),
+            completions_watched: Vec::new(),
             pollers: Vec::new(),
             epoch: Instant::now(),
             epoll,
@@ -182,6 +186,9 @@ impl Loop {
                 let completion_window = self.completion_window();
                 if hits.is_empty() && completion_window > 0 {
                     self.spin_for_completions(completion_window, &mut hits);
+                }
+                if hits.is_empty() {
+                    self.end_completion_watch(&mut hits);
                 }
                 if hits.is_empty() {
                     timeout = self.sleep_timeout_ms(t0);
@@ -422,6 +429,17 @@ impl Loop {
         if !in_flight || !hits.is_empty() {
             return;
         }
+        // What the spin finds, the turns reap: their engines need not signal it.
+        for i in 0..self.pollers.len() {
+            let slot = self.pollers[i];
+            if self.completions_watched.contains(&slot) {
+                continue;
+            }
+            if let Some(h) = self.handler(slot) {
+                h.completion_watch_begin();
+                self.completions_watched.push(slot);
+            }
+        }
         let t0 = Instant::now();
         let yields = self.spin(window, t0, hits);
         IoThreadStats::add(
@@ -432,6 +450,18 @@ impl Loop {
         IoThreadStats::add(&self.stats.completion_spins, 1);
         if !hits.is_empty() {
             IoThreadStats::add(&self.stats.completion_spin_hits, 1);
+        }
+    }
+
+    /// Before the thread sleeps: the handlers a completion spin watched signal their completion
+    /// fds again; one whose completion raced in goes to `hits` (no sleep then).
+    fn end_completion_watch(&mut self, hits: &mut Vec<usize>) {
+        for slot in std::mem::take(&mut self.completions_watched) {
+            if let Some(h) = self.handler(slot) {
+                if h.completion_watch_end() {
+                    hits.push(slot);
+                }
+            }
         }
     }
 
@@ -513,8 +543,14 @@ impl Loop {
         }
     }
 
-    /// Stops watching a handler that will do nothing more until it leaves the thread.
+    /// Stops watching a handler that will do nothing more until it leaves the thread. A
+    /// completion watch ends first, so that the handler leaves with its completion fd signalling.
     fn unwatch(&mut self, slot: usize) {
+        if self.completions_watched.contains(&slot) {
+            if let Some(h) = self.handler(slot) {
+                h.completion_watch_end();
+            }
+        }
         let Some(Some(s)) = self.slots.get_mut(slot) else {
             return;
         };
@@ -526,6 +562,7 @@ impl Loop {
         }
         self.carry.retain(|&c| c != slot);
         self.suppressed.retain(|&c| c != slot);
+        self.completions_watched.retain(|&c| c != slot);
         self.policy.remove(slot);
     }
 
@@ -734,6 +771,7 @@ impl Loop {
         }
         self.carry.retain(|&c| c != slot);
         self.suppressed.retain(|&c| c != slot);
+        self.completions_watched.retain(|&c| c != slot);
         self.policy.remove(slot);
         Some(s.handler)
     }

@@ -13,6 +13,10 @@ struct InFlight {
     in_flight: bool,
     work_after: Option<usize>,
     checks: usize,
+    /// Between completion_watch_begin and completion_watch_end.
+    watching: bool,
+    /// completion_watch_end finds a completion that raced in.
+    races: bool,
 }
 
 impl InFlight {
@@ -22,6 +26,20 @@ impl InFlight {
             in_flight,
             work_after,
             checks: 0,
+            watching: false,
+            races: false,
+        })
+    }
+
+    /// In flight, never done in the spin, and a completion races in as the watch ends.
+    fn racing() -> Box<dyn Handler> {
+        Box::new(Self {
+            fd: EventFd::new(libc::EFD_NONBLOCK).expect("eventfd"),
+            in_flight: true,
+            work_after: None,
+            checks: 0,
+            watching: false,
+            races: true,
         })
     }
 }
@@ -42,6 +60,17 @@ impl Handler for InFlight {
     fn poll(&mut self) -> bool {
         self.checks += 1;
         self.work_after.is_some_and(|n| self.checks > n)
+    }
+    fn completion_watch_begin(&mut self) {
+        assert!(!self.watching, "a watch begins once");
+        self.watching = true;
+    }
+    fn completion_watch_end(&mut self) -> bool {
+        assert!(
+            std::mem::take(&mut self.watching),
+            "a watch ends after it began"
+        );
+        self.races
     }
     fn completion_state(&self) -> CompletionState {
         match (self.in_flight, self.work_after) {
@@ -115,6 +144,39 @@ fn the_completion_spin_is_bounded_and_skipped_with_nothing_in_flight() {
     assert_eq!(IoThreadStats::get(&l.stats.completion_spins), 1);
     assert_eq!(IoThreadStats::get(&l.stats.completion_spin_hits), 0);
     assert!(IoThreadStats::get(&l.stats.completion_spin_ns) >= window);
+}
+
+#[test]
+fn a_completion_spin_quiets_the_completion_fds_until_the_thread_sleeps() {
+    let mut l = test_loop();
+    let found = l.add(InFlight::boxed(true, Some(3))).expect("add");
+    let racing = l.add(InFlight::racing()).expect("add");
+    let mut hits = Vec::new();
+    l.spin_for_completions(1_000_000_000, &mut hits);
+    assert_eq!(hits, vec![found]);
+    // The turn that reaps what the spin found runs with both fds quiet; a second spin does
+    // not begin the watch again (the handler would panic).
+    assert_eq!(l.completions_watched, vec![found, racing]);
+    hits.clear();
+    l.spin_for_completions(1_000_000_000, &mut hits);
+    assert_eq!(l.completions_watched, vec![found, racing]);
+    // Before the thread sleeps the watch ends, and a completion that raced in keeps it awake.
+    hits.clear();
+    l.end_completion_watch(&mut hits);
+    assert!(l.completions_watched.is_empty());
+    assert_eq!(hits, vec![racing]);
+    // With no watch, ending one does nothing (the handler would panic).
+    hits.clear();
+    l.end_completion_watch(&mut hits);
+    assert!(hits.is_empty());
+    // A handler that leaves the thread mid-watch leaves with its fd signalling again.
+    l.spin_for_completions(1_000, &mut hits);
+    assert!(l.completions_watched.contains(&racing));
+    l.unwatch(racing);
+    assert!(!l.completions_watched.contains(&racing));
+    let gone = l.forget(racing).expect("handler").into_any();
+    let gone = gone.downcast::<InFlight>().expect("InFlight");
+    assert!(!gone.watching, "the watch ended as it left");
 }
 
 #[test]

@@ -95,6 +95,9 @@ pub struct BlockQueueHandler {
     draining: bool,
     /// Between `poll_begin` and `poll_end`: leave guest notifications suppressed.
     polling: bool,
+    /// Between `completion_watch_begin` and `completion_watch_end`: the engine's completion fd
+    /// may be quiet (its completions are watched in memory).
+    watching_completions: bool,
     /// Rate limits: whether the queue waits for a bucket.
     throttle: QueueThrottle,
     log_limit: RateLimit,
@@ -143,6 +146,7 @@ impl BlockQueueHandler {
             broken: false,
             draining: false,
             polling: false,
+            watching_completions: false,
             throttle: QueueThrottle::default(),
             log_limit: RateLimit::default(),
         };
@@ -555,6 +559,23 @@ impl Handler for BlockQueueHandler {
         } else {
             CompletionState::Idle
         }
+    }
+
+    fn completion_watch_begin(&mut self) {
+        if !self.watching_completions {
+            self.watching_completions = true;
+            self.engine.poll_begin();
+        }
+    }
+
+    fn completion_watch_end(&mut self) -> bool {
+        if self.watching_completions {
+            self.watching_completions = false;
+            if !self.polling {
+                self.engine.poll_end();
+            }
+        }
+        self.engine.has_completions()
     }
 
     fn poll_begin(&mut self) {
