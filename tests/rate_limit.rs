@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::blk::{boot_with, drive_stats, run, run_config, Disk};
-use common::{api_call as call, guest_tsc_arg, test_guest, Vmm};
+use common::{api_call as call, test_guest, Vmm};
 use serde_json::{json, Value};
 
 /// These tests time rates on a 2-core host: one at a time.
@@ -116,7 +116,7 @@ fn a_one_time_burst_is_spent_first_and_once_and_a_group_limit_binds_its_drive() 
     let cfg = json!({
         "machine-config": {"vcpu_count": 1, "mem_size_mib": 128},
         "boot-source": {"kernel_image_path": test_guest(),
-                        "boot_args": format!("mode=blk rw=randread qd=8 count=12000{}", guest_tsc_arg())},
+                        "boot_args": "mode=blk rw=randread qd=8 count=12000"},
         "rate_limit_groups": [{"id": "tenant", "ops": bucket(60, 10)}],
         "drives": [
             {"drive_id": "disk0", "path_on_host": disk.path, "io_engine": "Sync",

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::{guest_tsc_arg, run_to_exit, test_guest};
+use super::{run_to_exit, test_guest};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -55,8 +55,7 @@ pub fn read_at(path: &Path, offset: u64, len: usize) -> Vec<u8> {
 }
 
 /// Boots with a full config: `drive` fields merged into the drive, `iothread` fields into the one
-/// iothread `io0`. The guest learns the host's TSC frequency ([`guest_tsc_arg`]) unless `args`
-/// names one.
+/// iothread `io0`.
 pub fn boot_with(disk: &Disk, drive: Value, iothread: Value, args: &str) -> (i32, Value, String) {
     let mut d = json!({"drive_id": "disk0", "path_on_host": disk.path, "iothread": "io0"});
     let mut t = json!({"id": "io0"});
@@ -65,14 +64,9 @@ pub fn boot_with(disk: &Disk, drive: Value, iothread: Value, args: &str) -> (i32
             dst.extend(extra.clone());
         }
     }
-    let tsc = if args.contains("tsc_khz=") {
-        String::new()
-    } else {
-        guest_tsc_arg()
-    };
     let cfg = json!({
         "machine-config": {"vcpu_count": 1, "mem_size_mib": 128},
-        "boot-source": {"kernel_image_path": test_guest(), "boot_args": format!("mode=blk {args}{tsc}")},
+        "boot-source": {"kernel_image_path": test_guest(), "boot_args": format!("mode=blk {args}")},
         "drives": [d],
         "iothreads": [t],
     });

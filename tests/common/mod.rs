@@ -41,15 +41,6 @@ pub fn host_tsc_khz() -> Option<u32> {
     })
 }
 
-/// ` tsc_khz=N` ([`host_tsc_khz`]) for the test guest's command line, so that the clock of the
-/// tests that time rates does not depend on the guest's own reading of kvmclock; empty when
-/// KVM cannot tell.
-pub fn guest_tsc_arg() -> String {
-    host_tsc_khz()
-        .map(|k| format!(" tsc_khz={k}"))
-        .unwrap_or_default()
-}
-
 /// Builds (once per test binary) and returns Osprey's test guest.
 pub fn test_guest() -> PathBuf {
     let root = repo_root();
