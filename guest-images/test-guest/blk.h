@@ -188,6 +188,13 @@ long user_zero_job(void *arg);          /* ring 3: zero rings + slots */
 
 /* ---- blk_cmdline.c ---- */
 enum blk_rw { RW_READ, RW_WRITE, RW_RANDREAD, RW_RANDWRITE, RW_VERIFY };
+/* The TSC frequencies the guest accepts, from tsc_khz= or kvmclock (kHz). */
+#define TSC_KHZ_MIN 1000
+#define TSC_KHZ_MAX 100000000
+
+/* Where blk_opts.tsc_khz came from. */
+enum tsc_source { TSC_DEFAULT, TSC_CMDLINE, TSC_KVMCLOCK };
+
 struct blk_opts {
     enum blk_rw rw;
     u32 bs, qd, queues, qsize;
@@ -201,7 +208,7 @@ struct blk_opts {
     u64 pattern_lba;
     u32 pattern;
     u64 tsc_khz;
-    int tsc_khz_given;          /* 0: default, 1: tsc_khz=, 2: kvmclock */
+    enum tsc_source tsc_source;
     u64 timeout_ms;
     u64 think_us;          /* ring-3 pause after each completion round before issuing more */
 };

@@ -91,7 +91,7 @@ static const struct num_opt num_opts[] = {
     { "qsize=", 4, 32768 }, { "count=", 1, 1ULL << 32 }, { "range=", 512, 1ULL << 50 },
     { "seed=", 0, ~0ULL }, { "flush_every=", 0, 1ULL << 32 }, { "event_idx=", 0, 1 },
     { "irq=", 0, 1 }, { "discard=", 0, 1 }, { "write_zeroes=", 0, 1 }, { "hostile=", 0, 1 },
-    { "reinit=", 0, 1 }, { "pattern_lba=", 0, ~0ULL }, { "tsc_khz=", 1000, 100000000 },
+    { "reinit=", 0, 1 }, { "pattern_lba=", 0, ~0ULL }, { "tsc_khz=", TSC_KHZ_MIN, TSC_KHZ_MAX },
     { "timeout_ms=", 1, 3600000 }, { "think_us=", 0, 10000000 }, { "indirect=", 0, 1 },
     { "pattern_check=", 0, 1 }, { "hang=", 0, 2 }, { "broken_idle_ms=", 0, 600000 },
 };
@@ -114,7 +114,7 @@ static void store(struct blk_opts *o, int idx, u64 v)
     case 12: o->hostile = (int)v; break;
     case 13: o->reinit = (int)v; break;
     case 14: o->pattern_lba = v; break;
-    case 15: o->tsc_khz = v; o->tsc_khz_given = 1; break;
+    case 15: o->tsc_khz = v; o->tsc_source = TSC_CMDLINE; break;
     case 16: o->timeout_ms = v; break;
     case 17: o->think_us = v; break;
     case 18: o->indirect = (int)v; break;

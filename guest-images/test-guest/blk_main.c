@@ -119,12 +119,12 @@ NORETURN void blk_main(const char *cmdline, size_t len)
 {
     if (blk_opts_parse(cmdline, len, &opts))
         guest_exit(EXIT_BAD_ARG);
-    if (!opts.tsc_khz_given) {
-        /* The host's TSC frequency, unless the command line names one (same range). */
+    if (opts.tsc_source == TSC_DEFAULT) {
+        /* The host's TSC frequency, unless the command line names one. */
         u64 khz = kvmclock_tsc_khz();
-        if (khz >= 1000 && khz <= 100000000) {
+        if (khz >= TSC_KHZ_MIN && khz <= TSC_KHZ_MAX) {
             opts.tsc_khz = khz;
-            opts.tsc_khz_given = 2;
+            opts.tsc_source = TSC_KVMCLOCK;
         }
     }
 

@@ -179,8 +179,10 @@ long blk_report_job(void *arg)
             kv_u(b, "apic_id", d->apic_id);
     }
     kv_u(b, "tsc_khz", o->tsc_khz);
-    kv_s(b, "tsc_khz_source",
-         o->tsc_khz_given == 1 ? "cmdline" : o->tsc_khz_given == 2 ? "kvmclock" : "default");
+    static const char *const tsc_sources[] = {
+        [TSC_DEFAULT] = "default", [TSC_CMDLINE] = "cmdline", [TSC_KVMCLOCK] = "kvmclock",
+    };
+    kv_s(b, "tsc_khz_source", tsc_sources[o->tsc_source]);
     sb_key(b, "runs");
     sb_putc(b, '[');
     for (u32 i = 0; i < s->nruns; i++) {
