@@ -12,7 +12,7 @@ Usage: scripts/store-noise.py target/bench/s9-zram target/bench/s9-loop ...
 the third: the bar's CPU half, dataplane CPU per I/O of each run from metrics/point-NNN-runK.jsonl
 against the engine with the best median IOPS: a one-sided test of "Auto's CPU per I/O is above
 that engine's", and the chance that one drawn from that engine's runs stays within its 1.05x)."""
-import argparse, csv, glob, json, math, os, random, statistics
+import argparse, csv, glob, json, math, os, random, re, statistics
 
 ap = argparse.ArgumentParser()
 ap.add_argument("dirs", nargs="+")
@@ -25,20 +25,29 @@ random.seed(1)
 DRAWS = 2000
 
 
+def run_index(path):
+    """K of a `point-NNN-runK.<ext>` file: the round the run belongs to."""
+    return int(re.search(r"-run(\d+)\.", path).group(1))
+
+
 def runs_of(sdir, point):
-    out = []
-    for f in sorted(glob.glob(f"{sdir}/logs/point-{point:03d}-run*.console")):
+    """IOPS of each recorded run, by round."""
+    out = {}
+    for f in glob.glob(f"{sdir}/logs/point-{point:03d}-run*.console"):
         for line in open(f, errors="replace"):
             if line.startswith("BLK "):
                 j = json.loads(line[4:])
-                out += [r["iops"] for r in j.get("runs", []) if r.get("name") == "main"]
+                main = [r["iops"] for r in j.get("runs", []) if r.get("name") == "main"]
+                if main:
+                    out[run_index(f)] = main[0]
     return out
 
 
 def cpu_runs_of(sdir, point):
-    """Dataplane CPU per I/O (µs) of each recorded run: the iothreads' CPU over the requests."""
-    out = []
-    for f in sorted(glob.glob(f"{sdir}/metrics/point-{point:03d}-run*.jsonl")):
+    """Dataplane CPU per I/O (µs) of each recorded run, by round: the iothreads' CPU over the
+    requests."""
+    out = {}
+    for f in glob.glob(f"{sdir}/metrics/point-{point:03d}-run*.jsonl"):
         lines = [l for l in open(f, errors="replace") if l.strip()]
         if not lines:
             continue
@@ -46,7 +55,7 @@ def cpu_runs_of(sdir, point):
         cpu = sum(t["cpu_ns"] for t in j.get("threads", []) if t["name"].startswith("iothread-"))
         reqs = sum(d["requests"] for d in j.get("drives", []))
         if reqs:
-            out.append(cpu / reqs / 1e3)
+            out[run_index(f)] = cpu / reqs / 1e3
     return out
 
 
@@ -67,33 +76,38 @@ CPU = args.metric == "cpu"
 
 
 def judge(runs):
-    """`runs`: per variant, (IOPS runs, CPU runs). The best other variant by median IOPS, the
-    subject's and its runs of the metric, the ratio of medians, the one-sided p that the subject
-    is worse, the chance that a variant drawn from the best's own runs passes, and whether the
-    subject passes; None when a variant has no runs."""
+    """`runs`: per variant, (IOPS runs, CPU runs), each by round. The best other variant by
+    median IOPS, the subject's and its runs of the metric (lists), the ratio of medians, the
+    one-sided p that the subject is worse, the chance that a variant drawn from the best's own
+    runs passes, whether the subject passes, and the median of the paired per-round ratios
+    (None without a common round); None when a variant has no runs."""
     sub = runs.pop(S, None)
     if not sub or not runs or not all(v[0] for v in runs.values()):
         return None
-    best = max(runs, key=lambda k: statistics.median(runs[k][0]))
+    best = max(runs, key=lambda k: statistics.median(runs[k][0].values()))
     if CPU:
         mine, theirs = sub[1], runs[best][1]
         if not mine or not all(v[1] for v in runs.values()):
             return None
-        ratio = statistics.median(mine) / statistics.median(theirs)
+    else:
+        mine, theirs = sub[0], runs[best][0]
+        if not mine:
+            return None
+    rounds = sorted(set(mine) & set(theirs))
+    paired = statistics.median(mine[k] / theirs[k] for k in rounds) if rounds else None
+    mine, theirs = list(mine.values()), list(theirs.values())
+    ratio = statistics.median(mine) / statistics.median(theirs)
+    if CPU:
         p = below_p(theirs, mine)
         ok = sum(resampled_median(theirs) <= 1.05 * resampled_median(theirs) for _ in range(DRAWS))
-        return best, mine, theirs, ratio, p, ok / DRAWS, ratio <= 1.05
-    e = {k: v[0] for k, v in runs.items()}
-    mine, theirs = sub[0], e[best]
-    if not mine:
-        return None
-    ratio = statistics.median(mine) / statistics.median(theirs)
+        return best, mine, theirs, ratio, p, ok / DRAWS, ratio <= 1.05, paired
+    e = [list(v[0].values()) for v in runs.values()]
     p = below_p(mine, theirs)
     ok = 0
     for _ in range(DRAWS):
         ideal = resampled_median(theirs)
-        ok += ideal >= 0.95 * max(resampled_median(v) for v in e.values())
-    return best, mine, theirs, ratio, p, ok / DRAWS, ratio >= 0.95
+        ok += ideal >= 0.95 * max(resampled_median(v) for v in e)
+    return best, mine, theirs, ratio, p, ok / DRAWS, ratio >= 0.95, paired
 
 
 def show(x):
@@ -102,9 +116,10 @@ def show(x):
 
 side = "above" if CPU else "below"
 extra = " engine | hog |" if args.compare == "poll" else ""
-print(f"| store | rw | QD | q |{extra} {S} median (runs) | best other median | {S}/best | p({S} {side} best) | P(one like the best passes) |")
-print("|---|---|---|---|" + "---|" * (extra.count("|")) + "---|---|---|---|---|")
-expected = passed = significant = points = 0
+print(f"| store | rw | QD | q |{extra} {S} median (runs) | best other median | {S}/best | p({S} {side} best) | P(one like the best passes) | paired by round |")
+print("|---|---|---|---|" + "---|" * (extra.count("|")) + "---|---|---|---|---|---|")
+expected = passed = significant = points = paired_passed = 0
+all_pass = 1.0
 for sdir in args.dirs:
     name = os.path.basename(sdir)
     pts = {}
@@ -120,16 +135,22 @@ for sdir in args.dirs:
         judged = judge(pts[key])
         if judged is None:
             continue
-        best, mine, theirs, ratio, p, chance, ok = judged
+        best, mine, theirs, ratio, p, chance, ok, paired = judged
+        paired_ok = paired is not None and (paired <= 1.05 if CPU else paired >= 0.95)
+        paired_passed += paired_ok
+        shown_paired = "-" if paired is None else f"{paired:.2f}"
         points += 1
         expected += chance
+        all_pass *= chance
         passed += ok
         significant += p < 0.05
         cols = " | ".join(str(k) for k in key)
-        print(f"| {name} | {cols} | {show(statistics.median(mine))} ({len(mine)}) | {best} {show(statistics.median(theirs))} | {ratio:.2f} | {p:.3f}{' ✗' if p < 0.05 else ''} | {chance:.2f} |")
+        print(f"| {name} | {cols} | {show(statistics.median(mine))} ({len(mine)}) | {best} {show(statistics.median(theirs))} | {ratio:.2f} | {p:.3f}{' ✗' if p < 0.05 else ''} | {chance:.2f} | {shown_paired}{'' if paired_ok else ' ✗'} |")
 if CPU:
     print(f"\n{S}'s CPU per I/O <= 1.05 x the best-IOPS engine's at {passed} of {points} points; significantly above it (p < 0.05) at {significant};"
-          f" one drawn from that engine's own runs would pass {expected:.1f} of {points} on average")
+          f" one drawn from that engine's own runs would pass {expected:.1f} of {points} on average, and every point with probability {all_pass:.2g};"
+          f" paired by round (median of the per-round ratios) <= 1.05 at {paired_passed} of {points}")
 else:
     print(f"\n{S} >= 0.95 x best (IOPS) at {passed} of {points} points; significantly below the best (p < 0.05) at {significant};"
-          f" one drawn from the best's own runs would pass {expected:.1f} of {points} on average")
+          f" one drawn from the best's own runs would pass {expected:.1f} of {points} on average, and every point with probability {all_pass:.2g};"
+          f" paired by round (median of the per-round ratios) >= 0.95 at {paired_passed} of {points}")
