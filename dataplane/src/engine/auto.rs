@@ -35,11 +35,12 @@
 //! to one `io_submit` of a Linux AIO context opened for them on first use, which runs buffered
 //! writes before it returns: one syscall for the turn (io_uring would hand them to its workers).
 //! On a page-cache file, a request alone on the thread (the only one of its turn, nothing in
-//! flight, no other queue on the thread) goes inline without RWF_NOWAIT: a cache miss then waits
-//! for the device on the iothread, as with Sync, instead of in an io_uring worker.
+//! flight, no other queue on the thread) whose RWF_NOWAIT call misses the cache is retried
+//! without the flag: the miss waits for the device on the iothread, as with Sync, instead of in
+//! an io_uring worker.
 //!
-//! A turn that is known to go to the ring (at depth) is sent there request by request as it is
-//! submitted, not held for `commit` ([`AutoEngine::straight_to_ring`]).
+//! A turn that is known to go to the wrapped engine (at depth) is sent there request by request
+//! as it is submitted, not held for `commit` ([`AutoEngine::straight_to_wrapped`]).
 //!
 //! Ordering: a flush goes to the wrapped engine only once every earlier request it holds has
 //! completed (inline writes are in the page cache before their completion exists), so a flush
@@ -135,8 +136,8 @@ enum Call {
     Turn,
     /// O_DIRECT: the first of a turn, to learn what the device does (its CPU share is sampled).
     Probe,
-    /// A request alone on the thread ([`SLOW_LONE_NS`]); on a page-cache file, without
-    /// RWF_NOWAIT (a miss waits for the device on the thread).
+    /// A request alone on the thread ([`SLOW_LONE_NS`]); on a page-cache file, a miss is
+    /// retried without RWF_NOWAIT (it waits for the device on the thread).
     Lone,
 }
 
@@ -182,7 +183,7 @@ pub struct AutoEngine {
     /// files whose batches io_uring serves better than inline calls).
     held: Vec<IoRequest>,
     /// Reads and writes submitted this turn, held or sent straight to the wrapped engine
-    /// ([`AutoEngine::straight_to_ring`]); the next `commit` ends the turn.
+    /// ([`AutoEngine::straight_to_wrapped`]); the next `commit` ends the turn.
     turn: usize,
     /// A page-cache file (not tmpfs, not O_DIRECT) wrapped around io_uring: a batch of
     /// [`RING_BATCH`] or more requests goes to the ring.
@@ -338,16 +339,12 @@ impl AutoEngine {
             _ => return None,
         };
         let kind = usize::from(!read);
-        // A page-cache file's request alone on the thread goes without RWF_NOWAIT: a miss
-        // waits for the device on this thread, which has nothing else to do, instead of in an
-        // io_uring worker while this thread polls the ring (cold ext4, 4k reads at QD1 x1: 38.0
-        // µs of dataplane CPU per I/O through the ring, 13.2 inline, as Sync; the same IOPS).
-        let blocking = call == Call::Lone && !self.direct;
-        let rwf = if blocking { 0 } else { self.rwf[kind] };
-        // Only an O_DIRECT call or a lone one waits for the device: the others are memory
-        // copies (a RWF_NOWAIT call cannot block; a call without the flag on a file system that
-        // refuses it for buffered writes is what the Sync engine does, and io_uring would hand
-        // it to a worker thread, slower: measured on ext4, 26k vs 48k IOPS at QD1).
+        let rwf = self.rwf[kind];
+        // Only an O_DIRECT call, or a page-cache miss retried for a lone request (below), waits
+        // for the device: the others are memory copies (a RWF_NOWAIT call cannot block; a call
+        // without the flag on a file system that refuses it for buffered writes is what the
+        // Sync engine does, and io_uring would hand it to a worker thread, slower: measured on
+        // ext4, 26k vs 48k IOPS at QD1).
         let total: usize = iovecs.iter().map(|v| v.len).sum();
         let iov = as_iovecs(iovecs);
         let off = libc::off_t::try_from(offset).ok()?;
@@ -362,27 +359,28 @@ impl AutoEngine {
         }
         // A device known to work in the caller's context is timed only when its CPU share is
         // sampled (its calls cannot block on anything but the CPU).
-        let timed = blocking || (self.direct && (sample_cpu || !self.on_cpu()));
+        let timed = self.direct && (sample_cpu || !self.on_cpu());
         let cpu0 = if sample_cpu {
             crate::stats::thread_cpu_ns()
         } else {
             0
         };
         let start = timed.then(Instant::now);
-        // SAFETY: `iov` describes buffers the submitter keeps valid until the request's
-        // completion has been reaped (module contract of `engine`); the kernel touches at most
-        // their lengths, and RWF_NOWAIT only makes the call fail instead of blocking.
-        let r = unsafe {
-            if read {
-                libc::preadv2(fd, iov.as_ptr(), iov.len() as i32, off, rwf)
-            } else {
-                libc::pwritev2(fd, iov.as_ptr(), iov.len() as i32, off, rwf)
+        let call_with = |flags: libc::c_int| {
+            // SAFETY: `iov` describes buffers the submitter keeps valid until the request's
+            // completion has been reaped (module contract of `engine`); the kernel touches at
+            // most their lengths, and RWF_NOWAIT only makes the call fail instead of blocking.
+            unsafe {
+                if read {
+                    libc::preadv2(fd, iov.as_ptr(), iov.len() as i32, off, flags)
+                } else {
+                    libc::pwritev2(fd, iov.as_ptr(), iov.len() as i32, off, flags)
+                }
             }
         };
+        let mut r = call_with(rwf);
         self.stats.attempts += 1;
-        if !blocking {
-            self.rwf_known[kind] = true;
-        }
+        self.rwf_known[kind] = true;
         if r < 0 && super::last_errno() == libc::EOPNOTSUPP && rwf != 0 {
             let what = if read { "reads" } else { "writes" };
             self.stats.failed += 1;
@@ -400,7 +398,18 @@ impl AutoEngine {
                 self.try_inline(op, call)
             };
         }
-        let took = start.map_or(0, |s| s.elapsed().as_nanos() as u64);
+        let mut took = start.map_or(0, |s| s.elapsed().as_nanos() as u64);
+        // A page-cache miss of a request alone on the thread waits for the device here, as
+        // with Sync, since the thread has nothing else to do, instead of in an io_uring worker
+        // while this thread polls the ring (cold ext4, 4k reads at QD1 ×1: 38.0 µs of dataplane
+        // CPU per I/O through the ring, 13.2 this way, as Sync, for the same IOPS). Timed: a
+        // slow device switches inline off.
+        let lone_miss = call == Call::Lone && !self.direct && rwf != 0;
+        if r < 0 && lone_miss && super::last_errno() == libc::EAGAIN {
+            let retry = Instant::now();
+            r = call_with(0);
+            took = retry.elapsed().as_nanos() as u64;
+        }
         if sample_cpu && r >= 0 && took > 0 {
             self.cpu_samples = self.cpu_samples.saturating_add(1);
             let cpu = crate::stats::thread_cpu_ns().saturating_sub(cpu0);
@@ -411,7 +420,7 @@ impl AutoEngine {
             });
         }
         let slow = call.too_slow(took);
-        if timed && self.direct && r >= 0 {
+        if timed && r >= 0 {
             self.inline_ns = if self.inline_ns == 0 {
                 took
             } else {
@@ -468,12 +477,13 @@ impl AutoEngine {
     /// IoUring/32 on ext4, medians of 3 alternated rounds: 1.10x before, 0.89x after).
     /// - O_DIRECT on a device that sleeps for its calls (not [`AutoEngine::fast`]): the first
     ///   request of a turn is held (it may go inline, alone or as a probe); a later one goes to
-    ///   the ring once the requests in flight (this turn's sent ones among them), the held ones
+    ///   the wrapped engine (the ring, or Linux AIO for a device not yet known to complete in
+    ///   the caller's context) once the requests in flight (this turn's sent ones among them), the held ones
     ///   and itself reach [`RING_BATCH`] (below that the turn may go to the Linux AIO engine
     ///   beside the ring).
     /// - A page-cache file: from the [`RING_BATCH`]th request of a turn on, a kind the file
     ///   system takes RWF_NOWAIT for goes to the ring (the whole batch does, at `commit`).
-    fn straight_to_ring(&self, op: &IoOp) -> bool {
+    fn straight_to_wrapped(&self, op: &IoOp) -> bool {
         if self.direct {
             return !self.held.is_empty()
                 && !self.fast()
@@ -769,7 +779,7 @@ impl IoEngine for AutoEngine {
             }
             IoOp::Read { .. } | IoOp::Write { .. } if self.direct || self.ring_batches => {
                 self.turn += 1;
-                if self.straight_to_ring(&request.op) {
+                if self.straight_to_wrapped(&request.op) {
                     self.stats.deferred += 1;
                     return self.inner.submit(request);
                 }
@@ -896,7 +906,7 @@ impl IoEngine for AutoEngine {
         } else if self.direct {
             "inline RWF_NOWAIT for every request while calls average under 4 us or stay on the CPU, else when a request is alone on the thread (O_DIRECT)"
         } else if self.ring_batches {
-            "inline RWF_NOWAIT (without it for a request alone on the thread), turns of 4 or more requests to the ring for kinds the file system takes the flag for, turns of 4 or more writes it refuses the flag for to one io_submit"
+            "inline RWF_NOWAIT (a miss alone on the thread retried without it), turns of 4 or more requests to the ring for kinds the file system takes the flag for, turns of 4 or more writes it refuses the flag for to one io_submit"
         } else {
             "inline RWF_NOWAIT"
         };
