@@ -780,8 +780,13 @@ impl IoEngine for AutoEngine {
             IoOp::Read { .. } | IoOp::Write { .. } if self.direct || self.ring_batches => {
                 self.turn += 1;
                 if self.straight_to_wrapped(&request.op) {
-                    self.stats.deferred += 1;
-                    return self.inner.submit(request);
+                    // `capacity` has room for it; a refusal leaves the queue to retry it.
+                    let sent = self.inner.submit(request);
+                    match sent {
+                        Ok(()) => self.stats.deferred += 1,
+                        Err(_) => self.turn -= 1,
+                    }
+                    return sent;
                 }
                 self.held.push(request);
                 return Ok(());
@@ -1555,11 +1560,16 @@ mod tests {
             return;
         }
         assert_eq!((st.inline, st.deferred), (0, 1), "{st:?}");
-        // Alone on the thread: the miss is read inline, without RWF_NOWAIT.
+        // Alone on the thread: the miss is retried inline without RWF_NOWAIT, and the EAGAIN
+        // that sent it there is not a failed attempt.
         e.submit(read(&buf, 64 * 4096, 2)).expect("room");
         assert_eq!(complete(&mut e, 1)[0].result, 4096);
-        let st = e.inline_stats();
-        assert_eq!((st.inline, st.deferred), (1, 1), "{st:?}");
+        let after = e.inline_stats();
+        assert_eq!(
+            (after.inline, after.deferred, after.failed),
+            (1, 1, st.failed),
+            "{after:?}"
+        );
         assert!(buf.as_slice().iter().all(|&b| b == 0x3c), "the data");
     }
 
