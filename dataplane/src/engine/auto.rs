@@ -1266,22 +1266,9 @@ mod tests {
 
     #[test]
     fn on_a_page_cache_file_a_batch_goes_to_the_ring_and_a_lone_request_inline() {
-        if crate::engine::io_uring::IoUringEngine::probe().is_err() {
-            eprintln!("no io_uring on this host: nothing to check");
+        let Some((_store, mut e)) = cached_ring_engine("auto-ring-batch") else {
             return;
-        }
-        // The work tree's file system (ext4 here), not tmpfs: io_uring copies cached pages
-        // in the submitting call there.
-        let dir = std::env::current_dir().expect("cwd").join("target");
-        let s = store(&dir, "auto-ring-batch", 1 << 20);
-        let mut e = AutoEngine::new(
-            open(&s.path, true, false),
-            inner(open(&s.path, true, false), 32, false, EngineKind::IoUring),
-        );
-        if in_memory(&e.file) {
-            eprintln!("target/ is a memory file system: nothing to check");
-            return;
-        }
+        };
         assert!(e.ring_batches);
         let buf = Aligned::new(4096);
         let batch = RING_BATCH as u64;
@@ -1390,6 +1377,27 @@ mod tests {
         Some((s, e))
     }
 
+    /// An Auto engine wrapped around io_uring on a page-cache file of the work tree's file
+    /// system (ext4 here, where io_uring copies cached pages in the submitting call); `None`
+    /// without io_uring or where that is a memory file system (`engine::open` gives those Sync).
+    fn cached_ring_engine(name: &str) -> Option<(crate::engine::conformance::Store, AutoEngine)> {
+        if crate::engine::io_uring::IoUringEngine::probe().is_err() {
+            eprintln!("no io_uring on this host: nothing to check");
+            return None;
+        }
+        let dir = std::env::current_dir().expect("cwd").join("target");
+        let s = store(&dir, name, 1 << 20);
+        let e = AutoEngine::new(
+            open(&s.path, true, false),
+            inner(open(&s.path, true, false), 32, false, EngineKind::IoUring),
+        );
+        if in_memory(&e.file) {
+            eprintln!("target/ is a memory file system: nothing to check");
+            return None;
+        }
+        Some((s, e))
+    }
+
     #[test]
     fn small_direct_turns_go_to_linux_aio_beside_the_ring_and_batches_to_the_ring() {
         let Some((s, e)) = direct_engine("auto-shallow") else {
@@ -1481,20 +1489,9 @@ mod tests {
         }
         // A page-cache file whose file system takes RWF_NOWAIT reads: once that is known, the
         // RING_BATCH-th read of a turn and those after it go to the ring at once.
-        if crate::engine::io_uring::IoUringEngine::probe().is_err() {
-            eprintln!("no io_uring on this host: nothing more to check");
+        let Some((_store, mut e)) = cached_ring_engine("auto-straight-cached") else {
             return;
-        }
-        let dir = std::env::current_dir().expect("cwd").join("target");
-        let s = store(&dir, "auto-straight-cached", 1 << 20);
-        let mut e = AutoEngine::new(
-            open(&s.path, true, false),
-            inner(open(&s.path, true, false), 32, false, EngineKind::IoUring),
-        );
-        if in_memory(&e.file) {
-            eprintln!("target/ is a memory file system: nothing more to check");
-            return;
-        }
+        };
         e.submit(at(0)).expect("room");
         assert_eq!(
             complete(&mut e, 1).len(),
@@ -1524,12 +1521,9 @@ mod tests {
 
     #[test]
     fn a_lone_page_cache_miss_waits_for_the_device_on_the_thread() {
-        if crate::engine::io_uring::IoUringEngine::probe().is_err() {
-            eprintln!("no io_uring on this host: nothing to check");
+        let Some((s, mut e)) = cached_ring_engine("auto-lone-miss") else {
             return;
-        }
-        let dir = std::env::current_dir().expect("cwd").join("target");
-        let s = store(&dir, "auto-lone-miss", 1 << 20);
+        };
         // Data on the disk, none of it in the page cache (holes would be hits).
         {
             use std::io::Write;
@@ -1539,14 +1533,6 @@ mod tests {
             // SAFETY: plain fadvise on an open fd; the kernel only drops clean cached pages.
             let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
             assert_eq!(r, 0, "fadvise");
-        }
-        let mut e = AutoEngine::new(
-            open(&s.path, true, false),
-            inner(open(&s.path, true, false), 32, false, EngineKind::IoUring),
-        );
-        if in_memory(&e.file) {
-            eprintln!("target/ is a memory file system: nothing to check");
-            return;
         }
         let buf = Aligned::new(4096);
         // Another queue of the thread has work: a miss must not block it, so it goes to the ring.
