@@ -50,7 +50,7 @@ fn boot(name: &str, disk_mib: u64, boot_args: &str, thread: Value) -> Vm {
         "boot-source": {"kernel_image_path": test_guest(), "boot_args": boot_args},
         "drives": [{"drive_id": "disk0", "path_on_host": disk.path, "io_engine": "Sync", "iothread": "io0",
                     "rate_limit_group": "tenant"}],
-        "rate_limit_groups": [{"id": "tenant", "ops": {"size": 1000000, "refill_time": 10}}],
+        "rate-limit-groups": [{"id": "tenant", "ops": {"size": 1000000, "refill_time": 10}}],
         "iothreads": [t],
         "api": {"socket": sock},
     });
@@ -156,6 +156,9 @@ fn every_route_and_error_class_on_a_live_vm() {
     assert_eq!(st, 404, "{f}");
     assert!(f["fault_message"].as_str().unwrap_or("").contains("io9"));
 
+    // One rule for null in every PATCH: absent keeps, null resets to the default.
+    null_resets_to_the_default_in_every_patch(s);
+
     let (st, d) = call(s, "GET", "/drives/disk0", None);
     assert_eq!(
         (st, d["drive_id"].as_str(), d["io_engine"].as_str()),
@@ -234,8 +237,82 @@ fn every_route_and_error_class_on_a_live_vm() {
     );
     let status = vm.vmm.wait_exit(Duration::from_secs(10));
     assert_eq!(status.code(), Some(0));
-    assert!(vm.vmm.log_text().contains("shut down through the API"));
+    let log = vm.vmm.log_text();
+    assert!(log.contains("shut down through the API"));
     assert!(!vm.sock.exists(), "the socket is removed at exit");
+    for line in log.lines() {
+        assert!(
+            !vmm::config::words::names_a_rust_type(line),
+            "a log line in Rust's words: {line}"
+        );
+    }
+    assert!(
+        log.contains(r#"drive disk0: rate_limiter changed by the API: {"ops":"#),
+        "the change is logged as JSON:\n{log}"
+    );
+}
+
+/// `PATCH` on each resource: a field left out stays, `null` puts it back to its default.
+fn null_resets_to_the_default_in_every_patch(s: &Path) {
+    let patch = |path: &str, body: &str| {
+        let (st, v) = call(s, "PATCH", path, Some(body));
+        assert_eq!(st, 200, "{path} {body}: {v}");
+        v
+    };
+    assert_eq!(
+        patch("/iothreads/io0", r#"{"poll_max_ns": 1000}"#)["poll_max_ns"],
+        1000
+    );
+    let t = patch("/iothreads/io0", r#"{"poll_grow": 4}"#);
+    assert_eq!(
+        (t["poll_max_ns"].as_u64(), t["poll_grow"].as_u64()),
+        (Some(1000), Some(4))
+    );
+    let t = patch(
+        "/iothreads/io0",
+        r#"{"poll_max_ns": null, "poll_grow": null}"#,
+    );
+    assert_eq!(
+        (t["poll_max_ns"].as_u64(), t["poll_grow"].as_u64()),
+        (Some(32768), Some(0))
+    );
+    assert_eq!(
+        patch("/iothreads/io0", r#"{"max_batch": null}"#)["max_batch"],
+        32
+    );
+
+    let limit = r#"{"rate_limiter": {"ops": {"size": 5000000, "refill_time": 1000}}}"#;
+    assert_eq!(
+        patch("/drives/disk0", limit)["rate_limiter"]["ops"]["size"],
+        5000000
+    );
+    let d = patch("/drives/disk0", "{}");
+    assert_eq!(
+        d["rate_limiter"]["ops"]["size"], 5000000,
+        "absent keeps: {d}"
+    );
+    assert!(patch("/drives/disk0", r#"{"rate_limiter": null}"#)["rate_limiter"].is_null());
+    // Put a limit back so the log check above finds one in JSON.
+    patch("/drives/disk0", limit);
+    patch("/drives/disk0", r#"{"rate_limiter": null}"#);
+
+    let g = patch(
+        "/rate-limit-groups/tenant",
+        r#"{"bandwidth": {"size": 1048576000, "refill_time": 1000}}"#,
+    );
+    assert_eq!(g["ops"]["size"], 1000000, "absent keeps: {g}");
+    let g = patch(
+        "/rate-limit-groups/tenant",
+        r#"{"ops": null, "bandwidth": null}"#,
+    );
+    assert!(
+        g["ops"].is_null() && g["bandwidth"].is_null(),
+        "null removes: {g}"
+    );
+    patch(
+        "/rate-limit-groups/tenant",
+        r#"{"ops": {"size": 1000000, "refill_time": 10}}"#,
+    );
 }
 
 #[test]
@@ -250,10 +327,24 @@ fn bad_input_is_answered_without_harming_the_vm() {
         ("overflow", b"PATCH /iothreads/io0 HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 37\r\nConnection: close\r\n\r\n{\"poll_max_ns\": 99999999999999999999}".to_vec()),
         ("content type", b"PATCH /iothreads/io0 HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 18\r\nConnection: close\r\n\r\n{\"poll_max_ns\": 0}".to_vec()),
     ];
-    for (name, req) in cases {
+    let unparsable: Vec<(&str, Vec<u8>)> = vec![
+        (
+            "negative length",
+            b"PATCH /iothreads/io0 HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n".to_vec(),
+        ),
+        ("garbage request line", b"hello there\r\n\r\n".to_vec()),
+    ];
+    for (name, req) in cases.into_iter().chain(unparsable) {
         let resp = raw(s, &req);
         assert!(resp.starts_with("HTTP/1.1 400"), "{name}: {resp}");
-        assert!(resp.contains("fault_message"), "{name}: {resp}");
+        let body = resp.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+        let v: Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{name}: {e}: {resp}"));
+        let message = v["fault_message"].as_str().unwrap_or_default();
+        assert!(!message.is_empty(), "{name}: {resp}");
+        assert!(
+            !vmm::config::words::names_a_rust_type(message),
+            "{name}: the message names a Rust type: {message}"
+        );
     }
     let huge = format!(
         "PATCH /iothreads/io0 HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",

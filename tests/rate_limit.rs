@@ -117,7 +117,7 @@ fn a_one_time_burst_is_spent_first_and_once_and_a_group_limit_binds_its_drive() 
         "machine-config": {"vcpu_count": 1, "mem_size_mib": 128},
         "boot-source": {"kernel_image_path": test_guest(),
                         "boot_args": "mode=blk rw=randread qd=8 count=12000"},
-        "rate_limit_groups": [{"id": "tenant", "ops": bucket(60, 10)}],
+        "rate-limit-groups": [{"id": "tenant", "ops": bucket(60, 10)}],
         "drives": [
             {"drive_id": "disk0", "path_on_host": disk.path, "io_engine": "Sync",
              "rate_limit_group": "tenant"},

@@ -7,10 +7,21 @@ use std::time::Instant;
 
 use super::repo_root;
 
+/// Runs `fetch-kernel.sh` (cheap when cached): the Debian kernel `examples/linux.json` boots.
+pub fn fetch_kernel() -> PathBuf {
+    run_scripts(&["fetch-kernel.sh"]);
+    repo_root().join("guest-images/cache/linux")
+}
+
 /// Runs `fetch-kernel.sh` and `build-kit.sh` (cheap when cached) and returns the kit folder.
 pub fn build_kit() -> PathBuf {
+    run_scripts(&["fetch-kernel.sh", "build-kit.sh"]);
+    repo_root().join("guest-images/cache/linux")
+}
+
+fn run_scripts(scripts: &[&str]) {
     let root = repo_root();
-    for script in ["fetch-kernel.sh", "build-kit.sh"] {
+    for script in scripts {
         let t0 = Instant::now();
         let out = Command::new("bash")
             .arg(root.join("guest-images/linux").join(script))
@@ -24,5 +35,4 @@ pub fn build_kit() -> PathBuf {
         );
         eprintln!("    {script}: {:.1} s", t0.elapsed().as_secs_f64());
     }
-    root.join("guest-images/cache/linux")
 }

@@ -30,7 +30,7 @@ const BOOT_FLAG: u16 = 0xaa55;
 const KERNEL_LOADER_OTHER: u8 = 0xff;
 const KERNEL_MIN_ALIGNMENT: u32 = 0x0100_0000;
 const LOADFLAGS_CAN_USE_HEAP: u8 = 0x80;
-const DEFAULT_INITRD_ADDR_MAX: u64 = 0x37ff_ffff;
+pub(crate) const DEFAULT_INITRD_ADDR_MAX: u64 = 0x37ff_ffff;
 const PAGE_SIZE: u64 = 4096;
 /// The 64-bit entry point sits 0x200 bytes into a bzImage's protected-mode code.
 const BZIMAGE_64BIT_ENTRY_OFFSET: u64 = 0x200;

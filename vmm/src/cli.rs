@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::api::client;
-use crate::config::{ApiConfig, BootSourceConfig, ConfigError, VmConfig};
+use crate::config::{ApiConfig, BootSourceConfig, ConfigError, ConfigWarning, VmConfig};
 
 /// Osprey: a small KVM virtual machine monitor with an adaptive-polling block dataplane.
 ///
@@ -14,9 +14,14 @@ use crate::config::{ApiConfig, BootSourceConfig, ConfigError, VmConfig};
 /// Or boot a kernel without a file:      osprey --kernel vmlinux --cmdline "console=ttyS0" --cpus 2 --memory 256
 ///
 /// Serve the REST API while it runs:     osprey --config vm.json --api-sock /tmp/osprey.sock
-/// Then talk to it from another shell:   osprey api get /iothreads/io0 --api-sock /tmp/osprey.sock
-///                                       osprey api patch /iothreads/io0 '{"poll_max_ns": 0}' --api-sock /tmp/osprey.sock
+/// Then talk to it from another shell:   export OSPREY_API_SOCK=/tmp/osprey.sock
+///                                       osprey api get /iothreads/io0
+///                                       osprey api patch /iothreads/io0 '{"poll_max_ns": 0}'
 /// (`osprey api --help` for more; the endpoints are in docs/api/README.md.)
+///
+/// Check a config without booting:      osprey --config vm.json --check-config
+///   (every error start-up would give, then the effective config: defaults filled in, paths
+///   absolute; relative paths in a config file are taken from the file's folder)
 ///
 /// The guest's serial console (COM1) is on stdin/stdout; Osprey's own log goes to stderr.
 /// Exit status: 0 when the guest resets, powers off or triple-faults, or on SIGINT/SIGTERM;
@@ -34,8 +39,9 @@ pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
 
-    /// VM config file (JSON): sections machine-config, boot-source, drives, iothreads, api.
-    /// See docs/config.md and examples/.
+    /// VM config file (JSON) with the sections machine-config, boot-source, drives, iothreads,
+    /// rate-limit-groups, api, metrics and sandbox; relative paths in it are taken from the
+    /// file's folder. See docs/config.md and examples/.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
 
@@ -58,11 +64,11 @@ pub struct Cli {
     pub cmdline: Option<String>,
 
     /// Number of vCPUs (1-64). Overrides machine-config.vcpu_count.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = cpus_in_range)]
     pub cpus: Option<u8>,
 
     /// Guest memory in MiB (at least 16). Overrides machine-config.mem_size_mib.
-    #[arg(long, value_name = "MIB")]
+    #[arg(long, value_name = "MIB", allow_negative_numbers = true, value_parser = memory_in_range)]
     pub memory: Option<u64>,
 
     /// Serve the REST API on this Unix socket; overrides api.socket.
@@ -92,20 +98,48 @@ pub struct Cli {
 
     /// Run as this user once /dev/kvm, the drives and the API socket are open (give --gid too;
     /// e.g. 65534, nobody). Overrides sandbox.uid.
-    #[arg(long, value_name = "UID")]
+    #[arg(long, value_name = "UID", allow_negative_numbers = true, value_parser = id_in_range)]
     pub uid: Option<u32>,
 
     /// Run as this group once set up (with --uid). Overrides sandbox.gid.
-    #[arg(long, value_name = "GID")]
+    #[arg(long, value_name = "GID", allow_negative_numbers = true, value_parser = id_in_range)]
     pub gid: Option<u32>,
 }
 
+/// A whole number from `min` to `max`, or a message saying that range and what was given.
+fn whole_number(text: &str, min: u64, max: u64, unit: &str) -> Result<u64, String> {
+    let range = if max == u64::MAX {
+        format!("a whole number{unit}, at least {min}")
+    } else {
+        format!("a whole number{unit} from {min} to {max}")
+    };
+    match text.trim().parse::<u64>() {
+        Ok(n) if (min..=max).contains(&n) => Ok(n),
+        _ => Err(format!("must be {range}, got {text}")),
+    }
+}
+
+fn cpus_in_range(text: &str) -> Result<u8, String> {
+    let max = u64::from(crate::config::MAX_VCPUS);
+    whole_number(text, 1, max, "").map(|n| n as u8)
+}
+
+fn memory_in_range(text: &str) -> Result<u64, String> {
+    whole_number(text, crate::config::MIN_MEM_MIB, u64::MAX, " of MiB")
+}
+
+fn id_in_range(text: &str) -> Result<u32, String> {
+    // u32::MAX is (uid_t)-1, which the kernel reads as "unchanged".
+    whole_number(text, 0, u64::from(u32::MAX - 1), "").map(|n| n as u32)
+}
+
 impl Cli {
-    /// The VM config: the file (if any) with command-line overrides applied. Not yet validated.
-    /// Also sets the process-wide seccomp mode from `--seccomp`.
-    pub fn vm_config(&self) -> Result<VmConfig, ConfigError> {
+    /// The VM config: the file (if any) with command-line overrides applied and every path made
+    /// absolute (the file's relative to its folder, the flags' to the working directory), with
+    /// the file's warnings. Not yet validated. Also sets the process-wide seccomp mode.
+    pub fn vm_config(&self) -> Result<(VmConfig, Vec<ConfigWarning>), ConfigError> {
         crate::seccomp::set_mode(self.seccomp);
-        let mut config = match &self.config {
+        let (mut config, warnings) = match &self.config {
             Some(path) => VmConfig::from_file(path)?,
             None => {
                 let kernel = self.kernel.clone().ok_or_else(|| ConfigError::Invalid {
@@ -113,13 +147,14 @@ impl Cli {
                     reason: "give a config file with --config FILE, or a kernel with --kernel PATH"
                         .into(),
                 })?;
-                VmConfig {
+                let config = VmConfig {
                     boot: BootSourceConfig {
                         kernel_image_path: kernel,
                         ..Default::default()
                     },
                     ..Default::default()
-                }
+                };
+                (config, Vec::new())
             }
         };
         if let Some(k) = &self.kernel {
@@ -154,7 +189,8 @@ impl Cli {
                 socket: socket.clone(),
             });
         }
-        Ok(config)
+        config.resolve_paths(std::path::Path::new(""));
+        Ok((config, warnings))
     }
 }
 
@@ -164,14 +200,21 @@ pub enum Command {
     /// Send one request to a running VM's REST API and print the answer.
     ///
     /// Sends one HTTP request to the REST API of a VM started with --api-sock (or api.socket) and
-    /// prints the response body, pretty-printed when it is JSON. Examples:
+    /// prints the response body, pretty-printed when it is JSON. The socket is --api-sock, or
+    /// OSPREY_API_SOCK from the environment. Examples:
     ///
-    ///   osprey api get / --api-sock /tmp/osprey.sock
-    ///   osprey api get /iothreads/io0 --api-sock /tmp/osprey.sock
-    ///   osprey api patch /iothreads/io0 '{"poll_max_ns": 0}' --api-sock /tmp/osprey.sock
-    ///   osprey api patch /iothreads/io0 '{"poll_policy": "Weighted", "poll_weight": 3}' --api-sock /tmp/osprey.sock
-    ///   osprey api get '/metrics?format=prometheus' --api-sock /tmp/osprey.sock
-    ///   osprey api put /actions '{"action_type": "Pause"}' --api-sock /tmp/osprey.sock
+    ///   export OSPREY_API_SOCK=/tmp/osprey.sock
+    ///   osprey api get /
+    ///   osprey api get /iothreads/io0
+    ///   osprey api patch /iothreads/io0 '{"poll_max_ns": 0}'
+    ///   osprey api patch /iothreads/io0 '{"poll_policy": "Weighted", "poll_weight": 3}'
+    ///   osprey api patch /drives/disk0 '{"rate_limiter": {"ops": {"size": 1000, "refill_time": 100}}}'
+    ///   osprey api patch /rate-limit-groups/tenant '{"ops": null}'
+    ///   osprey api get '/metrics?format=prometheus'
+    ///   osprey api put /actions '{"action_type": "Pause"}'
+    ///
+    /// PATCH changes a running VM's iothreads, drives and rate-limit groups: a field left out
+    /// stays as it is, a field set to null goes back to its default (docs/api/README.md).
     ///
     /// Exit status: 0 for a 2xx answer; 1 for any other answer (with "HTTP <status>: <fault_message>"
     /// on stderr) or when the socket cannot be reached; 2 for a bad command line.
@@ -193,8 +236,8 @@ pub struct ApiArgs {
     /// JSON request body (for patch and put); sent as application/json.
     pub body: Option<String>,
 
-    /// The running VM's API socket.
-    #[arg(long, value_name = "SOCKET")]
+    /// The running VM's API socket (default: $OSPREY_API_SOCK).
+    #[arg(long, value_name = "SOCKET", env = "OSPREY_API_SOCK")]
     pub api_sock: PathBuf,
 }
 
@@ -203,7 +246,7 @@ pub struct ApiArgs {
 pub enum HttpMethod {
     /// Read.
     Get,
-    /// Change a running VM (iothreads).
+    /// Change a running VM (iothreads, drives, rate-limit groups).
     Patch,
     /// Create, replace or act (/actions).
     Put,
@@ -281,7 +324,7 @@ mod tests {
             "--memory",
             "64",
         ]);
-        let c = cli.vm_config().expect("config");
+        let (c, _) = cli.vm_config().expect("config");
         assert_eq!(c.boot.kernel_image_path, PathBuf::from("/k"));
         assert_eq!(c.boot.boot_args, "-x y");
         assert_eq!((c.machine.vcpu_count, c.machine.mem_size_mib), (2, 64));
@@ -306,7 +349,7 @@ mod tests {
     #[test]
     fn api_sock_sets_the_api_section() {
         let cli = Cli::parse_from(["osprey", "--kernel", "/k", "--api-sock", "/tmp/a.sock"]);
-        let c = cli.vm_config().expect("config");
+        let (c, _) = cli.vm_config().expect("config");
         assert_eq!(
             c.api,
             Some(ApiConfig {

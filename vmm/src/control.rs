@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use crate::api::command::{
     ApiCommand, ApiError, ApiReply, ApiRequest, DriveUpdate, GroupUpdate, IoThreadUpdate, VmAction,
 };
-use crate::config::{IoThreadConfig, VmConfig};
+use crate::config::{patch, IoThreadConfig, PollPolicyKind, VmConfig};
 use crate::device_manager::{iothread_json, Devices};
 use crate::stop::StopReason;
 use crate::vcpu::PauseState;
@@ -178,40 +178,33 @@ impl Controller<'_> {
             .iothreads
             .get(id)
             .ok_or_else(|| not_found("iothread", id))?;
+        let defaults = IoThreadConfig::with_id(id);
         let mut params = thread.poll_params();
-        if let Some(v) = u.poll_max_ns {
-            params.max_ns = v;
-        }
-        if let Some(v) = u.poll_grow {
-            params.grow = v;
-        }
-        if let Some(v) = u.poll_shrink {
-            params.shrink = v;
-        }
-        if let Some(v) = u.poll_policy {
-            params.policy = v.into();
-        }
-        if let Some(v) = u.poll_weight {
-            params.weight = v;
-        }
+        let mut policy = PollPolicyKind::from(params.policy);
+        patch::apply(&u.poll_max_ns, &mut params.max_ns, defaults.poll_max_ns);
+        patch::apply(&u.poll_grow, &mut params.grow, defaults.poll_grow);
+        patch::apply(&u.poll_shrink, &mut params.shrink, defaults.poll_shrink);
+        patch::apply(&u.poll_policy, &mut policy, defaults.poll_policy);
+        patch::apply(&u.poll_weight, &mut params.weight, defaults.poll_weight);
+        params.policy = policy.into();
         params
             .validate()
             .map_err(|e| ApiError::BadRequest(e.to_string()))?;
-        if let Some(b) = u.max_batch {
-            if b as usize > dataplane::iothread::MAX_MAX_BATCH {
-                return Err(ApiError::BadRequest(format!(
-                    "max_batch: must be at most {} (0 means the default, {}), got {b}",
-                    dataplane::iothread::MAX_MAX_BATCH,
-                    dataplane::iothread::DEFAULT_MAX_BATCH
-                )));
-            }
+        let mut max_batch = thread.max_batch() as u32;
+        patch::apply(&u.max_batch, &mut max_batch, defaults.max_batch);
+        if max_batch as usize > dataplane::iothread::MAX_MAX_BATCH {
+            return Err(ApiError::BadRequest(format!(
+                "max_batch: must be at most {} (0 means the default, {}), got {max_batch}",
+                dataplane::iothread::MAX_MAX_BATCH,
+                dataplane::iothread::DEFAULT_MAX_BATCH
+            )));
         }
         // Everything is valid: apply.
         let effective = thread
             .set_poll(params)
             .map_err(|e| ApiError::Internal(e.to_string()))?;
-        if let Some(b) = u.max_batch {
-            thread.set_max_batch(b as usize);
+        if u.max_batch.is_some() {
+            thread.set_max_batch(max_batch as usize);
         }
         let entry = match self.config.iothreads.iter_mut().find(|t| t.id == id) {
             Some(t) => t,
@@ -232,7 +225,7 @@ impl Controller<'_> {
         entry.poll_weight = effective.weight;
         entry.poll_policy = effective.policy.into();
         entry.max_batch = thread.max_batch() as u32;
-        log::info!("iothread {id}: parameters changed by the API: {u:?}");
+        log::info!("iothread {id}: parameters changed by the API: {}", json!(u));
         Ok(iothread_json(id, thread))
     }
 
@@ -265,7 +258,10 @@ impl Controller<'_> {
                 .iothread
                 .wake_throttled()
                 .map_err(|e| ApiError::Internal(e.to_string()))?;
-            log::info!("drive {id}: rate_limiter changed by the API: {limits:?}");
+            log::info!(
+                "drive {id}: rate_limiter changed by the API: {}",
+                json!(limits)
+            );
         }
         Ok(self.drive_json(drive))
     }
@@ -300,7 +296,7 @@ impl Controller<'_> {
             t.wake_throttled()
                 .map_err(|e| ApiError::Internal(e.to_string()))?;
         }
-        log::info!("rate limit group {id}: changed by the API: {u:?}");
+        log::info!("rate limit group {id}: changed by the API: {}", json!(u));
         Ok(self.group_json(id))
     }
 

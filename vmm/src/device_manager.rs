@@ -244,15 +244,8 @@ pub fn build(
     let ioevents = Arc::new(KvmIoEvents(vm.clone()));
     let mut drives = Vec::with_capacity(config.drives.len());
     for (i, d) in config.drives.iter().enumerate() {
+        // Validation warned if the size is not a multiple of 512 bytes.
         let opened = crate::drive::open(d, i)?;
-        if opened.ignored_tail != 0 {
-            log::warn!(
-                "drives[{i}].path_on_host: {} is not a multiple of 512 bytes: rounded down to {} bytes, the last {} bytes are not visible to the guest",
-                d.path_on_host.display(),
-                opened.capacity_sectors * 512,
-                opened.ignored_tail
-            );
-        }
         let thread_id = d.iothread.clone().unwrap_or_else(|| {
             config
                 .iothreads

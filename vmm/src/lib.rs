@@ -18,6 +18,7 @@ pub mod drive;
 pub mod fault_injection;
 pub mod host;
 pub mod interrupts;
+pub mod kernel_image;
 pub mod layout;
 pub mod mptable;
 pub mod msr;

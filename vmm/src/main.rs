@@ -9,6 +9,21 @@ const EXIT_CONFIG: i32 = 2;
 /// Exit status when the VM could not be built or run.
 const EXIT_VMM: i32 = 1;
 
+/// The config from the file and flags, validated (values, then files and the host; warnings
+/// logged), with the defaults start-up chooses filled in.
+fn effective_config(cli: &Cli) -> Result<vmm::config::VmConfig, vmm::config::ConfigError> {
+    let (mut config, mut warnings) = cli.vm_config()?;
+    let host_warnings = config
+        .validate(vmm::host::host_mem_mib())
+        .map_err(|e| e.in_file(cli.config.as_deref()))?;
+    warnings.extend(host_warnings);
+    for w in warnings {
+        log::warn!("{w}");
+    }
+    config.fill_defaults();
+    Ok(config)
+}
+
 fn main() {
     vmm::boot_timing::start();
     let cli = Cli::parse();
@@ -22,10 +37,7 @@ fn main() {
         std::process::exit(args.run());
     }
 
-    let config = match cli
-        .vm_config()
-        .and_then(|c| c.validate(vmm::host::host_mem_mib()).map(|()| c))
-    {
+    let config = match effective_config(&cli) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("osprey: error: {e}");

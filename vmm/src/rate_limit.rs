@@ -1,9 +1,11 @@
-//! Rate-limit configuration: a drive's `rate_limiter`, the VM's `rate_limit_groups` and the
+//! Rate-limit configuration: a drive's `rate_limiter`, the VM's `rate-limit-groups` and the
 //! `PATCH` bodies that change them, with Firecracker's field names and meaning (`size` tokens
 //! per `refill_time` ms, a `one_time_burst` spent once), their validation and their conversion
 //! to the dataplane's limiter.
 
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Serialize};
+
+use crate::config::patch::present;
 
 use dataplane::rate_limit::{BucketConfig, LimitConfig, LimiterStats};
 
@@ -36,7 +38,7 @@ pub struct RateLimiterConfig {
     pub ops: Option<TokenBucketConfig>,
 }
 
-/// One entry of `rate_limit_groups`: limits shared by every drive that names the group.
+/// One entry of `rate-limit-groups`: limits shared by every drive that names the group.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RateLimitGroupConfig {
@@ -61,34 +63,36 @@ impl RateLimitGroupConfig {
 }
 
 /// `PATCH /drives/{id}` body: `rate_limiter` set, changed, or `null` to remove it.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DriveUpdate {
     /// Absent: unchanged; `null`: removed; an object: the new limits (full buckets).
-    #[serde(default, deserialize_with = "present")]
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub rate_limiter: Option<Option<RateLimiterConfig>>,
 }
 
 /// `PATCH /rate-limit-groups/{id}` body: each bucket set, changed, or `null` to remove it.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GroupUpdate {
     /// Absent: unchanged; `null`: removed; an object: the new bucket.
-    #[serde(default, deserialize_with = "present")]
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub bandwidth: Option<Option<TokenBucketConfig>>,
     /// Absent: unchanged; `null`: removed; an object: the new bucket.
-    #[serde(default, deserialize_with = "present")]
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub ops: Option<Option<TokenBucketConfig>>,
-}
-
-/// A field that is present (`null` included) deserializes to `Some`; `#[serde(default)]` makes
-/// an absent one `None`.
-fn present<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
-where
-    D: Deserializer<'de>,
-    T: Deserialize<'de>,
-{
-    Option::<T>::deserialize(d).map(Some)
 }
 
 impl TokenBucketConfig {

@@ -24,7 +24,8 @@ pub async fn parse_json<T: DeserializeOwned>(request: Request, limit: usize) -> 
 }
 
 /// Parses a JSON object body, naming the field that is wrong
-/// (`poll_max_ns: invalid value: integer `-1`, expected u64`).
+/// in the JSON's words (`poll_max_ns: invalid value: number -1, expected an integer from 0 to
+/// 18446744073709551615`).
 pub fn parse_bytes<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Fault> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Err(Fault::bad_request(
@@ -42,7 +43,7 @@ pub fn parse_bytes<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Fault> {
     }
     serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
-        let reason = e.into_inner();
+        let reason = crate::config::words::in_json_words(&e.into_inner().to_string());
         if path == "." {
             Fault::bad_request(reason.to_string())
         } else {
@@ -132,11 +133,11 @@ mod tests {
     fn errors_name_the_field_without_a_position() {
         assert_eq!(
             message::<IoThreadUpdate>(r#"{"poll_max_ns": -1}"#),
-            "poll_max_ns: invalid value: integer `-1`, expected u64"
+            "poll_max_ns: invalid value: number -1, expected an integer from 0 to 18446744073709551615"
         );
         assert_eq!(
             message::<IoThreadUpdate>(r#"{"poll_weight": 4294967296}"#),
-            "poll_weight: invalid value: integer `4294967296`, expected u32"
+            "poll_weight: invalid value: number 4294967296, expected an integer from 0 to 4294967295"
         );
         assert_eq!(
             message::<IoThreadUpdate>(r#"{"poll_policy": "Fast"}"#),
@@ -144,7 +145,7 @@ mod tests {
         );
         assert_eq!(
             message::<ActionRequest>(r#"{"action_type": 3}"#),
-            "action_type: invalid type: integer `3`, expected string or map"
+            "action_type: invalid type: number 3, expected a string"
         );
     }
 

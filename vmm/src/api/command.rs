@@ -6,6 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::patch::present;
 use crate::config::PollPolicyKind;
 pub use crate::rate_limit::{DriveUpdate, GroupUpdate};
 
@@ -41,28 +42,53 @@ pub enum ApiCommand {
     Action(VmAction),
 }
 
-/// `PATCH /iothreads/{id}` body: every field optional, unknown fields refused.
+/// `PATCH /iothreads/{id}` body: every field optional, unknown fields refused. A field left out
+/// stays as it is; `null` puts it back to its default ([`crate::config::patch`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct IoThreadUpdate {
-    /// Longest poll window in ns (0 turns polling off).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub poll_max_ns: Option<u64>,
-    /// Window growth factor (0 = ×2).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub poll_grow: Option<u64>,
-    /// Window shrink divisor.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub poll_shrink: Option<u64>,
-    /// `Classic`, `Weighted` or `Adaptive`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub poll_policy: Option<PollPolicyKind>,
-    /// Weighted policy shift (1-16).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub poll_weight: Option<u32>,
-    /// Requests per queue per submission (0 = 32, at most 1024).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_batch: Option<u32>,
+    /// Longest poll window in ns (0 turns polling off; default 32768).
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub poll_max_ns: Option<Option<u64>>,
+    /// Window growth factor (0 = ×2; default 0).
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub poll_grow: Option<Option<u64>>,
+    /// Window shrink divisor (default 0).
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub poll_shrink: Option<Option<u64>>,
+    /// `Classic`, `Weighted` or `Adaptive` (default `Adaptive`).
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub poll_policy: Option<Option<PollPolicyKind>>,
+    /// Weighted policy shift (1-16; default 3).
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub poll_weight: Option<Option<u32>>,
+    /// Requests per queue per submission (0 = 32, at most 1024; default 32).
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub max_batch: Option<Option<u32>>,
 }
 
 /// `PUT /actions` body.
@@ -136,8 +162,11 @@ mod tests {
     fn update_refuses_unknown_fields_and_names_bad_types() {
         let ok: IoThreadUpdate =
             serde_json::from_str(r#"{"poll_max_ns": 0, "poll_policy": "Weighted"}"#).expect("ok");
-        assert_eq!(ok.poll_max_ns, Some(0));
-        assert_eq!(ok.poll_policy, Some(PollPolicyKind::Weighted));
+        assert_eq!(ok.poll_max_ns, Some(Some(0)));
+        assert_eq!(ok.poll_policy, Some(Some(PollPolicyKind::Weighted)));
+        let reset: IoThreadUpdate = serde_json::from_str(r#"{"poll_max_ns": null}"#).expect("null");
+        assert_eq!(reset.poll_max_ns, Some(None), "null resets to the default");
+        assert_eq!(reset.poll_grow, None, "absent stays");
         assert!(serde_json::from_str::<IoThreadUpdate>(r#"{"poll_max": 1}"#).is_err());
         assert!(serde_json::from_str::<IoThreadUpdate>(r#"{"poll_max_ns": -1}"#).is_err());
         let a: ActionRequest = serde_json::from_str(r#"{"action_type": "Pause"}"#).expect("action");

@@ -4,7 +4,8 @@
 //! - [`server`]: the thread, the runtime and the connections ([`server::start`]);
 //! - [`socket`]: binding the socket (0600, stale-file replacement);
 //! - [`routes`]: the route table and handlers; [`body`]: request bodies; [`reply`]: waiting
-//!   for the control thread; [`fault`]: `{"fault_message": …}` errors;
+//!   for the control thread; [`fault`]: `{"fault_message": …}` errors; [`malformed`]: the same
+//!   body for requests hyper cannot parse;
 //! - [`prometheus`]: the text-format view of `GET /metrics`;
 //! - [`client`]: the small synchronous client behind `osprey api`.
 //!
@@ -17,6 +18,7 @@ pub mod body;
 pub mod client;
 pub mod command;
 pub mod fault;
+pub mod malformed;
 pub mod prometheus;
 pub mod reply;
 pub mod routes;

@@ -16,6 +16,7 @@ use tokio::task::JoinSet;
 
 use super::body::MAX_BODY_BYTES;
 use super::command::Submit;
+use super::malformed::FaultBodyStream;
 use super::routes::{router, ApiState};
 use super::socket;
 pub use super::socket::ApiServerError;
@@ -212,7 +213,10 @@ async fn connection(
     let conn = http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(header_timeout)
-        .serve_connection(TokioIo::new(stream), TowerToHyperService::new(app));
+        .serve_connection(
+            TokioIo::new(FaultBodyStream::new(stream)),
+            TowerToHyperService::new(app),
+        );
     tokio::pin!(conn);
     let served = tokio::select! {
         served = conn.as_mut() => served,

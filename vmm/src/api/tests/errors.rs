@@ -1,6 +1,6 @@
 //! Refused requests: each answers a JSON fault and none reaches the control thread.
 
-use super::harness::{assert_fault, Fake};
+use super::harness::{assert_fault, body_json, send_raw, Fake};
 
 const PATCH: &str = "/iothreads/io0";
 
@@ -12,15 +12,29 @@ fn patch_fault(fake: &Fake, body: &str) -> String {
     v["fault_message"].as_str().expect("message").to_string()
 }
 
+/// What a 404 says after the path: the paths there are.
+fn paths_hint() -> String {
+    let mut paths: Vec<&str> = crate::api::routes::ROUTES.iter().map(|(_, p)| *p).collect();
+    paths.dedup();
+    format!("; the paths are {}", paths.join(", "))
+}
+
 #[test]
 fn unknown_paths_and_methods() {
     let fake = Fake::start();
-    assert_fault(&fake.get("/foo"), 404, "no such path: /foo");
-    assert_fault(&fake.get("/iothreads/"), 404, "no such path: /iothreads/");
+    let hint = paths_hint();
+    assert!(hint.contains("/vm/config, /iothreads,"), "{hint}");
+    assert_fault(&fake.get("/foo"), 404, &format!("no such path: /foo{hint}"));
+    assert_fault(&fake.get("/vm"), 404, &format!("no such path: /vm{hint}"));
+    assert_fault(
+        &fake.get("/iothreads/"),
+        404,
+        &format!("no such path: /iothreads/{hint}"),
+    );
     assert_fault(
         &fake.get("/iothreads/io0/x"),
         404,
-        "no such path: /iothreads/io0/x",
+        &format!("no such path: /iothreads/io0/x{hint}"),
     );
     let r = fake.send("DELETE", PATCH, &[], None);
     assert_fault(&r, 405, "method DELETE not allowed on /iothreads/io0");
@@ -61,21 +75,24 @@ fn malformed_bodies_name_the_field_and_the_reason() {
     );
     assert_eq!(
         patch_fault(&fake, r#"{"poll_max_ns": -1}"#),
-        "poll_max_ns: invalid value: integer `-1`, expected u64"
+        "poll_max_ns: invalid value: number -1, expected an integer from 0 to 18446744073709551615"
     );
     assert_eq!(
         patch_fault(&fake, r#"{"max_batch": 4294967296}"#),
-        "max_batch: invalid value: integer `4294967296`, expected u32"
+        "max_batch: invalid value: number 4294967296, expected an integer from 0 to 4294967295"
     );
     let m = patch_fault(&fake, r#"{"poll_max_ns": 18446744073709551616}"#);
     assert!(
-        m.starts_with("poll_max_ns: invalid type: floating point"),
+        m.starts_with("poll_max_ns: invalid type: number 1.8446744073709552e+19"),
         "{m}"
     );
-    assert!(m.ends_with("expected u64"), "{m}");
+    assert!(
+        m.ends_with("expected an integer from 0 to 18446744073709551615"),
+        "{m}"
+    );
     assert_eq!(
         patch_fault(&fake, r#"{"poll_grow": "2"}"#),
-        "poll_grow: invalid type: string \"2\", expected u64"
+        "poll_grow: invalid type: string \"2\", expected an integer from 0 to 18446744073709551615"
     );
     assert_eq!(
         patch_fault(&fake, r#"{"poll_policy": "Fast"}"#),
@@ -164,4 +181,39 @@ fn bodies_over_64_kib_are_refused() {
     let fits = format!("{{\"poll_max_ns\": 0{}}}", " ".repeat(60 * 1024));
     assert_eq!(fake.json("PATCH", PATCH, &fits).status, 200);
     assert_eq!(fake.commands().len(), 1, "{:?}", fake.commands());
+}
+
+/// Requests hyper cannot parse get the same JSON fault body as every other error.
+#[test]
+fn malformed_requests_get_a_json_fault() {
+    let fake = Fake::start();
+    let socket = fake.socket.clone();
+    let cases: [(&[u8], u16); 4] = [
+        (
+            b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n",
+            400,
+        ),
+        (b"garbage\r\n\r\n", 400),
+        (
+            b"PATCH /iothreads/io0 HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 7\r\n\r\n",
+            400,
+        ),
+        (b"GET / HTTP/1.1\r\nBad Header\r\n\r\n", 400),
+    ];
+    for (raw, status) in cases {
+        let r = send_raw(&socket, raw);
+        assert_eq!(r.status, status, "{}: {r:?}", String::from_utf8_lossy(raw));
+        assert_eq!(r.header("content-type"), Some("application/json"), "{r:?}");
+        let message = body_json(&r)["fault_message"]
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_default();
+        assert!(message.starts_with("malformed HTTP request"), "{r:?}");
+    }
+    assert!(
+        fake.commands().is_empty(),
+        "nothing reached the control thread"
+    );
+    // The server still serves well-formed requests.
+    assert_eq!(fake.get("/").status, 200);
 }

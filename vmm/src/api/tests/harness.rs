@@ -187,12 +187,12 @@ fn fake_control() -> (Submit, Arc<Mutex<Vec<ApiCommand>>>) {
 pub fn iothread(update: &IoThreadUpdate) -> Value {
     json!({
         "id": "io0",
-        "poll_max_ns": update.poll_max_ns.unwrap_or(32768),
-        "poll_grow": update.poll_grow.unwrap_or(0),
-        "poll_shrink": update.poll_shrink.unwrap_or(0),
-        "poll_policy": update.poll_policy.map_or(json!("Classic"), |p| json!(p)),
-        "poll_weight": update.poll_weight.unwrap_or(3),
-        "max_batch": update.max_batch.unwrap_or(32),
+        "poll_max_ns": update.poll_max_ns.flatten().unwrap_or(32768),
+        "poll_grow": update.poll_grow.flatten().unwrap_or(0),
+        "poll_shrink": update.poll_shrink.flatten().unwrap_or(0),
+        "poll_policy": update.poll_policy.flatten().map_or(json!("Classic"), |p| json!(p)),
+        "poll_weight": update.poll_weight.flatten().unwrap_or(3),
+        "max_batch": update.max_batch.flatten().unwrap_or(32),
         "cpu_affinity": null,
     })
 }
@@ -227,7 +227,7 @@ fn answer(command: &ApiCommand) -> ApiReply {
         ApiCommand::ListIoThreads => Ok(json!([iothread(&IoThreadUpdate::default())])),
         ApiCommand::GetIoThread(id) if id == "io0" => Ok(iothread(&IoThreadUpdate::default())),
         ApiCommand::GetIoThread(id) => not_found("iothread", id),
-        ApiCommand::PatchIoThread(id, u) if id == "io0" => match u.poll_weight {
+        ApiCommand::PatchIoThread(id, u) if id == "io0" => match u.poll_weight.flatten() {
             Some(w) if !(1..=16).contains(&w) => Err(ApiError::BadRequest(format!(
                 "poll_weight: {w} is out of range 1-16"
             ))),

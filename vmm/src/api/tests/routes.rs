@@ -60,10 +60,10 @@ fn patch_sends_the_update_and_returns_the_values_in_force() {
     );
     assert_eq!(r.status, 200, "{r:?}");
     let update = IoThreadUpdate {
-        poll_max_ns: Some(0),
-        poll_policy: Some(PollPolicyKind::Weighted),
-        poll_weight: Some(3),
-        max_batch: Some(8),
+        poll_max_ns: Some(Some(0)),
+        poll_policy: Some(Some(PollPolicyKind::Weighted)),
+        poll_weight: Some(Some(3)),
+        max_batch: Some(Some(8)),
         ..IoThreadUpdate::default()
     };
     assert_eq!(body_json(&r), iothread(&update));

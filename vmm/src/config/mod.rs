@@ -1,10 +1,19 @@
 //! The VM configuration: one serde type per section of the JSON file, shared with the API.
 //!
-//! Parsing names the JSON path of a bad field (`machine-config.vcpu_count: invalid type …`);
-//! [`VmConfig::validate`] checks values and files before any KVM resource exists. Field names
-//! follow Firecracker (`machine-config`, `boot-source`, `drives`) and add Osprey's `iothreads`.
+//! Parsing ([`parse`]) names the JSON path of a bad field (`machine-config.vcpu_count: invalid
+//! type …`); [`VmConfig::validate`] checks values ([`validate`]) and then the host ([`host`])
+//! before any KVM resource exists; [`effective`] fills in what start-up would choose. Field
+//! names follow Firecracker (`machine-config`, `boot-source`, `drives`) and add Osprey's
+//! `iothreads`, `rate-limit-groups`, `metrics` and `sandbox`.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+
+pub mod effective;
+pub mod host;
+pub mod parse;
+pub mod patch;
+pub mod validate;
+pub mod words;
 
 use serde::{Deserialize, Serialize};
 
@@ -48,6 +57,47 @@ pub enum ConfigError {
         /// What is wrong and what is expected.
         reason: String,
     },
+    /// An error found in a config file's values, named with the file.
+    #[error("{file}: {source}")]
+    InFile {
+        /// The file.
+        file: String,
+        /// What is wrong.
+        source: Box<ConfigError>,
+    },
+}
+
+impl ConfigError {
+    /// Names the config file a value error came from (parse and read errors name it already).
+    pub fn in_file(self, file: Option<&std::path::Path>) -> ConfigError {
+        match (self, file) {
+            (e @ ConfigError::Invalid { .. }, Some(f)) => ConfigError::InFile {
+                file: f.display().to_string(),
+                source: Box::new(e),
+            },
+            (e, _) => e,
+        }
+    }
+}
+
+/// Something start-up would warn about: the config works, but may not do what was meant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigWarning {
+    /// The config file, when the warning is about its text.
+    pub file: Option<String>,
+    /// JSON path of the field.
+    pub field: String,
+    /// What to know or change.
+    pub message: String,
+}
+
+impl std::fmt::Display for ConfigWarning {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(file) = &self.file {
+            write!(f, "{file}: ")?;
+        }
+        write!(f, "{}: {}", self.field, self.message)
+    }
 }
 
 fn invalid(field: impl Into<String>, reason: impl Into<String>) -> ConfigError {
@@ -73,8 +123,14 @@ pub struct VmConfig {
     /// Dataplane threads.
     #[serde(default)]
     pub iothreads: Vec<IoThreadConfig>,
-    /// Rate limits shared by several drives (`drives[].rate_limit_group`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// Rate limits shared by several drives (`drives[].rate_limit_group`). Spelled
+    /// `rate_limit_groups` before; that name is still read, with a warning.
+    #[serde(
+        rename = "rate-limit-groups",
+        alias = "rate_limit_groups",
+        default,
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub rate_limit_groups: Vec<crate::rate_limit::RateLimitGroupConfig>,
     /// The REST API socket.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -321,6 +377,21 @@ fn default_poll_weight() -> u32 {
 }
 
 impl IoThreadConfig {
+    /// An iothread with every parameter at its default.
+    pub fn with_id(id: &str) -> Self {
+        Self {
+            id: id.to_string(),
+            poll_max_ns: default_poll_max_ns(),
+            poll_grow: 0,
+            poll_shrink: 0,
+            poll_policy: default_poll_policy(),
+            poll_weight: default_poll_weight(),
+            max_batch: default_max_batch(),
+            io_uring: IoUringConfig::default(),
+            cpu_affinity: Vec::new(),
+        }
+    }
+
     /// The dataplane's poll parameters.
     pub fn poll_params(&self) -> dataplane::poll::PollParams {
         dataplane::poll::PollParams {
@@ -396,272 +467,6 @@ impl IoUringConfig {
 pub struct ApiConfig {
     /// Path of the Unix socket.
     pub socket: PathBuf,
-}
-
-impl VmConfig {
-    /// Reads and parses a config file; the error names the file and the bad field.
-    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_owned(),
-            source,
-        })?;
-        Self::from_json(&text, &path.display().to_string())
-    }
-
-    /// Parses JSON text; `origin` names it in errors.
-    pub fn from_json(text: &str, origin: &str) -> Result<Self, ConfigError> {
-        let de = &mut serde_json::Deserializer::from_str(text);
-        serde_path_to_error::deserialize(de).map_err(|e| {
-            // serde_path_to_error marks a position it could not name with `?`: drop it.
-            let raw = e.path().to_string();
-            let path = match raw.trim_end_matches(".?") {
-                "?" | "" => ".".to_string(),
-                p => p.to_string(),
-            };
-            let mut message = e.into_inner().to_string();
-            // serde_json appends " at line L column C"; keep it, it helps find the spot.
-            if message.is_empty() {
-                message = "invalid value".into();
-            }
-            ConfigError::Parse {
-                file: origin.to_owned(),
-                path,
-                message,
-            }
-        })
-    }
-
-    /// Checks every value and that every named file can be opened. `host_mem_mib` bounds the
-    /// guest memory.
-    pub fn validate(&self, host_mem_mib: u64) -> Result<(), ConfigError> {
-        let m = &self.machine;
-        if m.vcpu_count == 0 || m.vcpu_count > MAX_VCPUS {
-            return Err(invalid(
-                "machine-config.vcpu_count",
-                format!("must be between 1 and {MAX_VCPUS}, got {}", m.vcpu_count),
-            ));
-        }
-        if m.mem_size_mib < MIN_MEM_MIB {
-            return Err(invalid(
-                "machine-config.mem_size_mib",
-                format!("must be at least {MIN_MEM_MIB} MiB, got {}", m.mem_size_mib),
-            ));
-        }
-        if m.mem_size_mib > host_mem_mib {
-            return Err(invalid(
-                "machine-config.mem_size_mib",
-                format!(
-                    "{} MiB is more than the host's {host_mem_mib} MiB",
-                    m.mem_size_mib
-                ),
-            ));
-        }
-        self.sandbox
-            .check()
-            .map_err(|(field, reason)| invalid(field, reason))?;
-        check_readable(
-            "boot-source.kernel_image_path",
-            &self.boot.kernel_image_path,
-        )?;
-        if let Some(initrd) = &self.boot.initrd_path {
-            check_readable("boot-source.initrd_path", initrd)?;
-        }
-        match crate::boot::kernel_cmdline(&self.boot.boot_args) {
-            Ok(_) => {}
-            Err(crate::boot::BootError::CmdlineTooLong(n)) => {
-                return Err(invalid(
-                    "boot-source.boot_args",
-                    format!(
-                        "{n} bytes is longer than the {}-byte limit",
-                        crate::layout::CMDLINE_MAX_SIZE - 1
-                    ),
-                ))
-            }
-            Err(_) => {
-                return Err(invalid(
-                    "boot-source.boot_args",
-                    "only printable ASCII (space to `~`) is allowed: no NUL, tab, newline or \
-                     non-ASCII character",
-                ))
-            }
-        }
-        let mut ids = std::collections::HashSet::new();
-        for (i, t) in self.iothreads.iter().enumerate() {
-            if t.id.is_empty() {
-                return Err(invalid(format!("iothreads[{i}].id"), "must not be empty"));
-            }
-            if !ids.insert(t.id.as_str()) {
-                return Err(invalid(
-                    format!("iothreads[{i}].id"),
-                    format!("duplicate id `{}`", t.id),
-                ));
-            }
-            if let Err(e) =
-                crate::affinity::check(&t.cpu_affinity, &crate::affinity::allowed_cpus())
-            {
-                return Err(invalid(format!("iothreads[{i}].cpu_affinity"), e));
-            }
-            if let Err(e) = t.poll_params().validate() {
-                return Err(invalid(format!("iothreads[{i}].{}", e.field), e.reason));
-            }
-            if t.max_batch as usize > dataplane::iothread::MAX_MAX_BATCH {
-                return Err(invalid(
-                    format!("iothreads[{i}].max_batch"),
-                    format!(
-                        "must be at most {} (0 means the default, {}), got {}",
-                        dataplane::iothread::MAX_MAX_BATCH,
-                        dataplane::iothread::DEFAULT_MAX_BATCH,
-                        t.max_batch
-                    ),
-                ));
-            }
-        }
-        if let Some(m) = &self.metrics {
-            if m.interval_ms < 100 {
-                return Err(invalid(
-                    "metrics.interval_ms",
-                    format!("must be at least 100, got {}", m.interval_ms),
-                ));
-            }
-            check_parent_dir("metrics.path", &m.path)?;
-        }
-        if let Some(a) = &self.api {
-            check_parent_dir("api.socket", &a.socket)?;
-        }
-        let mut groups = std::collections::HashSet::new();
-        for (i, g) in self.rate_limit_groups.iter().enumerate() {
-            let at = format!("rate_limit_groups[{i}]");
-            if g.id.is_empty() {
-                return Err(invalid(format!("{at}.id"), "must not be empty"));
-            }
-            if !groups.insert(g.id.as_str()) {
-                return Err(invalid(
-                    format!("{at}.id"),
-                    format!("duplicate id `{}`", g.id),
-                ));
-            }
-            g.limits()
-                .check(&at)
-                .map_err(|(field, why)| invalid(field, why))?;
-        }
-        let mut drive_ids = std::collections::HashSet::new();
-        for (i, d) in self.drives.iter().enumerate() {
-            let f = |name: &str| format!("drives[{i}].{name}");
-            let id_ok = !d.drive_id.is_empty()
-                && d.drive_id.len() <= 64
-                && d.drive_id
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-            if !id_ok {
-                return Err(invalid(
-                    f("drive_id"),
-                    "must be 1-64 characters of A-Z, a-z, 0-9, - and _",
-                ));
-            }
-            if !drive_ids.insert(d.drive_id.as_str()) {
-                return Err(invalid(
-                    f("drive_id"),
-                    format!("duplicate id `{}`", d.drive_id),
-                ));
-            }
-            if d.num_queues == 0 || d.num_queues > MAX_QUEUES {
-                return Err(invalid(
-                    f("num_queues"),
-                    format!("must be between 1 and {MAX_QUEUES}, got {}", d.num_queues),
-                ));
-            }
-            if !d.queue_size.is_power_of_two() || !(2..=MAX_QUEUE_SIZE).contains(&d.queue_size) {
-                return Err(invalid(
-                    f("queue_size"),
-                    format!(
-                        "must be a power of two from 2 to {MAX_QUEUE_SIZE}, got {}",
-                        d.queue_size
-                    ),
-                ));
-            }
-            if let Err(e) = dataplane::engine::probe(d.io_engine.to_dataplane()) {
-                return Err(invalid(f("io_engine"), e.to_string()));
-            }
-            if let Some(fi) = &d.fault_injection {
-                fi.check()
-                    .map_err(|(field, msg)| invalid(f(&format!("fault_injection.{field}")), msg))?;
-            }
-            if let Some(r) = &d.rate_limiter {
-                r.check(&f("rate_limiter"))
-                    .map_err(|(field, why)| invalid(field, why))?;
-            }
-            if let Some(g) = &d.rate_limit_group {
-                if !groups.contains(g.as_str()) {
-                    let known: Vec<&str> = self
-                        .rate_limit_groups
-                        .iter()
-                        .map(|g| g.id.as_str())
-                        .collect();
-                    return Err(invalid(
-                        f("rate_limit_group"),
-                        format!(
-                            "unknown group `{g}` (defined in rate_limit_groups: {})",
-                            if known.is_empty() {
-                                "none".to_string()
-                            } else {
-                                known.join(", ")
-                            }
-                        ),
-                    ));
-                }
-            }
-            if let Some(t) = &d.iothread {
-                if !ids.contains(t.as_str()) {
-                    let known: Vec<&str> = self.iothreads.iter().map(|t| t.id.as_str()).collect();
-                    return Err(invalid(
-                        f("iothread"),
-                        format!(
-                            "unknown iothread `{t}` (defined: {})",
-                            if known.is_empty() {
-                                "none".to_string()
-                            } else {
-                                known.join(", ")
-                            }
-                        ),
-                    ));
-                }
-            }
-            crate::drive::open(d, i)?;
-        }
-        Ok(())
-    }
-}
-
-/// A file the VMM will create must have an existing folder.
-fn check_parent_dir(field: &str, path: &Path) -> Result<(), ConfigError> {
-    let parent = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    if parent.is_dir() {
-        Ok(())
-    } else {
-        Err(invalid(
-            field,
-            format!("{}: the folder does not exist", path.display()),
-        ))
-    }
-}
-
-fn check_readable(field: &str, path: &Path) -> Result<(), ConfigError> {
-    if path.as_os_str().is_empty() {
-        return Err(invalid(field, "must name a file"));
-    }
-    match std::fs::File::open(path) {
-        Ok(f) => match f.metadata() {
-            Ok(md) if md.is_dir() => Err(invalid(
-                field,
-                format!("{}: is a directory", path.display()),
-            )),
-            _ => Ok(()),
-        },
-        Err(e) => Err(invalid(field, format!("{}: {e}", path.display()))),
-    }
 }
 
 #[cfg(test)]
