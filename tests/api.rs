@@ -592,3 +592,91 @@ fn metrics_file_gets_a_json_line_per_interval() {
         .collect();
     assert!(uptimes.windows(2).all(|w| w[0] <= w[1]), "{uptimes:?}");
 }
+
+/// README's "Live tuning" as a newcomer runs it: `examples/live-tuning.json` boots a workload
+/// that stays up until it is stopped (not one that ends mid-experiment), `PATCH` turns polling
+/// off and the metric README names (kicks per request, from `GET /drives/disk0`) moves to about
+/// one, and back on brings it down again.
+#[test]
+fn the_live_tuning_example_stays_up_until_stopped() {
+    let _one_at_a_time = serial();
+    let root = common::repo_root();
+    test_guest();
+    let disk = root.join("guest-images/build/disk.img");
+    if !disk.exists() {
+        std::fs::File::create(&disk)
+            .and_then(|f| f.set_len(256 << 20))
+            .expect("disk.img, as make run creates it");
+    }
+    let example = root.join("examples/live-tuning.json");
+    let dir = common::scratch::Scratch::new("api-example");
+    let sock = dir.0.join("api.sock");
+    let mut vmm = Vmm::spawn([
+        "--config".as_ref(),
+        example.as_os_str(),
+        "--api-sock".as_ref(),
+        sock.as_os_str(),
+    ]);
+    let ready = vmm.wait_console(Duration::from_secs(30), |l| l == "osprey-test-guest: ready");
+    assert!(ready.is_some(), "guest not ready:\n{}", vmm.log_text());
+    // The first second or so (cold caches, a busy host) can run slow with a kick per request:
+    // watch 300 ms windows for up to 10 s until the window pays.
+    let t0 = Instant::now();
+    let (mut on, mut n_on) = kicks_per_request(&sock, Duration::from_millis(300));
+    while on >= 0.5 && t0.elapsed() < Duration::from_secs(10) {
+        (on, n_on) = kicks_per_request(&sock, Duration::from_millis(300));
+    }
+    let rate = n_on as f64 / 0.3;
+
+    // The example's request count lasts an hour or more at the rate measured here.
+    let cfg: Value =
+        serde_json::from_str(&std::fs::read_to_string(&example).expect("example")).expect("json");
+    let count: f64 = cfg["boot-source"]["boot_args"]
+        .as_str()
+        .and_then(|a| a.split_whitespace().find_map(|w| w.strip_prefix("count=")))
+        .and_then(|c| c.parse().ok())
+        .expect("count= in the example's boot_args");
+    assert!(
+        count / rate.max(1.0) > 3600.0,
+        "the workload ends after {:.0} s at {rate:.0} req/s: too soon to tune",
+        count / rate.max(1.0)
+    );
+
+    let (st, t) = call(
+        &sock,
+        "PATCH",
+        "/iothreads/io0",
+        Some(r#"{"poll_max_ns": 0}"#),
+    );
+    assert_eq!((st, t["poll_max_ns"].as_u64()), (200, Some(0)), "{t}");
+    let (off, n_off) = kicks_per_request(&sock, Duration::from_millis(400));
+    let (st, _) = call(
+        &sock,
+        "PATCH",
+        "/iothreads/io0",
+        Some(r#"{"poll_max_ns": null}"#),
+    );
+    assert_eq!(st, 200);
+    std::thread::sleep(Duration::from_millis(100));
+    let (on_again, n_again) = polled_kicks_per_request(&sock, 0.5);
+    eprintln!(
+        "live-tuning example: kicks/req on {on:.3} ({rate:.0} req/s), off {off:.3} ({:.0} req/s), \
+         on again {on_again:.3} ({:.0} req/s)",
+        n_off as f64 / 0.4,
+        n_again as f64 / 0.3
+    );
+    assert!(off > 0.9, "polling off: a kick per request ({off})");
+    assert!(
+        on * 2.0 < off && on_again * 2.0 < off,
+        "polling on: far fewer kicks ({on}, {on_again} vs {off})"
+    );
+    assert!(!vmm.has_exited(), "still up for more tuning");
+    let (st, _) = call(
+        &sock,
+        "PUT",
+        "/actions",
+        Some(r#"{"action_type": "Shutdown"}"#),
+    );
+    assert_eq!(st, 204);
+    assert_eq!(vmm.wait_exit(Duration::from_secs(10)).code(), Some(0));
+}
