@@ -54,8 +54,7 @@ const CLOCK_EVERY_SPINS: u32 = 8;
 /// guest's vCPU spinning, this thread polling), the kernel worker that completes the I/O we poll
 /// for (io_uring's io-wq, the loop driver, a softirq thread) may be queued on this very CPU: a
 /// poll loop that never enters the kernel starves it until the next tick. A yield with nothing
-/// else runnable returns at once; measured on the 2-core development host, 4k QD1 reads went
-/// from 34k to 130k IOPS on a loop device and from 98k to 233k on a tmpfs file.
+/// else runnable returns at once (measured: docs/performance.md).
 const POLL_YIELD_INTERVAL: Duration = Duration::from_micros(2);
 /// How long shutdown waits for in-flight I/O of every handler.
 const SHUTDOWN_DRAIN: Duration = Duration::from_secs(5);

@@ -1,27 +1,14 @@
-//! The `Adaptive` policy's contention guard, as pure code: it is fed samples of the iothread's
-//! scheduler statistics (CPU time, and run delay: the time it spent runnable but waiting for a
-//! CPU) and decides whether polling is being paid for by someone else.
+//! The `Adaptive` policy's contention guard, as pure code: fed samples of the iothread's
+//! scheduler statistics (CPU time, and run delay: the time spent runnable but waiting for a CPU),
+//! it decides whether polling is being paid for by someone else.
 //!
-//! Polling only pays when the CPU it burns was free. On a busy host (the guest's vCPU, other
-//! tenants, the kernel worker completing our own I/O all wanting the cores), a thread that polls
-//! is runnable all the time and the scheduler shares the CPUs out in slices of milliseconds: the
-//! vCPU that would submit the next request, or the worker that would complete it, waits while we
-//! spin, and each `sched_yield` of the poll loop hands a CPU hog a whole slice. Measured on the
-//! 2-core development host with one CPU-bound process beside the VM: 4k QD1 reads fell to 1.6k
-//! IOPS with classic polling against 6.7k with polling off, and the polling iothread got 2-4 % of
-//! the time it was runnable (96 % run delay); on the same host without the hog it gets 40-60 %
-//! (its yields let the vCPU and the loop worker in) and polling wins 4×.
-//!
-//! So the guard looks at the share of runnable time spent waiting, over windows of
-//! [`WINDOW_NS`]. At [`BUSY_PERMILLE`] or more it first stops the poll loop's yields: a yield hands
-//! a CPU-bound task its whole slice, and without them the thread keeps the CPU it was given for
-//! its slice (measured with one busy loop beside the VM, 4k QD1 reads on a loop device, 7 repeats
-//! of 2 s: 7.0-8.5k IOPS with polling off, 7.4k with yields and suspensions, 10.4-10.5k polling
-//! without yields). Yields stay off for a back-off that starts at [`MIN_BACKOFF_NS`] and doubles
-//! each time a window with yields is busy again, up to [`MAX_BACKOFF_NS`]. A window that is still
-//! busy without yields suspends polling (the thread sleeps between events, and a sleeper's wake-up
-//! preempts a CPU hog) for a back-off of its own, doubling the same way; a window spent polling
-//! without contention clears it (and, with yields, the yields' back-off).
+//! A polling thread is always runnable, so on a busy host the vCPU about to submit or the worker
+//! about to complete waits while it spins, and each `sched_yield` hands a CPU hog a whole slice.
+//! When a window of [`WINDOW_NS`] spends [`BUSY_PERMILLE`] or more of the runnable time waiting,
+//! the guard first stops the poll loop's yields; a window still busy without them suspends
+//! polling (a sleeper's wake-up preempts a CPU hog). Both back-offs start at [`MIN_BACKOFF_NS`]
+//! and double up to [`MAX_BACKOFF_NS`]; a window spent polling without contention clears the
+//! suspension's, and one that also yielded clears the yields'. Measurements: docs/performance.md.
 
 /// How often the caller samples the scheduler statistics (ns); the guard decides per window.
 pub const SAMPLE_PERIOD_NS: u64 = 1_000_000;

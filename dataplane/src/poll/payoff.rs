@@ -1,44 +1,17 @@
 //! The `Adaptive` policy's payoff check, as pure code: does polling make this thread complete
-//! more requests than sleeping between events would? It answers by trying the other way now and
-//! then, and keeps whichever completed more.
+//! more requests than sleeping between events would? Now and then it tries the other mode and
+//! keeps whichever completed more: the signals a thread can read (its run delay, the load, PSI)
+//! do not tell a neighbour in another scheduling group from its own helpers, and the requests
+//! completed are what the guest sees.
 //!
-//! Why ask the work itself: what polling costs depends on who else wants the CPU, and the
-//! signals a thread can read do not tell the cases apart. Measured on the 2-core development
-//! host (4k QD1 reads, loop device), a CPU-bound neighbour in a scheduling group of its own left
-//! the polling iothread waiting 53-64 % of its runnable time, against 45 % with no neighbour at
-//! all; system load and PSI overlapped as well. Yet polling won 3-4× on the idle host and lost
-//! up to 38 % against sleeping beside the neighbour. The requests the thread completes per
-//! second are what the guest sees, so they decide.
-//!
-//! How: the thread runs in its current mode (polling, or sleeping between events). A trial
-//! alternates segments of [`SEGMENT_NS`]: [`ROUNDS`] in the other mode, each between two in the
-//! current mode (current, other, current, …, current: the brackets cancel a trend in the guest's
-//! load). The other mode wins when its rate over its segments beats the current mode's by
-//! [`MARGIN_PERMILLE`]; a second trial follows at once, and when the other mode wins that one
-//! too it becomes the current mode. (On a busy host one 10 ms segment can be far off: with a
-//! CPU-bound neighbour, single polling segments beat sleeping ones by up to 1.5× now and then
-//! although polling completed 0.1-0.5× as much in most trials, and a thread that switched on
-//! one segment's word flapped between the modes.) One exception: a polling thread whose trial
-//! finds sleeping ahead by [`DECISIVE_PERMILLE`] or more sleeps at once. The two mistakes do not
-//! cost the same: sleeping by mistake costs requests until the next trial (100 ms) but no CPU,
-//! polling by mistake costs both. On the busy host (4k reads on a loop device, 2 s runs),
-//! deciding at once cut the median time a run spent polling from 124 to 96 ms at QD1 and from
-//! 217 to 128 ms at QD32, and left 78 of 80 runs sleeping at their end (70 before).
-//!
-//! A trial whose segments in either mode completed fewer than [`MIN_REQUESTS`] each on average
-//! says nothing (a guest that is idle or booting) and is retried after [`RETRY_NS`], so that the
-//! first conclusive trial follows the guest's first requests closely. A conclusive trial that
-//! keeps the mode doubles the interval, and quadruples it when the current mode was ahead by
-//! [`DECISIVE_PERMILLE`] or more, up to [`MAX_INTERVAL_NS`]: every trial costs what the wrong mode
-//! loses during its segments (on a host where polling wins 3×, a sleeping segment costs about two
-//! thirds of its requests; on a busy host a polling segment completes about two thirds of what
-//! sleeping does), so trials must become rare, and fastest where they show the most. A switch
-//! starts again at [`MIN_INTERVAL_NS`]. Why the two faster back-offs: on the busy host (4k I/O at
-//! four queues, loop device, 2 s runs), a test build that only ever slept ran 1.11× faster than
-//! this check did with full-interval retries and doubling alone, which is what its trials and its
-//! first polling cost; with them, the busy runs polled for 97 ms instead of 121 (medians) and ran
-//! 1.05× faster in geometric mean over one- and four-queue points (idle: 1.005×), though a second
-//! A/B at four queues alone found them even (1.004×).
+//! A trial alternates [`SEGMENT_NS`] segments, [`ROUNDS`] in the other mode each between two in
+//! the current one (the brackets cancel a trend in the load). Two trials in a row won by
+//! [`MARGIN_PERMILLE`] switch the mode, since one segment on a busy host can be far off; a
+//! polling thread that finds sleeping ahead by [`DECISIVE_PERMILLE`] sleeps at once (a mistaken
+//! sleep costs requests until the next trial, a mistaken poll costs requests and CPU). Trials
+//! cost what the wrong mode loses, so the interval between them doubles while the verdict holds
+//! (quadruples after a lopsided one), and an inconclusive trial (under [`MIN_REQUESTS`] per
+//! segment) is retried after [`RETRY_NS`]. Measurements: docs/performance.md, docs/experiments.md.
 
 /// The length of one segment (ns).
 pub const SEGMENT_NS: u64 = 10_000_000;
