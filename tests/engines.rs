@@ -124,6 +124,9 @@ fn unavailable_or_bad_engine_settings_are_refused_before_boot() {
     assert_eq!(status.code(), Some(2));
     assert_eq!(
         stderr.trim_end(),
-        "osprey: error: iothreads[0].max_batch: must be at most 1024 (0 means the default, 32), got 2000"
+        format!(
+            "osprey: error: {}: iothreads[0].max_batch: must be at most 1024 (0 means the default, 32), got 2000",
+            p.display()
+        )
     );
 }

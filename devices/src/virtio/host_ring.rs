@@ -17,18 +17,17 @@
 
 use std::sync::atomic::{fence, AtomicU16, Ordering};
 
+use virtio_bindings::virtio_ring;
 use virtio_queue::desc::split::Descriptor;
 use virtio_queue::{Queue, QueueT};
 use vm_memory::{Address, GuestMemoryBackend, GuestMemoryRegion, MemoryRegionAddress};
 
 use super::GuestMemory;
 
-/// `VRING_DESC_F_INDIRECT`.
-const DESC_F_INDIRECT: u16 = 4;
-/// `VRING_DESC_F_NEXT`.
-const DESC_F_NEXT: u16 = 1;
-/// `VRING_USED_F_NO_NOTIFY`.
-const USED_F_NO_NOTIFY: u16 = 1;
+/// The virtio ring's flag bits, as u16 (the bindings declare them u32).
+const DESC_F_INDIRECT: u16 = virtio_ring::VRING_DESC_F_INDIRECT as u16;
+const DESC_F_NEXT: u16 = virtio_ring::VRING_DESC_F_NEXT as u16;
+const USED_F_NO_NOTIFY: u16 = virtio_ring::VRING_USED_F_NO_NOTIFY as u16;
 /// Bytes per descriptor.
 const DESC_SIZE: u64 = 16;
 
@@ -442,9 +441,9 @@ mod tests {
     use virtio_queue::mock::MockSplitQueue;
     use vm_memory::{Bytes, GuestAddress};
 
-    const F_NEXT: u16 = 1;
-    const F_WRITE: u16 = 2;
-    const F_INDIRECT: u16 = 4;
+    const F_NEXT: u16 = DESC_F_NEXT;
+    const F_WRITE: u16 = virtio_ring::VRING_DESC_F_WRITE as u16;
+    const F_INDIRECT: u16 = DESC_F_INDIRECT;
 
     fn mem() -> GuestMemory {
         GuestMemory::from_ranges(&[
@@ -588,8 +587,8 @@ mod tests {
         ring.add_used(0, 1).expect("add");
         assert!(ring.needs_notification());
         ring.add_used(0, 1).expect("add");
-        // VRING_AVAIL_F_NO_INTERRUPT
-        m.write_obj(1u16, GuestAddress(q.avail_ring())).expect("w");
+        let no_interrupt = virtio_ring::VRING_AVAIL_F_NO_INTERRUPT as u16;
+        m.write_obj(no_interrupt, GuestAddress(q.avail_ring())).expect("w");
         assert!(!ring.needs_notification());
     }
 
