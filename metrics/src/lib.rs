@@ -76,12 +76,13 @@ impl Unit {
         }
     }
 
-    /// The factor from the field's unit to the base unit.
-    pub fn scale(self) -> f64 {
+    /// How many of the field's unit make one base unit (a divisor: `n / 1e9` is the closest
+    /// float to n ns in seconds, `n * 1e-9` may not be).
+    pub fn per_base(self) -> f64 {
         match self {
             Unit::Count | Unit::Bytes => 1.0,
-            Unit::Ns => 1e-9,
-            Unit::Ms | Unit::PerMille => 1e-3,
+            Unit::Ns => 1e9,
+            Unit::Ms | Unit::PerMille => 1e3,
         }
     }
 
