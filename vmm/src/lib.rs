@@ -19,6 +19,7 @@ pub mod fault_injection;
 pub mod host;
 pub mod interrupts;
 pub mod layout;
+pub mod metrics;
 pub mod mptable;
 pub mod msr;
 pub mod rate_limit;
