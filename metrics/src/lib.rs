@@ -314,6 +314,28 @@ impl Read for Mutex<String> {
     }
 }
 
+/// A field's storage as a plain value (for the `snapshot` struct [`metric_set!`] can declare).
+pub trait Snap {
+    /// The plain value.
+    type Value: std::fmt::Debug + Clone + Default + PartialEq + Eq;
+    /// The value now (relaxed loads).
+    fn snap(&self) -> Self::Value;
+}
+
+impl Snap for AtomicU64 {
+    type Value = u64;
+    fn snap(&self) -> u64 {
+        self.load(Ordering::Relaxed)
+    }
+}
+
+impl Snap for Mutex<String> {
+    type Value = String;
+    fn snap(&self) -> String {
+        self.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
 /// A histogram of `N` buckets (the bounds' count plus one for larger values) and the sum of
 /// what it counted, written by one thread (relaxed load and store), read by any.
 #[derive(Debug)]
@@ -363,6 +385,16 @@ impl<const N: usize> Read for Histogram<N> {
             counts: self.counts().to_vec(),
             sum: self.sum.load(Ordering::Relaxed),
         }
+    }
+}
+
+impl<const N: usize> Snap for Histogram<N>
+where
+    [u64; N]: Default,
+{
+    type Value = [u64; N];
+    fn snap(&self) -> [u64; N] {
+        self.counts()
     }
 }
 

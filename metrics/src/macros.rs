@@ -1,9 +1,52 @@
 //! [`metric_set!`](crate::metric_set): a stats struct declared once, with its metrics.
 
 /// Declares a stats struct whose every field is a metric, and implements
-/// [`MetricSet`](crate::MetricSet) for it (see the crate docs for the attribute).
+/// [`MetricSet`](crate::MetricSet) for it (see the crate docs for the attribute). With a leading
+/// `snapshot Name;`, it also declares `Name`, the same fields as plain values
+/// ([`Snap`](crate::Snap)), and `fn snapshot(&self) -> Name`.
 #[macro_export]
 macro_rules! metric_set {
+    (
+        snapshot $snap:ident;
+        $(#[$smeta:meta])*
+        $svis:vis struct $name:ident {
+            $(
+                $(#[doc = $doc:literal])*
+                #[metric($kind:ident $(, $($arg:tt)*)?)]
+                $fvis:vis $field:ident : $fty:ty
+            ),* $(,)?
+        }
+    ) => {
+        $crate::metric_set! {
+            $(#[$smeta])*
+            $svis struct $name {
+                $(
+                    $(#[doc = $doc])*
+                    #[metric($kind $(, $($arg)*)?)]
+                    $fvis $field: $fty
+                ),*
+            }
+        }
+
+        #[doc = concat!("The values of a [`", stringify!($name), "`] at one moment.")]
+        #[derive(Debug, Clone, Default, PartialEq, Eq)]
+        $svis struct $snap {
+            $(
+                $(#[doc = $doc])*
+                $fvis $field: <$fty as $crate::Snap>::Value,
+            )*
+        }
+
+        impl $name {
+            /// Reads every field (relaxed loads).
+            $svis fn snapshot(&self) -> $snap {
+                $snap {
+                    $($field: $crate::Snap::snap(&self.$field)),*
+                }
+            }
+        }
+    };
+
     (
         $(#[$smeta:meta])*
         $svis:vis struct $name:ident {

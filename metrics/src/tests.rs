@@ -92,3 +92,32 @@ fn readings_and_parts_combine() {
         }
     );
 }
+
+crate::metric_set! {
+    snapshot PairSnapshot;
+    /// A set with a snapshot struct.
+    #[derive(Debug, Default)]
+    pub struct Pair {
+        /// Hits.
+        #[metric(counter)]
+        pub hits: AtomicU64,
+        /// Sizes.
+        #[metric(histogram, bounds = &BOUNDS)]
+        pub sizes: Histogram<3>,
+    }
+}
+
+#[test]
+fn a_snapshot_struct_holds_plain_values() {
+    let p = Pair::default();
+    p.hits.store(2, Ordering::Relaxed);
+    p.sizes.observe(&BOUNDS, 4);
+    assert_eq!(
+        p.snapshot(),
+        PairSnapshot {
+            hits: 2,
+            sizes: [0, 1, 0]
+        }
+    );
+    assert_eq!(Pair::METRICS.len(), 2);
+}

@@ -12,6 +12,7 @@ use osprey_metrics::Histogram;
 pub const BATCH_BUCKETS: [u64; 9] = [1, 2, 4, 8, 16, 32, 64, 128, 256];
 
 osprey_metrics::metric_set! {
+    snapshot QueueStatsSnapshot;
     /// Counters of one virtqueue. Each field is declared once here: its doc comment is the help
     /// text, its `#[metric]` attribute the kind and unit; a drive's JSON (its queues combined),
     /// the Prometheus view and docs/api/metrics.md derive from it (`osprey_metrics`).
@@ -125,83 +126,6 @@ impl QueueStats {
             .iter()
             .rposition(|&c| c > 0)
             .map(|i| BATCH_BUCKETS.get(i).copied().unwrap_or(u64::MAX))
-    }
-}
-
-/// A snapshot of one queue's counters.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct QueueStatsSnapshot {
-    /// See [`QueueStats::kicks`].
-    pub kicks: u64,
-    /// See [`QueueStats::requests`].
-    pub requests: u64,
-    /// See [`QueueStats::read_bytes`].
-    pub read_bytes: u64,
-    /// See [`QueueStats::write_bytes`].
-    pub write_bytes: u64,
-    /// See [`QueueStats::flushes`].
-    pub flushes: u64,
-    /// See [`QueueStats::io_errors`].
-    pub io_errors: u64,
-    /// See [`QueueStats::unsupported`].
-    pub unsupported: u64,
-    /// See [`QueueStats::malformed`].
-    pub malformed: u64,
-    /// See [`QueueStats::notifications`].
-    pub notifications: u64,
-    /// See [`QueueStats::engine_full`].
-    pub engine_full: u64,
-    /// See [`QueueStats::submissions`].
-    pub submissions: u64,
-    /// See [`QueueStats::batch_hist`].
-    pub batch_hist: [u64; BATCH_BUCKETS.len() + 1],
-    /// See [`QueueStats::inflight_max`].
-    pub inflight_max: u64,
-    /// See [`QueueStats::in_flight`].
-    pub in_flight: u64,
-    /// See [`QueueStats::reset_pending`].
-    pub reset_pending: bool,
-    /// See [`QueueStats::inline_requests`].
-    pub inline_requests: u64,
-    /// See [`QueueStats::deferred_requests`].
-    pub deferred_requests: u64,
-    /// See [`QueueStats::batched_writes`].
-    pub batched_writes: u64,
-    /// See [`QueueStats::shallow_requests`].
-    pub shallow_requests: u64,
-    /// See [`QueueStats::throttled_events`].
-    pub throttled_events: u64,
-    /// See [`QueueStats::throttled_ns`].
-    pub throttled_ns: u64,
-}
-
-impl QueueStats {
-    /// Reads every counter.
-    pub fn snapshot(&self) -> QueueStatsSnapshot {
-        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        QueueStatsSnapshot {
-            kicks: g(&self.kicks),
-            requests: g(&self.requests),
-            read_bytes: g(&self.read_bytes),
-            write_bytes: g(&self.write_bytes),
-            flushes: g(&self.flushes),
-            io_errors: g(&self.io_errors),
-            unsupported: g(&self.unsupported),
-            malformed: g(&self.malformed),
-            notifications: g(&self.notifications),
-            engine_full: g(&self.engine_full),
-            submissions: g(&self.submissions),
-            batch_hist: self.batch_hist.counts(),
-            inflight_max: g(&self.inflight_max),
-            in_flight: g(&self.in_flight),
-            reset_pending: g(&self.reset_pending) != 0,
-            inline_requests: g(&self.inline_requests),
-            deferred_requests: g(&self.deferred_requests),
-            batched_writes: g(&self.batched_writes),
-            shallow_requests: g(&self.shallow_requests),
-            throttled_events: g(&self.throttled_events),
-            throttled_ns: g(&self.throttled_ns),
-        }
     }
 }
 
