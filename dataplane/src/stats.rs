@@ -1,84 +1,125 @@
 //! Per-iothread statistics, written by the thread and read lock-free by anyone (the API, tests):
 //! what the poll policy is doing (window, hits, misses) and where the thread's time goes
-//! (polling, working, sleeping; its CPU time).
+//! (polling, working, sleeping; its CPU time). Declared with `osprey_metrics::metric_set!`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Counters of one iothread.
-#[derive(Debug, Default)]
-pub struct IoThreadStats {
-    /// Returns from epoll_wait with at least one event.
-    pub wakeups: AtomicU64,
-    /// Handler turns.
-    pub handler_runs: AtomicU64,
-    /// Control commands processed (attach, detach, poll parameters, shutdown).
-    pub commands: AtomicU64,
-    /// Handlers currently attached.
-    pub handlers: AtomicU64,
-    /// Fds the thread watches for its handlers (the command fd not counted).
-    pub watched_fds: AtomicU64,
-    /// Handlers without a cheap check: while non-zero, the thread does not poll.
-    pub poll_disabled_handlers: AtomicU64,
-    /// The poll window of the last iteration, in ns.
-    pub poll_window_ns: AtomicU64,
-    /// Iterations whose polling found work.
-    pub poll_hits: AtomicU64,
-    /// Iterations that polled the whole window and found nothing.
-    pub poll_misses: AtomicU64,
-    /// Times the poll loop yielded its CPU (`sched_yield`) to let other runnable work in.
-    pub poll_yields: AtomicU64,
-    /// Adaptive, polling suspended: times the thread spun before sleeping because requests
-    /// were in flight.
-    pub completion_spins: AtomicU64,
-    /// Adaptive: completion spins that found work, a completion or a new request (the thread
-    /// did not sleep).
-    pub completion_spin_hits: AtomicU64,
-    /// Adaptive: time spent spinning on completions, in ns.
-    pub completion_spin_ns: AtomicU64,
-    /// Adaptive: the thread's cumulative run delay (runnable, waiting for a CPU), in ns.
-    pub run_delay_ns: AtomicU64,
-    /// Adaptive: the share of the last 10 ms window's runnable time spent waiting for a CPU, in ‰.
-    pub cpu_wait_permille: AtomicU64,
-    /// Adaptive: times polling was suspended because the host was busy.
-    pub poll_suspensions: AtomicU64,
-    /// Adaptive: 1 while polling is suspended.
-    pub poll_suspended: AtomicU64,
-    /// Adaptive: the current suspension back-off, in ns (0: not backing off).
-    pub poll_backoff_ns: AtomicU64,
-    /// Adaptive: times the poll loop's yields were stopped because the host was busy.
-    pub poll_yield_stops: AtomicU64,
-    /// Adaptive: 1 while the poll loop does not yield its CPU.
-    pub poll_yields_off: AtomicU64,
-    /// Adaptive: conclusive payoff trials (a segment in the other mode, polling or sleeping,
-    /// bracketed by the current mode).
-    pub payoff_trials: AtomicU64,
-    /// Adaptive: payoff trials the other mode won.
-    pub payoff_wins: AtomicU64,
-    /// Adaptive: switches between polling and sleeping (two won trials in a row).
-    pub payoff_switches: AtomicU64,
-    /// Adaptive: the last payoff trial's other mode's request rate against the current one's, ‰.
-    pub payoff_ratio_permille: AtomicU64,
-    /// Adaptive: the current interval between payoff trials, in ns.
-    pub payoff_interval_ns: AtomicU64,
-    /// Adaptive: 1 while sleeping between events completes more requests than polling.
-    pub payoff_sleeping: AtomicU64,
-    /// 1 while the thread runs one step lighter because its policy polls (dynamic weights).
-    pub thread_light: AtomicU64,
-    /// Switches between light and base weight (dynamic weights).
-    pub weight_switches: AtomicU64,
-    /// Times the thread went to sleep in epoll (blocking).
-    pub sleeps: AtomicU64,
-    /// Handler wake-ups by fd (epoll events, not counting the command fd).
-    pub fd_events: AtomicU64,
-    /// Time spent polling, in ns.
-    pub poll_ns: AtomicU64,
-    /// Time spent running handlers, in ns.
-    pub work_ns: AtomicU64,
-    /// Time spent asleep in epoll, in ns.
-    pub sleep_ns: AtomicU64,
-    /// The thread's CPU time (CLOCK_THREAD_CPUTIME_ID), sampled before a sleep at most every
-    /// 5 ms, in ns.
-    pub cpu_ns: AtomicU64,
+osprey_metrics::metric_set! {
+    /// Counters of one iothread. Each field is declared once here: its doc comment is the help
+    /// text, its `#[metric]` attribute the kind and unit; the API's JSON, the Prometheus view and
+    /// docs/api/metrics.md derive from it (`osprey_metrics`).
+    #[derive(Debug, Default)]
+    pub struct IoThreadStats {
+        /// Returns from epoll_wait with at least one event.
+        #[metric(counter)]
+        pub wakeups: AtomicU64,
+        /// Handler turns run.
+        #[metric(counter)]
+        pub handler_runs: AtomicU64,
+        /// Control commands processed (attach, detach, poll parameters, shutdown).
+        #[metric(counter)]
+        pub commands: AtomicU64,
+        /// Handlers attached.
+        #[metric(gauge)]
+        pub handlers: AtomicU64,
+        /// File descriptors the thread watches for its handlers (the command fd not counted).
+        #[metric(gauge)]
+        pub watched_fds: AtomicU64,
+        /// Handlers without a cheap check: while non-zero, the thread does not poll.
+        #[metric(gauge)]
+        pub poll_disabled_handlers: AtomicU64,
+        /// The poll window of the last iteration.
+        #[metric(gauge, ns)]
+        pub poll_window_ns: AtomicU64,
+        /// Iterations whose polling found work.
+        #[metric(counter)]
+        pub poll_hits: AtomicU64,
+        /// Iterations that polled the whole window and found nothing.
+        #[metric(counter)]
+        pub poll_misses: AtomicU64,
+        /// Times the poll loop yielded its CPU (sched_yield) to let other runnable work in.
+        #[metric(counter)]
+        pub poll_yields: AtomicU64,
+        /// Adaptive, polling suspended: times the thread spun on in-flight completions before
+        /// sleeping.
+        #[metric(counter)]
+        pub completion_spins: AtomicU64,
+        /// Adaptive: completion spins that found work, a completion or a new request (the
+        /// thread did not sleep).
+        #[metric(counter)]
+        pub completion_spin_hits: AtomicU64,
+        /// Adaptive: time spent spinning on in-flight completions.
+        #[metric(counter, ns)]
+        pub completion_spin_ns: AtomicU64,
+        /// Adaptive: 1 while polling is suspended because the host is busy.
+        #[metric(gauge)]
+        pub poll_suspended: AtomicU64,
+        /// Adaptive: times polling was suspended because the host was busy.
+        #[metric(counter)]
+        pub poll_suspensions: AtomicU64,
+        /// Adaptive: how long the current suspension lasts (0: not backing off).
+        #[metric(gauge, ns)]
+        pub poll_backoff_ns: AtomicU64,
+        /// Adaptive: times the poll loop's yields were stopped because the host was busy.
+        #[metric(counter)]
+        pub poll_yield_stops: AtomicU64,
+        /// Adaptive: 1 while the poll loop does not yield its CPU.
+        #[metric(gauge)]
+        pub poll_yields_off: AtomicU64,
+        /// Adaptive: the share of the last 10 ms window's runnable time the thread spent
+        /// waiting for a CPU.
+        #[metric(gauge, permille)]
+        pub cpu_wait_permille: AtomicU64,
+        /// Adaptive: the thread's cumulative run delay (runnable, waiting for a CPU).
+        #[metric(counter, ns)]
+        pub run_delay_ns: AtomicU64,
+        /// Adaptive: conclusive payoff trials (a segment in the other mode, polling or
+        /// sleeping, bracketed by the current mode).
+        #[metric(counter)]
+        pub payoff_trials: AtomicU64,
+        /// Adaptive: payoff trials the other mode won.
+        #[metric(counter)]
+        pub payoff_wins: AtomicU64,
+        /// Adaptive: switches between polling and sleeping (two won trials in a row).
+        #[metric(counter)]
+        pub payoff_switches: AtomicU64,
+        /// Adaptive: the last payoff trial's request rate in the other mode against the
+        /// current mode's.
+        #[metric(gauge, permille, name = "payoff_rate")]
+        pub payoff_ratio_permille: AtomicU64,
+        /// Adaptive: the current interval between payoff trials.
+        #[metric(gauge, ns)]
+        pub payoff_interval_ns: AtomicU64,
+        /// Adaptive: 1 while sleeping between events completes more requests than polling.
+        #[metric(gauge)]
+        pub payoff_sleeping: AtomicU64,
+        /// 1 while the thread runs one nice step lighter because its policy polls (dynamic
+        /// weights).
+        #[metric(gauge)]
+        pub thread_light: AtomicU64,
+        /// Switches between the light and the base weight (dynamic weights).
+        #[metric(counter)]
+        pub weight_switches: AtomicU64,
+        /// Times the thread went to sleep in epoll_wait.
+        #[metric(counter)]
+        pub sleeps: AtomicU64,
+        /// Handler wake-ups by fd (epoll events, the command fd not counted).
+        #[metric(counter)]
+        pub fd_events: AtomicU64,
+        /// Time spent polling.
+        #[metric(counter, ns)]
+        pub poll_ns: AtomicU64,
+        /// Time spent running handlers.
+        #[metric(counter, ns)]
+        pub work_ns: AtomicU64,
+        /// Time spent asleep in epoll_wait.
+        #[metric(counter, ns)]
+        pub sleep_ns: AtomicU64,
+        /// The thread's CPU time (CLOCK_THREAD_CPUTIME_ID), sampled before a sleep at most
+        /// every 5 ms.
+        #[metric(counter, ns)]
+        pub cpu_ns: AtomicU64,
+    }
 }
 
 impl IoThreadStats {
@@ -101,45 +142,13 @@ impl IoThreadStats {
         gauge.store(v, Ordering::Relaxed);
     }
 
-    /// A snapshot of every counter, as (name, value) pairs in a fixed order.
+    /// A snapshot of every counter, as (name, value) pairs in declaration order.
     pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
-        let g = Self::get;
-        vec![
-            ("wakeups", g(&self.wakeups)),
-            ("handler_runs", g(&self.handler_runs)),
-            ("commands", g(&self.commands)),
-            ("handlers", g(&self.handlers)),
-            ("watched_fds", g(&self.watched_fds)),
-            ("poll_disabled_handlers", g(&self.poll_disabled_handlers)),
-            ("poll_window_ns", g(&self.poll_window_ns)),
-            ("poll_hits", g(&self.poll_hits)),
-            ("poll_misses", g(&self.poll_misses)),
-            ("poll_yields", g(&self.poll_yields)),
-            ("completion_spins", g(&self.completion_spins)),
-            ("completion_spin_hits", g(&self.completion_spin_hits)),
-            ("completion_spin_ns", g(&self.completion_spin_ns)),
-            ("poll_suspended", g(&self.poll_suspended)),
-            ("poll_suspensions", g(&self.poll_suspensions)),
-            ("poll_backoff_ns", g(&self.poll_backoff_ns)),
-            ("poll_yield_stops", g(&self.poll_yield_stops)),
-            ("poll_yields_off", g(&self.poll_yields_off)),
-            ("cpu_wait_permille", g(&self.cpu_wait_permille)),
-            ("run_delay_ns", g(&self.run_delay_ns)),
-            ("payoff_trials", g(&self.payoff_trials)),
-            ("payoff_wins", g(&self.payoff_wins)),
-            ("payoff_switches", g(&self.payoff_switches)),
-            ("payoff_ratio_permille", g(&self.payoff_ratio_permille)),
-            ("payoff_interval_ns", g(&self.payoff_interval_ns)),
-            ("payoff_sleeping", g(&self.payoff_sleeping)),
-            ("thread_light", g(&self.thread_light)),
-            ("weight_switches", g(&self.weight_switches)),
-            ("sleeps", g(&self.sleeps)),
-            ("fd_events", g(&self.fd_events)),
-            ("poll_ns", g(&self.poll_ns)),
-            ("work_ns", g(&self.work_ns)),
-            ("sleep_ns", g(&self.sleep_ns)),
-            ("cpu_ns", g(&self.cpu_ns)),
-        ]
+        use osprey_metrics::MetricSet;
+        self.read_all()
+            .into_iter()
+            .map(|(m, r)| (m.field, r.number().unwrap_or(0)))
+            .collect()
     }
 }
 

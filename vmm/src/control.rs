@@ -335,19 +335,20 @@ impl Controller<'_> {
 
     /// Everything countable, in the shape the API documents for `GET /metrics`.
     pub fn metrics(&self) -> Value {
+        let vm = crate::metrics::VmMetrics {
+            uptime_ms: self.started.elapsed().as_millis() as u64,
+            vcpus: u64::from(self.config.machine.vcpu_count),
+            running: !self.pause.is_paused(),
+        };
+        let threads = crate::cpu_usage::by_thread();
         json!({
-            "vm": {
-                "state": self.state(),
-                "uptime_ms": self.started.elapsed().as_millis() as u64,
-                "vcpus": self.config.machine.vcpu_count,
-            },
+            "vm": crate::metrics::vm_json(self.state(), &vm),
             "iothreads": self.devices.iothreads.iter().map(|(id, t)| iothread_json(id, t)).collect::<Vec<_>>(),
             "drives": self.devices.drives.iter().map(|d| d.stats_json()).collect::<Vec<_>>(),
             "rate_limit_groups": self.devices.rate_limit_groups.keys().map(|id| self.group_json(id)).collect::<Vec<_>>(),
-            "threads": crate::cpu_usage::by_thread()
-                .into_iter()
-                .map(|(name, cpu_ns)| json!({"name": name, "cpu_ns": cpu_ns}))
-                .collect::<Vec<_>>(),
+            "threads": crate::metrics::threads_json(threads.iter().map(|(name, u)| {
+                (name.as_str(), crate::metrics::ThreadCpu { cpu_ns: u.cpu_ns, kind: u.kind.as_str().into() })
+            })),
         })
     }
 }

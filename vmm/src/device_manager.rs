@@ -77,50 +77,11 @@ pub struct DriveHandle {
 }
 
 impl DriveHandle {
-    /// The drive's counters summed over its queues, as one JSON object (for the log and tests).
+    /// The drive's counters summed over its queues, as one JSON object (for the log and tests;
+    /// the fields come from the declarations, [`crate::metrics`]).
     pub fn stats_json(&self) -> serde_json::Value {
-        let snaps: Vec<_> = self.stats.iter().map(|q| q.snapshot()).collect();
-        let limiter = self.rate_limits.drive.stats();
-        let sum = |f: fn(&devices::block::stats::QueueStatsSnapshot) -> u64| -> u64 {
-            snaps.iter().map(f).sum()
-        };
-        let hist: Vec<u64> = (0..devices::block::stats::BATCH_BUCKETS.len() + 1)
-            .map(|i| snaps.iter().map(|s| s.batch_hist[i]).sum())
-            .collect();
-        let engine = self
-            .stats
-            .first()
-            .map(|q| q.engine.lock().unwrap_or_else(|p| p.into_inner()).clone())
-            .unwrap_or_default();
-        serde_json::json!({
-            "drive_id": self.id,
-            "engine": engine,
-            "requests": sum(|s| s.requests),
-            "queue_requests": snaps.iter().map(|s| s.requests).collect::<Vec<_>>(),
-            "read_bytes": sum(|s| s.read_bytes),
-            "write_bytes": sum(|s| s.write_bytes),
-            "flushes": sum(|s| s.flushes),
-            "io_errors": sum(|s| s.io_errors),
-            "unsupported": sum(|s| s.unsupported),
-            "malformed": sum(|s| s.malformed),
-            "kicks": sum(|s| s.kicks),
-            "notifications": sum(|s| s.notifications),
-            "submissions": sum(|s| s.submissions),
-            "batch_bounds": devices::block::stats::BATCH_BUCKETS,
-            "batch_hist": hist,
-            "inflight_max": snaps.iter().map(|s| s.inflight_max).max().unwrap_or(0),
-            "engine_full": sum(|s| s.engine_full),
-            "in_flight": sum(|s| s.in_flight),
-            "inline_requests": sum(|s| s.inline_requests),
-            "deferred_requests": sum(|s| s.deferred_requests),
-            "batched_writes": sum(|s| s.batched_writes),
-            "shallow_requests": sum(|s| s.shallow_requests),
-            "reset_pending": snaps.iter().any(|s| s.reset_pending),
-            "throttled_events": sum(|s| s.throttled_events),
-            "throttled_ns": sum(|s| s.throttled_ns),
-            "ops_tokens": limiter.ops_tokens,
-            "bandwidth_tokens": limiter.bandwidth_tokens,
-        })
+        let queues: Vec<&QueueStats> = self.stats.iter().map(|q| q.as_ref()).collect();
+        crate::metrics::drive_json(&self.id, &queues, &self.rate_limits.drive.stats())
     }
 }
 
@@ -344,18 +305,13 @@ pub fn build(
 /// An iothread's parameters and counters as one JSON object (for the log and tests).
 pub fn iothread_json(id: &str, t: &IoThread) -> serde_json::Value {
     let p = t.poll_params();
-    let mut stats = serde_json::Map::new();
-    for (k, v) in t.stats().snapshot() {
-        stats.insert(k.to_string(), v.into());
-    }
-    serde_json::json!({
-        "id": id,
-        "max_batch": t.max_batch(),
-        "poll_max_ns": p.max_ns,
-        "poll_grow": p.grow,
-        "poll_shrink": p.shrink,
-        "poll_policy": format!("{:?}", p.policy),
-        "poll_weight": p.weight,
-        "stats": stats,
-    })
+    let params = crate::metrics::IoThreadParams {
+        max_batch: t.max_batch() as u64,
+        poll_max_ns: p.max_ns,
+        poll_grow: p.grow,
+        poll_shrink: p.shrink,
+        poll_policy: format!("{:?}", p.policy),
+        poll_weight: u64::from(p.weight),
+    };
+    crate::metrics::iothread_json(id, &params, t.stats())
 }

@@ -20,6 +20,7 @@ pub mod host;
 pub mod interrupts;
 pub mod kernel_image;
 pub mod layout;
+pub mod metrics;
 pub mod mptable;
 pub mod msr;
 pub mod rate_limit;

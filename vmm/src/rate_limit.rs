@@ -166,16 +166,12 @@ pub fn group_json(
             refill_time: b.refill_time_ms,
         })
     };
-    serde_json::json!({
-        "id": id,
-        "bandwidth": bucket(c.bandwidth),
-        "ops": bucket(c.ops),
-        "drives": drives,
-        "throttled_events": s.throttled_events,
-        "throttled_ns": s.throttled_ns,
-        "ops_tokens": s.ops_tokens,
-        "bandwidth_tokens": s.bandwidth_tokens,
-    })
+    let mut out = crate::metrics::to_json(&s);
+    out.insert("id".into(), id.into());
+    out.insert("bandwidth".into(), serde_json::json!(bucket(c.bandwidth)));
+    out.insert("ops".into(), serde_json::json!(bucket(c.ops)));
+    out.insert("drives".into(), drives.into());
+    serde_json::Value::Object(out)
 }
 
 #[cfg(test)]

@@ -53,17 +53,23 @@ impl Buckets {
     }
 }
 
-/// What a limiter reports.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct LimiterStats {
-    /// Times a queue stopped taking requests because of this limiter.
-    pub throttled_events: u64,
-    /// Time queues spent stopped because of it (ns, summed over queues).
-    pub throttled_ns: u64,
-    /// Operations left in the ops bucket (burst included), if it has one.
-    pub ops_tokens: Option<u64>,
-    /// Bytes left in the bandwidth bucket (burst included), if it has one.
-    pub bandwidth_tokens: Option<u64>,
+osprey_metrics::metric_set! {
+    /// What a limiter reports (declared once: help, kind and unit for the API and Prometheus).
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+    pub struct LimiterStats {
+        /// Times a queue stopped taking requests because a bucket of this limiter was dry.
+        #[metric(counter)]
+        pub throttled_events: u64,
+        /// Time queues spent stopped by this limiter, summed over queues.
+        #[metric(counter, ns)]
+        pub throttled_ns: u64,
+        /// Operations left in the ops bucket, burst included (null: no ops bucket).
+        #[metric(gauge)]
+        pub ops_tokens: Option<u64>,
+        /// Bytes left in the bandwidth bucket, burst included (null: no bandwidth bucket).
+        #[metric(gauge, bytes)]
+        pub bandwidth_tokens: Option<u64>,
+    }
 }
 
 /// One set of limits, shared by every queue it governs (a drive's, or a group's).

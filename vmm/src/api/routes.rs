@@ -192,12 +192,15 @@ async fn metrics(State(s): State<ApiState>, request: Request) -> Response {
         Err(f) => return f.into_response(),
     };
     match call(&s.submit, ApiCommand::GetMetrics, s.reply_timeout).await {
-        Ok(value) if format == MetricsFormat::Prometheus => (
-            StatusCode::OK,
-            [(CONTENT_TYPE, prometheus::CONTENT_TYPE)],
-            prometheus::render(&value),
-        )
-            .into_response(),
+        Ok(value) if format == MetricsFormat::Prometheus => match prometheus::render(&value) {
+            Ok(text) => (
+                StatusCode::OK,
+                [(CONTENT_TYPE, prometheus::CONTENT_TYPE)],
+                text,
+            )
+                .into_response(),
+            Err(_) => Fault::internal("encoding the Prometheus text failed").into_response(),
+        },
         Ok(value) => respond(value),
         Err(f) => f.into_response(),
     }

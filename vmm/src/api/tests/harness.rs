@@ -204,13 +204,13 @@ pub fn drive() -> Value {
 
 pub fn metrics() -> Value {
     json!({
-        "vm": {"state": "Running", "uptime_ms": 1234, "vcpus": 2},
+        "vm": {"state": "Running", "uptime_ms": 1234, "vcpus": 2, "running": true},
         "iothreads": [{"id": "io0", "max_batch": 32, "poll_max_ns": 32768, "poll_grow": 0,
             "poll_shrink": 0, "poll_policy": "Classic", "poll_weight": 3,
             "stats": {"poll_hits": 1, "sleeps": 2}}],
         "drives": [{"drive_id": "disk0", "engine": "io_uring (4 queues)", "requests": 10,
             "batch_bounds": [1, 2, 4, 8, 16, 32, 64, 128, 256],
-            "batch_hist": [1, 0, 0, 0, 0, 0, 0, 0, 0, 2]}]
+            "batch_hist": [1, 0, 0, 0, 0, 0, 0, 0, 0, 2], "batch_sum": 601}]
     })
 }
 

@@ -167,3 +167,19 @@ fn every_fault_example_is_a_fault_and_schemas_exist() {
         }
     }
 }
+
+/// The Prometheus example of `GET /metrics` is what Osprey renders from the JSON example.
+#[test]
+fn the_prometheus_example_is_the_json_example_rendered() {
+    let spec = spec();
+    let content = &spec["paths"]["/metrics"]["get"]["responses"]["200"]["content"];
+    let json = &content["application/json"]["examples"]["metrics"]["value"];
+    let text = content["text/plain"]["examples"]["prometheus"]["value"]
+        .as_str()
+        .unwrap_or_default();
+    let rendered = crate::api::prometheus::render(json).expect("render");
+    assert!(
+        text == rendered,
+        "docs/api/openapi.json: the text/plain example should be:\n{rendered}"
+    );
+}

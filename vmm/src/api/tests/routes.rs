@@ -143,13 +143,14 @@ fn metrics_are_json_or_prometheus_text() {
             Some("text/plain; version=0.0.4; charset=utf-8")
         );
         for line in [
-            "# TYPE osprey_vm_uptime_ms gauge",
-            "osprey_vm_uptime_ms 1234",
+            "# TYPE osprey_vm_uptime_seconds gauge",
+            "osprey_vm_uptime_seconds 1.234",
             "osprey_vm_running 1",
             "osprey_iothread_poll_hits_total{iothread=\"io0\"} 1",
             "osprey_drive_requests_total{drive=\"disk0\"} 10",
             "osprey_drive_batch_size_bucket{drive=\"disk0\",le=\"256\"} 1",
             "osprey_drive_batch_size_bucket{drive=\"disk0\",le=\"+Inf\"} 3",
+            "osprey_drive_batch_size_sum{drive=\"disk0\"} 601.0",
             "osprey_drive_batch_size_count{drive=\"disk0\"} 3",
         ] {
             assert!(
