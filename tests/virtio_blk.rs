@@ -297,7 +297,8 @@ fn odd_sized_file_is_rounded_down_with_a_warning() {
     assert_eq!(r["capacity_bytes"], 1 << 20, "{r}");
     assert!(
         log.contains(
-            "rounded down to 1048576 bytes, the last 100 bytes are not visible to the guest"
+            "1048676 bytes is not a multiple of 512: the guest sees 1048576 bytes, the last 100 \
+             are not visible to it"
         ),
         "{log}"
     );

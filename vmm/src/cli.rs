@@ -81,7 +81,7 @@ pub struct Cli {
 
     /// Log level for Osprey's own messages on stderr: error, warn, info, debug, trace.
     /// RUST_LOG, when set, takes precedence.
-    #[arg(long, value_name = "LEVEL", default_value = "info")]
+    #[arg(long, value_name = "LEVEL", default_value = "info", value_parser = log_level)]
     pub log_level: log::LevelFilter,
 
     /// Seccomp filters on every thread: on (the default) or off (for debugging; a forbidden
@@ -106,29 +106,68 @@ pub struct Cli {
     pub gid: Option<u32>,
 }
 
-/// A whole number from `min` to `max`, or a message saying that range and what was given.
-fn whole_number(text: &str, min: u64, max: u64, unit: &str) -> Result<u64, String> {
-    let range = if max == u64::MAX {
-        format!("a whole number{unit}, at least {min}")
+/// Why a flag's value is refused; clap prints it after "invalid value 'X' for '--flag'".
+#[derive(Debug, thiserror::Error)]
+pub enum FlagError {
+    /// A number outside its range (`max` of `u64::MAX` means no upper bound).
+    #[error("must be a whole number{unit}{range}, got {given}", range = range_words(*min, *max))]
+    OutOfRange {
+        /// The smallest value taken.
+        min: u64,
+        /// The largest value taken.
+        max: u64,
+        /// ` of MiB`, or empty.
+        unit: &'static str,
+        /// What was given.
+        given: String,
+    },
+    /// Not a log level.
+    #[error("must be one of off, error, warn, info, debug, trace; got {0}")]
+    LogLevel(String),
+    /// An API path that does not start with `/`.
+    #[error("the path must start with '/', as in /{0}")]
+    RelativePath(String),
+    /// An API path with white space or control characters.
+    #[error("the path must not contain spaces or control characters")]
+    PathCharacters,
+}
+
+fn range_words(min: u64, max: u64) -> String {
+    if max == u64::MAX {
+        format!(", at least {min}")
     } else {
-        format!("a whole number{unit} from {min} to {max}")
-    };
-    match text.trim().parse::<u64>() {
-        Ok(n) if (min..=max).contains(&n) => Ok(n),
-        _ => Err(format!("must be {range}, got {text}")),
+        format!(" from {min} to {max}")
     }
 }
 
-fn cpus_in_range(text: &str) -> Result<u8, String> {
+/// A whole number from `min` to `max`, or an error saying that range and what was given.
+fn whole_number(text: &str, min: u64, max: u64, unit: &'static str) -> Result<u64, FlagError> {
+    match text.trim().parse::<u64>() {
+        Ok(n) if (min..=max).contains(&n) => Ok(n),
+        _ => Err(FlagError::OutOfRange {
+            min,
+            max,
+            unit,
+            given: text.to_string(),
+        }),
+    }
+}
+
+fn log_level(text: &str) -> Result<log::LevelFilter, FlagError> {
+    text.parse()
+        .map_err(|_| FlagError::LogLevel(text.to_string()))
+}
+
+fn cpus_in_range(text: &str) -> Result<u8, FlagError> {
     let max = u64::from(crate::config::MAX_VCPUS);
     whole_number(text, 1, max, "").map(|n| n as u8)
 }
 
-fn memory_in_range(text: &str) -> Result<u64, String> {
+fn memory_in_range(text: &str) -> Result<u64, FlagError> {
     whole_number(text, crate::config::MIN_MEM_MIB, u64::MAX, " of MiB")
 }
 
-fn id_in_range(text: &str) -> Result<u32, String> {
+fn id_in_range(text: &str) -> Result<u32, FlagError> {
     // u32::MAX is (uid_t)-1, which the kernel reads as "unchanged".
     whole_number(text, 0, u64::from(u32::MAX - 1), "").map(|n| n as u32)
 }
@@ -269,12 +308,12 @@ impl HttpMethod {
     }
 }
 
-fn parse_api_path(path: &str) -> Result<String, String> {
+fn parse_api_path(path: &str) -> Result<String, FlagError> {
     if !path.starts_with('/') {
-        return Err(format!("the path must start with '/', as in /{path}"));
+        return Err(FlagError::RelativePath(path.to_string()));
     }
     if path.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err("the path must not contain spaces or control characters".into());
+        return Err(FlagError::PathCharacters);
     }
     Ok(path.to_string())
 }

@@ -588,7 +588,8 @@ mod tests {
         assert!(ring.needs_notification());
         ring.add_used(0, 1).expect("add");
         let no_interrupt = virtio_ring::VRING_AVAIL_F_NO_INTERRUPT as u16;
-        m.write_obj(no_interrupt, GuestAddress(q.avail_ring())).expect("w");
+        m.write_obj(no_interrupt, GuestAddress(q.avail_ring()))
+            .expect("w");
         assert!(!ring.needs_notification());
     }
 

@@ -16,7 +16,11 @@ const IO_TIMEOUT: Duration = Duration::from_secs(30);
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     /// Nothing listens on the socket, or it does not exist.
-    #[error("Cannot connect to the API socket {}: {source}", path.display())]
+    #[error(
+        "Cannot connect to the API socket {}: {source} (is a VM running with --api-sock or \
+         api.socket at that path?)",
+        path.display()
+    )]
     Connect {
         /// The socket path.
         path: PathBuf,
