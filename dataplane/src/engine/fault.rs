@@ -210,8 +210,8 @@ impl IoEngine for FaultInjectingEngine {
         self.inner.poll_begin();
     }
 
-    fn inline_stats(&self) -> Option<super::auto::InlineStats> {
-        self.inner.inline_stats()
+    fn stats(&self) -> super::EngineStats {
+        self.inner.stats()
     }
 
     fn poll_end(&mut self) {

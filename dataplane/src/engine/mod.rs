@@ -362,6 +362,28 @@ pub enum SubmitError {
     Full,
 }
 
+/// Where an engine's reads and writes went, counted since the engine was built: inline on the
+/// submitting thread or handed to an asynchronous engine, and how. Engines that choose a path
+/// per request fill it in (`Auto`, and Sync standing in for it on a memory file system);
+/// wrappers pass their inner engine's through.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EngineStats {
+    /// Reads and writes completed inline on the submitting thread.
+    pub inline: u64,
+    /// Reads and writes handed to an asynchronous engine.
+    pub deferred: u64,
+    /// Inline attempts that returned EAGAIN, transferred less than asked, or were slow (a slow
+    /// attempt that completed counts in `inline` too).
+    pub failed: u64,
+    /// Inline attempts made (each `preadv2`/`pwritev2` call).
+    pub attempts: u64,
+    /// Buffered writes run by one `io_submit` per turn (counted in `deferred` too).
+    pub batched_writes: u64,
+    /// O_DIRECT: reads and writes handed to the Linux AIO engine beside the ring because their
+    /// turn and the requests in flight were few (counted in `deferred` too).
+    pub shallow: u64,
+}
+
 /// An I/O engine on one backing file, owned by one dataplane thread.
 pub trait IoEngine: Send {
     /// Queues a request; it reaches the kernel at the next `commit`.
@@ -394,9 +416,10 @@ pub trait IoEngine: Send {
     }
     /// Which engine this is.
     fn kind(&self) -> EngineKind;
-    /// What the inline path did, for engines that have one (`Auto`).
-    fn inline_stats(&self) -> Option<auto::InlineStats> {
-        None
+    /// Where the engine's reads and writes went so far ([`EngineStats`]); all zero for an
+    /// engine that sends every request the same way.
+    fn stats(&self) -> EngineStats {
+        EngineStats::default()
     }
     /// What is in force (flags, registered files, fallbacks), for logs and statistics.
     fn describe(&self) -> String {

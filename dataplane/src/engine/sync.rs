@@ -104,12 +104,16 @@ impl IoEngine for SyncEngine {
         EngineKind::Sync
     }
 
-    fn inline_stats(&self) -> Option<super::auto::InlineStats> {
-        self.for_auto.then_some(super::auto::InlineStats {
-            attempts: self.reads_writes,
-            inline: self.reads_writes,
-            ..Default::default()
-        })
+    fn stats(&self) -> super::EngineStats {
+        if self.for_auto {
+            super::EngineStats {
+                attempts: self.reads_writes,
+                inline: self.reads_writes,
+                ..Default::default()
+            }
+        } else {
+            super::EngineStats::default()
+        }
     }
 
     fn describe(&self) -> String {
@@ -358,7 +362,7 @@ mod tests {
         let mut out = Vec::new();
         assert_eq!(e.reap(&mut out), 3);
         assert!(out.iter().all(|c| c.result >= 0), "{out:?}");
-        let s = e.inline_stats().expect("inline stats");
+        let s = e.stats();
         assert_eq!((s.inline, s.attempts, s.deferred), (2, 2, 0));
         // tmpfs takes O_DIRECT since Linux 6.6, but its I/O is still a memory copy: Sync too.
         let direct = crate::engine::EngineOptions {

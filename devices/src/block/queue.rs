@@ -497,20 +497,19 @@ impl Handler for BlockQueueHandler {
         self.stats.record_inflight(self.engine.in_flight() as u64);
         self.complete();
         self.signal();
-        if let Some(s) = self.engine.inline_stats() {
-            self.stats
-                .inline_requests
-                .store(s.inline, Ordering::Relaxed);
-            self.stats
-                .deferred_requests
-                .store(s.deferred, Ordering::Relaxed);
-            self.stats
-                .batched_writes
-                .store(s.batched_writes, Ordering::Relaxed);
-            self.stats
-                .shallow_requests
-                .store(s.shallow, Ordering::Relaxed);
-        }
+        let s = self.engine.stats();
+        self.stats
+            .inline_requests
+            .store(s.inline, Ordering::Relaxed);
+        self.stats
+            .deferred_requests
+            .store(s.deferred, Ordering::Relaxed);
+        self.stats
+            .batched_writes
+            .store(s.batched_writes, Ordering::Relaxed);
+        self.stats
+            .shallow_requests
+            .store(s.shallow, Ordering::Relaxed);
         match stop {
             Stop::Budget => !self.broken,
             // Engines that complete inside `commit` have room again; the others wake us through

@@ -32,7 +32,7 @@ mod tuning;
 use std::fs::File;
 use std::os::unix::io::RawFd;
 
-use super::{Completion, EngineKind, IoEngine, IoOp, IoRequest, SubmitError};
+use super::{Completion, EngineKind, EngineStats, IoEngine, IoOp, IoRequest, SubmitError};
 use buffered::WriteBatches;
 use direct::{Direct, Handoff, Shallow};
 use file_kind::is_direct;
@@ -41,26 +41,6 @@ use gate::{Call, InlineGate};
 use inline::NowaitFlags;
 use sampler::CallSampler;
 pub use tuning::AutoTuning;
-
-/// Counters of the inline path.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct InlineStats {
-    /// Reads and writes completed inline.
-    pub inline: u64,
-    /// Reads and writes handed to the wrapped engine.
-    pub deferred: u64,
-    /// Inline attempts that returned EAGAIN, transferred less than asked, or were slow (a slow
-    /// attempt that completed counts in `inline` too).
-    pub failed: u64,
-    /// Inline attempts made (each `preadv2`/`pwritev2` call).
-    pub attempts: u64,
-    /// Buffered writes run by one `io_submit` per turn (counted in `deferred` too).
-    pub batched_writes: u64,
-    /// O_DIRECT: reads and writes handed to the Linux AIO engine beside the ring, because their
-    /// turn and the requests in flight were fewer than the batch size (counted in `deferred`
-    /// too).
-    pub shallow: u64,
-}
 
 /// How the engine serves its file, chosen once from how the file was opened and which engine
 /// it wraps.
@@ -152,7 +132,8 @@ pub struct AutoEngine {
     inner_quiet: bool,
     /// The wrapped engine's depth (the write batches' and the shallow engine's too).
     depth: u32,
-    stats: InlineStats,
+    /// Where reads and writes went.
+    stats: EngineStats,
     /// `stats.inline + stats.deferred` at the last `commit`.
     committed: u64,
 }
@@ -202,7 +183,7 @@ impl AutoEngine {
             inner,
             done: Vec::new(),
             flushes: Vec::new(),
-            stats: InlineStats::default(),
+            stats: EngineStats::default(),
             committed: 0,
         }
     }
@@ -231,11 +212,6 @@ impl AutoEngine {
     pub fn with_tuning(mut self, tuning: AutoTuning) -> Self {
         self.tuning = tuning;
         self
-    }
-
-    /// What the inline path did so far.
-    pub fn inline_stats(&self) -> InlineStats {
-        self.stats
     }
 
     /// Whether `op`, a read or write submitted as request `self.turn` of its turn, is known
@@ -479,8 +455,8 @@ impl IoEngine for AutoEngine {
         }
     }
 
-    fn inline_stats(&self) -> Option<InlineStats> {
-        Some(self.stats)
+    fn stats(&self) -> EngineStats {
+        self.stats
     }
 }
 

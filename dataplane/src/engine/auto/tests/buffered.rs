@@ -23,7 +23,7 @@ fn page_cache_hits_complete_inline_and_misses_go_async() {
         e.submit(read(&buf, t * 4096, t)).expect("room");
     }
     assert_eq!(complete(&mut e, 8).len(), 8);
-    let st = e.inline_stats();
+    let st = e.stats();
     assert_eq!(
         (st.inline, st.deferred),
         (8, 0),
@@ -39,7 +39,7 @@ fn page_cache_hits_complete_inline_and_misses_go_async() {
             result: 4096
         }]
     );
-    assert_eq!(e.inline_stats().deferred, 1);
+    assert_eq!(e.stats().deferred, 1);
 }
 
 #[test]
@@ -59,11 +59,11 @@ fn on_a_page_cache_file_a_batch_goes_to_the_ring_and_a_lone_request_inline() {
         }
         assert_eq!(complete(&mut e, ring_batch()).len(), ring_batch());
     }
-    let st = e.inline_stats();
+    let st = e.stats();
     assert_eq!((st.inline, st.deferred), (1, 2 * batch - 1), "{st:?}");
     e.submit(read(&buf, 0, 99)).expect("room");
     assert_eq!(complete(&mut e, 1).len(), 1);
-    let st = e.inline_stats();
+    let st = e.stats();
     assert_eq!(
         (st.attempts, st.inline),
         (2, 2),
@@ -83,7 +83,7 @@ fn on_a_page_cache_file_a_batch_goes_to_the_ring_and_a_lone_request_inline() {
     }
     let c = complete(&mut e, ring_batch());
     assert!(c.iter().all(|c| c.result == 4096), "{c:?}");
-    let after = e.inline_stats();
+    let after = e.stats();
     let inline_writes = after.inline - st.inline;
     if e.nowait.flags[1] == 0 {
         assert_eq!(inline_writes, batch, "refused flag: all inline: {after:?}");
@@ -123,7 +123,7 @@ fn on_a_page_cache_file_a_batch_goes_to_the_ring_and_a_lone_request_inline() {
     assert_eq!(e.done.len(), ring_batch(), "completed inside io_submit");
     let c = complete(&mut e, ring_batch());
     assert!(c.iter().all(|c| c.result == 4096), "{c:?}");
-    let batched = e.inline_stats();
+    let batched = e.stats();
     assert_eq!(
         (batched.batched_writes, batched.inline),
         (batch, after.inline),
@@ -158,7 +158,7 @@ fn a_lone_page_cache_miss_waits_for_the_device_on_the_thread() {
     crate::iothread::turn::set_ready_handlers(2);
     e.submit(read(&buf, 0, 1)).expect("room");
     assert_eq!(complete(&mut e, 1)[0].result, 4096);
-    let st = e.inline_stats();
+    let st = e.stats();
     crate::iothread::turn::set_ready_handlers(0);
     if st.inline == 1 {
         eprintln!("the fadvise left the page cached: nothing to check");
@@ -169,7 +169,7 @@ fn a_lone_page_cache_miss_waits_for_the_device_on_the_thread() {
     // that sent it there is not a failed attempt.
     e.submit(read(&buf, 64 * 4096, 2)).expect("room");
     assert_eq!(complete(&mut e, 1)[0].result, 4096);
-    let after = e.inline_stats();
+    let after = e.stats();
     assert_eq!(
         (after.inline, after.deferred, after.failed),
         (1, 1, st.failed),

@@ -34,7 +34,7 @@ fn small_direct_turns_go_to_linux_aio_beside_the_ring_and_batches_to_the_ring() 
     // A turn of one: to Linux AIO.
     e.submit(one(0)).expect("room");
     e.commit();
-    assert_eq!(e.shallow_in_flight(), 1, "{:?}", e.inline_stats());
+    assert_eq!(e.shallow_in_flight(), 1, "{:?}", e.stats());
     // A flush after it waits for it, though the flush goes to the ring.
     e.submit(IoRequest {
         op: IoOp::Flush,
@@ -57,7 +57,7 @@ fn small_direct_turns_go_to_linux_aio_beside_the_ring_and_batches_to_the_ring() 
     e.commit();
     assert_eq!(e.shallow_in_flight(), 0);
     assert_eq!(complete(&mut e, ring_batch()).len(), ring_batch());
-    let st = e.inline_stats();
+    let st = e.stats();
     assert_eq!(
         (st.inline, st.deferred, st.shallow),
         (0, 1 + ring_batch() as u64, 1),
@@ -78,7 +78,7 @@ fn an_o_direct_request_goes_inline_only_when_alone_on_the_thread() {
     crate::iothread::turn::set_ready_handlers(2);
     e.submit(read(&buf, 0, 1)).expect("room");
     assert_eq!(complete(&mut e, 1).len(), 1);
-    let st = e.inline_stats();
+    let st = e.stats();
     assert_eq!((st.inline, st.failed, st.deferred), (0, 0, 1), "{st:?}");
     // The only queue with work, but the thread serves another one, which may get work
     // while the call waits: not inline either.
@@ -86,13 +86,13 @@ fn an_o_direct_request_goes_inline_only_when_alone_on_the_thread() {
     crate::iothread::turn::set_handlers(2);
     e.submit(read(&buf, 8192, 3)).expect("room");
     assert_eq!(complete(&mut e, 1).len(), 1);
-    let st = e.inline_stats();
+    let st = e.stats();
     assert_eq!((st.attempts, st.deferred), (0, 2), "{st:?}");
     // Alone: tried inline.
     crate::iothread::turn::set_handlers(1);
     e.submit(read(&buf, 4096, 2)).expect("room");
     assert_eq!(complete(&mut e, 1).len(), 1);
-    let st = e.inline_stats();
+    let st = e.stats();
     assert_eq!(st.attempts, 1, "{st:?}");
     crate::iothread::turn::set_ready_handlers(0);
     crate::iothread::turn::set_handlers(0);
@@ -110,7 +110,7 @@ fn a_device_completing_on_the_callers_cpu_gets_every_request_inline() {
         e.submit(read(&buf, t * 4096, t)).expect("room");
     }
     assert_eq!(complete(&mut e, 8).len(), 8);
-    let st = e.inline_stats();
+    let st = e.stats();
     assert_eq!(st.attempts, 1, "one probe: {st:?}");
     // A device measured to keep the caller on its CPU (zram): every request inline.
     e.direct_mut().sampler.on_cpu_permille = Some(950);
@@ -123,7 +123,7 @@ fn a_device_completing_on_the_callers_cpu_gets_every_request_inline() {
         "the turn's requests, all inline, count as started"
     );
     assert_eq!(complete(&mut e, 8).len(), 8);
-    let after = e.inline_stats();
+    let after = e.stats();
     assert_eq!(after.attempts - st.attempts, 8, "{after:?}");
     crate::iothread::turn::set_ready_handlers(0);
 }
@@ -148,7 +148,7 @@ fn probes_of_a_sleeping_device_at_depth_grow_rarer() {
             }
             assert_eq!(complete(e, 2).len(), 2);
         }
-        e.inline_stats().attempts
+        e.stats().attempts
     };
     assert_eq!(turns(&mut e, MIN_PROBE_GAP_TURNS - 1), 0, "no probe yet");
     assert_eq!(turns(&mut e, 1), 1, "the first probe");
@@ -226,12 +226,12 @@ fn a_store_where_inline_fails_stops_trying_then_probes_again() {
     );
     // Each failed probe doubles the wait: 256, 512, ..., then 4,096 for good.
     for wait in [256u32, 512, 1024, 2048, 4096, 4096] {
-        let before = e.inline_stats();
+        let before = e.stats();
         for t in 1..=u64::from(wait) - 1 {
             e.submit(read(&buf, (t % 64) * 4096, t)).expect("room");
             assert_eq!(complete(&mut e, 1).len(), 1);
         }
-        let after = e.inline_stats();
+        let after = e.stats();
         assert_eq!(after.attempts, before.attempts, "no attempts while off");
         e.submit(read(&buf, 0, 1 << 20)).expect("room");
         assert_eq!(complete(&mut e, 1).len(), 1);

@@ -146,7 +146,7 @@ fn an_idle_wrapped_engine_is_reaped_once_then_left_alone() {
         e.submit(read(&buf, t * 4096, t)).expect("room");
         assert_eq!(complete(&mut e, 1).len(), 1);
     }
-    assert_eq!(e.inline_stats().inline, 8);
+    assert_eq!(e.stats().inline, 8);
     assert_eq!(
         count(),
         1,
@@ -230,7 +230,7 @@ fn at_depth_a_turn_goes_to_the_ring_as_it_is_submitted() {
         );
         let c = complete(&mut e, TURN);
         assert!(c.iter().all(|c| c.result == 4096), "{c:?}");
-        let st = e.inline_stats();
+        let st = e.stats();
         assert_eq!((st.inline, st.deferred), (0, TURN as u64), "{st:?}");
         crate::iothread::turn::set_ready_handlers(0);
     }
@@ -258,7 +258,7 @@ fn at_depth_a_turn_goes_to_the_ring_as_it_is_submitted() {
     );
     let c = complete(&mut e, TURN);
     assert!(c.iter().all(|c| c.result == 4096), "{c:?}");
-    let st = e.inline_stats();
+    let st = e.stats();
     assert_eq!(
         (st.inline, st.deferred),
         (1, TURN as u64),
