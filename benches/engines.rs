@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use dataplane::engine::{
     self, Completion, EngineKind, EngineOptions, IoEngine, IoOp, IoRequest, IoUringFlags, IoVec,
+    ThreadTurn,
 };
 
 /// Requests per submit/commit/reap round.
@@ -107,12 +108,12 @@ fn round(
             .submit(request)
             .expect("the engine has room for a whole batch");
     }
-    engine.commit();
+    engine.commit(&ThreadTurn::default());
     out.clear();
     let mut spins = 0u32;
     let mut deadline = None;
     while out.len() < bufs.len() {
-        if engine.reap(out) > 0 {
+        if engine.reap(out, &ThreadTurn::default()) > 0 {
             continue;
         }
         // Wait as a polling iothread does: spin on the engine's cheap check (no syscall).

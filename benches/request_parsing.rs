@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use dataplane::iothread::MAX_MAX_BATCH;
-use dataplane::Handler;
+use dataplane::{Handler, ThreadTurn};
 use devices::block::request::parse;
 use devices::block::request_type;
 use devices::block::stats::QueueStats;
@@ -93,9 +93,13 @@ fn handler_turn(c: &mut Criterion) {
         let stats = Arc::new(QueueStats::default());
         let mut handler = null_handler(&ring, &mem, kick, irq.clone(), stats.clone());
         handler.attach().expect("the Null engine");
+        let turn = ThreadTurn::default();
 
         ring.publish(&chains.heads);
-        assert!(!handler.run(MAX_MAX_BATCH), "one turn empties the ring");
+        assert!(
+            !handler.run(MAX_MAX_BATCH, &turn),
+            "one turn empties the ring"
+        );
         let mut used = 0;
         while let Some((head, len)) = ring.pop_used() {
             assert!(chains.heads.contains(&head) && len == chains.used_len());
@@ -106,7 +110,7 @@ fn handler_turn(c: &mut Criterion) {
         group.bench_function(BenchmarkId::new("handler_turn", n), |b| {
             b.iter(|| {
                 ring.publish(&chains.heads);
-                black_box(handler.run(MAX_MAX_BATCH))
+                black_box(handler.run(MAX_MAX_BATCH, &turn))
             })
         });
 

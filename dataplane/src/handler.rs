@@ -5,6 +5,7 @@ use std::any::Any;
 use std::os::unix::io::RawFd;
 
 use crate::engine::EngineError;
+use crate::iothread::ThreadTurn;
 
 /// Why a handler could not join an iothread: its engine (unavailable on this host, or its
 /// set-up failed: [`EngineError`] says which), or the thread could not watch one of its fds.
@@ -60,8 +61,9 @@ pub trait Handler: Send {
     /// Takes one turn without sleeping: completes what is done and hands at most `max_batch`
     /// new requests to the kernel in one submission. Returns true when work remains that no fd
     /// will signal (the budget ran out), so the thread gives it another turn after the other
-    /// handlers had theirs.
-    fn run(&mut self, max_batch: usize) -> bool;
+    /// handlers had theirs. `turn` is the thread's round, for the handler's engine
+    /// (`IoEngine::commit`, `IoEngine::reap`).
+    fn run(&mut self, max_batch: usize, turn: &ThreadTurn) -> bool;
     /// Whether the handler has a cheap check ([`Handler::poll`]). One handler without it
     /// disables polling on its thread (the thread's statistics say so).
     fn can_poll(&self) -> bool {
@@ -127,8 +129,9 @@ pub trait Handler: Send {
     /// Prepares to leave the thread, without blocking: take no new work, hand what is queued to
     /// the kernel and complete what finished. Returns the requests still in flight; the thread
     /// keeps running the handler (on its completion fd) and hands it back only once this
-    /// returns 0, because in-flight I/O may still write the owner's memory.
-    fn drain(&mut self) -> usize;
+    /// returns 0, because in-flight I/O may still write the owner's memory. `turn` as for
+    /// [`Handler::run`].
+    fn drain(&mut self, turn: &ThreadTurn) -> usize;
     /// Gives the handler back to its owner as its concrete type.
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send>;
 }

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use dataplane::engine::{EngineKind, EngineOptions, IoUringFlags};
-use dataplane::Handler;
+use dataplane::{Handler, ThreadTurn};
 use devices::block::queue::BlockQueueHandler;
 use devices::block::request::DiskLimits;
 use devices::block::stats::QueueStats;
@@ -151,7 +151,7 @@ fn allocations_per_request(kind: EngineKind, rounds: u64) -> f64 {
             if used_idx() == want {
                 return;
             }
-            h.run(32);
+            h.run(32, &ThreadTurn::default());
             assert!(!BROKE.load(Ordering::SeqCst), "{kind}: the queue broke");
         }
         panic!(

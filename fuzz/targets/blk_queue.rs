@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use super::common::*;
 use dataplane::engine::{EngineKind, EngineOptions, IoUringFlags};
-use dataplane::Handler;
+use dataplane::{Handler, ThreadTurn};
 use devices::block::queue::BlockQueueHandler;
 use devices::block::stats::QueueStats;
 use devices::virtio::{ActivatedQueue, VirtioInterrupt};
@@ -158,7 +158,7 @@ pub fn run(data: &[u8]) {
         // Null completes inside commit: each turn makes progress, so the loop must end.
         let bound = 2 * usize::from(size) + 8;
         let mut turns = 0;
-        while h.run(32) {
+        while h.run(32, &ThreadTurn::default()) {
             turns += 1;
             assert!(
                 turns < bound,
@@ -168,7 +168,7 @@ pub fn run(data: &[u8]) {
         if poll {
             let _ = h.poll_end();
             let mut turns = 0;
-            while h.run(32) {
+            while h.run(32, &ThreadTurn::default()) {
                 turns += 1;
                 assert!(turns < bound, "run(32) after poll_end never finishes");
             }
@@ -202,7 +202,7 @@ pub fn run(data: &[u8]) {
             );
         }
     }
-    h.drain();
+    h.drain(&ThreadTurn::default());
     let _ = h.into_queue();
 }
 

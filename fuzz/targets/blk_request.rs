@@ -11,7 +11,7 @@
 
 use super::common::*;
 use dataplane::engine::null::NullEngine;
-use dataplane::engine::{IoEngine, IoOp, IoRequest};
+use dataplane::engine::{IoEngine, IoOp, IoRequest, ThreadTurn};
 use devices::block::request::{parse, DiskLimits, Malformed, RequestOp};
 use devices::block::{status, ID_BYTES, SECTOR_SIZE};
 use devices::virtio::host_ring::{HostMemory, HostRing};
@@ -72,9 +72,9 @@ pub fn run(data: &[u8]) {
                             token: u64::from(head),
                         })
                         .expect("engine room");
-                    assert_eq!(engine.commit(), 1);
+                    assert_eq!(engine.commit(&ThreadTurn::default()), 1);
                     done.clear();
-                    assert_eq!(engine.reap(&mut done), 1);
+                    assert_eq!(engine.reap(&mut done, &ThreadTurn::default()), 1);
                     let used = if is_read {
                         (len as u32).saturating_add(1)
                     } else {

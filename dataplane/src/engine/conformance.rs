@@ -10,7 +10,7 @@ use std::os::unix::io::RawFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use super::{Completion, IoEngine, IoOp, IoRequest, IoVec, SubmitError};
+use super::{Completion, IoEngine, IoOp, IoRequest, IoVec, SubmitError, ThreadTurn};
 
 /// Builds an engine under test on `file` with room for `depth` requests.
 pub(crate) type Factory<'a> = &'a dyn Fn(File, u32, bool) -> Box<dyn IoEngine>;
@@ -117,13 +117,19 @@ impl Drop for EdgeWatch {
     }
 }
 
-/// Commits and reaps until `n` completions arrived (waiting on the completion fd if any).
+/// Commits and reaps until `n` completions arrived (waiting on the completion fd if any), as
+/// an engine alone on its thread.
 pub(crate) fn complete(e: &mut dyn IoEngine, n: usize) -> Vec<Completion> {
+    complete_in(e, n, &ThreadTurn::default())
+}
+
+/// [`complete`] in the thread's round `turn`.
+pub(crate) fn complete_in(e: &mut dyn IoEngine, n: usize, turn: &ThreadTurn) -> Vec<Completion> {
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut out = Vec::new();
-    e.commit();
+    e.commit(turn);
     while out.len() < n {
-        e.reap(&mut out);
+        e.reap(&mut out, turn);
         if out.len() >= n {
             break;
         }
@@ -134,7 +140,7 @@ pub(crate) fn complete(e: &mut dyn IoEngine, n: usize) -> Vec<Completion> {
         );
         let fds = e.completion_fds();
         if fds.is_empty() {
-            e.commit();
+            e.commit(turn);
         } else {
             let mut polled: Vec<libc::pollfd> = fds
                 .iter()
@@ -259,7 +265,7 @@ fn round_trip(make: Factory<'_>, dir: &Path, direct: bool, backed: bool, ctx: &s
     // overtake the signal. Let any such late signal land; the next reap must find nothing.
     std::thread::sleep(Duration::from_millis(50));
     let mut late = Vec::new();
-    e.reap(&mut late);
+    e.reap(&mut late, &ThreadTurn::default());
     assert!(late.is_empty(), "{ctx}: completions reaped twice: {late:?}");
     // The completion fds are never read on the reaping path (the iothread watches them
     // edge-triggered): a completion must still wake a sleeper, whatever their counts.
@@ -272,9 +278,9 @@ fn round_trip(make: Factory<'_>, dir: &Path, direct: bool, backed: bool, ctx: &s
         };
         e.submit(IoRequest { op: r, token: 13 })
             .expect("submit read");
-        e.commit();
+        e.commit(&ThreadTurn::default());
         let mut got = Vec::new();
-        e.reap(&mut got);
+        e.reap(&mut got, &ThreadTurn::default());
         if got.is_empty() {
             assert!(
                 watch.fired(5000),

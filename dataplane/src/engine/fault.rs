@@ -8,7 +8,7 @@
 
 use std::os::unix::io::RawFd;
 
-use super::{Completion, EngineKind, IoEngine, IoOp, IoRequest, SubmitError};
+use super::{Completion, EngineKind, IoEngine, IoOp, IoRequest, SubmitError, ThreadTurn};
 
 /// Operation classes a fault can apply to (a bit set).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -162,7 +162,7 @@ impl IoEngine for FaultInjectingEngine {
         Ok(())
     }
 
-    fn commit(&mut self) -> usize {
+    fn commit(&mut self, turn: &ThreadTurn) -> usize {
         if !self.refused.is_empty() {
             if self.budget_left() {
                 self.injected += 1;
@@ -175,13 +175,13 @@ impl IoEngine for FaultInjectingEngine {
                 }
             }
         }
-        self.inner.commit()
+        self.inner.commit(turn)
     }
 
-    fn reap(&mut self, out: &mut Vec<Completion>) -> usize {
+    fn reap(&mut self, out: &mut Vec<Completion>, turn: &ThreadTurn) -> usize {
         let n = self.failed.len();
         out.append(&mut self.failed);
-        n + self.inner.reap(out)
+        n + self.inner.reap(out, turn)
     }
 
     fn completion_fds(&self) -> Vec<RawFd> {
@@ -271,9 +271,9 @@ mod tests {
     }
 
     fn results(e: &mut FaultInjectingEngine) -> Vec<(u64, i64)> {
-        e.commit();
+        e.commit(&ThreadTurn::default());
         let mut out = Vec::new();
-        e.reap(&mut out);
+        e.reap(&mut out, &ThreadTurn::default());
         let mut r: Vec<_> = out.iter().map(|c| (c.token, c.result)).collect();
         r.sort_unstable();
         r

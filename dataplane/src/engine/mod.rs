@@ -20,6 +20,8 @@
 use std::fs::File;
 use std::os::unix::io::RawFd;
 
+pub use crate::iothread::ThreadTurn;
+
 pub mod auto;
 #[cfg(test)]
 pub(crate) mod conformance;
@@ -389,10 +391,12 @@ pub trait IoEngine: Send {
     /// Queues a request; it reaches the kernel at the next `commit`.
     fn submit(&mut self, request: IoRequest) -> Result<(), SubmitError>;
     /// Hands queued requests to the kernel (one submission call for asynchronous engines);
-    /// returns how many were submitted.
-    fn commit(&mut self) -> usize;
-    /// Moves finished requests to `out` without blocking; returns how many.
-    fn reap(&mut self, out: &mut Vec<Completion>) -> usize;
+    /// returns how many were submitted. `turn` is the iothread's round, for engines that decide
+    /// by what else the thread is doing (`Auto`).
+    fn commit(&mut self, turn: &ThreadTurn) -> usize;
+    /// Moves finished requests to `out` without blocking; returns how many. `turn` as for
+    /// [`IoEngine::commit`].
+    fn reap(&mut self, out: &mut Vec<Completion>, turn: &ThreadTurn) -> usize;
     /// The fds that become readable when completions arrive, for engines that complete later
     /// (none for engines that complete in `commit`; two for an `Auto` engine that hands
     /// requests to two asynchronous engines). A sleeping caller waits on all of them.

@@ -3,7 +3,7 @@
 
 use std::os::unix::io::RawFd;
 
-use super::{Completion, EngineKind, IoEngine, IoOp, IoRequest, SubmitError};
+use super::{Completion, EngineKind, IoEngine, IoOp, IoRequest, SubmitError, ThreadTurn};
 
 /// An engine with no backing store.
 #[derive(Debug)]
@@ -37,7 +37,7 @@ impl IoEngine for NullEngine {
         Ok(())
     }
 
-    fn commit(&mut self) -> usize {
+    fn commit(&mut self, _turn: &ThreadTurn) -> usize {
         let n = self.pending.len();
         for req in self.pending.drain(..) {
             let result = match &req.op {
@@ -62,7 +62,7 @@ impl IoEngine for NullEngine {
         n
     }
 
-    fn reap(&mut self, out: &mut Vec<Completion>) -> usize {
+    fn reap(&mut self, out: &mut Vec<Completion>, _turn: &ThreadTurn) -> usize {
         let n = self.done.len();
         out.append(&mut self.done);
         n

@@ -6,7 +6,9 @@ use std::collections::VecDeque;
 use std::fs::File;
 use std::os::unix::io::{AsRawFd, RawFd};
 
-use super::{run_blocking, Completion, EngineKind, IoEngine, IoOp, IoRequest, SubmitError};
+use super::{
+    run_blocking, Completion, EngineKind, IoEngine, IoOp, IoRequest, SubmitError, ThreadTurn,
+};
 
 /// Requests a `SyncEngine` queues before it reports itself full.
 pub const SYNC_QUEUE_DEPTH: usize = 256;
@@ -62,7 +64,7 @@ impl IoEngine for SyncEngine {
         Ok(())
     }
 
-    fn commit(&mut self) -> usize {
+    fn commit(&mut self, _turn: &ThreadTurn) -> usize {
         let n = self.queued.len();
         while let Some(req) = self.queued.pop_front() {
             let result = run_blocking(self.fd(), &req.op);
@@ -77,7 +79,7 @@ impl IoEngine for SyncEngine {
         n
     }
 
-    fn reap(&mut self, out: &mut Vec<Completion>) -> usize {
+    fn reap(&mut self, out: &mut Vec<Completion>, _turn: &ThreadTurn) -> usize {
         let n = self.done.len();
         out.append(&mut self.done);
         n
@@ -166,7 +168,7 @@ mod tests {
         })
         .expect("submit");
         assert!(!e.has_completions());
-        assert_eq!(e.commit(), 2);
+        assert_eq!(e.commit(&ThreadTurn::default()), 2);
         assert!(e.has_completions());
         e.submit(IoRequest {
             op: IoOp::Read {
@@ -176,9 +178,9 @@ mod tests {
             token: 3,
         })
         .expect("submit");
-        e.commit();
+        e.commit(&ThreadTurn::default());
         let mut out = Vec::new();
-        assert_eq!(e.reap(&mut out), 3);
+        assert_eq!(e.reap(&mut out, &ThreadTurn::default()), 3);
         assert_eq!(
             out,
             vec![
@@ -229,10 +231,10 @@ mod tests {
             }),
             Err(SubmitError::Full)
         );
-        e.commit();
+        e.commit(&ThreadTurn::default());
         assert_eq!(e.capacity(), 0, "unreaped completions hold capacity");
         let mut out = Vec::new();
-        e.reap(&mut out);
+        e.reap(&mut out, &ThreadTurn::default());
         assert_eq!(
             out,
             vec![Completion {
@@ -260,9 +262,9 @@ mod tests {
             token: 1,
         })
         .expect("submit");
-        e.commit();
+        e.commit(&ThreadTurn::default());
         let mut out = Vec::new();
-        e.reap(&mut out);
+        e.reap(&mut out, &ThreadTurn::default());
         assert_eq!(
             out,
             vec![Completion {
@@ -294,9 +296,9 @@ mod tests {
             token: 2,
         })
         .expect("s");
-        e.commit();
+        e.commit(&ThreadTurn::default());
         let mut out = Vec::new();
-        e.reap(&mut out);
+        e.reap(&mut out, &ThreadTurn::default());
         for c in &out {
             assert!(
                 c.result == 4096 || c.result == -i64::from(libc::EOPNOTSUPP),
@@ -358,9 +360,9 @@ mod tests {
             })
             .expect("submit");
         }
-        assert_eq!(e.commit(), 3);
+        assert_eq!(e.commit(&ThreadTurn::default()), 3);
         let mut out = Vec::new();
-        assert_eq!(e.reap(&mut out), 3);
+        assert_eq!(e.reap(&mut out, &ThreadTurn::default()), 3);
         assert!(out.iter().all(|c| c.result >= 0), "{out:?}");
         let s = e.stats();
         assert_eq!((s.inline, s.attempts, s.deferred), (2, 2, 0));

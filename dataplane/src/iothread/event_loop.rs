@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 use vmm_sys_util::eventfd::EventFd;
 
-use super::{Command, Detach};
+use super::{Command, Detach, ThreadTurn};
 use crate::handler::{AttachError, CompletionState, Handler};
 use crate::poll::contention::SAMPLE_PERIOD_NS;
 use crate::poll::policy::FIRST_STEP_NS;
@@ -102,6 +102,8 @@ pub(super) struct Loop {
     pub(super) stats: Arc<IoThreadStats>,
     /// Run one step lighter while polling than while sleeping ([`crate::thread_weight`]).
     dynamic_weight: bool,
+    /// The round as the handlers' engines see it, passed to every `run` and `drain`.
+    turn: ThreadTurn,
 }
 
 impl Loop {
@@ -131,6 +133,7 @@ impl Loop {
             stopped: Vec::new(),
             stats,
             dynamic_weight,
+            turn: ThreadTurn::default(),
         }
     }
 
@@ -514,11 +517,11 @@ impl Loop {
             if ready.is_empty() {
                 break;
             }
-            super::turn::set_ready_handlers(ready.len());
+            self.turn.set_ready_handlers(ready.len());
             ready.retain(|&slot| match self.slots.get_mut(slot) {
                 Some(Some(s)) if !s.watched.is_empty() => {
                     IoThreadStats::add(&self.stats.handler_runs, 1);
-                    let more = s.handler.run(max_batch);
+                    let more = s.handler.run(max_batch, &self.turn);
                     s.retry = s.handler.retry_later();
                     s.wake_at = s.handler.throttled_until();
                     if s.handler.stopped() {
@@ -625,7 +628,7 @@ impl Loop {
                 .slots
                 .iter_mut()
                 .flatten()
-                .map(|s| s.handler.drain())
+                .map(|s| s.handler.drain(&self.turn))
                 .sum();
             if left == 0 {
                 return;
@@ -650,7 +653,7 @@ impl Loop {
                 .iter_mut()
                 .flatten()
                 .filter(|s| s.handler.owner() == owner)
-                .map(|s| s.handler.drain())
+                .map(|s| s.handler.drain(&self.turn))
                 .sum();
             if in_flight == 0 {
                 let d = self.detaches.swap_remove(i);
@@ -685,7 +688,7 @@ impl Loop {
         let mut more = Vec::new();
         for slot in added {
             if let Some(s) = self.slots.get_mut(slot).and_then(Option::as_mut) {
-                if s.handler.run(max_batch) {
+                if s.handler.run(max_batch, &self.turn) {
                     more.push(slot);
                 }
                 s.retry = s.handler.retry_later();
@@ -743,7 +746,8 @@ impl Loop {
             self.slots[slot] = Some(s);
         }
         let n = self.stats.handlers.fetch_add(1, Ordering::Relaxed) + 1;
-        super::turn::set_handlers(usize::try_from(n).unwrap_or(usize::MAX));
+        self.turn
+            .set_handlers(usize::try_from(n).unwrap_or(usize::MAX));
         if !polls {
             self.stats
                 .poll_disabled_handlers
@@ -762,7 +766,8 @@ impl Loop {
             .handlers
             .fetch_sub(1, Ordering::Relaxed)
             .saturating_sub(1);
-        super::turn::set_handlers(usize::try_from(n).unwrap_or(usize::MAX));
+        self.turn
+            .set_handlers(usize::try_from(n).unwrap_or(usize::MAX));
         if !s.handler.can_poll() {
             self.stats
                 .poll_disabled_handlers

@@ -51,7 +51,7 @@ impl Handler for InFlight {
     fn wake_fds(&self) -> Vec<RawFd> {
         vec![self.fd.as_raw_fd()]
     }
-    fn run(&mut self, _max_batch: usize) -> bool {
+    fn run(&mut self, _max_batch: usize, _turn: &ThreadTurn) -> bool {
         false
     }
     fn can_poll(&self) -> bool {
@@ -79,7 +79,7 @@ impl Handler for InFlight {
             (true, _) => CompletionState::Pending,
         }
     }
-    fn drain(&mut self) -> usize {
+    fn drain(&mut self, _turn: &ThreadTurn) -> usize {
         0
     }
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
@@ -199,10 +199,10 @@ impl Handler for Blind {
     fn wake_fds(&self) -> Vec<RawFd> {
         vec![self.0.as_raw_fd()]
     }
-    fn run(&mut self, _max_batch: usize) -> bool {
+    fn run(&mut self, _max_batch: usize, _turn: &ThreadTurn) -> bool {
         false
     }
-    fn drain(&mut self) -> usize {
+    fn drain(&mut self, _turn: &ThreadTurn) -> usize {
         0
     }
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {

@@ -3,7 +3,7 @@
 //! are acknowledged, so callers know when ownership moved.
 
 mod event_loop;
-pub(crate) mod turn;
+mod turn;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Sender};
@@ -18,6 +18,7 @@ use crate::handler::{AttachError, Handler};
 use crate::poll::{PollParams, PollPolicy};
 use crate::stats::IoThreadStats;
 use event_loop::{Loop, COMMAND_TOKEN};
+pub use turn::ThreadTurn;
 
 /// The default and the upper bound of `max_batch`.
 pub const DEFAULT_MAX_BATCH: usize = 32;

@@ -29,13 +29,13 @@ impl Handler for Counter {
     fn wake_fds(&self) -> Vec<RawFd> {
         vec![self.fd.as_raw_fd()]
     }
-    fn run(&mut self, _max_batch: usize) -> bool {
+    fn run(&mut self, _max_batch: usize, _turn: &ThreadTurn) -> bool {
         if let Ok(n) = self.fd.read() {
             self.seen.fetch_add(n, Ordering::SeqCst);
         }
         false
     }
-    fn drain(&mut self) -> usize {
+    fn drain(&mut self, _turn: &ThreadTurn) -> usize {
         self.quiesced = true;
         0
     }
@@ -152,7 +152,7 @@ impl Handler for Budgeted {
     fn wake_fds(&self) -> Vec<RawFd> {
         vec![self.fd.as_raw_fd()]
     }
-    fn run(&mut self, max_batch: usize) -> bool {
+    fn run(&mut self, max_batch: usize, _turn: &ThreadTurn) -> bool {
         let _ = self.fd.read();
         let n = self.work.min(max_batch);
         if n > 0 {
@@ -161,7 +161,7 @@ impl Handler for Budgeted {
         }
         self.work > 0
     }
-    fn drain(&mut self) -> usize {
+    fn drain(&mut self, _turn: &ThreadTurn) -> usize {
         0
     }
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
@@ -241,7 +241,7 @@ impl Handler for Pollable {
     fn wake_fds(&self) -> Vec<RawFd> {
         vec![self.fd.as_raw_fd()]
     }
-    fn run(&mut self, _max_batch: usize) -> bool {
+    fn run(&mut self, _max_batch: usize, _turn: &ThreadTurn) -> bool {
         let _ = self.fd.read();
         self.runs.fetch_add(1, Ordering::SeqCst);
         if self.busy.load(Ordering::SeqCst) && !self.suppressed.load(Ordering::SeqCst) {
@@ -274,7 +274,7 @@ impl Handler for Pollable {
         }
         false
     }
-    fn drain(&mut self) -> usize {
+    fn drain(&mut self, _turn: &ThreadTurn) -> usize {
         0
     }
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
@@ -499,7 +499,7 @@ impl Handler for Scripted {
     fn wake_fds(&self) -> Vec<RawFd> {
         self.fds.clone()
     }
-    fn run(&mut self, _max_batch: usize) -> bool {
+    fn run(&mut self, _max_batch: usize, _turn: &ThreadTurn) -> bool {
         self.runs.fetch_add(1, Ordering::SeqCst);
         false
     }
@@ -510,7 +510,7 @@ impl Handler for Scripted {
         self.stop_after
             .is_some_and(|n| self.runs.load(Ordering::SeqCst) >= n)
     }
-    fn drain(&mut self) -> usize {
+    fn drain(&mut self, _turn: &ThreadTurn) -> usize {
         self.in_flight.load(Ordering::SeqCst) as usize
     }
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
@@ -632,11 +632,11 @@ impl Handler for Unread {
     fn fd_fired(&mut self, index: usize) {
         self.fired.lock().expect("lock").push(index);
     }
-    fn run(&mut self, _max_batch: usize) -> bool {
+    fn run(&mut self, _max_batch: usize, _turn: &ThreadTurn) -> bool {
         self.runs.fetch_add(1, Ordering::SeqCst);
         false
     }
-    fn drain(&mut self) -> usize {
+    fn drain(&mut self, _turn: &ThreadTurn) -> usize {
         0
     }
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {

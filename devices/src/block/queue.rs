@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use dataplane::engine::{Completion, EngineOptions, IoEngine, IoOp, IoRequest};
-use dataplane::{CompletionState, Handler};
+use dataplane::{CompletionState, Handler, ThreadTurn};
 use virtio_queue::{Queue, QueueT};
 use vm_memory::GuestAddress;
 use vmm_sys_util::eventfd::EventFd;
@@ -360,10 +360,10 @@ impl BlockQueueHandler {
         true
     }
 
-    fn complete(&mut self) {
+    fn complete(&mut self, turn: &ThreadTurn) {
         self.completions.clear();
         let mut done = std::mem::take(&mut self.completions);
-        self.engine.reap(&mut done);
+        self.engine.reap(&mut done, turn);
         for c in &done {
             let slot = c.token as usize;
             let Some(f) = self.slots.get_mut(slot).and_then(Option::take) else {
@@ -480,11 +480,11 @@ impl Handler for BlockQueueHandler {
         }
     }
 
-    fn run(&mut self, max_batch: usize) -> bool {
+    fn run(&mut self, max_batch: usize, turn: &ThreadTurn) -> bool {
         if self.broken || self.draining {
             // Take nothing new; finish what the engine holds (it may still write guest memory).
-            self.engine.commit();
-            self.complete();
+            self.engine.commit(turn);
+            self.complete(turn);
             self.signal();
             self.publish_in_flight();
             return false;
@@ -492,10 +492,10 @@ impl Handler for BlockQueueHandler {
         // A throttled queue asks its buckets again (the limits may have changed): a refusal
         // costs one parse and one admission check.
         let stop = self.pop_and_submit(max_batch.max(1));
-        let submitted = self.engine.commit();
+        let submitted = self.engine.commit(turn);
         self.stats.record_batch(submitted as u64);
         self.stats.record_inflight(self.engine.in_flight() as u64);
-        self.complete();
+        self.complete(turn);
         self.signal();
         let s = self.engine.stats();
         self.stats
@@ -602,7 +602,7 @@ impl Handler for BlockQueueHandler {
         more || self.engine.has_completions()
     }
 
-    fn drain(&mut self) -> usize {
+    fn drain(&mut self, turn: &ThreadTurn) -> usize {
         if !self.draining {
             self.draining = true;
             log::debug!(
@@ -611,8 +611,8 @@ impl Handler for BlockQueueHandler {
                 self.engine.in_flight()
             );
         }
-        self.engine.commit();
-        self.complete();
+        self.engine.commit(turn);
+        self.complete(turn);
         self.signal();
         self.publish_in_flight();
         self.engine.in_flight()
@@ -754,7 +754,7 @@ mod tests {
         let mut h = handler(&r, vq.create_queue().expect("queue"));
         h.kick.write(1).expect("kick");
         h.fd_fired(KICK_FD_INDEX); // what the iothread does when epoll reports the kick
-        h.run(32);
+        h.run(32, &ThreadTurn::default());
 
         assert_eq!(
             r.mem.read_obj::<u8>(GuestAddress(0x30_0000)).expect("r"),
@@ -805,7 +805,7 @@ mod tests {
         ];
         vq.add_desc_chains(&chains, 0).expect("chains");
         let mut h = handler(&r, vq.create_queue().expect("queue"));
-        h.run(32);
+        h.run(32, &ThreadTurn::default());
         assert_eq!(
             r.mem.read_obj::<u8>(GuestAddress(0x30_0000)).expect("r"),
             status::IOERR
@@ -824,7 +824,7 @@ mod tests {
         // A broken queue ignores further kicks instead of spinning.
         h.kick.write(1).expect("kick");
         h.fd_fired(KICK_FD_INDEX); // what the iothread does when epoll reports the kick
-        h.run(32);
+        h.run(32, &ThreadTurn::default());
         assert_eq!(vq.used().idx().load(), 2);
         std::fs::remove_file(&r.path).ok();
     }
@@ -886,7 +886,7 @@ mod tests {
             let now = Instant::now();
             for h in &mut handlers {
                 if h.throttled_until().is_none_or(|at| at <= now) {
-                    h.run(32);
+                    h.run(32, &ThreadTurn::default());
                 }
             }
             let next = handlers.iter().filter_map(|h| h.throttled_until()).min();
@@ -924,7 +924,7 @@ mod tests {
             .expect("chains");
         let mut h = handler(&r, vq.create_queue().expect("queue")); // engine depth 16
         let mut turns = 1;
-        while h.run(32) {
+        while h.run(32, &ThreadTurn::default()) {
             turns += 1;
             assert!(turns < 100, "the handler never finishes");
         }
@@ -947,10 +947,16 @@ mod tests {
         vq.add_desc_chains(&read_chains(&r.mem, 10), 0)
             .expect("chains");
         let mut h = handler(&r, vq.create_queue().expect("queue"));
-        assert!(h.run(4), "budget used up: another turn is needed");
+        assert!(
+            h.run(4, &ThreadTurn::default()),
+            "budget used up: another turn is needed"
+        );
         assert_eq!(vq.used().idx().load(), 4);
-        assert!(h.run(4));
-        assert!(!h.run(4), "the last 2 fit and the ring is empty");
+        assert!(h.run(4, &ThreadTurn::default()));
+        assert!(
+            !h.run(4, &ThreadTurn::default()),
+            "the last 2 fit and the ring is empty"
+        );
         assert_eq!(vq.used().idx().load(), 10);
         let s = r.stats.snapshot();
         assert_eq!(
@@ -977,14 +983,14 @@ mod tests {
         let mut h = handler_with(&r, vq.create_queue().expect("queue"), EngineKind::IoUring);
         h.kick.write(1).expect("kick");
         h.fd_fired(KICK_FD_INDEX); // what the iothread does when epoll reports the kick
-        h.run(32);
+        h.run(32, &ThreadTurn::default());
         assert!(r.irq.needs_reset.load(Ordering::SeqCst));
         let mut turns = 0;
         while !h.stopped() {
             turns += 1;
             assert!(turns < 2000, "the in-flight read was never reaped");
             std::thread::sleep(std::time::Duration::from_micros(100));
-            h.run(32);
+            h.run(32, &ThreadTurn::default());
         }
         assert_eq!(
             r.mem.read_obj::<u8>(GuestAddress(0x30_0000)).expect("r"),
@@ -992,7 +998,7 @@ mod tests {
             "the valid read completed"
         );
         assert_eq!(vq.used().idx().load(), 2, "both chains came back once");
-        assert_eq!(h.drain(), 0, "nothing left in flight");
+        assert_eq!(h.drain(&ThreadTurn::default()), 0, "nothing left in flight");
         std::fs::remove_file(&r.path).ok();
     }
 
@@ -1039,11 +1045,11 @@ mod tests {
             r.stats.clone(),
         );
         h.attach().expect("attach");
-        h.run(32);
+        h.run(32, &ThreadTurn::default());
         assert_eq!(vq.used().idx().load(), 0);
         assert!(h.retry_later(), "refused requests ask for a timer");
         for _ in 0..3 {
-            h.run(32);
+            h.run(32, &ThreadTurn::default());
         }
         assert_eq!(vq.used().idx().load(), 2, "the retries got them through");
         assert!(!h.retry_later());

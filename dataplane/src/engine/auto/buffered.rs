@@ -14,7 +14,7 @@ use std::fs::File;
 
 use super::gate::Call;
 use super::inline::NowaitFlags;
-use super::{AutoEngine, IoEngine, IoOp, Strategy};
+use super::{AutoEngine, IoEngine, IoOp, Strategy, ThreadTurn};
 use crate::engine::linux_aio::LinuxAioEngine;
 
 /// Rounds of reaping a write batch at most: each round writes at least a byte or ends a request,
@@ -91,10 +91,10 @@ impl AutoEngine {
     /// A page-cache file's turn: a batch goes to io_uring (kinds the file system lets it do
     /// without blocking) or, for writes it refuses RWF_NOWAIT for, to one `io_submit`; the rest
     /// inline first.
-    pub(super) fn release_page_cache(&mut self) {
+    pub(super) fn release_page_cache(&mut self, turn: &ThreadTurn) {
         let batch_requests = self.tuning.batch_requests;
         let batch = self.turn >= batch_requests;
-        let lone = self.turn == 1 && self.alone_on_thread();
+        let lone = self.turn == 1 && self.alone_on_thread(turn);
         let write_batch = self.gate.is_open()
             && self.nowait.refuses_nowait(1)
             && self
@@ -158,19 +158,19 @@ impl AutoEngine {
     /// by that call too, so reaping goes on while the ring has completions; what `io_submit`
     /// did not take (EAGAIN) stays unsubmitted, and the queue retries it on a timer
     /// (`unsubmitted`).
-    pub(super) fn run_write_batch(&mut self) {
+    pub(super) fn run_write_batch(&mut self, turn: &ThreadTurn) {
         let Some(writer) = self.strategy.writer_mut() else {
             return;
         };
         if writer.in_flight() == 0 {
             return;
         }
-        writer.commit();
+        writer.commit(turn);
         for _ in 0..MAX_WRITE_BATCH_REAP_ROUNDS {
             if writer.in_flight() == 0 || !writer.has_completions() {
                 break;
             }
-            writer.reap(&mut self.done);
+            writer.reap(&mut self.done, turn);
         }
     }
 }

@@ -13,7 +13,7 @@
 
 use super::gate::Call;
 use super::sampler::CallSampler;
-use super::{AutoEngine, IoEngine, Strategy};
+use super::{AutoEngine, IoEngine, Strategy, ThreadTurn};
 
 /// Turns whose requests are not inline before the first of a turn goes inline as a probe of
 /// the device (its CPU share is sampled). A probe at depth waits behind the requests the device
@@ -142,7 +142,7 @@ impl AutoEngine {
     /// An O_DIRECT turn: every request inline on a fast device; else a request alone (nothing
     /// else this turn, nothing in flight) or a due probe inline, the others to the wrapped
     /// engine, which overlaps them (or to the engine beside it, for a shallow turn).
-    pub(super) fn release_direct(&mut self) {
+    pub(super) fn release_direct(&mut self, thread: &ThreadTurn) {
         let batch_requests = self.tuning.batch_requests;
         // The turn's requests already sent to the ring count in `async_in_flight`.
         let turn = self.held.len();
@@ -174,7 +174,7 @@ impl AutoEngine {
             // then, to learn whether the device completes in the caller's context: at depth no
             // request is ever alone.
             let probe = direct.probe_due();
-            let lone = turn == 1 && self.alone_on_thread();
+            let lone = turn == 1 && self.alone_on_thread(thread);
             if lone {
                 self.gate.count_request();
             }
@@ -224,10 +224,10 @@ impl AutoEngine {
     /// for the device holds up no other request. With other queues on the thread, one that has
     /// no work when the call starts may get some while the call waits (on a busy host the
     /// device's worker may wait for a core meanwhile).
-    pub(super) fn alone_on_thread(&self) -> bool {
+    pub(super) fn alone_on_thread(&self, thread: &ThreadTurn) -> bool {
         self.async_in_flight() == 0
-            && crate::iothread::turn::async_in_flight() == 0
-            && crate::iothread::turn::ready_handlers() <= 1
-            && crate::iothread::turn::handlers() <= 1
+            && thread.async_in_flight() == 0
+            && thread.ready_handlers() <= 1
+            && thread.handlers() <= 1
     }
 }

@@ -32,7 +32,9 @@ mod tuning;
 use std::fs::File;
 use std::os::unix::io::RawFd;
 
-use super::{Completion, EngineKind, EngineStats, IoEngine, IoOp, IoRequest, SubmitError};
+use super::{
+    Completion, EngineKind, EngineStats, IoEngine, IoOp, IoRequest, SubmitError, ThreadTurn,
+};
 use buffered::WriteBatches;
 use direct::{Direct, Handoff, Shallow};
 use file_kind::is_direct;
@@ -228,13 +230,13 @@ impl AutoEngine {
     }
 
     /// Ends a turn: its held requests go inline or to an engine, as the strategy decides.
-    fn release_held(&mut self) {
+    fn release_held(&mut self, turn: &ThreadTurn) {
         if self.held.is_empty() {
             return;
         }
         match self.strategy {
-            Strategy::PageCache(_) => self.release_page_cache(),
-            Strategy::Direct(_) => self.release_direct(),
+            Strategy::PageCache(_) => self.release_page_cache(turn),
+            Strategy::Direct(_) => self.release_direct(turn),
             Strategy::EachInline => {}
         }
     }
@@ -254,17 +256,18 @@ impl AutoEngine {
         self.strategy.writer().map_or(0, |w| w.in_flight())
     }
 
-    /// Publishes the asynchronous engines' in-flight count to the thread's total.
-    fn publish_async(&mut self) {
+    /// Publishes the asynchronous engines' in-flight count to the thread's total. An engine is
+    /// dropped only once drained (its last `reap` published 0), or with its thread.
+    fn publish_async(&mut self, turn: &ThreadTurn) {
         let now = self.async_in_flight();
         if now != self.async_reported {
-            crate::iothread::turn::note_async_in_flight(self.async_reported, now);
+            turn.note_async_in_flight(self.async_reported, now);
             self.async_reported = now;
         }
     }
 
     /// Hands waiting flushes to the wrapped engine once it has nothing else in flight.
-    fn release_flushes(&mut self) {
+    fn release_flushes(&mut self, turn: &ThreadTurn) {
         while !self.flushes.is_empty() && self.async_in_flight() + self.writer_in_flight() == 0 {
             let token = self.flushes.remove(0);
             if self
@@ -278,14 +281,8 @@ impl AutoEngine {
                 self.flushes.insert(0, token);
                 return;
             }
-            self.inner.commit();
+            self.inner.commit(turn);
         }
-    }
-}
-
-impl Drop for AutoEngine {
-    fn drop(&mut self) {
-        crate::iothread::turn::note_async_in_flight(self.async_reported, 0);
     }
 }
 
@@ -332,36 +329,36 @@ impl IoEngine for AutoEngine {
     /// Returns the reads and writes the turn started, inline or handed over (as the Sync engine
     /// counts its calls): the wrapped engine's count alone would make a drive whose requests
     /// all go inline report one "submission" per run.
-    fn commit(&mut self) -> usize {
-        self.release_held();
+    fn commit(&mut self, turn: &ThreadTurn) -> usize {
+        self.release_held(turn);
         self.turn = 0;
-        self.run_write_batch();
-        self.release_flushes();
-        self.inner.commit();
+        self.run_write_batch(turn);
+        self.release_flushes(turn);
+        self.inner.commit(turn);
         if let Some(shallow) = self.strategy.shallow_mut() {
-            shallow.engine.commit();
+            shallow.engine.commit(turn);
         }
-        self.publish_async();
+        self.publish_async(turn);
         let started = self.stats.inline + self.stats.deferred;
         let n = started.saturating_sub(self.committed);
         self.committed = started;
         usize::try_from(n).unwrap_or(usize::MAX)
     }
 
-    fn reap(&mut self, out: &mut Vec<Completion>) -> usize {
+    fn reap(&mut self, out: &mut Vec<Completion>, turn: &ThreadTurn) -> usize {
         if let Some(writer) = self.strategy.writer_mut() {
             if writer.in_flight() > 0 {
-                writer.reap(&mut self.done);
+                writer.reap(&mut self.done, turn);
             }
         }
         let mut n = self.done.len();
         out.append(&mut self.done);
-        n += reap_unless_quiet(self.inner.as_mut(), &mut self.inner_quiet, out);
+        n += reap_unless_quiet(self.inner.as_mut(), &mut self.inner_quiet, out, turn);
         if let Some(shallow) = self.strategy.shallow_mut() {
-            n += reap_unless_quiet(shallow.engine.as_mut(), &mut shallow.quiet, out);
+            n += reap_unless_quiet(shallow.engine.as_mut(), &mut shallow.quiet, out, turn);
         }
-        self.release_flushes();
-        self.publish_async();
+        self.release_flushes(turn);
+        self.publish_async(turn);
         n
     }
 
@@ -467,11 +464,12 @@ fn reap_unless_quiet(
     engine: &mut dyn IoEngine,
     quiet: &mut bool,
     out: &mut Vec<Completion>,
+    turn: &ThreadTurn,
 ) -> usize {
     let busy = engine.in_flight() > 0;
     if !busy && *quiet {
         return 0;
     }
     *quiet = !busy;
-    engine.reap(out)
+    engine.reap(out, turn)
 }

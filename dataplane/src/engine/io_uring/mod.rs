@@ -24,7 +24,10 @@ use ::io_uring::{squeue, IoUring};
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 use super::own_signal::OwnSignal;
-use super::{Completion, EngineError, EngineKind, EngineOptions, IoEngine, IoRequest, SubmitError};
+use super::{
+    Completion, EngineError, EngineKind, EngineOptions, IoEngine, IoRequest, SubmitError,
+    ThreadTurn,
+};
 pub use setup::probe;
 use setup::SetupFlags;
 use slot::{Slot, Step, Target};
@@ -334,7 +337,7 @@ impl IoEngine for IoUringEngine {
         Ok(())
     }
 
-    fn commit(&mut self) -> usize {
+    fn commit(&mut self, _turn: &ThreadTurn) -> usize {
         if self.pending.is_empty() && self.retry.is_empty() && self.sq_backlog() == 0 {
             return 0;
         }
@@ -343,7 +346,7 @@ impl IoEngine for IoUringEngine {
         moved
     }
 
-    fn reap(&mut self, out: &mut Vec<Completion>) -> usize {
+    fn reap(&mut self, out: &mut Vec<Completion>, _turn: &ThreadTurn) -> usize {
         // Local completions are handed out below: their signal goes (`OwnSignal`).
         self.own_signal.clear(&self.eventfd);
         // Task work first: it posts CQEs.

@@ -163,11 +163,11 @@ fn completion_fd_fires_and_reap_leaves_it_unread() {
     e.submit(write_at(4096, 3)).expect("submit");
     assert_eq!(e.in_flight(), 1);
     assert!(!readable(fd, 0), "nothing reaches the kernel before commit");
-    assert_eq!(e.commit(), 1);
+    assert_eq!(e.commit(&ThreadTurn::default()), 1);
     assert!(readable(fd, 5000), "the completion fd fires");
     assert!(e.has_completions());
     let mut out = Vec::new();
-    assert_eq!(e.reap(&mut out), 1);
+    assert_eq!(e.reap(&mut out, &ThreadTurn::default()), 1);
     assert_eq!(
         out,
         vec![Completion {
@@ -185,10 +185,10 @@ fn completion_fd_fires_and_reap_leaves_it_unread() {
     // cleared.
     let watch = EdgeWatch::new(&[fd]);
     e.submit(write_at(8192, 4)).expect("submit");
-    assert_eq!(e.commit(), 1);
+    assert_eq!(e.commit(&ThreadTurn::default()), 1);
     assert!(watch.fired(5000), "the second completion wakes the watcher");
     out.clear();
-    assert_eq!(e.reap(&mut out), 1);
+    assert_eq!(e.reap(&mut out, &ThreadTurn::default()), 1);
     assert_eq!(out[0].token, 4);
 }
 
@@ -206,7 +206,7 @@ fn short_read_on_a_growing_file_is_resubmitted() {
         token: 1,
     })
     .expect("submit");
-    e.commit();
+    e.commit(&ThreadTurn::default());
     // The first readv stops at end of file (4096 of 8192); its CQE is waiting.
     assert!(readable(*e.completion_fds().first().expect("fd"), 5000));
     // The file grows before the engine looks at the short read.
@@ -214,7 +214,7 @@ fn short_read_on_a_growing_file_is_resubmitted() {
     let mut out = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(5);
     while out.is_empty() && Instant::now() < deadline {
-        e.reap(&mut out);
+        e.reap(&mut out, &ThreadTurn::default());
         readable(*e.completion_fds().first().expect("fd"), 10);
     }
     assert_eq!(
@@ -291,8 +291,12 @@ fn commit_makes_one_batch_and_full_requests_wait() {
         }),
         Err(SubmitError::Full)
     );
-    assert_eq!(e.commit(), 4);
-    assert_eq!(e.commit(), 0, "nothing left to commit");
+    assert_eq!(e.commit(&ThreadTurn::default()), 4);
+    assert_eq!(
+        e.commit(&ThreadTurn::default()),
+        0,
+        "nothing left to commit"
+    );
     let mut c = complete(&mut e, 4);
     c.sort_by_key(|c| c.token);
     assert_eq!(
@@ -316,7 +320,7 @@ fn drop_waits_for_requests_in_the_kernel() {
         })
         .expect("submit");
     }
-    e.commit();
+    e.commit(&ThreadTurn::default());
     let started = Instant::now();
     drop(e);
     assert!(started.elapsed() < DROP_WAIT);
@@ -345,7 +349,7 @@ fn completion_fd_wakes_a_sleeping_thread_for_direct_io() {
         token: 4,
     })
     .expect("submit");
-    e.commit();
+    e.commit(&ThreadTurn::default());
     let started = Instant::now();
     assert!(
         readable(*e.completion_fds().first().expect("fd"), 5000),
@@ -353,7 +357,7 @@ fn completion_fd_wakes_a_sleeping_thread_for_direct_io() {
     );
     assert!(started.elapsed() < Duration::from_secs(2));
     let mut out = Vec::new();
-    e.reap(&mut out);
+    e.reap(&mut out, &ThreadTurn::default());
     assert_eq!(
         out,
         vec![Completion {

@@ -29,7 +29,7 @@ use self::slot::{Kind, Slot};
 use super::own_signal::OwnSignal;
 use super::{
     advance, run_blocking, zero_tail, Completion, EngineError, EngineKind, EngineOptions, IoEngine,
-    IoOp, IoRequest, SubmitError,
+    IoOp, IoRequest, SubmitError, ThreadTurn,
 };
 
 /// The largest AIO context an engine asks for (and so the most requests it keeps in flight).
@@ -491,7 +491,7 @@ impl IoEngine for LinuxAioEngine {
         Ok(())
     }
 
-    fn commit(&mut self) -> usize {
+    fn commit(&mut self, _turn: &ThreadTurn) -> usize {
         let mut n = self.run_synchronous();
         n += self.submit_front(self.pending.len());
         if self.signal && !self.quiet_fd() {
@@ -503,7 +503,7 @@ impl IoEngine for LinuxAioEngine {
         n
     }
 
-    fn reap(&mut self, out: &mut Vec<Completion>) -> usize {
+    fn reap(&mut self, out: &mut Vec<Completion>, _turn: &ThreadTurn) -> usize {
         let before = out.len();
         // `done` is handed out below: its signal goes (`OwnSignal`).
         self.own_signal.clear(&self.eventfd);

@@ -193,9 +193,13 @@ fn buffered_batches_complete_inside_io_submit_without_signalling() {
     for t in 0..4 {
         e.submit(write(t * 4096, &buf, 0, 4096, t)).expect("submit");
     }
-    assert_eq!(e.commit(), 4);
+    assert_eq!(e.commit(&ThreadTurn::default()), 4);
     let mut out = Vec::new();
-    assert_eq!(e.reap(&mut out), 4, "done when io_submit returned: {out:?}");
+    assert_eq!(
+        e.reap(&mut out, &ThreadTurn::default()),
+        4,
+        "done when io_submit returned: {out:?}"
+    );
     assert!(out.iter().all(|c| c.result == 4096), "{out:?}");
     assert!(!readable(fd, 0), "completions do not signal the eventfd");
     assert_eq!(e.in_flight(), 0);
@@ -209,12 +213,12 @@ fn has_completions_peeks_the_ring_and_eventfd_fires() {
     let buf = Aligned::new(4096);
     e.submit(write(0, &buf, 0, 4096, 1)).expect("submit");
     assert!(!e.has_completions());
-    assert_eq!(e.commit(), 1);
+    assert_eq!(e.commit(&ThreadTurn::default()), 1);
     assert_eq!(e.in_flight(), 1);
     assert!(readable(fd, 5000), "the eventfd fires on completion");
     assert!(e.has_completions(), "the ring shows the completion");
     let mut out = Vec::new();
-    assert_eq!(e.reap(&mut out), 1);
+    assert_eq!(e.reap(&mut out, &ThreadTurn::default()), 1);
     assert_eq!(
         out,
         vec![Completion {
@@ -239,11 +243,11 @@ fn while_polling_the_completion_fd_is_left_alone_and_poll_end_clears_it() {
     let buf = Aligned::new(4096);
     e.poll_begin();
     e.submit(write(0, &buf, 0, 4096, 1)).expect("submit");
-    assert_eq!(e.commit(), 1);
+    assert_eq!(e.commit(&ThreadTurn::default()), 1);
     assert!(readable(fd, 5000), "the kernel still signals the fd");
     assert!(e.has_completions(), "the ring shows the completion");
     let mut out = Vec::new();
-    assert_eq!(e.reap(&mut out), 1);
+    assert_eq!(e.reap(&mut out, &ThreadTurn::default()), 1);
     assert!(readable(fd, 0), "reap did not read the fd while polling");
     assert!(!e.has_completions());
     e.poll_end();
@@ -255,10 +259,10 @@ fn while_polling_the_completion_fd_is_left_alone_and_poll_end_clears_it() {
     // edge-triggered watcher.
     let watch = EdgeWatch::new(&[fd]);
     e.submit(write(4096, &buf, 0, 4096, 2)).expect("submit");
-    assert_eq!(e.commit(), 1);
+    assert_eq!(e.commit(&ThreadTurn::default()), 1);
     assert!(watch.fired(5000), "the completion wakes the watcher");
     out.clear();
-    assert_eq!(e.reap(&mut out), 1);
+    assert_eq!(e.reap(&mut out, &ThreadTurn::default()), 1);
     assert!(readable(fd, 0), "reap left the kernel's signal unread");
     // A polling period with nothing in the kernel: no completion can signal the fd, and
     // poll_end does not read it (a syscall per period). A signal from elsewhere shows that.
@@ -273,10 +277,10 @@ fn while_polling_the_completion_fd_is_left_alone_and_poll_end_clears_it() {
     // A request submitted while polling: poll_end clears its signal.
     e.poll_begin();
     e.submit(write(8192, &buf, 0, 4096, 3)).expect("submit");
-    assert_eq!(e.commit(), 1);
+    assert_eq!(e.commit(&ThreadTurn::default()), 1);
     assert!(readable(fd, 5000));
     out.clear();
-    assert_eq!(e.reap(&mut out), 1);
+    assert_eq!(e.reap(&mut out, &ThreadTurn::default()), 1);
     e.poll_end();
     assert!(!readable(fd, 0), "poll_end cleared the fd");
 }
@@ -290,17 +294,17 @@ fn partial_submission_keeps_the_rest_pending() {
         e.submit(write(i * 4096, &buf, 0, 4096, i)).expect("submit");
     }
     e.hooks.script.push_back(Scripted::Limit(2));
-    assert_eq!(e.commit(), 2);
+    assert_eq!(e.commit(&ThreadTurn::default()), 2);
     assert_eq!(e.hooks.submit_calls, 1, "one io_submit per commit");
     assert_eq!(e.pending.len(), 3);
     assert_eq!(e.in_flight(), 5);
     assert_eq!(e.capacity(), 3);
     let mut out = Vec::new();
-    e.reap(&mut out);
+    e.reap(&mut out, &ThreadTurn::default());
     assert_eq!(out.len(), 2);
-    assert_eq!(e.commit(), 3);
+    assert_eq!(e.commit(&ThreadTurn::default()), 3);
     assert_eq!(e.hooks.submit_calls, 2);
-    e.reap(&mut out);
+    e.reap(&mut out, &ThreadTurn::default());
     out.sort_by_key(|c| c.token);
     assert_eq!(
         out.iter().map(|c| c.token).collect::<Vec<_>>(),
@@ -319,10 +323,10 @@ fn eagain_keeps_everything_pending() {
         e.submit(write(i * 4096, &buf, 0, 4096, i)).expect("submit");
     }
     e.hooks.script.push_back(Scripted::Fail(libc::EAGAIN));
-    assert_eq!(e.commit(), 0);
+    assert_eq!(e.commit(&ThreadTurn::default()), 0);
     assert_eq!(e.pending.len(), 3);
     let mut out = Vec::new();
-    assert_eq!(e.reap(&mut out), 0);
+    assert_eq!(e.reap(&mut out, &ThreadTurn::default()), 0);
     let c = complete(&mut e, 3);
     assert_eq!(c.len(), 3);
     assert!(c.iter().all(|c| c.result == 4096));
@@ -338,12 +342,12 @@ fn first_iocb_error_completes_it_and_keeps_the_rest() {
         e.submit(write(i * 4096, &buf, 0, 4096, i)).expect("submit");
     }
     e.hooks.script.push_back(Scripted::Fail(libc::EIO));
-    assert_eq!(e.commit(), 1);
+    assert_eq!(e.commit(&ThreadTurn::default()), 1);
     assert_eq!(e.pending.len(), 2);
     assert!(readable(fd, 0), "the error completion is announced");
     assert!(e.has_completions());
     let mut out = Vec::new();
-    assert_eq!(e.reap(&mut out), 1);
+    assert_eq!(e.reap(&mut out, &ThreadTurn::default()), 1);
     assert_eq!(
         out,
         vec![Completion {
@@ -369,7 +373,11 @@ fn refused_fdsync_falls_back_to_fdatasync() {
     })
     .expect("flush");
     e.submit(write(0, &buf, 0, 4096, 8)).expect("write");
-    assert_eq!(e.commit(), 1, "the refused flush ran synchronously");
+    assert_eq!(
+        e.commit(&ThreadTurn::default()),
+        1,
+        "the refused flush ran synchronously"
+    );
     assert!(e.fdsync_refused);
     assert!(e.describe().contains("FDSYNC refused"), "{}", e.describe());
     let mut c = complete(&mut e, 2);
@@ -447,11 +455,11 @@ fn discard_and_write_zeroes_complete_through_reap() {
         token: 1,
     })
     .expect("discard");
-    assert_eq!(e.commit(), 1);
+    assert_eq!(e.commit(&ThreadTurn::default()), 1);
     assert_eq!(e.hooks.submit_calls, 0, "no AIO opcode for discard");
     assert!(readable(fd, 0));
     let mut out = Vec::new();
-    e.reap(&mut out);
+    e.reap(&mut out, &ThreadTurn::default());
     assert_eq!(out.len(), 1);
     assert!(out[0].result == 4096 || out[0].result == -i64::from(libc::EOPNOTSUPP));
     assert!(!readable(fd, 0));
@@ -466,7 +474,7 @@ fn short_write_resubmits_the_remainder_and_no_progress_is_enospc() {
     e.submit(write(8192, &buf, 0, 4096, 1)).expect("write");
     // Keep it out of the kernel, then pretend the kernel wrote 1000 bytes of it.
     e.hooks.script.push_back(Scripted::Limit(0));
-    assert_eq!(e.commit(), 0);
+    assert_eq!(e.commit(&ThreadTurn::default()), 0);
     let idx = e.pending.pop_front().expect("pending");
     e.submitted += 1;
     let mut out = Vec::new();
@@ -501,7 +509,7 @@ fn short_write_resubmits_the_remainder_and_no_progress_is_enospc() {
 
     e.submit(write(0, &buf, 0, 4096, 2)).expect("write");
     e.hooks.script.push_back(Scripted::Limit(0));
-    e.commit();
+    e.commit(&ThreadTurn::default());
     let idx = e.pending.pop_front().expect("pending");
     e.submitted += 1;
     e.on_event(
@@ -596,7 +604,7 @@ fn drop_waits_for_requests_in_the_kernel() {
         e.submit(write(i * 4096, &buf, i as usize * 4096, 4096, i))
             .expect("submit");
     }
-    assert_eq!(e.commit(), 64);
+    assert_eq!(e.commit(&ThreadTurn::default()), 64);
     let start = std::time::Instant::now();
     drop(e);
     assert!(start.elapsed() < DROP_TIMEOUT);
@@ -630,7 +638,7 @@ fn a_drained_context_is_kept_for_the_threads_next_engine() {
         // An engine dropped with a request it never reaped: the context is still drained by the
         // drop's wait, and kept.
         e.submit(write(8192, &buf, 0, 4096, 3)).expect("submit");
-        e.commit();
+        e.commit(&ThreadTurn::default());
         drop(e);
         assert_eq!(super::abi::spares(), 1);
         let e = engine(&t, 12, true);
@@ -661,13 +669,13 @@ fn the_engines_own_signal_is_cleared_by_the_reap_that_hands_its_completion_out()
         token: 9,
     })
     .expect("submit");
-    e.commit();
+    e.commit(&ThreadTurn::default());
     assert!(
         readable(fd, 0),
         "the local completion is announced on the fd"
     );
     let mut out = Vec::new();
-    assert_eq!(e.reap(&mut out), 1);
+    assert_eq!(e.reap(&mut out, &ThreadTurn::default()), 1);
     assert_eq!(out[0].result, -i64::from(libc::EINVAL));
     assert!(
         !watch.fired(0),

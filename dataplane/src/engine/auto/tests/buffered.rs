@@ -116,7 +116,7 @@ fn on_a_page_cache_file_a_batch_goes_to_the_ring_and_a_lone_request_inline() {
         .expect("room");
     }
     assert_eq!(
-        e.commit(),
+        e.commit(&ThreadTurn::default()),
         ring_batch(),
         "the turn's writes, in one io_submit"
     );
@@ -155,11 +155,10 @@ fn a_lone_page_cache_miss_waits_for_the_device_on_the_thread() {
     }
     let buf = Aligned::new(4096);
     // Another queue of the thread has work: a miss must not block it, so it goes to the ring.
-    crate::iothread::turn::set_ready_handlers(2);
+    let busy = ThreadTurn::new(0, 2);
     e.submit(read(&buf, 0, 1)).expect("room");
-    assert_eq!(complete(&mut e, 1)[0].result, 4096);
+    assert_eq!(complete_in(&mut e, 1, &busy)[0].result, 4096);
     let st = e.stats();
-    crate::iothread::turn::set_ready_handlers(0);
     if st.inline == 1 {
         eprintln!("the fadvise left the page cached: nothing to check");
         return;

@@ -22,7 +22,7 @@ fn small_direct_turns_go_to_linux_aio_beside_the_ring_and_batches_to_the_ring() 
     assert_eq!(e.completion_fds().len(), 2, "a wake-up from either engine");
     // A device known to sleep in its calls; another queue has work: nothing goes inline.
     e.direct_mut().sampler.on_cpu_permille = Some(0);
-    crate::iothread::turn::set_ready_handlers(2);
+    let busy = ThreadTurn::new(0, 2);
     let buf = Aligned::new(8 * 4096);
     let one = |i: u64| IoRequest {
         op: IoOp::Write {
@@ -33,7 +33,7 @@ fn small_direct_turns_go_to_linux_aio_beside_the_ring_and_batches_to_the_ring() 
     };
     // A turn of one: to Linux AIO.
     e.submit(one(0)).expect("room");
-    e.commit();
+    e.commit(&busy);
     assert_eq!(e.shallow_in_flight(), 1, "{:?}", e.stats());
     // A flush after it waits for it, though the flush goes to the ring.
     e.submit(IoRequest {
@@ -41,29 +41,28 @@ fn small_direct_turns_go_to_linux_aio_beside_the_ring_and_batches_to_the_ring() 
         token: 100,
     })
     .expect("room");
-    e.commit();
+    e.commit(&busy);
     assert_eq!(
         e.inner.in_flight(),
         0,
         "the flush went before the write completed"
     );
-    let done = complete(&mut e, 2);
+    let done = complete_in(&mut e, 2, &busy);
     let tokens: Vec<u64> = done.iter().map(|c| c.token).collect();
     assert_eq!(tokens, [0, 100], "{done:?}");
     // A turn of ring_batch() or more: to the ring.
     for i in 0..ring_batch() as u64 {
         e.submit(one(i)).expect("room");
     }
-    e.commit();
+    e.commit(&busy);
     assert_eq!(e.shallow_in_flight(), 0);
-    assert_eq!(complete(&mut e, ring_batch()).len(), ring_batch());
+    assert_eq!(complete_in(&mut e, ring_batch(), &busy).len(), ring_batch());
     let st = e.stats();
     assert_eq!(
         (st.inline, st.deferred, st.shallow),
         (0, 1 + ring_batch() as u64, 1),
         "{st:?}"
     );
-    crate::iothread::turn::set_ready_handlers(0);
 }
 
 #[test]
@@ -75,27 +74,24 @@ fn an_o_direct_request_goes_inline_only_when_alone_on_the_thread() {
     // A device known to sleep in its calls (no probe due: the CPU share is sampled).
     e.direct_mut().sampler.on_cpu_permille = Some(0);
     // Another queue of the thread has work this round: the request must not block it.
-    crate::iothread::turn::set_ready_handlers(2);
+    let busy = ThreadTurn::new(0, 2);
     e.submit(read(&buf, 0, 1)).expect("room");
-    assert_eq!(complete(&mut e, 1).len(), 1);
+    assert_eq!(complete_in(&mut e, 1, &busy).len(), 1);
     let st = e.stats();
     assert_eq!((st.inline, st.failed, st.deferred), (0, 0, 1), "{st:?}");
     // The only queue with work, but the thread serves another one, which may get work
     // while the call waits: not inline either.
-    crate::iothread::turn::set_ready_handlers(1);
-    crate::iothread::turn::set_handlers(2);
+    let shared = ThreadTurn::new(2, 1);
     e.submit(read(&buf, 8192, 3)).expect("room");
-    assert_eq!(complete(&mut e, 1).len(), 1);
+    assert_eq!(complete_in(&mut e, 1, &shared).len(), 1);
     let st = e.stats();
     assert_eq!((st.attempts, st.deferred), (0, 2), "{st:?}");
     // Alone: tried inline.
-    crate::iothread::turn::set_handlers(1);
+    let alone = ThreadTurn::new(1, 1);
     e.submit(read(&buf, 4096, 2)).expect("room");
-    assert_eq!(complete(&mut e, 1).len(), 1);
+    assert_eq!(complete_in(&mut e, 1, &alone).len(), 1);
     let st = e.stats();
     assert_eq!(st.attempts, 1, "{st:?}");
-    crate::iothread::turn::set_ready_handlers(0);
-    crate::iothread::turn::set_handlers(0);
 }
 
 #[test]
@@ -104,12 +100,12 @@ fn a_device_completing_on_the_callers_cpu_gets_every_request_inline() {
         return;
     };
     let buf = Aligned::new(4096);
-    crate::iothread::turn::set_ready_handlers(2);
+    let busy = ThreadTurn::new(0, 2);
     // Unknown device: the first request of the turn is a probe, the others go async.
     for t in 0..8 {
         e.submit(read(&buf, t * 4096, t)).expect("room");
     }
-    assert_eq!(complete(&mut e, 8).len(), 8);
+    assert_eq!(complete_in(&mut e, 8, &busy).len(), 8);
     let st = e.stats();
     assert_eq!(st.attempts, 1, "one probe: {st:?}");
     // A device measured to keep the caller on its CPU (zram): every request inline.
@@ -118,14 +114,13 @@ fn a_device_completing_on_the_callers_cpu_gets_every_request_inline() {
         e.submit(read(&buf, t * 4096, 100 + t)).expect("room");
     }
     assert_eq!(
-        e.commit(),
+        e.commit(&busy),
         8,
         "the turn's requests, all inline, count as started"
     );
-    assert_eq!(complete(&mut e, 8).len(), 8);
+    assert_eq!(complete_in(&mut e, 8, &busy).len(), 8);
     let after = e.stats();
     assert_eq!(after.attempts - st.attempts, 8, "{after:?}");
-    crate::iothread::turn::set_ready_handlers(0);
 }
 
 #[test]
@@ -138,7 +133,7 @@ fn probes_of_a_sleeping_device_at_depth_grow_rarer() {
     // moves it by an eighth); another queue has work (no request is alone).
     e.direct_mut().sampler.on_cpu_permille = Some(0);
     e.direct_mut().sampler.call_ns = 1_000_000;
-    crate::iothread::turn::set_ready_handlers(2);
+    let busy = ThreadTurn::new(0, 2);
     let mut token = 0;
     let mut turns = |e: &mut AutoEngine, n: u32| {
         for _ in 0..n {
@@ -146,7 +141,7 @@ fn probes_of_a_sleeping_device_at_depth_grow_rarer() {
                 e.submit(read(&buf, t * 4096, token)).expect("room");
                 token += 1;
             }
-            assert_eq!(complete(e, 2).len(), 2);
+            assert_eq!(complete_in(e, 2, &busy).len(), 2);
         }
         e.stats().attempts
     };
@@ -170,7 +165,6 @@ fn probes_of_a_sleeping_device_at_depth_grow_rarer() {
     e.direct_mut().sampler.on_cpu_permille = Some(0);
     assert_eq!(turns(&mut e, 1), 3, "the third probe");
     assert_eq!(e.direct_mut().probe_gap_turns, MAX_PROBE_GAP_TURNS);
-    crate::iothread::turn::set_ready_handlers(0);
 }
 
 #[test]

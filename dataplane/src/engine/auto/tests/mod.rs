@@ -11,7 +11,7 @@ use std::os::unix::io::RawFd;
 
 use super::*;
 
-use crate::engine::conformance::{check_all, complete, open, store, Aligned, Store};
+use crate::engine::conformance::{check_all, complete, complete_in, open, store, Aligned, Store};
 use crate::engine::{iovecs, EngineOptions, IoUringFlags};
 
 /// The default batch size ([`AutoTuning::batch_requests`]).
@@ -94,12 +94,12 @@ impl IoEngine for CountReaps {
     fn submit(&mut self, request: IoRequest) -> Result<(), SubmitError> {
         self.0.submit(request)
     }
-    fn commit(&mut self) -> usize {
-        self.0.commit()
+    fn commit(&mut self, turn: &ThreadTurn) -> usize {
+        self.0.commit(turn)
     }
-    fn reap(&mut self, out: &mut Vec<Completion>) -> usize {
+    fn reap(&mut self, out: &mut Vec<Completion>, turn: &ThreadTurn) -> usize {
         self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.0.reap(out)
+        self.0.reap(out, turn)
     }
     fn completion_fds(&self) -> Vec<RawFd> {
         self.0.completion_fds()
@@ -160,7 +160,7 @@ fn an_idle_wrapped_engine_is_reaped_once_then_left_alone() {
     assert!(after >= 2, "{after}");
     let mut out = Vec::new();
     for _ in 0..3 {
-        e.reap(&mut out);
+        e.reap(&mut out, &ThreadTurn::default());
     }
     assert_eq!(count(), after + 1, "{out:?}");
 }
@@ -218,7 +218,7 @@ fn at_depth_a_turn_goes_to_the_ring_as_it_is_submitted() {
     // request of a turn is held (it may be a probe), the others go to the ring at once.
     if let Some((_store, mut e)) = direct_engine("auto-straight") {
         e.direct_mut().sampler.on_cpu_permille = Some(0);
-        crate::iothread::turn::set_ready_handlers(2);
+        let busy = ThreadTurn::new(0, 2);
         for i in 0..TURN {
             e.submit(at(i)).expect("room");
         }
@@ -228,11 +228,10 @@ fn at_depth_a_turn_goes_to_the_ring_as_it_is_submitted() {
             32 - TURN,
             "every request counts against the depth"
         );
-        let c = complete(&mut e, TURN);
+        let c = complete_in(&mut e, TURN, &busy);
         assert!(c.iter().all(|c| c.result == 4096), "{c:?}");
         let st = e.stats();
         assert_eq!((st.inline, st.deferred), (0, TURN as u64), "{st:?}");
-        crate::iothread::turn::set_ready_handlers(0);
     }
     // A page-cache file whose file system takes RWF_NOWAIT reads: once that is known, the
     // ring_batch()-th read of a turn and those after it go to the ring at once.
