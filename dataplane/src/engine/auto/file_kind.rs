@@ -20,7 +20,8 @@ const CALLER_PROBE_READS: usize = 9;
 /// preempted (then `Auto` keeps io_uring).
 pub fn completes_in_caller(file: &File) -> bool {
     use std::os::unix::fs::FileTypeExt;
-    const LEN: usize = 4096;
+    /// A page, read into a page-aligned buffer: valid O_DIRECT for logical blocks up to 4 KiB.
+    const READ_BYTES: usize = 4096;
     if !is_direct(file)
         || !file
             .metadata()
@@ -28,7 +29,7 @@ pub fn completes_in_caller(file: &File) -> bool {
     {
         return false;
     }
-    let Ok(layout) = std::alloc::Layout::from_size_align(LEN, LEN) else {
+    let Ok(layout) = std::alloc::Layout::from_size_align(READ_BYTES, READ_BYTES) else {
         return false;
     };
     // SAFETY: the layout has a non-zero size.
@@ -41,12 +42,12 @@ pub fn completes_in_caller(file: &File) -> bool {
     for share in &mut shares {
         let cpu0 = crate::stats::thread_cpu_ns();
         let start = Instant::now();
-        // SAFETY: `buf` is LEN writable bytes, aligned for O_DIRECT, alive until the dealloc
-        // below; pread writes at most LEN bytes into it.
-        let r = unsafe { libc::pread(file.as_raw_fd(), buf.cast(), LEN, 0) };
+        // SAFETY: `buf` is READ_BYTES writable bytes, aligned for O_DIRECT, alive until the
+        // dealloc below; pread writes at most READ_BYTES bytes into it.
+        let r = unsafe { libc::pread(file.as_raw_fd(), buf.cast(), READ_BYTES, 0) };
         let took = start.elapsed().as_nanos() as u64;
         let cpu = crate::stats::thread_cpu_ns().saturating_sub(cpu0);
-        if r != LEN as isize || took == 0 {
+        if r != READ_BYTES as isize || took == 0 {
             ok = false;
             break;
         }

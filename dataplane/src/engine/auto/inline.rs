@@ -88,20 +88,10 @@ impl AutoEngine {
         // O_DIRECT only: what the calls teach of the device.
         let mut sampler = self.strategy.sampler_mut();
         let direct = sampler.is_some();
-        let sample_cpu = sampler
+        let clock = sampler
             .as_deref_mut()
-            .is_some_and(|s| s.begin_call(call == Call::Probe));
-        // A device known to work in the caller's context is timed only when its CPU share is
-        // sampled (its calls cannot block on anything but the CPU).
-        let timed = sampler
-            .as_deref()
-            .is_some_and(|s| sample_cpu || !s.on_cpu());
-        let cpu0 = if sample_cpu {
-            crate::stats::thread_cpu_ns()
-        } else {
-            0
-        };
-        let start = timed.then(Instant::now);
+            .map(|s| s.start_call(call == Call::Probe))
+            .unwrap_or_default();
         let call_with = |flags: libc::c_int| {
             // SAFETY: `iov` describes buffers the submitter keeps valid until the request's
             // completion has been reaped (module contract of `engine`); the kernel touches at
@@ -118,15 +108,8 @@ impl AutoEngine {
         self.stats.attempts += 1;
         self.nowait.known[kind] = true;
         if r < 0 && last_errno() == libc::EOPNOTSUPP && rwf != 0 {
-            let what = if read { "reads" } else { "writes" };
             self.stats.failed += 1;
-            // Buffered: page-cache copies, inline without the flag. O_DIRECT (zram and other
-            // bio-based devices refuse the flag): inline without it, timed, so a slow device
-            // switches inline off and a fast one keeps it for every request.
-            log::info!(
-                "auto engine: the file or device refuses RWF_NOWAIT {what}; inline without it"
-            );
-            self.nowait.flags[kind] = 0;
+            self.nowait_refused(kind);
             // A page-cache copy without the flag does not wait for a device: done at once.
             return if direct {
                 None
@@ -134,7 +117,7 @@ impl AutoEngine {
                 self.try_inline(op, call)
             };
         }
-        let mut took = start.map_or(0, |s| s.elapsed().as_nanos() as u64);
+        let mut took = clock.elapsed_ns();
         // A page-cache miss of a request alone on the thread waits for the device here, as
         // with Sync, since the thread has nothing else to do, instead of in an io_uring worker
         // while this thread polls the ring. Timed: a slow device switches inline off.
@@ -145,27 +128,26 @@ impl AutoEngine {
             took = retry.elapsed().as_nanos() as u64;
         }
         if let Some(sampler) = sampler {
-            if sample_cpu && r >= 0 && took > 0 {
-                let cpu = crate::stats::thread_cpu_ns().saturating_sub(cpu0);
-                sampler.record_cpu(cpu, took);
-            }
-            if timed && r >= 0 {
-                sampler.record_duration(took);
-            }
+            sampler.finish_call(&clock, r >= 0, took);
         }
-        let slow = call.too_slow(took, &self.tuning);
         let full = r >= 0 && r as usize == total;
-        let failed = !full || slow;
+        let failed = !full || call.too_slow(took, &self.tuning);
         if failed {
             self.stats.failed += 1;
         }
         self.gate.record(failed);
-        if full {
-            Some(r as i64)
-        } else {
-            // EAGAIN, another error, a short transfer (partly cached, or end of file): the
-            // wrapped engine does the whole request with its full semantics.
-            None
-        }
+        // Not in full (EAGAIN, another error, a short transfer: partly cached, or end of file):
+        // the wrapped engine does the whole request with its full semantics.
+        full.then_some(r as i64)
+    }
+
+    /// The file refused RWF_NOWAIT for `kind`: its calls go without it from now on. Buffered:
+    /// page-cache copies, which wait for no device. O_DIRECT (zram and other bio-based devices
+    /// refuse the flag): timed, so a slow device switches inline off and a fast one keeps it
+    /// for every request.
+    fn nowait_refused(&mut self, kind: usize) {
+        let what = if kind == 0 { "reads" } else { "writes" };
+        log::info!("auto engine: the file or device refuses RWF_NOWAIT {what}; inline without it");
+        self.nowait.flags[kind] = 0;
     }
 }

@@ -4,6 +4,8 @@
 //! device that keeps the caller on its CPU (zram, a RAM disk) does its work in the caller's
 //! context, one that lets it sleep waits for an interrupt (NVMe, a loop device's worker).
 
+use std::time::Instant;
+
 use super::tuning::AutoTuning;
 
 /// Inline calls per CPU-clock sample at first: reading the thread's CPU clock is a syscall
@@ -22,7 +24,7 @@ pub(super) const ON_CPU_MIN_PERMILLE: u32 = 750;
 /// A new call moves the average duration by 1/2^this: a single slow call does not decide.
 const CALL_NS_WEIGHT_SHIFT: u32 = 3;
 /// A new sample moves the average CPU share by 1/this: samples are rarer than calls.
-const CPU_SHARE_WEIGHT: u32 = 4;
+const CPU_SHARE_WEIGHT_DIVISOR: u32 = 4;
 
 /// The device as its inline calls showed it.
 #[derive(Debug, Default)]
@@ -38,27 +40,64 @@ pub(super) struct CallSampler {
     samples: u32,
 }
 
+/// The clocks read around one inline call: its start when the call is timed, and the thread's
+/// CPU time when it is sampled.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct CallClock {
+    /// The thread's CPU time at the start (ns), when the call samples it.
+    cpu0: Option<u64>,
+    /// The wall-clock start, when the call is timed.
+    start: Option<Instant>,
+}
+
+impl CallClock {
+    /// Wall time since the start (ns), 0 for a call that is not timed.
+    pub(super) fn elapsed_ns(&self) -> u64 {
+        self.start.map_or(0, |s| s.elapsed().as_nanos() as u64)
+    }
+}
+
 impl CallSampler {
-    /// Counts a call about to start; returns whether it samples the CPU clock (a probe always
-    /// does).
-    pub(super) fn begin_call(&mut self, probe: bool) -> bool {
+    /// Counts a call about to start and reads the clocks it needs: every call is timed except
+    /// on a device known to work in the caller's context (its calls cannot block on anything
+    /// but the CPU), which is timed only when its CPU share is sampled (one call in
+    /// [`CPU_SAMPLE_EVERY_CALLS`] or [`SETTLED_CPU_SAMPLE_EVERY_CALLS`], and every probe).
+    pub(super) fn start_call(&mut self, probe: bool) -> CallClock {
         let sample = probe || cpu_sample_due(self.calls, self.samples);
         self.calls = self.calls.wrapping_add(1);
-        sample
+        let timed = sample || !self.on_cpu();
+        CallClock {
+            cpu0: sample.then(crate::stats::thread_cpu_ns),
+            start: timed.then(Instant::now),
+        }
+    }
+
+    /// The call started with `clock` ended after `took_ns` (its retry's alone, if it had one),
+    /// and `ok` (transferred data): its duration and CPU share join the averages.
+    pub(super) fn finish_call(&mut self, clock: &CallClock, ok: bool, took_ns: u64) {
+        if let Some(cpu0) = clock.cpu0 {
+            if ok && took_ns > 0 {
+                let cpu = crate::stats::thread_cpu_ns().saturating_sub(cpu0);
+                self.record_cpu(cpu, took_ns);
+            }
+        }
+        if clock.start.is_some() && ok {
+            self.record_duration(took_ns);
+        }
     }
 
     /// A sampled call spent `cpu_ns` of its `took_ns` (not 0) on the thread's CPU.
-    pub(super) fn record_cpu(&mut self, cpu_ns: u64, took_ns: u64) {
+    fn record_cpu(&mut self, cpu_ns: u64, took_ns: u64) {
         self.samples = self.samples.saturating_add(1);
         let permille = cpu_permille(cpu_ns, took_ns);
         self.on_cpu_permille = Some(match self.on_cpu_permille {
             None => permille,
-            Some(p) => p - p / CPU_SHARE_WEIGHT + permille / CPU_SHARE_WEIGHT,
+            Some(p) => p - p / CPU_SHARE_WEIGHT_DIVISOR + permille / CPU_SHARE_WEIGHT_DIVISOR,
         });
     }
 
     /// A timed call completed in `took_ns`.
-    pub(super) fn record_duration(&mut self, took_ns: u64) {
+    fn record_duration(&mut self, took_ns: u64) {
         self.call_ns = if self.call_ns == 0 {
             took_ns
         } else {
