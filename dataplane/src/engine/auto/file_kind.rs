@@ -15,7 +15,7 @@ const CALLER_PROBE_READS: usize = 9;
 
 /// Whether `file` is an O_DIRECT block device that does its work in the caller's context (zram,
 /// a RAM disk): the median of a few 4 KiB reads at offset 0 keeps the thread on its CPU for at
-/// least [`ON_CPU_MIN_PERMILLE`] of its time. A device that sleeps for its completion (NVMe, a
+/// least `ON_CPU_MIN_PERMILLE` (‰) of its time. A device that sleeps for its completion (NVMe, a
 /// loop device's worker) is not one; neither, on a busy host, is a device whose probe was
 /// preempted (then `Auto` keeps io_uring).
 pub fn completes_in_caller(file: &File) -> bool {

@@ -2,13 +2,12 @@
 //! `preadv2`/`pwritev2` where the data is at hand (RWF_NOWAIT: page-cache hits), and what would
 //! block goes to a wrapped asynchronous engine (io_uring, else Linux AIO for `O_DIRECT` files,
 //! else Sync). An inline copy needs no thread hop; on a store that completes asynchronously,
-//! trying inline costs a failed call per request or blocks the thread, so the
-//! [`InlineGate`](gate::InlineGate) stops trying while most attempts fail and probes again now
-//! and then.
+//! trying inline costs a failed call per request or blocks the thread, so the inline gate
+//! (`gate.rs`) stops trying while most attempts fail and probes again now and then.
 //!
-//! The file decides the [`Strategy`], once: a page-cache file wrapped around io_uring holds each
-//! turn for `commit`, where a batch goes to the ring ([`buffered`]); an O_DIRECT file sends
-//! inline what its device does fast or a request alone on the thread ([`direct`]); any other
+//! The file decides the `Strategy`, once: a page-cache file wrapped around io_uring holds each
+//! turn for `commit`, where a batch goes to the ring (`buffered.rs`); an O_DIRECT file sends
+//! inline what its device does fast or a request alone on the thread (`direct.rs`); any other
 //! file tries each request inline as it is submitted. `engine::open` gives a file on tmpfs or
 //! ramfs the Sync engine instead ([`in_memory`]), and wraps a block device that does its work in
 //! the caller's context ([`completes_in_caller`]) around Linux AIO rather than io_uring.
@@ -193,7 +192,7 @@ impl AutoEngine {
     /// Adds `shallow` (a Linux AIO engine on the same file) beside a wrapped io_uring, for an
     /// O_DIRECT device that sleeps for its completions (ignored for any other engine): a turn
     /// goes to it while the turn and the requests in flight are fewer than
-    /// [`AutoTuning::batch_requests`], to the ring at depth (see [`direct`]).
+    /// [`AutoTuning::batch_requests`], to the ring at depth.
     pub fn with_shallow(mut self, shallow: Box<dyn IoEngine>) -> Self {
         if self.inner.kind() == EngineKind::IoUring {
             if let Strategy::Direct(Direct {
