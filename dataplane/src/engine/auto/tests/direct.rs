@@ -257,3 +257,22 @@ fn a_store_where_inline_fails_stops_trying_then_probes_again() {
     }
     assert!(e.gate.trying, "back to the shortest wait");
 }
+
+#[test]
+fn tuning_replaces_the_host_dependent_thresholds() {
+    let Some((_store, e)) = direct_engine("auto-tuning") else {
+        return;
+    };
+    let defaults = e.describe();
+    assert!(defaults.contains("under 4 us"), "{defaults}");
+    let mut e = e.with_tuning(AutoTuning {
+        fast_direct_call_ns: 8_000,
+        ..AutoTuning::default()
+    });
+    assert!(e.describe().contains("under 8 us"), "{}", e.describe());
+    // A device whose calls average 6 µs: slow by default, fast under the new bound.
+    e.direct_mut().sampler.call_ns = 6_000;
+    let tuning = e.tuning;
+    assert!(e.direct_mut().sampler.fast(&tuning));
+    assert!(!e.direct_mut().sampler.fast(&AutoTuning::default()));
+}
