@@ -93,7 +93,7 @@ impl MutEventSubscriber for ControlFds {
         fds.extend(self.metrics.as_ref().map(AsRawFd::as_raw_fd));
         for fd in fds {
             if let Err(e) = ops.add(Events::new_raw(fd, EventSet::IN)) {
-                log::error!("control loop: cannot watch fd {fd}: {e:?}");
+                log::error!("control loop: cannot watch fd {fd}: {e}");
             }
         }
     }
@@ -178,7 +178,7 @@ impl ControlLoop {
     /// the wait).
     pub fn wait(&mut self) -> Woken {
         if let Err(e) = self.manager.run() {
-            log::warn!("control loop: {e:?}");
+            log::warn!("control loop: {e}");
         }
         match self.manager.subscriber_mut(self.id) {
             Ok(fds) => std::mem::take(&mut fds.woken),

@@ -104,7 +104,7 @@ impl GsiRouter {
         let mut entries = default_routes();
         entries.extend(msi_routes.iter().map(|(&gsi, &m)| msi(gsi, m)));
         let routing = KvmIrqRouting::from_entries(&entries)
-            .map_err(|e| std::io::Error::other(format!("routing table: {e:?}")))?;
+            .map_err(|e| std::io::Error::other(format!("routing table: {e}")))?;
         self.vm
             .set_gsi_routing(&routing)
             .map_err(std::io::Error::from)
