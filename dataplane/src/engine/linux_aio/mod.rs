@@ -2,7 +2,8 @@
 //! every queued iocb to the kernel in one `io_submit`, and `reap` reads completions straight from
 //! the ring `io_setup` maps into the process (falling back to `io_getevents` when the ring's
 //! layout is not the one we know). Every iocb carries `IOCB_FLAG_RESFD`, so an eventfd wakes the
-//! dataplane thread.
+//! dataplane thread. The context's system calls are `vmm_sys_util::aio`'s; the ring reader is
+//! ours (`abi.rs` says why).
 //!
 //! Linux AIO is only asynchronous with O_DIRECT; on a buffered file `io_submit` performs the I/O
 //! before it returns (we warn once). There is no AIO opcode for discard and write-zeroes: those
@@ -333,7 +334,7 @@ impl LinuxAioEngine {
         for &idx in self.pending.iter().take(n) {
             ptrs.push(&mut self.slots[idx as usize].iocb as *mut Iocb);
         }
-        let r = self.io_submit(&mut ptrs);
+        let r = self.io_submit(&ptrs);
         self.ptrs = ptrs;
         match r {
             Ok(k) => {
@@ -360,7 +361,7 @@ impl LinuxAioEngine {
         }
     }
 
-    fn io_submit(&mut self, ptrs: &mut [*mut Iocb]) -> Result<usize, i32> {
+    fn io_submit(&mut self, ptrs: &[*mut Iocb]) -> Result<usize, i32> {
         #[allow(unused_mut)]
         let mut n = ptrs.len();
         #[cfg(test)]
@@ -379,10 +380,11 @@ impl LinuxAioEngine {
                 None => {}
             }
         }
-        // SAFETY: each pointer is a slot's iocb in `self.slots` (never reallocated); its iovecs
-        // (`iov`) stay untouched until the slot is released after completion, and the submitter
-        // keeps the buffers alive until the completion is reaped (module contract of `engine`).
-        unsafe { self.ctx.submit(&mut ptrs[..n]) }
+        // SAFETY: each pointer is the iocb of a different pending slot in `self.slots` (never
+        // reallocated), which nothing else touches during the call; its iovecs (`iov`) stay
+        // untouched until the slot is released after completion, and the submitter keeps the
+        // buffers alive until the completion is reaped (module contract of `engine`).
+        unsafe { self.ctx.submit(&ptrs[..n]) }
     }
 
     /// Whether the completion fd may be left alone: completions do not signal it, or the
