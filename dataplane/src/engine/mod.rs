@@ -153,7 +153,7 @@ pub fn open(file: File, opts: &EngineOptions) -> Result<Box<dyn IoEngine>, Engin
             };
             let in_caller = if auto::completes_in_caller(&file) {
                 // Opened straight away, not probed first: a probe's io_destroy would stall
-                // the iothread for an RCU grace period (32 ms here) per queue.
+                // the iothread for an RCU grace period per queue.
                 open_auto_aio(
                     &file,
                     &wrapped_opts(EngineKind::LinuxAio),

@@ -352,9 +352,9 @@ impl Loop {
 
     /// The poll window: 0 when polling is off or a handler has no cheap check. With polling on
     /// and the policy's window at 0, the thread still probes for the first step (4 µs) before
-    /// sleeping: after a sleep, `block_ns` includes the thread's own wake-up latency (~100 µs on
-    /// a nested host), so a window that reached 0 could never grow again from sleeping
-    /// iterations alone, even when the guest's next request follows within microseconds. A probe
+    /// sleeping: after a sleep, `block_ns` includes the thread's own wake-up latency (far longer
+    /// than the first step on a nested host: docs/performance.md), so a window that reached 0
+    /// could never grow again from sleeping iterations alone, even when the guest's next request follows within microseconds. A probe
     /// hit measures the real interval and lets the policy open the window.
     fn window(&self) -> u64 {
         if !self.every_handler_pollable() || self.policy.suspended() {
@@ -713,8 +713,8 @@ impl Loop {
             .unwrap_or(self.slots.len());
         let mut watched = Vec::new();
         // Edge-triggered: a signal wakes the thread once, and the handler need not read the fd
-        // (a read per wake-up, for the kick and again for the completion fd, was two syscalls
-        // of the four or five a sleeping thread spent per request).
+        // (level-triggered, each wake-up would cost a read of the kick fd and another of the
+        // completion fd: docs/performance.md counts the syscalls per request).
         for (index, fd) in handler.wake_fds().into_iter().enumerate() {
             let added = self.epoll.ctl(
                 ControlOperation::Add,

@@ -285,8 +285,8 @@ impl PollPolicy {
     /// leaves the queues' notifications on (no guest request waits for it) but, having just
     /// submitted, watches the completion and avail rings for up to `poll_max_ns` (a new request
     /// also ends the watch), so a completion that
-    /// follows within that does not pay for the thread's wake-up (~100 µs on a nested host, much
-    /// of a QD1 request's time). Classic and Weighted never do: they stay as QEMU defines them.
+    /// follows within that does not pay for the thread's wake-up (on a nested host, much of a
+    /// QD1 request's time: docs/performance.md). Classic and Weighted never do: they stay as QEMU defines them.
     pub fn completion_window(&self) -> u64 {
         if self.params.policy == PolicyKind::Adaptive && self.suspended {
             self.params.max_ns

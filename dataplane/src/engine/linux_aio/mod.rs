@@ -44,9 +44,9 @@ const PROBE_EVENTS: u32 = 8;
 
 /// Checks that the host can create an AIO context (io_setup of a small one). The first context
 /// that works is kept for the life of the process (8 events of `fs.aio-max-nr`), and later calls
-/// find it: destroying it would take `io_destroy`, which waits for an RCU grace period (32-79 ms
-/// on the kvm_pvm dev machine) on the thread that checks (the main thread before boot, an
-/// iothread opening an engine). A failure is not remembered (it may be transient: AIO events
+/// find it: destroying it would take `io_destroy`, which waits for an RCU grace period
+/// (docs/performance.md) on the thread that checks (the main thread before boot, an iothread
+/// opening an engine). A failure is not remembered (it may be transient: AIO events
 /// exhausted for a while).
 pub fn probe() -> Result<(), EngineError> {
     static KEPT: std::sync::OnceLock<AioContext> = std::sync::OnceLock::new();
@@ -60,8 +60,8 @@ pub fn probe() -> Result<(), EngineError> {
 }
 
 /// The process is about to exit: contexts dropped from now on (the engines of a VM shutting
-/// down) are not destroyed one by one, each `io_destroy` waiting for an RCU grace period (32 ms
-/// per queue here), but left to the exit, which frees them without waiting. Engines still wait
+/// down) are not destroyed one by one, each `io_destroy` waiting for an RCU grace period per
+/// queue, but left to the exit, which frees them without waiting. Engines still wait
 /// for their requests in the kernel when dropped. Not for a device reset: its engines' contexts
 /// must go, or a guest resetting its device again and again would use up the host's AIO events.
 pub fn leave_contexts_to_process_exit() {
