@@ -184,7 +184,8 @@ pub fn build(
         if !cpus.is_empty() {
             let shown = crate::affinity::describe(&cpus);
             // Before the seccomp filter, which does not allow sched_setaffinity.
-            t.run_on_thread(Box::new(move || crate::affinity::pin_current_thread(&cpus)))
+            let pin = move || crate::affinity::pin_current_thread(&cpus).map_err(Into::into);
+            t.run_on_thread(Box::new(pin))
                 .map_err(|e| os(format!("iothread {name}"))(std::io::Error::other(e)))?;
             log::info!("iothread {name}: pinned to CPUs {shown}");
         }

@@ -197,7 +197,8 @@ pub fn start(config: &VmConfig) -> Result<RunningVm, VmError> {
     let light_vcpus = weights.dynamic();
     let devices = device_manager::build(config, &vm, &mem, exit, light_vcpus)?;
     for t in devices.iothreads.values() {
-        t.run_on_thread(sandbox.hook(ThreadKind::IoThread))
+        let enter = sandbox.hook(ThreadKind::IoThread);
+        t.run_on_thread(Box::new(move || enter().map_err(Into::into)))
             .map_err(|e| VmError::Os {
                 what: "entering the sandbox on an iothread",
                 source: std::io::Error::other(e.to_string()),

@@ -210,10 +210,7 @@ fn open_auto_aio(
     role: &str,
     instead: &str,
 ) -> Option<Box<dyn IoEngine>> {
-    let opened = file
-        .try_clone()
-        .map_err(|e| e.to_string())
-        .and_then(|f| open(f, opts).map_err(|e| e.to_string()));
+    let opened = clone_file(file, opts.kind).and_then(|f| open(f, opts));
     match opened {
         Ok(engine) => {
             log::info!("auto engine: {role} go to Linux AIO");
@@ -224,6 +221,15 @@ fn open_auto_aio(
             None
         }
     }
+}
+
+/// A clone of `file` for a further engine of `kind` (`Auto`'s Linux AIO engines).
+pub(crate) fn clone_file(file: &File, kind: EngineKind) -> Result<File, EngineError> {
+    file.try_clone().map_err(|source| EngineError::Setup {
+        engine: kind,
+        what: "file clone",
+        source,
+    })
 }
 
 /// The asynchronous engine `Auto` hands what would block to: io_uring where the host has it,

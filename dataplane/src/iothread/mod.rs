@@ -52,13 +52,21 @@ pub enum IoThreadError {
         /// Why.
         source: AttachError,
     },
+    /// The owner's hook ([`IoThread::run_on_thread`]) failed on the thread.
+    #[error("iothread {name}: on-thread hook: {source}")]
+    Hook {
+        /// The thread.
+        name: String,
+        /// The hook's own error.
+        source: HookError,
+    },
 }
 
 enum Command {
     Attach(Vec<Box<dyn Handler>>, Sender<Result<(), AttachError>>),
     Detach(u64, Duration, Sender<Detach>),
     SetPoll(PollParams, Sender<PollParams>),
-    Run(OnThreadHook, Sender<Result<(), String>>),
+    Run(OnThreadHook, Sender<Result<(), HookError>>),
     WakeThrottled,
     Shutdown,
 }
@@ -85,7 +93,11 @@ impl std::fmt::Debug for Detach {
 }
 
 /// Code the owner runs on the iothread itself (the VMM installs its seccomp filter this way).
-pub type OnThreadHook = Box<dyn FnOnce() -> Result<(), String> + Send>;
+pub type OnThreadHook = Box<dyn FnOnce() -> Result<(), HookError> + Send>;
+
+/// What an [`OnThreadHook`] fails with: the owner's own error type, which the dataplane does not
+/// know and only hands back ([`IoThreadError::Hook`]).
+pub type HookError = Box<dyn std::error::Error + Send + Sync>;
 
 /// A running iothread.
 pub struct IoThread {
@@ -231,10 +243,9 @@ impl IoThread {
         self.send(Command::Run(hook, tx))?;
         match rx.recv_timeout(COMMAND_TIMEOUT) {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(IoThreadError::Os {
+            Ok(Err(source)) => Err(IoThreadError::Hook {
                 name: self.name.clone(),
-                what: "on-thread hook",
-                source: std::io::Error::other(e),
+                source,
             }),
             Err(_) => Err(IoThreadError::NotResponding(self.name.clone())),
         }

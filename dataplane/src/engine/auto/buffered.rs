@@ -16,6 +16,7 @@ use super::gate::Call;
 use super::inline::NowaitFlags;
 use super::{AutoEngine, IoEngine, IoOp, Strategy, ThreadTurn};
 use crate::engine::linux_aio::LinuxAioEngine;
+use crate::engine::{clone_file, EngineKind};
 
 /// Rounds of reaping a write batch at most: each round writes at least a byte or ends a request,
 /// so this only guards against a kernel that keeps answering with short writes.
@@ -60,9 +61,8 @@ impl WriteBatches {
     /// `depth` requests; `None` when that failed.
     fn open(&mut self, file: &File, depth: u32, batch: usize) -> Option<&mut LinuxAioEngine> {
         if let WriteBatches::NotYet = self {
-            let opened = file.try_clone().map_err(|e| e.to_string()).and_then(|f| {
-                LinuxAioEngine::for_buffered_batches(f, depth).map_err(|e| e.to_string())
-            });
+            let opened = clone_file(file, EngineKind::LinuxAio)
+                .and_then(|f| LinuxAioEngine::for_buffered_batches(f, depth));
             *self = match opened {
                 Ok(writer) => {
                     log::info!(
