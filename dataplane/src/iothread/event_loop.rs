@@ -70,6 +70,52 @@ struct Slot {
     wake_at: Option<Instant>,
 }
 
+/// What [`Loop::run`] carries from one iteration to the next, made on the thread itself.
+struct Iterations {
+    /// Scratch: what `epoll_wait` returned.
+    events: Vec<EpollEvent>,
+    /// Scratch: the handlers that get turns this iteration.
+    ready: Vec<usize>,
+    /// Handlers found with work by polling, the sleep's re-checks or their fds, for the turns
+    /// and the policy.
+    hits: Vec<usize>,
+    /// When the thread last called `epoll_wait`.
+    last_epoll: Instant,
+    /// When the thread last published its CPU time.
+    last_cpu_sample: Instant,
+    /// The thread's schedstat, for the Adaptive policy's contention guard (`None`: guard off).
+    schedstat: Option<std::fs::File>,
+    /// When (ns since the loop's epoch) the host is sampled next.
+    next_host_sample: u64,
+    /// The thread's scheduling weight.
+    weight: ThreadWeight,
+    /// The start of the iteration: the end of one iteration's work is the start of the next
+    /// (one clock read for both).
+    t0: Instant,
+}
+
+impl Iterations {
+    /// Opened on the loop's thread: the schedstat file (before its seccomp filter; reads are one
+    /// pread) and the weight, whose nice calls act on the calling thread.
+    fn on_this_thread(dynamic_weight: bool) -> Self {
+        let schedstat = std::fs::File::open("/proc/thread-self/schedstat")
+            .map_err(|e| log::info!("iothread: no schedstat ({e}); contention guard off"))
+            .ok();
+        let now = Instant::now();
+        Self {
+            events: vec![EpollEvent::default(); MAX_EVENTS],
+            ready: Vec::with_capacity(MAX_EVENTS),
+            hits: Vec::with_capacity(MAX_EVENTS),
+            last_epoll: now,
+            last_cpu_sample: now,
+            schedstat,
+            next_host_sample: 0,
+            weight: ThreadWeight::for_this_thread(dynamic_weight),
+            t0: Instant::now(),
+        }
+    }
+}
+
 /// A detach waiting for the owner's in-flight I/O.
 struct PendingDetach {
     owner: u64,
@@ -148,150 +194,39 @@ impl Loop {
             .map(|s| &mut s.handler)
     }
 
+    /// The thread's loop, until a shutdown command or a failed `epoll_wait`. One iteration:
+    /// poll for the policy's window, else get ready to sleep; wait in epoll (skipped right after
+    /// a poll hit); give the ready handlers their turns; let the policy learn from the
+    /// iteration; answer detaches and commands.
     pub(super) fn run(&mut self) {
-        let mut events = vec![EpollEvent::default(); MAX_EVENTS];
-        let mut ready: Vec<usize> = Vec::with_capacity(MAX_EVENTS);
-        let mut hits: Vec<usize> = Vec::with_capacity(MAX_EVENTS);
-        let mut last_epoll = Instant::now();
-        let mut last_cpu_sample = Instant::now();
-        // The thread's run delay, for the Adaptive policy's contention guard (opened here, on
-        // the thread itself, before its seccomp filter; reads are one pread).
-        let schedstat = std::fs::File::open("/proc/thread-self/schedstat")
-            .map_err(|e| log::info!("iothread: no schedstat ({e}); contention guard off"))
-            .ok();
-        let mut next_host_sample = 0u64;
-        // Created here: the nice calls act on the calling thread.
-        let mut weight = ThreadWeight::for_this_thread(self.dynamic_weight);
-        // The end of one iteration's work is the start of the next (one clock read for both).
-        let mut t0 = Instant::now();
+        let mut it = Iterations::on_this_thread(self.dynamic_weight);
         loop {
-            hits.clear();
-            let window = self.window();
-            IoThreadStats::set(&self.stats.poll_window_ns, window);
-            if weight.set_light(window > 0) {
-                IoThreadStats::set(&self.stats.thread_light, u64::from(weight.is_light()));
-                IoThreadStats::set(&self.stats.weight_switches, weight.switches());
-            }
+            it.hits.clear();
+            let window = self.open_window(&mut it.weight);
             if window > 0 && self.carry.is_empty() {
-                self.poll_for(window, t0, &mut hits);
+                self.poll_for(window, it.t0, &mut it.hits);
             }
-            // Sleep only with nothing pending: first re-enable notifications and re-check.
-            let mut timeout = 0;
-            if hits.is_empty() && self.carry.is_empty() {
-                for slot in std::mem::take(&mut self.suppressed) {
-                    if let Some(h) = self.handler(slot) {
-                        if h.poll_end() {
-                            hits.push(slot);
-                        }
-                    }
-                }
-                let completion_window = self.completion_window();
-                if hits.is_empty() && completion_window > 0 {
-                    self.spin_for_completions(completion_window, &mut hits);
-                }
-                if hits.is_empty() {
-                    self.end_completion_watch(&mut hits);
-                }
-                if hits.is_empty() {
-                    timeout = self.sleep_timeout_ms(t0);
-                    if timeout != 0 {
-                        IoThreadStats::add(&self.stats.sleeps, 1);
-                        if last_cpu_sample.elapsed() >= CPU_SAMPLE_INTERVAL {
-                            last_cpu_sample = Instant::now();
-                            IoThreadStats::set(&self.stats.cpu_ns, thread_cpu_ns());
-                        }
-                    }
-                }
-            }
-            // Polling found work: go straight to it (QEMU skips epoll too), unless the fds have
-            // not been looked at for a while.
-            let skip_epoll = timeout == 0
-                && !hits.is_empty()
-                && t0.duration_since(last_epoll) < EPOLL_CHECK_INTERVAL;
-            let n = if skip_epoll {
-                0
+            // Sleep only with nothing pending.
+            let timeout = if it.hits.is_empty() && self.carry.is_empty() {
+                self.prepare_to_sleep(&mut it)
             } else {
-                let sleep_start = Instant::now();
-                last_epoll = sleep_start;
-                let n = match self.epoll.wait(timeout, &mut events) {
-                    Ok(n) => n,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => 0,
-                    Err(e) => {
-                        log::error!("iothread: epoll_wait failed: {e}; stopping");
-                        return;
-                    }
-                };
-                if timeout != 0 {
-                    IoThreadStats::add(
-                        &self.stats.sleep_ns,
-                        sleep_start.elapsed().as_nanos() as u64,
-                    );
-                }
-                if n > 0 {
-                    IoThreadStats::add(&self.stats.wakeups, 1);
-                }
-                n
+                0
+            };
+            let Some(n) = self.wait_for_events(timeout, &mut it) else {
+                return;
             };
             let work_start = Instant::now();
-            let block_ns = work_start.duration_since(t0).as_nanos() as u64;
-            ready.clear();
-            ready.append(&mut self.carry);
-            let mut command = false;
-            for ev in &events[..n] {
-                if ev.data() == COMMAND_TOKEN {
-                    command = true;
-                } else {
-                    IoThreadStats::add(&self.stats.fd_events, 1);
-                    let (slot, index) = token_fd(ev.data());
-                    if let Some(h) = self.handler(slot) {
-                        h.fd_fired(index);
-                    }
-                    if !hits.contains(&slot) {
-                        hits.push(slot);
-                    }
-                }
-            }
-            for &slot in &hits {
-                if !ready.contains(&slot) {
-                    ready.push(slot);
-                }
-            }
-            for (slot, s) in self.slots.iter().enumerate() {
-                let due = s
-                    .as_ref()
-                    .is_some_and(|s| s.retry || s.wake_at.is_some_and(|at| at <= work_start));
-                if due && !ready.contains(&slot) {
-                    ready.push(slot);
-                }
-            }
-            self.take_turns(&mut ready);
-            t0 = Instant::now();
+            let block_ns = work_start.duration_since(it.t0).as_nanos() as u64;
+            let command = self.gather_ready(n, work_start, &mut it);
+            self.take_turns(&mut it.ready);
+            it.t0 = Instant::now();
             IoThreadStats::add(
                 &self.stats.work_ns,
-                t0.duration_since(work_start).as_nanos() as u64,
+                it.t0.duration_since(work_start).as_nanos() as u64,
             );
-            let now = t0.duration_since(self.epoch).as_nanos() as u64;
-            if now >= next_host_sample {
-                next_host_sample = now + SAMPLE_PERIOD_NS;
-                if let Some((cpu_ns, run_delay_ns)) = schedstat.as_ref().and_then(read_schedstat) {
-                    // A handler leaving makes the sum drop; the payoff check reads that segment
-                    // as empty (saturating), which only makes one trial say nothing.
-                    let requests = self
-                        .slots
-                        .iter()
-                        .flatten()
-                        .map(|s| s.handler.completed())
-                        .fold(0u64, u64::wrapping_add);
-                    self.policy.observe_host(HostSample {
-                        now_ns: now,
-                        cpu_ns,
-                        run_delay_ns,
-                        requests,
-                    });
-                    self.publish_adaptive_stats(run_delay_ns, now);
-                }
-            }
-            self.policy.update(block_ns, &hits, now);
+            let now = it.t0.duration_since(self.epoch).as_nanos() as u64;
+            self.sample_host(now, &mut it);
+            self.policy.update(block_ns, &it.hits, now);
             if !self.detaches.is_empty() {
                 self.finish_detaches();
             }
@@ -299,9 +234,151 @@ impl Loop {
                 if !self.process_commands() {
                     return;
                 }
-                t0 = Instant::now();
+                it.t0 = Instant::now();
             }
         }
+    }
+
+    /// The iteration's poll window ([`Loop::window`]), published, with the thread one step
+    /// lighter while it polls when its weight is dynamic.
+    fn open_window(&self, weight: &mut ThreadWeight) -> u64 {
+        let window = self.window();
+        IoThreadStats::set(&self.stats.poll_window_ns, window);
+        if weight.set_light(window > 0) {
+            IoThreadStats::set(&self.stats.thread_light, u64::from(weight.is_light()));
+            IoThreadStats::set(&self.stats.weight_switches, weight.switches());
+        }
+        window
+    }
+
+    /// Before a sleep: re-enables the polled handlers' notifications (each re-checks: work that
+    /// raced in goes to `hits`), spins on in-flight completions for the completion window, and
+    /// ends the completion watch. Returns the epoll timeout: 0 when any of that found work, else
+    /// [`Loop::sleep_timeout_ms`].
+    fn prepare_to_sleep(&mut self, it: &mut Iterations) -> i32 {
+        for slot in std::mem::take(&mut self.suppressed) {
+            if let Some(h) = self.handler(slot) {
+                if h.poll_end() {
+                    it.hits.push(slot);
+                }
+            }
+        }
+        let completion_window = self.completion_window();
+        if it.hits.is_empty() && completion_window > 0 {
+            self.spin_for_completions(completion_window, &mut it.hits);
+        }
+        if it.hits.is_empty() {
+            self.end_completion_watch(&mut it.hits);
+        }
+        if !it.hits.is_empty() {
+            return 0;
+        }
+        let timeout = self.sleep_timeout_ms(it.t0);
+        if timeout != 0 {
+            IoThreadStats::add(&self.stats.sleeps, 1);
+            if it.last_cpu_sample.elapsed() >= CPU_SAMPLE_INTERVAL {
+                it.last_cpu_sample = Instant::now();
+                IoThreadStats::set(&self.stats.cpu_ns, thread_cpu_ns());
+            }
+        }
+        timeout
+    }
+
+    /// Waits in epoll for up to `timeout` ms; returns how many events it put in `it.events`, or
+    /// `None` when `epoll_wait` failed (the thread stops). Polling that found work goes straight
+    /// to it without the call (QEMU skips epoll too), unless the fds have not been looked at for
+    /// [`EPOLL_CHECK_INTERVAL`].
+    fn wait_for_events(&mut self, timeout: i32, it: &mut Iterations) -> Option<usize> {
+        let skip_epoll = timeout == 0
+            && !it.hits.is_empty()
+            && it.t0.duration_since(it.last_epoll) < EPOLL_CHECK_INTERVAL;
+        if skip_epoll {
+            return Some(0);
+        }
+        let sleep_start = Instant::now();
+        it.last_epoll = sleep_start;
+        let n = match self.epoll.wait(timeout, &mut it.events) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => 0,
+            Err(e) => {
+                log::error!("iothread: epoll_wait failed: {e}; stopping");
+                return None;
+            }
+        };
+        if timeout != 0 {
+            IoThreadStats::add(
+                &self.stats.sleep_ns,
+                sleep_start.elapsed().as_nanos() as u64,
+            );
+        }
+        if n > 0 {
+            IoThreadStats::add(&self.stats.wakeups, 1);
+        }
+        Some(n)
+    }
+
+    /// Fills `it.ready`: the handlers carried over, those whose fds fired (the first `n` of
+    /// `it.events`, added to `it.hits` too) or that polling found with work, and those whose
+    /// retry or throttling deadline has come by `now`. Returns whether the command fd fired.
+    fn gather_ready(&mut self, n: usize, now: Instant, it: &mut Iterations) -> bool {
+        it.ready.clear();
+        it.ready.append(&mut self.carry);
+        let mut command = false;
+        for ev in &it.events[..n] {
+            if ev.data() == COMMAND_TOKEN {
+                command = true;
+            } else {
+                IoThreadStats::add(&self.stats.fd_events, 1);
+                let (slot, index) = token_fd(ev.data());
+                if let Some(h) = self.handler(slot) {
+                    h.fd_fired(index);
+                }
+                if !it.hits.contains(&slot) {
+                    it.hits.push(slot);
+                }
+            }
+        }
+        for &slot in &it.hits {
+            if !it.ready.contains(&slot) {
+                it.ready.push(slot);
+            }
+        }
+        for (slot, s) in self.slots.iter().enumerate() {
+            let due = s
+                .as_ref()
+                .is_some_and(|s| s.retry || s.wake_at.is_some_and(|at| at <= now));
+            if due && !it.ready.contains(&slot) {
+                it.ready.push(slot);
+            }
+        }
+        command
+    }
+
+    /// Every [`SAMPLE_PERIOD_NS`], shows the Adaptive policy the thread's CPU time and run delay
+    /// (schedstat) and the requests its handlers completed, and publishes what it made of them.
+    fn sample_host(&mut self, now: u64, it: &mut Iterations) {
+        if now < it.next_host_sample {
+            return;
+        }
+        it.next_host_sample = now + SAMPLE_PERIOD_NS;
+        let Some((cpu_ns, run_delay_ns)) = it.schedstat.as_ref().and_then(read_schedstat) else {
+            return;
+        };
+        // A handler leaving makes the sum drop; the payoff check reads that segment as empty
+        // (saturating), which only makes one trial say nothing.
+        let requests = self
+            .slots
+            .iter()
+            .flatten()
+            .map(|s| s.handler.completed())
+            .fold(0u64, u64::wrapping_add);
+        self.policy.observe_host(HostSample {
+            now_ns: now,
+            cpu_ns,
+            run_delay_ns,
+            requests,
+        });
+        self.publish_adaptive_stats(run_delay_ns, now);
     }
 
     /// Publishes what the Adaptive policy's contention guard and payoff check saw and did.
