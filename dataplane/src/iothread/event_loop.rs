@@ -2,6 +2,10 @@
 //! on their fds otherwise, gives ready handlers turns of at most `max_batch` requests, and carries
 //! out commands. It owns the registry of watched fds, so a handler that failed to attach, stopped
 //! for good (a broken queue) or left the thread leaves no fd behind that could wake it.
+//!
+//! A loop of its own rather than rust-vmm's event-manager, whose loop is `epoll_wait` then
+//! dispatch: polling needs a phase before each wait that decides whether to wait at all. The
+//! steps of one iteration are [`Loop::run`]'s.
 
 use std::os::unix::io::RawFd;
 use std::sync::atomic::{AtomicUsize, Ordering};

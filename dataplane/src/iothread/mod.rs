@@ -1,6 +1,8 @@
 //! The iothread: a named thread that owns handlers exclusively and runs them when their fds
-//! fire. Control commands (attach, detach, shutdown) arrive over a channel plus an eventfd and
-//! are acknowledged, so callers know when ownership moved.
+//! fire (the loop is `event_loop.rs`). Control commands (attach, detach, poll parameters, the
+//! owner's hooks, throttle wake-ups, shutdown) arrive over a channel plus an eventfd and are
+//! acknowledged, so callers know when ownership moved: a handler's engine may have I/O in flight
+//! into guest memory, and a detached handler comes back only once it has none.
 
 mod event_loop;
 mod turn;
