@@ -63,17 +63,6 @@ impl IntoResponse for Fault {
     }
 }
 
-/// The router's fallback: no route matches the path. The message lists the paths there are.
-pub async fn no_such_path(request: Request) -> Fault {
-    let mut paths: Vec<&str> = super::routes::ROUTES.iter().map(|(_, p)| *p).collect();
-    paths.dedup();
-    Fault::not_found(format!(
-        "no such path: {}; the paths are {}",
-        request.uri().path(),
-        paths.join(", ")
-    ))
-}
-
 /// The router's fallback when the path exists but not with this method (axum adds `Allow`).
 pub async fn method_not_allowed(request: Request) -> Fault {
     Fault::new(

@@ -69,9 +69,20 @@ pub fn router(state: ApiState) -> Router {
         .route("/rate-limit-groups/{id}", get(get_group).patch(patch_group))
         .route("/metrics", get(metrics))
         .route("/actions", axum::routing::put(action))
-        .fallback(fault::no_such_path)
+        .fallback(no_such_path)
         .method_not_allowed_fallback(fault::method_not_allowed)
         .with_state(state)
+}
+
+/// The router's fallback: no route matches the path. The message lists the paths there are.
+pub async fn no_such_path(request: Request) -> Fault {
+    let mut paths: Vec<&str> = ROUTES.iter().map(|(_, p)| *p).collect();
+    paths.dedup();
+    Fault::not_found(format!(
+        "no such path: {}; the paths are {}",
+        request.uri().path(),
+        paths.join(", ")
+    ))
 }
 
 async fn send(state: &ApiState, command: ApiCommand) -> Response {

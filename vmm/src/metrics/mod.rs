@@ -8,7 +8,7 @@
 use osprey_metrics::{Kind, Metric, MetricSet, Reading};
 use serde_json::{Map, Value};
 
-mod table;
+pub mod table;
 #[cfg(test)]
 mod tests;
 
@@ -17,8 +17,6 @@ mod tests;
 pub(crate) mod tests_support {
     pub(crate) use super::tests::full_snapshot;
 }
-
-pub use table::table;
 
 osprey_metrics::metric_set! {
     /// The VM's own metrics.

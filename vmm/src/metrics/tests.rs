@@ -142,7 +142,7 @@ fn every_scope_declares_each_field_once_with_help() {
 #[test]
 fn the_docs_table_is_generated_from_the_declarations() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/api/metrics.md");
-    let want = table();
+    let want = super::table::table();
     if std::env::var_os("OSPREY_BLESS").is_some() {
         std::fs::write(path, &want).expect("write docs/api/metrics.md");
     }
