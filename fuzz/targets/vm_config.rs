@@ -1,6 +1,7 @@
-//! `VmConfig::from_json` on arbitrary text, then `validate` when it parses.
+//! `VmConfig::from_json` on arbitrary text, then the checks `osprey` runs when it parses: the
+//! values, then start-up's preflight (`vmm::preflight::check`).
 //!
-//! `validate` opens the files the config names. To keep the fuzzer from opening (or, for
+//! The preflight opens the files the config names. To keep the fuzzer from opening (or, for
 //! drives, opening read-write) arbitrary host paths, and from blocking on a FIFO, every non-empty
 //! path is rewritten before validation: the kernel and initrd to `/proc/self/exe` (readable, so
 //! validation goes on to the later checks) or, when the name ends in `!`, to a nonexistent file;
@@ -38,7 +39,7 @@ pub fn run(data: &[u8]) {
             d.path_on_host = Path::new(MISSING).to_path_buf();
         }
     }
-    let _ = config.validate(4096);
+    let _ = vmm::preflight::check(&config, 4096);
     // A parsed config serializes back (the API's GET /vm/config shows it).
     let _ = serde_json::to_string(&config);
 }

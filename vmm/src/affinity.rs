@@ -19,18 +19,40 @@ pub fn allowed_cpus() -> Vec<usize> {
         .collect()
 }
 
+/// Errors checking or applying a CPU set.
+#[derive(Debug, thiserror::Error)]
+pub enum AffinityError {
+    /// The config names a CPU this process may not use.
+    #[error("CPU {cpu} is not available to Osprey (allowed: {allowed})")]
+    NotAllowed {
+        /// The CPU.
+        cpu: usize,
+        /// The CPUs this process may use, `0-3,6` style.
+        allowed: String,
+    },
+    /// A CPU number past what a `cpu_set_t` holds.
+    #[error("CPU {0} is beyond the {MAX_CPUS} a CPU set holds")]
+    TooHigh(usize),
+    /// `sched_setaffinity` failed.
+    #[error("sched_setaffinity to CPUs {cpus}: {source}")]
+    Pin {
+        /// The CPUs, `0-3,6` style.
+        cpus: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
 /// Checks `cpus` (from the config) against `allowed`: not empty is not required (empty means
 /// "not pinned"), but every CPU must be one this process may use.
-pub fn check(cpus: &[usize], allowed: &[usize]) -> Result<(), String> {
-    for &c in cpus {
-        if !allowed.contains(&c) {
-            return Err(format!(
-                "CPU {c} is not available to Osprey (allowed: {})",
-                describe(allowed)
-            ));
-        }
+pub fn check(cpus: &[usize], allowed: &[usize]) -> Result<(), AffinityError> {
+    match cpus.iter().find(|c| !allowed.contains(c)) {
+        Some(&cpu) => Err(AffinityError::NotAllowed {
+            cpu,
+            allowed: describe(allowed),
+        }),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// `0-3,6` style list (sorted, duplicates dropped).
@@ -63,12 +85,12 @@ pub fn describe(cpus: &[usize]) -> String {
 }
 
 /// Pins the calling thread to `cpus`.
-pub fn pin_current_thread(cpus: &[usize]) -> Result<(), String> {
+pub fn pin_current_thread(cpus: &[usize]) -> Result<(), AffinityError> {
     // SAFETY: an all-zero `cpu_set_t` is a valid empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     for &c in cpus {
         if c >= MAX_CPUS {
-            return Err(format!("CPU {c} is beyond the {MAX_CPUS} a CPU set holds"));
+            return Err(AffinityError::TooHigh(c));
         }
         // SAFETY: `c` is below CPU_SETSIZE (checked above) and `set` is a valid `cpu_set_t`.
         unsafe { libc::CPU_SET(c, &mut set) };
@@ -76,11 +98,10 @@ pub fn pin_current_thread(cpus: &[usize]) -> Result<(), String> {
     // SAFETY: `set` is a valid `cpu_set_t` of the size passed; pid 0 is the calling thread.
     let r = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
     if r != 0 {
-        return Err(format!(
-            "sched_setaffinity to CPUs {}: {}",
-            describe(cpus),
-            std::io::Error::last_os_error()
-        ));
+        return Err(AffinityError::Pin {
+            cpus: describe(cpus),
+            source: std::io::Error::last_os_error(),
+        });
     }
     Ok(())
 }
@@ -99,10 +120,10 @@ mod tests {
 
     #[test]
     fn check_names_the_cpu_and_what_is_allowed() {
-        assert_eq!(check(&[0, 1], &[0, 1]), Ok(()));
-        assert_eq!(check(&[], &[0]), Ok(()));
+        assert!(check(&[0, 1], &[0, 1]).is_ok());
+        assert!(check(&[], &[0]).is_ok());
         assert_eq!(
-            check(&[1, 7], &[0, 1]),
+            check(&[1, 7], &[0, 1]).map_err(|e| e.to_string()),
             Err("CPU 7 is not available to Osprey (allowed: 0-1)".to_string())
         );
     }

@@ -8,21 +8,12 @@ use std::time::Instant;
 use serde_json::{json, Value};
 
 use crate::api::command::{
-    ApiCommand, ApiError, ApiReply, ApiRequest, DriveUpdate, GroupUpdate, IoThreadUpdate, VmAction,
+    ApiCommand, ApiError, ApiReply, DriveUpdate, GroupUpdate, IoThreadUpdate, VmAction,
 };
-use crate::config::{patch, IoThreadConfig, PollPolicyKind, VmConfig};
+use crate::config::{IoThreadConfig, PollPolicyKind, VmConfig};
 use crate::device_manager::{iothread_json, Devices};
-use crate::stop::StopReason;
-use crate::vcpu::PauseState;
-
-/// What wakes the control loop.
-#[derive(Debug)]
-pub enum ControlEvent {
-    /// The VM must stop.
-    Stop(StopReason),
-    /// An API request to carry out.
-    Api(ApiRequest),
-}
+use crate::events::PauseState;
+use crate::patch;
 
 /// What a command asks of the control loop beyond its reply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -247,7 +238,7 @@ impl Controller<'_> {
         if let Some(limits) = u.rate_limiter {
             if let Some(r) = &limits {
                 r.check("rate_limiter")
-                    .map_err(|(field, why)| ApiError::BadRequest(format!("{field}: {why}")))?;
+                    .map_err(|e| ApiError::BadRequest(e.to_string()))?;
             }
             drive
                 .rate_limits
@@ -289,7 +280,7 @@ impl Controller<'_> {
         }
         next.limits()
             .check("")
-            .map_err(|(field, why)| ApiError::BadRequest(format!("{field}: {why}")))?;
+            .map_err(|e| ApiError::BadRequest(e.to_string()))?;
         limiter.set(next.limits().to_dataplane());
         *cfg = next;
         for t in self.devices.iothreads.values() {

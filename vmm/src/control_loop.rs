@@ -10,7 +10,7 @@
 
 use std::os::unix::io::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::mpsc::{self, Receiver};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,7 +21,7 @@ use vmm_sys_util::epoll::EventSet;
 use vmm_sys_util::eventfd::EventFd;
 use vmm_sys_util::timerfd::TimerFd;
 
-use crate::control::ControlEvent;
+use crate::events::{ControlEvent, ControlSender};
 
 /// The eventfd the stop-signal handler rings (-1 before the loop exists).
 static SIGNAL_WAKE: AtomicI32 = AtomicI32::new(-1);
@@ -35,22 +35,6 @@ pub fn wake_from_signal() {
         // for the process's life once created); a failed write only loses a wake-up that the
         // counter already holds.
         unsafe { libc::write(fd, std::ptr::addr_of!(one).cast(), 8) };
-    }
-}
-
-/// The sending side of the control loop: sends, then rings the loop.
-#[derive(Debug, Clone)]
-pub struct ControlSender {
-    tx: Sender<ControlEvent>,
-    wake: Arc<EventFd>,
-}
-
-impl ControlSender {
-    /// Hands `event` to the control loop (dropped if the loop is gone).
-    pub fn send(&self, event: ControlEvent) {
-        if self.tx.send(event).is_ok() {
-            let _ = self.wake.write(1);
-        }
     }
 }
 
@@ -170,7 +154,7 @@ impl ControlLoop {
                 id,
                 events,
             },
-            ControlSender { tx, wake },
+            ControlSender::new(tx, wake),
         ))
     }
 

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use dataplane::engine::EngineOptions;
+use dataplane::iothread::IoThreadError;
 use dataplane::rate_limit::RateLimiter;
 use dataplane::IoThread;
 use devices::block::stats::QueueStats;
@@ -16,15 +17,16 @@ use devices::debug_exit::{DebugExit, DEBUG_EXIT_PORT};
 use devices::i8042::{I8042, I8042_BASE, I8042_LEN};
 use devices::pci::config_io::PciConfigIo;
 use devices::pci::mmio_window::PciMmioWindow;
-use devices::pci::root::PciRoot;
+use devices::pci::root::{PciRoot, PciRootError};
 use devices::serial::{SerialConsole, COM1_IRQ, COM1_LEN, COM1_PORT};
-use devices::virtio::pci::VirtioPciDevice;
+use devices::virtio::pci::{VirtioPciDevice, VirtioPciError};
 use devices::virtio::GuestMemory;
 use devices::ExitRequester;
 use kvm_ioctls::VmFd;
 use vmm_sys_util::eventfd::EventFd;
 
-use crate::config::{IoUringConfig, VmConfig, DEFAULT_IOTHREAD};
+use crate::config::{DriveConfig, IoUringConfig, VmConfig, DEFAULT_IOTHREAD};
+use crate::drive::OpenedDrive;
 use crate::interrupts::{GsiRouter, KvmIoEvents};
 use crate::layout::{PCI_MMIO_END, PCI_MMIO_START};
 
@@ -46,12 +48,52 @@ pub enum DeviceError {
         /// Why.
         source: std::io::Error,
     },
-    /// PCI set-up failed.
+    /// The PCI root could not be set up.
     #[error("PCI: {0}")]
-    Pci(String),
-    /// A drive could not be opened (validated before, so the file changed meanwhile).
+    PciRoot(#[source] PciRootError),
+    /// A drive's virtio-pci device could not be built.
+    #[error("PCI: drives[{index}]: {source}")]
+    VirtioPci {
+        /// The drive's index in `drives`.
+        index: usize,
+        /// Why.
+        source: VirtioPciError,
+    },
+    /// A drive's device could not be put on the PCI bus.
+    #[error("PCI: drives[{index}]: {source}")]
+    PciSlot {
+        /// The drive's index in `drives`.
+        index: usize,
+        /// Why.
+        source: PciRootError,
+    },
+    /// An iothread could not be started or pinned.
     #[error(transparent)]
-    Drive(#[from] crate::config::ConfigError),
+    IoThread(#[from] IoThreadError),
+    /// A drive names an iothread that was not started (the config's values were not checked).
+    #[error("drives[{index}]: iothread {id} missing")]
+    NoIoThread {
+        /// The drive's index in `drives`.
+        index: usize,
+        /// The iothread id.
+        id: String,
+    },
+    /// A drive names a rate-limit group that is not defined (the values were not checked).
+    #[error("drives[{index}]: rate_limit_group {id} missing")]
+    NoRateLimitGroup {
+        /// The drive's index in `drives`.
+        index: usize,
+        /// The group id.
+        id: String,
+    },
+    /// The preflight opened a different number of drives than the config has.
+    #[error("{opened} drive file(s) opened for {configured} drive(s)")]
+    DriveFiles {
+        /// Files opened by the preflight.
+        opened: usize,
+        /// Drives in the config.
+        configured: usize,
+    },
 }
 
 fn os(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> DeviceError {
@@ -111,52 +153,123 @@ impl std::fmt::Debug for Devices {
     }
 }
 
-/// Builds every device for `config`; with `dynamic_weights`, iothreads are light while they
-/// poll ([`crate::thread_weights`]).
+/// Builds every device for `config`, its drives on the files the preflight opened
+/// ([`crate::preflight`], in `drives` order); with `dynamic_weights`, iothreads are light while
+/// they poll ([`crate::thread_weights`]).
 pub fn build(
     config: &VmConfig,
+    drive_files: Vec<OpenedDrive>,
     vm: &Arc<VmFd>,
     mem: &GuestMemory,
     exit: Arc<dyn ExitRequester>,
     dynamic_weights: bool,
 ) -> Result<Devices, DeviceError> {
-    let serial_irq = EventFd::new(libc::EFD_NONBLOCK).map_err(os("serial eventfd"))?;
-    vm.register_irqfd(&serial_irq, COM1_IRQ)
-        .map_err(|e| os("serial irqfd")(e.into()))?;
-    let serial = Arc::new(Mutex::new(SerialConsole::new(
-        serial_irq,
-        Box::new(std::io::stdout()),
-    )));
+    if drive_files.len() != config.drives.len() {
+        return Err(DeviceError::DriveFiles {
+            opened: drive_files.len(),
+            configured: config.drives.len(),
+        });
+    }
+    let legacy = LegacyDevices::build(vm, exit)?;
+    let iothreads = spawn_iothreads(config, dynamic_weights)?;
+    let rate_limit_groups: BTreeMap<String, Arc<RateLimiter>> = config
+        .rate_limit_groups
+        .iter()
+        .map(|g| {
+            (
+                g.id.clone(),
+                Arc::new(RateLimiter::new(g.limits().to_dataplane())),
+            )
+        })
+        .collect();
+    let mut pci_wiring = PciWiring {
+        pci: legacy.pci.clone(),
+        router: Arc::new(GsiRouter::new(vm.clone())),
+        ioevents: Arc::new(KvmIoEvents(vm.clone())),
+        mem,
+    };
+    let drives = config
+        .drives
+        .iter()
+        .zip(drive_files)
+        .enumerate()
+        .map(|(i, (d, file))| {
+            let thread = drive_iothread(config, i, d, &iothreads)?;
+            let rate_limits = drive_rate_limits(i, d, &rate_limit_groups)?;
+            pci_wiring.add_drive(config, i, d, file, thread, rate_limits)
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(Devices {
+        pio: Arc::new(legacy.pio),
+        mmio: Arc::new(legacy.mmio),
+        serial: legacy.serial,
+        iothreads,
+        drives,
+        rate_limit_groups,
+        pci: legacy.pci,
+    })
+}
 
-    let pci = Arc::new(Mutex::new(
-        PciRoot::new(PCI_MMIO_START, PCI_MMIO_END - PCI_MMIO_START)
-            .map_err(|e| DeviceError::Pci(e.to_string()))?,
-    ));
-    let mut pio = Bus::new();
-    pio.insert(serial.clone(), u64::from(COM1_PORT), COM1_LEN)?;
-    pio.insert(
-        Arc::new(Mutex::new(I8042::new(exit.clone()))),
-        u64::from(I8042_BASE),
-        I8042_LEN,
-    )?;
-    pio.insert(
-        Arc::new(Mutex::new(DebugExit::new(exit))),
-        u64::from(DEBUG_EXIT_PORT),
-        1,
-    )?;
-    pio.insert(
-        Arc::new(Mutex::new(PciConfigIo::new(pci.clone()))),
-        PCI_CONFIG_PORT,
-        PCI_CONFIG_LEN,
-    )?;
-    let mut mmio = Bus::new();
-    mmio.insert(
-        Arc::new(Mutex::new(PciMmioWindow::new(pci.clone()))),
-        PCI_MMIO_START,
-        PCI_MMIO_END - PCI_MMIO_START,
-    )?;
+/// The devices every VM has: COM1, the i8042, the debug exit port, and the PCI root behind
+/// its configuration ports and MMIO window.
+struct LegacyDevices {
+    pio: Bus,
+    mmio: Bus,
+    serial: Arc<Mutex<SerialConsole>>,
+    pci: Arc<Mutex<PciRoot>>,
+}
 
-    let mut iothreads = BTreeMap::new();
+impl LegacyDevices {
+    fn build(vm: &VmFd, exit: Arc<dyn ExitRequester>) -> Result<Self, DeviceError> {
+        let serial_irq = EventFd::new(libc::EFD_NONBLOCK).map_err(os("serial eventfd"))?;
+        vm.register_irqfd(&serial_irq, COM1_IRQ)
+            .map_err(|e| os("serial irqfd")(e.into()))?;
+        let serial = Arc::new(Mutex::new(SerialConsole::new(
+            serial_irq,
+            Box::new(std::io::stdout()),
+        )));
+        let pci = Arc::new(Mutex::new(
+            PciRoot::new(PCI_MMIO_START, PCI_MMIO_END - PCI_MMIO_START)
+                .map_err(DeviceError::PciRoot)?,
+        ));
+        let mut pio = Bus::new();
+        pio.insert(serial.clone(), u64::from(COM1_PORT), COM1_LEN)?;
+        pio.insert(
+            Arc::new(Mutex::new(I8042::new(exit.clone()))),
+            u64::from(I8042_BASE),
+            I8042_LEN,
+        )?;
+        pio.insert(
+            Arc::new(Mutex::new(DebugExit::new(exit))),
+            u64::from(DEBUG_EXIT_PORT),
+            1,
+        )?;
+        pio.insert(
+            Arc::new(Mutex::new(PciConfigIo::new(pci.clone()))),
+            PCI_CONFIG_PORT,
+            PCI_CONFIG_LEN,
+        )?;
+        let mut mmio = Bus::new();
+        mmio.insert(
+            Arc::new(Mutex::new(PciMmioWindow::new(pci.clone()))),
+            PCI_MMIO_START,
+            PCI_MMIO_END - PCI_MMIO_START,
+        )?;
+        Ok(Self {
+            pio,
+            mmio,
+            serial,
+            pci,
+        })
+    }
+}
+
+/// Starts the configured iothreads (or `io0` with the dataplane's defaults when drives name
+/// none), each pinned to its CPUs.
+fn spawn_iothreads(
+    config: &VmConfig,
+    dynamic_weights: bool,
+) -> Result<BTreeMap<String, Arc<IoThread>>, DeviceError> {
     type ThreadSpec = (String, u32, dataplane::poll::PollParams, Vec<usize>);
     let mut threads: Vec<ThreadSpec> = config
         .iothreads
@@ -178,48 +291,87 @@ pub fn build(
             Vec::new(),
         ));
     }
+    let mut iothreads = BTreeMap::new();
     for (name, max_batch, poll, cpus) in threads {
-        let t = IoThread::spawn_weighted(&name, max_batch as usize, poll, dynamic_weights)
-            .map_err(|e| os(format!("iothread {name}"))(std::io::Error::other(e)))?;
+        let t = IoThread::spawn_weighted(&name, max_batch as usize, poll, dynamic_weights)?;
         if !cpus.is_empty() {
             let shown = crate::affinity::describe(&cpus);
             // Before the seccomp filter, which does not allow sched_setaffinity.
             let pin = move || crate::affinity::pin_current_thread(&cpus).map_err(Into::into);
-            t.run_on_thread(Box::new(pin))
-                .map_err(|e| os(format!("iothread {name}"))(std::io::Error::other(e)))?;
+            t.run_on_thread(Box::new(pin))?;
             log::info!("iothread {name}: pinned to CPUs {shown}");
         }
         iothreads.insert(name, t);
     }
+    Ok(iothreads)
+}
 
-    let rate_limit_groups: BTreeMap<String, Arc<RateLimiter>> = config
-        .rate_limit_groups
-        .iter()
-        .map(|g| {
-            (
-                g.id.clone(),
-                Arc::new(RateLimiter::new(g.limits().to_dataplane())),
-            )
-        })
-        .collect();
-    let router = Arc::new(GsiRouter::new(vm.clone()));
-    let ioevents = Arc::new(KvmIoEvents(vm.clone()));
-    let mut drives = Vec::with_capacity(config.drives.len());
-    for (i, d) in config.drives.iter().enumerate() {
-        // Validation warned if the size is not a multiple of 512 bytes.
-        let opened = crate::drive::open(d, i)?;
-        let thread_id = d.iothread.clone().unwrap_or_else(|| {
-            config
-                .iothreads
-                .first()
-                .map(|t| t.id.clone())
-                .unwrap_or_else(|| DEFAULT_IOTHREAD.to_string())
-        });
-        let Some(thread) = iothreads.get(&thread_id).cloned() else {
-            return Err(DeviceError::Pci(format!(
-                "drives[{i}]: iothread {thread_id} missing"
-            )));
-        };
+/// The iothread serving drive `i` (its own, else the first configured, else `io0`).
+fn drive_iothread(
+    config: &VmConfig,
+    i: usize,
+    d: &DriveConfig,
+    iothreads: &BTreeMap<String, Arc<IoThread>>,
+) -> Result<Arc<IoThread>, DeviceError> {
+    let id = d.iothread.clone().unwrap_or_else(|| {
+        config
+            .iothreads
+            .first()
+            .map(|t| t.id.clone())
+            .unwrap_or_else(|| DEFAULT_IOTHREAD.to_string())
+    });
+    iothreads
+        .get(&id)
+        .cloned()
+        .ok_or(DeviceError::NoIoThread { index: i, id })
+}
+
+/// Drive `i`'s own limiter and its group's.
+fn drive_rate_limits(
+    i: usize,
+    d: &DriveConfig,
+    groups: &BTreeMap<String, Arc<RateLimiter>>,
+) -> Result<DriveRateLimits, DeviceError> {
+    let group = match &d.rate_limit_group {
+        Some(g) => Some(
+            groups
+                .get(g)
+                .cloned()
+                .ok_or_else(|| DeviceError::NoRateLimitGroup {
+                    index: i,
+                    id: g.clone(),
+                })?,
+        ),
+        None => None,
+    };
+    Ok(DriveRateLimits {
+        drive: Arc::new(RateLimiter::new(
+            d.rate_limiter.unwrap_or_default().to_dataplane(),
+        )),
+        group,
+    })
+}
+
+/// What a virtio-pci device is wired to: the root bus, MSI routes, ioeventfds, guest memory.
+struct PciWiring<'a> {
+    pci: Arc<Mutex<PciRoot>>,
+    router: Arc<GsiRouter>,
+    ioevents: Arc<KvmIoEvents>,
+    mem: &'a GuestMemory,
+}
+
+impl PciWiring<'_> {
+    /// Drive `i` as a virtio-blk device on `file`, served by `thread`, on the next PCI slot.
+    fn add_drive(
+        &mut self,
+        config: &VmConfig,
+        i: usize,
+        d: &DriveConfig,
+        file: OpenedDrive,
+        thread: Arc<IoThread>,
+        rate_limits: DriveRateLimits,
+    ) -> Result<DriveHandle, DeviceError> {
+        let thread_id = thread.name().to_string();
         let io_uring = config
             .iothreads
             .iter()
@@ -233,23 +385,14 @@ pub fn build(
             direct: d.direct,
             fault: d.fault_injection.as_ref().map(|fi| fi.to_plan()),
         };
-        let rate_limits = DriveRateLimits {
-            drive: Arc::new(RateLimiter::new(
-                d.rate_limiter.unwrap_or_default().to_dataplane(),
-            )),
-            group: match &d.rate_limit_group {
-                Some(g) => Some(rate_limit_groups.get(g).cloned().ok_or_else(|| {
-                    DeviceError::Pci(format!("drives[{i}]: rate_limit_group {g} missing"))
-                })?),
-                None => None,
-            },
-        };
+        // The preflight warned if the size is not a multiple of 512 bytes.
+        let capacity_sectors = file.capacity_sectors;
         let block = VirtioBlock::new(
             BlockDeviceConfig {
                 drive_id: d.drive_id.clone(),
-                file: opened.file,
+                file: file.file,
                 read_only: d.is_read_only,
-                capacity_sectors: opened.capacity_sectors,
+                capacity_sectors,
                 num_queues: d.num_queues,
                 queue_size: d.queue_size,
                 engine,
@@ -258,49 +401,42 @@ pub fn build(
             thread.clone(),
         );
         let stats = block.stats();
-        let vectors = router
+        let vectors = self
+            .router
             .allocate_vectors(usize::from(d.num_queues) + 1)
             .map_err(os(format!("drives[{i}]: MSI-X vectors")))?;
         let dev = VirtioPciDevice::new(
             Box::new(block),
-            mem.clone(),
+            self.mem.clone(),
             vectors,
-            router.clone(),
-            ioevents.clone(),
+            self.router.clone(),
+            self.ioevents.clone(),
         )
-        .map_err(|e| DeviceError::Pci(format!("drives[{i}]: {e}")))?;
-        let slot = pci
+        .map_err(|source| DeviceError::VirtioPci { index: i, source })?;
+        let slot = self
+            .pci
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .add_device(Arc::new(Mutex::new(dev)))
-            .map_err(|e| DeviceError::Pci(format!("drives[{i}]: {e}")))?;
+            .map_err(|source| DeviceError::PciSlot { index: i, source })?;
         log::info!(
             "drives[{i}] {}: virtio-blk at 00:{slot:02x}.0, {} sectors, {} queue(s) of {}, engine {:?}, iothread {thread_id}{}",
             d.drive_id,
-            opened.capacity_sectors,
+            capacity_sectors,
             d.num_queues,
             d.queue_size,
             d.io_engine,
             if d.is_read_only { ", read-only" } else { "" }
         );
-        drives.push(DriveHandle {
+        Ok(DriveHandle {
             id: d.drive_id.clone(),
             slot,
             stats,
             engine: d.io_engine,
             rate_limits,
             iothread: thread,
-        });
+        })
     }
-    Ok(Devices {
-        pio: Arc::new(pio),
-        mmio: Arc::new(mmio),
-        serial,
-        iothreads,
-        drives,
-        rate_limit_groups,
-        pci,
-    })
 }
 
 /// An iothread's parameters and counters as one JSON object (for the log and tests).

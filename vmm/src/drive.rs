@@ -4,8 +4,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::{Seek, SeekFrom};
 use std::os::unix::fs::OpenOptionsExt;
-
-use crate::config::{ConfigError, DriveConfig};
+use std::path::{Path, PathBuf};
 
 /// A drive's backing file, opened and sized.
 #[derive(Debug)]
@@ -18,50 +17,69 @@ pub struct OpenedDrive {
     pub ignored_tail: u64,
 }
 
-/// Opens `drive` (the `index`-th in the config); errors name the field.
-pub fn open(drive: &DriveConfig, index: usize) -> Result<OpenedDrive, ConfigError> {
-    let field = format!("drives[{index}].path_on_host");
-    let path = &drive.path_on_host;
+/// Why a backing file cannot be a drive; each names the path.
+#[derive(Debug, thiserror::Error)]
+pub enum DriveOpenError {
+    /// Opening, inspecting or sizing the file failed.
+    #[error("{}: {source}{}", path.display(), direct_hint(*direct, source))]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Whether it was opened with O_DIRECT (an EINVAL then gets a hint).
+        direct: bool,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// It is a directory.
+    #[error("{}: is a directory", path.display())]
+    Directory {
+        /// The path.
+        path: PathBuf,
+    },
+    /// It holds less than one sector.
+    #[error("{}: {size} bytes is smaller than one 512-byte sector", path.display())]
+    TooSmall {
+        /// The file.
+        path: PathBuf,
+        /// Its size in bytes.
+        size: u64,
+    },
+}
+
+fn direct_hint(direct: bool, e: &std::io::Error) -> &'static str {
+    if direct && e.raw_os_error() == Some(libc::EINVAL) {
+        " (the file system does not support O_DIRECT; set \"direct\": false)"
+    } else {
+        ""
+    }
+}
+
+/// Opens a drive's backing file (read-only or read-write, with O_DIRECT or not) and sizes it.
+pub fn open(path: &Path, read_only: bool, direct: bool) -> Result<OpenedDrive, DriveOpenError> {
+    let io = |direct: bool| {
+        move |source| DriveOpenError::Io {
+            path: path.to_path_buf(),
+            direct,
+            source,
+        }
+    };
     let mut opts = OpenOptions::new();
-    opts.read(true).write(!drive.is_read_only);
-    if drive.direct {
+    opts.read(true).write(!read_only);
+    if direct {
         opts.custom_flags(libc::O_DIRECT);
     }
-    let mut file = opts.open(path).map_err(|e| {
-        let hint = if drive.direct && e.raw_os_error() == Some(libc::EINVAL) {
-            " (the file system does not support O_DIRECT; set \"direct\": false)"
-        } else {
-            ""
-        };
-        ConfigError::Invalid {
-            field: field.clone(),
-            reason: format!("{}: {e}{hint}", path.display()),
-        }
-    })?;
-    let meta = file.metadata().map_err(|e| ConfigError::Invalid {
-        field: field.clone(),
-        reason: format!("{}: {e}", path.display()),
-    })?;
-    if meta.is_dir() {
-        return Err(ConfigError::Invalid {
-            field,
-            reason: format!("{}: is a directory", path.display()),
+    let mut file = opts.open(path).map_err(io(direct))?;
+    if file.metadata().map_err(io(false))?.is_dir() {
+        return Err(DriveOpenError::Directory {
+            path: path.to_path_buf(),
         });
     }
     // Seeking to the end sizes regular files and block devices alike.
-    let size = file
-        .seek(SeekFrom::End(0))
-        .map_err(|e| ConfigError::Invalid {
-            field: field.clone(),
-            reason: format!("{}: {e}", path.display()),
-        })?;
+    let size = file.seek(SeekFrom::End(0)).map_err(io(false))?;
     if size < 512 {
-        return Err(ConfigError::Invalid {
-            field,
-            reason: format!(
-                "{}: {size} bytes is smaller than one 512-byte sector",
-                path.display()
-            ),
+        return Err(DriveOpenError::TooSmall {
+            path: path.to_path_buf(),
+            size,
         });
     }
     Ok(OpenedDrive {
@@ -75,27 +93,23 @@ pub fn open(drive: &DriveConfig, index: usize) -> Result<OpenedDrive, ConfigErro
 mod tests {
     use super::*;
 
-    fn drive(path: &std::path::Path) -> DriveConfig {
-        serde_json::from_value(serde_json::json!({"drive_id": "d", "path_on_host": path}))
-            .expect("drive")
-    }
-
     #[test]
     fn sizes_and_rounds_down() {
         let p = std::env::temp_dir().join(format!("osprey-drive-{}", std::process::id()));
         std::fs::write(&p, vec![0u8; 4096 + 100]).expect("write");
-        let d = open(&drive(&p), 0).expect("open");
+        let d = open(&p, false, false).expect("open");
         assert_eq!((d.capacity_sectors, d.ignored_tail), (8, 100));
         std::fs::write(&p, vec![0u8; 100]).expect("write");
-        let e = open(&drive(&p), 3).expect_err("too small");
-        assert!(e.to_string().starts_with("drives[3].path_on_host: "), "{e}");
-        assert!(
-            e.to_string()
-                .ends_with("100 bytes is smaller than one 512-byte sector"),
-            "{e}"
+        let e = open(&p, false, false).expect_err("too small");
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "{}: 100 bytes is smaller than one 512-byte sector",
+                p.display()
+            )
         );
         std::fs::remove_file(&p).ok();
-        let e = open(&drive(&p), 0).expect_err("missing");
+        let e = open(&p, false, false).expect_err("missing");
         assert!(e.to_string().contains("No such file or directory"), "{e}");
     }
 }

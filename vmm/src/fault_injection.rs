@@ -74,20 +74,59 @@ fn default_ops() -> Vec<InjectedOp> {
     vec![InjectedOp::Read, InjectedOp::Write]
 }
 
+/// A `fault_injection` section that cannot be carried out, named by the field's JSON path.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FaultInjectionError {
+    /// `operations` is empty.
+    #[error(
+        "{at}.operations: must name at least one of read, write, flush, discard, write_zeroes"
+    )]
+    NoOperations {
+        /// The section's JSON path (`drives[0].fault_injection`).
+        at: String,
+    },
+    /// `sectors` is 0.
+    #[error("{at}.sectors: must be at least 1 (or left out)")]
+    NoSectors {
+        /// The section's JSON path.
+        at: String,
+    },
+    /// `sector` is past any byte offset.
+    #[error("{at}.sector: {sector} is beyond any disk")]
+    SectorTooFar {
+        /// The section's JSON path.
+        at: String,
+        /// The value given.
+        sector: u64,
+    },
+}
+
+impl FaultInjectionError {
+    /// The field's name within the section (`operations`, `sectors`, `sector`).
+    pub fn field(&self) -> &'static str {
+        match self {
+            Self::NoOperations { .. } => "operations",
+            Self::NoSectors { .. } => "sectors",
+            Self::SectorTooFar { .. } => "sector",
+        }
+    }
+}
+
 impl FaultInjectionConfig {
-    /// Checks the section; the error is (field, message) for the caller to prefix.
-    pub fn check(&self) -> Result<(), (&'static str, String)> {
+    /// Checks the section found at JSON path `at` (`drives[0].fault_injection`).
+    pub fn check(&self, at: &str) -> Result<(), FaultInjectionError> {
+        let at = at.to_string();
         if self.operations.is_empty() {
-            return Err((
-                "operations",
-                "must name at least one of read, write, flush, discard, write_zeroes".into(),
-            ));
+            return Err(FaultInjectionError::NoOperations { at });
         }
         if self.sectors == Some(0) {
-            return Err(("sectors", "must be at least 1 (or left out)".into()));
+            return Err(FaultInjectionError::NoSectors { at });
         }
         if self.sector.checked_mul(512).is_none() {
-            return Err(("sector", format!("{} is beyond any disk", self.sector)));
+            return Err(FaultInjectionError::SectorTooFar {
+                at,
+                sector: self.sector,
+            });
         }
         Ok(())
     }
@@ -136,7 +175,7 @@ mod tests {
     #[test]
     fn defaults_fail_reads_and_writes_everywhere_with_eio() {
         let c = parse("{}");
-        assert_eq!(c.check(), Ok(()));
+        assert_eq!(c.check("f"), Ok(()));
         let p = c.to_plan();
         assert_eq!(p.action, FaultAction::Fail(libc::EIO));
         assert!(p.ops.contains(FaultOps::READ) && p.ops.contains(FaultOps::WRITE));
@@ -158,17 +197,19 @@ mod tests {
     #[test]
     fn bad_sections_name_the_field() {
         assert_eq!(
-            parse(r#"{"operations":[]}"#).check().map_err(|e| e.0),
+            parse(r#"{"operations":[]}"#)
+                .check("f")
+                .map_err(|e| e.field()),
             Err("operations")
         );
         assert_eq!(
-            parse(r#"{"sectors":0}"#).check().map_err(|e| e.0),
+            parse(r#"{"sectors":0}"#).check("f").map_err(|e| e.field()),
             Err("sectors")
         );
         assert_eq!(
             parse(&format!(r#"{{"sector":{}}}"#, u64::MAX))
-                .check()
-                .map_err(|e| e.0),
+                .check("f")
+                .map_err(|e| e.field()),
             Err("sector")
         );
         let unknown = serde_json::from_str::<FaultInjectionConfig>(r#"{"errno":"EIO"}"#);

@@ -69,13 +69,13 @@ impl VcpuLimits {
     /// Checks `count` as QEMU does: above the hard limit is an error naming the config field;
     /// above the recommended count (more vCPUs than host CPUs) is allowed with a warning, returned
     /// for the caller to log.
-    pub fn check(self, count: u8) -> Result<Option<String>, String> {
+    pub fn check(self, count: u8) -> Result<Option<String>, VcpuLimitError> {
         let n = usize::from(count);
         if n > self.max {
-            return Err(format!(
-                "machine-config.vcpu_count: {n} vCPUs is more than this host's KVM allows ({})",
-                self.max
-            ));
+            return Err(VcpuLimitError {
+                count: n,
+                max: self.max,
+            });
         }
         if n > self.recommended {
             return Ok(Some(format!(
@@ -86,6 +86,16 @@ impl VcpuLimits {
         }
         Ok(None)
     }
+}
+
+/// More vCPUs than this host's KVM allows: a limit of the host, reported like a config error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("machine-config.vcpu_count: {count} vCPUs is more than this host's KVM allows ({max})")]
+pub struct VcpuLimitError {
+    /// vCPUs asked for.
+    pub count: usize,
+    /// KVM_CAP_MAX_VCPUS.
+    pub max: usize,
 }
 
 /// Total host memory in MiB, from /proc/meminfo (`u64::MAX` when unreadable).
@@ -122,7 +132,7 @@ mod tests {
             warn.contains("4 vCPUs is more than the 2 KVM recommends"),
             "{warn}"
         );
-        let err = l.check(9).expect_err("above the hard limit");
+        let err = l.check(9).expect_err("above the hard limit").to_string();
         assert!(
             err.starts_with(
                 "machine-config.vcpu_count: 9 vCPUs is more than this host's KVM allows (8)"

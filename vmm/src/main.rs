@@ -3,25 +3,26 @@
 
 use clap::Parser;
 use vmm::cli::{Cli, Command};
+use vmm::config::{ConfigError, VmConfig};
+use vmm::drive::OpenedDrive;
 
 /// Exit status for configuration and command-line errors.
 const EXIT_CONFIG: i32 = 2;
 /// Exit status when the VM could not be built or run.
 const EXIT_VMM: i32 = 1;
 
-/// The config from the file and flags, validated (values, then files and the host; warnings
-/// logged), with the defaults start-up chooses filled in.
-fn effective_config(cli: &Cli) -> Result<vmm::config::VmConfig, vmm::config::ConfigError> {
+/// The config from the file and flags with the defaults start-up chooses filled in, its values
+/// checked and start-up's preflight run (the host checked, the drives opened; warnings logged).
+fn effective_config(cli: &Cli) -> Result<(VmConfig, Vec<OpenedDrive>), ConfigError> {
     let (mut config, mut warnings) = cli.vm_config()?;
-    let host_warnings = config
-        .validate(vmm::host::host_mem_mib())
+    let preflight = vmm::preflight::check(&config, vmm::host::host_mem_mib())
         .map_err(|e| e.in_file(cli.config.as_deref()))?;
-    warnings.extend(host_warnings);
+    warnings.extend(preflight.warnings);
     for w in warnings {
         log::warn!("{w}");
     }
     config.fill_defaults();
-    Ok(config)
+    Ok((config, preflight.drives))
 }
 
 fn main() {
@@ -37,7 +38,7 @@ fn main() {
         std::process::exit(args.run());
     }
 
-    let config = match effective_config(&cli) {
+    let (config, drives) = match effective_config(&cli) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("osprey: error: {e}");
@@ -55,7 +56,7 @@ fn main() {
         }
         return;
     }
-    match vmm::vm::run(&config) {
+    match vmm::vm::run(&config, drives) {
         Ok(stop) => {
             if let vmm::stop::StopReason::Failed { .. } = stop {
                 eprintln!("osprey: error: {}", stop.describe());

@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::patch::present;
+use crate::patch::present;
 
 use dataplane::rate_limit::{BucketConfig, LimitConfig, LimiterStats};
 
@@ -95,20 +95,29 @@ pub struct GroupUpdate {
     pub ops: Option<Option<TokenBucketConfig>>,
 }
 
+/// A bucket out of range, named by its JSON path (`drives[0].rate_limiter.ops.refill_time`; in a
+/// group's PATCH body, `ops.refill_time`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: must be from 1 to {MAX_REFILL_TIME_MS} ms when size is set, got {refill_time}")]
+pub struct RateLimitConfigError {
+    /// JSON path of the bad `refill_time`.
+    pub field: String,
+    /// The value given.
+    pub refill_time: u64,
+}
+
 impl TokenBucketConfig {
-    fn check(&self) -> Result<(), (&'static str, String)> {
+    /// Checks the bucket; `field` is its `refill_time`'s JSON path, for the error.
+    fn check(&self, field: impl FnOnce() -> String) -> Result<(), RateLimitConfigError> {
         if self.size == 0 {
             // Firecracker's meaning: a bucket of size 0 limits nothing.
             return Ok(());
         }
         if self.refill_time == 0 || self.refill_time > MAX_REFILL_TIME_MS {
-            return Err((
-                "refill_time",
-                format!(
-                    "must be from 1 to {MAX_REFILL_TIME_MS} ms when size is set, got {}",
-                    self.refill_time
-                ),
-            ));
+            return Err(RateLimitConfigError {
+                field: field(),
+                refill_time: self.refill_time,
+            });
         }
         Ok(())
     }
@@ -125,17 +134,12 @@ impl TokenBucketConfig {
 impl RateLimiterConfig {
     /// Checks both buckets; the error names the field under `at` (e.g. `drives[0].rate_limiter`;
     /// empty: the bucket's name is the top of the path, as in a group's PATCH body).
-    pub fn check(&self, at: &str) -> Result<(), (String, String)> {
+    pub fn check(&self, at: &str) -> Result<(), RateLimitConfigError> {
         for (name, bucket) in [("bandwidth", &self.bandwidth), ("ops", &self.ops)] {
             if let Some(b) = bucket {
-                b.check().map_err(|(field, why)| {
-                    let path = format!("{name}.{field}");
-                    let path = if at.is_empty() {
-                        path
-                    } else {
-                        format!("{at}.{path}")
-                    };
-                    (path, why)
+                b.check(|| match at {
+                    "" => format!("{name}.refill_time"),
+                    at => format!("{at}.{name}.refill_time"),
                 })?;
             }
         }
@@ -208,14 +212,18 @@ mod tests {
                 refill_time: 0,
             }),
         };
-        let (field, why) = r.check("drives[1].rate_limiter").expect_err("refill 0");
-        assert_eq!(field, "drives[1].rate_limiter.ops.refill_time");
-        let (field, _) = r.check("").expect_err("refill 0");
+        let e = r.check("drives[1].rate_limiter").expect_err("refill 0");
+        assert_eq!(e.field, "drives[1].rate_limiter.ops.refill_time");
         assert_eq!(
-            field, "ops.refill_time",
+            e.to_string(),
+            "drives[1].rate_limiter.ops.refill_time: must be from 1 to 86400000 ms when size is \
+             set, got 0"
+        );
+        let e = r.check("").expect_err("refill 0");
+        assert_eq!(
+            e.field, "ops.refill_time",
             "a group's PATCH body names the bucket first"
         );
-        assert!(why.contains("got 0"), "{why}");
         let off = RateLimiterConfig {
             bandwidth: Some(TokenBucketConfig {
                 size: 0,

@@ -1,60 +1,15 @@
 //! A vCPU thread: runs `KVM_RUN`, dispatches port and MMIO exits to the buses, and reports the
 //! exits that end the VM (shutdown, internal error, failed entry) to the control thread.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use devices::bus::Bus;
 use kvm_ioctls::{VcpuExit, VcpuFd};
 
-use crate::control::ControlEvent;
+use crate::events::{ControlEvent, ControlSender, PauseState};
+use crate::sandbox::ThreadHook;
 use crate::stop::StopReason;
-
-/// Pausing the vCPUs: the control thread sets `paused` and kicks the vCPU threads out of
-/// `KVM_RUN`; each parks on the condvar until resumed or stopped.
-#[derive(Debug, Default)]
-pub struct PauseState {
-    paused: Mutex<bool>,
-    wake: Condvar,
-    parked: AtomicUsize,
-}
-
-impl PauseState {
-    /// Requests a pause (the caller then kicks the vCPUs) or a resume.
-    pub fn set(&self, paused: bool) {
-        *self.paused.lock().unwrap_or_else(|p| p.into_inner()) = paused;
-        if !paused {
-            self.wake.notify_all();
-        }
-    }
-
-    /// Whether a pause is requested.
-    pub fn is_paused(&self) -> bool {
-        *self.paused.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// vCPU threads currently parked.
-    pub fn parked(&self) -> usize {
-        self.parked.load(Ordering::Acquire)
-    }
-
-    /// Wakes parked vCPUs so they notice a stop.
-    pub fn release_all(&self) {
-        self.wake.notify_all();
-    }
-
-    fn park_while_paused(&self, stop: &AtomicBool) {
-        let mut paused = self.paused.lock().unwrap_or_else(|p| p.into_inner());
-        if !*paused {
-            return;
-        }
-        self.parked.fetch_add(1, Ordering::AcqRel);
-        while *paused && !stop.load(Ordering::Acquire) {
-            paused = self.wake.wait(paused).unwrap_or_else(|p| p.into_inner());
-        }
-        self.parked.fetch_sub(1, Ordering::AcqRel);
-    }
-}
 
 /// Everything a vCPU thread needs.
 pub struct VcpuRunner {
@@ -67,13 +22,13 @@ pub struct VcpuRunner {
     /// MMIO devices.
     pub mmio: Arc<Bus>,
     /// Where to report the end of the VM.
-    pub events: crate::control_loop::ControlSender,
+    pub events: ControlSender,
     /// Set by the control thread to stop every vCPU.
     pub stop: Arc<AtomicBool>,
     /// Pause requests from the control thread.
     pub pause: Arc<PauseState>,
     /// Runs on the vCPU thread before its first `KVM_RUN` (installs the seccomp filter).
-    pub on_start: Option<Box<dyn FnOnce() -> Result<(), String> + Send>>,
+    pub on_start: Option<ThreadHook>,
 }
 
 impl std::fmt::Debug for VcpuRunner {
@@ -87,7 +42,8 @@ impl VcpuRunner {
     pub fn run(mut self) {
         let id = self.id;
         if let Some(hook) = self.on_start.take() {
-            if let Err(message) = hook() {
+            if let Err(e) = hook() {
+                let message = e.to_string();
                 self.events
                     .send(ControlEvent::Stop(StopReason::Failed { vcpu: id, message }));
                 return;

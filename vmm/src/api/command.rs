@@ -6,8 +6,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::patch::present;
 use crate::config::PollPolicyKind;
+use crate::patch::present;
 pub use crate::rate_limit::{DriveUpdate, GroupUpdate};
 
 /// A request for the control thread.
@@ -43,7 +43,7 @@ pub enum ApiCommand {
 }
 
 /// `PATCH /iothreads/{id}` body: every field optional, unknown fields refused. A field left out
-/// stays as it is; `null` puts it back to its default ([`crate::config::patch`]).
+/// stays as it is; `null` puts it back to its default ([`crate::patch`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct IoThreadUpdate {

@@ -63,7 +63,7 @@ pub fn start(socket: &Path, submit: Submit) -> Result<ApiServer, ApiServerError>
 
 /// Code run on the API thread after the socket is bound, before serving (the VMM installs the
 /// API thread's seccomp filter with it). An error stops the thread before it serves.
-pub type OnStart = Box<dyn FnOnce() -> Result<(), String> + Send>;
+pub type OnStart = crate::sandbox::ThreadHook;
 
 /// [`start`] with other timeouts and limits (tests use short ones).
 pub fn start_with(

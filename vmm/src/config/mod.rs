@@ -1,17 +1,18 @@
 //! The VM configuration: one serde type per section of the JSON file, shared with the API.
 //!
 //! Parsing ([`parse`]) names the JSON path of a bad field (`machine-config.vcpu_count: invalid
-//! type …`); [`VmConfig::validate`] checks values ([`validate`]) and then the host ([`host`])
-//! before any KVM resource exists; [`effective`] fills in what start-up would choose. Field
+//! type …`); [`VmConfig::check_values`] checks values ([`validate`]) without touching the host
+//! (start-up's preflight, [`crate::preflight`], checks the host and opens the files);
+//! [`effective`] fills in what start-up would choose; [`paths`] gathers the host paths the
+//! sandbox keeps reachable. Field
 //! names follow Firecracker (`machine-config`, `boot-source`, `drives`) and add Osprey's
 //! `iothreads`, `rate-limit-groups`, `metrics` and `sandbox`.
 
 use std::path::PathBuf;
 
 pub mod effective;
-pub mod host;
 pub mod parse;
-pub mod patch;
+pub mod paths;
 pub mod validate;
 pub mod words;
 
@@ -57,6 +58,23 @@ pub enum ConfigError {
         /// What is wrong and what is expected.
         reason: String,
     },
+    /// A rate limit out of range.
+    #[error(transparent)]
+    RateLimit(#[from] crate::rate_limit::RateLimitConfigError),
+    /// A `fault_injection` section that cannot be carried out.
+    #[error(transparent)]
+    FaultInjection(#[from] crate::fault_injection::FaultInjectionError),
+    /// `sandbox` fields that do not go together.
+    #[error(transparent)]
+    Sandbox(#[from] crate::sandbox::SandboxConfigError),
+    /// A drive's backing file cannot be used (start-up's preflight opens it).
+    #[error("drives[{index}].path_on_host: {source}")]
+    Drive {
+        /// The drive's index in `drives`.
+        index: usize,
+        /// Why.
+        source: crate::drive::DriveOpenError,
+    },
     /// An error found in a config file's values, named with the file.
     #[error("{file}: {source}")]
     InFile {
@@ -71,7 +89,14 @@ impl ConfigError {
     /// Names the config file a value error came from (parse and read errors name it already).
     pub fn in_file(self, file: Option<&std::path::Path>) -> ConfigError {
         match (self, file) {
-            (e @ ConfigError::Invalid { .. }, Some(f)) => ConfigError::InFile {
+            (
+                e @ (ConfigError::Invalid { .. }
+                | ConfigError::RateLimit(_)
+                | ConfigError::FaultInjection(_)
+                | ConfigError::Sandbox(_)
+                | ConfigError::Drive { .. }),
+                Some(f),
+            ) => ConfigError::InFile {
                 file: f.display().to_string(),
                 source: Box::new(e),
             },
@@ -100,7 +125,8 @@ impl std::fmt::Display for ConfigWarning {
     }
 }
 
-fn invalid(field: impl Into<String>, reason: impl Into<String>) -> ConfigError {
+/// A value error: `field` (its JSON path) and what is wrong with it.
+pub(crate) fn invalid(field: impl Into<String>, reason: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
         field: field.into(),
         reason: reason.into(),
@@ -477,6 +503,11 @@ mod tests {
         VmConfig::from_json(json, "vm.json")
     }
 
+    /// Values, then start-up's preflight, as `osprey` checks a config.
+    fn check(c: &VmConfig) -> Result<crate::preflight::Preflight, ConfigError> {
+        crate::preflight::check(c, 1024)
+    }
+
     #[test]
     fn defaults_fill_in() {
         let c = parse(r#"{"boot-source":{"kernel_image_path":"/k"}}"#).expect("parse");
@@ -544,44 +575,41 @@ mod tests {
         let kernel = std::env::current_exe().expect("exe");
         let mut c = parse(r#"{"boot-source":{"kernel_image_path":"/k"}}"#).expect("parse");
         c.boot.kernel_image_path = kernel;
-        assert!(c.validate(1024).is_ok());
+        assert!(check(&c).is_ok());
 
         let mut z = c.clone();
         z.machine.vcpu_count = 0;
         assert_eq!(
-            z.validate(1024).expect_err("zero").to_string(),
+            check(&z).expect_err("zero").to_string(),
             "machine-config.vcpu_count: must be between 1 and 64, got 0"
         );
         let mut small = c.clone();
         small.machine.mem_size_mib = 4;
         assert_eq!(
-            small.validate(1024).expect_err("small").to_string(),
+            check(&small).expect_err("small").to_string(),
             "machine-config.mem_size_mib: must be at least 16 MiB, got 4"
         );
         let mut big = c.clone();
         big.machine.mem_size_mib = 2048;
-        assert!(big
-            .validate(1024)
+        assert!(check(&big)
             .expect_err("big")
             .to_string()
             .contains("more than the host"));
         let mut missing = c.clone();
         missing.boot.kernel_image_path = "/nonexistent/vmlinux".into();
         assert_eq!(
-            missing.validate(1024).expect_err("missing").to_string(),
+            check(&missing).expect_err("missing").to_string(),
             "boot-source.kernel_image_path: /nonexistent/vmlinux: No such file or directory (os error 2)"
         );
         let mut tab = c.clone();
         tab.boot.boot_args = "console=ttyS0\tquiet".into();
-        assert!(tab
-            .validate(1024)
+        assert!(check(&tab)
             .expect_err("tab")
             .to_string()
             .starts_with("boot-source.boot_args: only printable ASCII"));
         let mut long = c.clone();
         long.boot.boot_args = "x".repeat(crate::layout::CMDLINE_MAX_SIZE);
-        assert!(long
-            .validate(1024)
+        assert!(check(&long)
             .expect_err("long")
             .to_string()
             .contains("bytes is longer than the"));
@@ -591,14 +619,14 @@ mod tests {
         assert_eq!(t.max_batch, 32);
         dup.iothreads = vec![t.clone(), t.clone()];
         assert_eq!(
-            dup.validate(1024).expect_err("dup").to_string(),
+            check(&dup).expect_err("dup").to_string(),
             "iothreads[1].id: duplicate id `io0`"
         );
         let mut pinned = c.clone();
         let mut far = t;
         far.cpu_affinity = vec![100_000];
         pinned.iothreads = vec![far];
-        let e = pinned.validate(1024).expect_err("CPU 100000").to_string();
+        let e = check(&pinned).expect_err("CPU 100000").to_string();
         assert!(
             e.starts_with(
                 "iothreads[0].cpu_affinity: CPU 100000 is not available to Osprey (allowed: "
@@ -624,7 +652,7 @@ mod tests {
             serde_json::json!({"drive_id": "d0", "path_on_host": disk}),
             serde_json::json!([]),
         );
-        assert!(ok.validate(1024).is_ok());
+        assert!(check(&ok).is_ok());
         assert_eq!(ok.drives[0].num_queues, 1);
         assert_eq!(ok.drives[0].queue_size, 256);
         let cases = [
@@ -656,23 +684,20 @@ mod tests {
         ];
         for (drive, threads, want) in cases {
             assert_eq!(
-                base(drive, threads)
-                    .validate(1024)
-                    .expect_err(want)
-                    .to_string(),
+                check(&base(drive, threads)).expect_err(want).to_string(),
                 want
             );
         }
         let mut dup = ok.clone();
         dup.drives.push(dup.drives[0].clone());
         assert_eq!(
-            dup.validate(1024).expect_err("dup").to_string(),
+            check(&dup).expect_err("dup").to_string(),
             "drives[1].drive_id: duplicate id `d0`"
         );
         let mut missing = ok.clone();
         missing.drives[0].path_on_host = "/nonexistent/disk.img".into();
         assert_eq!(
-            missing.validate(1024).expect_err("missing").to_string(),
+            check(&missing).expect_err("missing").to_string(),
             "drives[0].path_on_host: /nonexistent/disk.img: No such file or directory (os error 2)"
         );
         std::fs::remove_file(disk).ok();

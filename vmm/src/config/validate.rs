@@ -1,23 +1,40 @@
-//! The pure half of validation: every value against its range and against the other sections
-//! (ids unique, references defined), each error naming the field's JSON path. Nothing here opens
-//! a file or asks the host; that is [`super::host`].
+//! Validation: every value against its range and against the other sections (ids unique,
+//! references defined), each error naming the field's JSON path. Pure: nothing here opens a file
+//! or asks the host anything but its memory size, passed in; what the config asks of the host is
+//! start-up's preflight ([`crate::preflight`]).
+
+use std::collections::HashSet;
 
 use super::{
-    invalid, ConfigError, ConfigWarning, VmConfig, MAX_QUEUES, MAX_QUEUE_SIZE, MAX_VCPUS,
-    MIN_MEM_MIB,
+    invalid, ConfigError, DriveConfig, IoThreadConfig, VmConfig, MAX_QUEUES, MAX_QUEUE_SIZE,
+    MAX_VCPUS, MIN_MEM_MIB,
 };
 
 impl VmConfig {
-    /// Checks every value, then what the config asks of the host (files, sizes, the socket):
-    /// everything start-up would refuse. Returns what start-up would warn about.
-    pub fn validate(&self, host_mem_mib: u64) -> Result<Vec<ConfigWarning>, ConfigError> {
-        self.check_values(host_mem_mib)?;
-        self.check_host()
-    }
-
     /// Checks every value against its range and the others, without touching the host: no
     /// file is opened. `host_mem_mib` bounds the guest memory.
     pub fn check_values(&self, host_mem_mib: u64) -> Result<(), ConfigError> {
+        self.check_machine(host_mem_mib)?;
+        self.sandbox.check()?;
+        self.check_boot_source()?;
+        let iothreads = self.check_iothreads()?;
+        self.check_metrics()?;
+        let groups = self.check_rate_limit_groups()?;
+        let mut drive_ids = HashSet::new();
+        for (i, d) in self.drives.iter().enumerate() {
+            if !drive_ids.insert(d.drive_id.as_str()) {
+                return Err(invalid(
+                    format!("drives[{i}].drive_id"),
+                    format!("duplicate id `{}`", d.drive_id),
+                ));
+            }
+            self.check_drive(i, d, &iothreads, &groups)?;
+        }
+        Ok(())
+    }
+
+    /// `machine-config`: the vCPU count and a memory size the host has.
+    fn check_machine(&self, host_mem_mib: u64) -> Result<(), ConfigError> {
         let m = &self.machine;
         if m.vcpu_count == 0 || m.vcpu_count > MAX_VCPUS {
             return Err(invalid(
@@ -40,32 +57,34 @@ impl VmConfig {
                 ),
             ));
         }
-        self.sandbox
-            .check()
-            .map_err(|(field, reason)| invalid(field, reason))?;
+        Ok(())
+    }
+
+    /// `boot-source`: a kernel is named and the command line is one the guest can take.
+    fn check_boot_source(&self) -> Result<(), ConfigError> {
         if self.boot.kernel_image_path.as_os_str().is_empty() {
             return Err(invalid("boot-source.kernel_image_path", "must name a file"));
         }
         match crate::boot::kernel_cmdline(&self.boot.boot_args) {
-            Ok(_) => {}
-            Err(crate::boot::BootError::CmdlineTooLong(n)) => {
-                return Err(invalid(
-                    "boot-source.boot_args",
-                    format!(
-                        "{n} bytes is longer than the {}-byte limit",
-                        crate::layout::CMDLINE_MAX_SIZE - 1
-                    ),
-                ))
-            }
-            Err(_) => {
-                return Err(invalid(
-                    "boot-source.boot_args",
-                    "only printable ASCII (space to `~`) is allowed: no NUL, tab, newline or \
-                     non-ASCII character",
-                ))
-            }
+            Ok(_) => Ok(()),
+            Err(crate::boot::BootError::CmdlineTooLong(n)) => Err(invalid(
+                "boot-source.boot_args",
+                format!(
+                    "{n} bytes is longer than the {}-byte limit",
+                    crate::layout::CMDLINE_MAX_SIZE - 1
+                ),
+            )),
+            Err(_) => Err(invalid(
+                "boot-source.boot_args",
+                "only printable ASCII (space to `~`) is allowed: no NUL, tab, newline or \
+                 non-ASCII character",
+            )),
         }
-        let mut ids = std::collections::HashSet::new();
+    }
+
+    /// `iothreads`: unique ids, then each thread's values; returns the ids.
+    fn check_iothreads(&self) -> Result<HashSet<&str>, ConfigError> {
+        let mut ids = HashSet::new();
         for (i, t) in self.iothreads.iter().enumerate() {
             if t.id.is_empty() {
                 return Err(invalid(format!("iothreads[{i}].id"), "must not be empty"));
@@ -76,35 +95,25 @@ impl VmConfig {
                     format!("duplicate id `{}`", t.id),
                 ));
             }
-            if let Err(e) =
-                crate::affinity::check(&t.cpu_affinity, &crate::affinity::allowed_cpus())
-            {
-                return Err(invalid(format!("iothreads[{i}].cpu_affinity"), e));
-            }
-            if let Err(e) = t.poll_params().validate() {
-                return Err(invalid(format!("iothreads[{i}].{}", e.field), e.reason));
-            }
-            if t.max_batch as usize > dataplane::iothread::MAX_MAX_BATCH {
-                return Err(invalid(
-                    format!("iothreads[{i}].max_batch"),
-                    format!(
-                        "must be at most {} (0 means the default, {}), got {}",
-                        dataplane::iothread::MAX_MAX_BATCH,
-                        dataplane::iothread::DEFAULT_MAX_BATCH,
-                        t.max_batch
-                    ),
-                ));
-            }
+            check_iothread(i, t)?;
         }
-        if let Some(m) = &self.metrics {
-            if m.interval_ms < 100 {
-                return Err(invalid(
-                    "metrics.interval_ms",
-                    format!("must be at least 100, got {}", m.interval_ms),
-                ));
-            }
+        Ok(ids)
+    }
+
+    /// `metrics`: an interval the control loop can keep.
+    fn check_metrics(&self) -> Result<(), ConfigError> {
+        match &self.metrics {
+            Some(m) if m.interval_ms < 100 => Err(invalid(
+                "metrics.interval_ms",
+                format!("must be at least 100, got {}", m.interval_ms),
+            )),
+            _ => Ok(()),
         }
-        let mut groups = std::collections::HashSet::new();
+    }
+
+    /// `rate-limit-groups`: unique ids and buckets in range; returns the ids.
+    fn check_rate_limit_groups(&self) -> Result<HashSet<&str>, ConfigError> {
+        let mut groups = HashSet::new();
         for (i, g) in self.rate_limit_groups.iter().enumerate() {
             let at = format!("rate-limit-groups[{i}]");
             if g.id.is_empty() {
@@ -116,90 +125,115 @@ impl VmConfig {
                     format!("duplicate id `{}`", g.id),
                 ));
             }
-            g.limits()
-                .check(&at)
-                .map_err(|(field, why)| invalid(field, why))?;
+            g.limits().check(&at)?;
         }
-        let mut drive_ids = std::collections::HashSet::new();
-        for (i, d) in self.drives.iter().enumerate() {
-            let f = |name: &str| format!("drives[{i}].{name}");
-            let id_ok = !d.drive_id.is_empty()
-                && d.drive_id.len() <= 64
-                && d.drive_id
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-            if !id_ok {
+        Ok(groups)
+    }
+
+    /// `drives[i]`: its own values, and the iothread and group it names are defined.
+    fn check_drive(
+        &self,
+        i: usize,
+        d: &DriveConfig,
+        iothreads: &HashSet<&str>,
+        groups: &HashSet<&str>,
+    ) -> Result<(), ConfigError> {
+        let f = |name: &str| format!("drives[{i}].{name}");
+        check_drive_values(i, d)?;
+        if let Some(g) = &d.rate_limit_group {
+            if !groups.contains(g.as_str()) {
+                let known = self.rate_limit_groups.iter().map(|g| g.id.as_str());
                 return Err(invalid(
-                    f("drive_id"),
-                    "must be 1-64 characters of A-Z, a-z, 0-9, - and _",
-                ));
-            }
-            if !drive_ids.insert(d.drive_id.as_str()) {
-                return Err(invalid(
-                    f("drive_id"),
-                    format!("duplicate id `{}`", d.drive_id),
-                ));
-            }
-            if d.num_queues == 0 || d.num_queues > MAX_QUEUES {
-                return Err(invalid(
-                    f("num_queues"),
-                    format!("must be between 1 and {MAX_QUEUES}, got {}", d.num_queues),
-                ));
-            }
-            if !d.queue_size.is_power_of_two() || !(2..=MAX_QUEUE_SIZE).contains(&d.queue_size) {
-                return Err(invalid(
-                    f("queue_size"),
+                    f("rate_limit_group"),
                     format!(
-                        "must be a power of two from 2 to {MAX_QUEUE_SIZE}, got {}",
-                        d.queue_size
+                        "unknown group `{g}` (defined in rate-limit-groups: {})",
+                        listed(known)
                     ),
                 ));
             }
-            if let Some(fi) = &d.fault_injection {
-                fi.check()
-                    .map_err(|(field, msg)| invalid(f(&format!("fault_injection.{field}")), msg))?;
-            }
-            if let Some(r) = &d.rate_limiter {
-                r.check(&f("rate_limiter"))
-                    .map_err(|(field, why)| invalid(field, why))?;
-            }
-            if let Some(g) = &d.rate_limit_group {
-                if !groups.contains(g.as_str()) {
-                    let known: Vec<&str> = self
-                        .rate_limit_groups
-                        .iter()
-                        .map(|g| g.id.as_str())
-                        .collect();
-                    return Err(invalid(
-                        f("rate_limit_group"),
-                        format!(
-                            "unknown group `{g}` (defined in rate-limit-groups: {})",
-                            if known.is_empty() {
-                                "none".to_string()
-                            } else {
-                                known.join(", ")
-                            }
-                        ),
-                    ));
-                }
-            }
-            if let Some(t) = &d.iothread {
-                if !ids.contains(t.as_str()) {
-                    let known: Vec<&str> = self.iothreads.iter().map(|t| t.id.as_str()).collect();
-                    return Err(invalid(
-                        f("iothread"),
-                        format!(
-                            "unknown iothread `{t}` (defined: {})",
-                            if known.is_empty() {
-                                "none".to_string()
-                            } else {
-                                known.join(", ")
-                            }
-                        ),
-                    ));
-                }
+        }
+        if let Some(t) = &d.iothread {
+            if !iothreads.contains(t.as_str()) {
+                let known = self.iothreads.iter().map(|t| t.id.as_str());
+                return Err(invalid(
+                    f("iothread"),
+                    format!("unknown iothread `{t}` (defined: {})", listed(known)),
+                ));
             }
         }
         Ok(())
+    }
+}
+
+/// `iothreads[i]`'s CPUs, poll parameters and batch size.
+fn check_iothread(i: usize, t: &IoThreadConfig) -> Result<(), ConfigError> {
+    if let Err(e) = crate::affinity::check(&t.cpu_affinity, &crate::affinity::allowed_cpus()) {
+        return Err(invalid(
+            format!("iothreads[{i}].cpu_affinity"),
+            e.to_string(),
+        ));
+    }
+    if let Err(e) = t.poll_params().validate() {
+        return Err(invalid(format!("iothreads[{i}].{}", e.field), e.reason));
+    }
+    if t.max_batch as usize > dataplane::iothread::MAX_MAX_BATCH {
+        return Err(invalid(
+            format!("iothreads[{i}].max_batch"),
+            format!(
+                "must be at most {} (0 means the default, {}), got {}",
+                dataplane::iothread::MAX_MAX_BATCH,
+                dataplane::iothread::DEFAULT_MAX_BATCH,
+                t.max_batch
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `drives[i]`'s id, queues, fault injection and rate limiter, each on its own.
+fn check_drive_values(i: usize, d: &DriveConfig) -> Result<(), ConfigError> {
+    let f = |name: &str| format!("drives[{i}].{name}");
+    let id_ok = !d.drive_id.is_empty()
+        && d.drive_id.len() <= 64
+        && d.drive_id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if !id_ok {
+        return Err(invalid(
+            f("drive_id"),
+            "must be 1-64 characters of A-Z, a-z, 0-9, - and _",
+        ));
+    }
+    if d.num_queues == 0 || d.num_queues > MAX_QUEUES {
+        return Err(invalid(
+            f("num_queues"),
+            format!("must be between 1 and {MAX_QUEUES}, got {}", d.num_queues),
+        ));
+    }
+    if !d.queue_size.is_power_of_two() || !(2..=MAX_QUEUE_SIZE).contains(&d.queue_size) {
+        return Err(invalid(
+            f("queue_size"),
+            format!(
+                "must be a power of two from 2 to {MAX_QUEUE_SIZE}, got {}",
+                d.queue_size
+            ),
+        ));
+    }
+    if let Some(fi) = &d.fault_injection {
+        fi.check(&f("fault_injection"))?;
+    }
+    if let Some(r) = &d.rate_limiter {
+        r.check(&f("rate_limiter"))?;
+    }
+    Ok(())
+}
+
+/// `a, b` or `none`.
+fn listed<'a>(ids: impl Iterator<Item = &'a str>) -> String {
+    let ids: Vec<&str> = ids.collect();
+    if ids.is_empty() {
+        "none".to_string()
+    } else {
+        ids.join(", ")
     }
 }

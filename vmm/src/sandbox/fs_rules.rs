@@ -19,8 +19,6 @@ use landlock::{
     RulesetStatus, Scope, ABI,
 };
 
-use crate::config::VmConfig;
-
 /// What a rule gives back on its path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FsAccess {
@@ -72,8 +70,34 @@ pub struct FsRule {
     pub optional: bool,
 }
 
-/// The rules for `config`: nothing else stays reachable.
-pub fn rules_for(config: &VmConfig) -> Vec<FsRule> {
+/// A drive's backing file, as the sandbox needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DrivePath {
+    /// The drive id (names the rule).
+    pub id: String,
+    /// The backing file.
+    pub path: PathBuf,
+    /// Read-only (else read and write).
+    pub read_only: bool,
+}
+
+/// The host paths a VM uses after set-up: what the sandbox leaves reachable.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct VmPaths {
+    /// The drives' backing files.
+    pub drives: Vec<DrivePath>,
+    /// The kernel.
+    pub kernel: PathBuf,
+    /// The initrd, if any.
+    pub initrd: Option<PathBuf>,
+    /// The metrics file, if any.
+    pub metrics: Option<PathBuf>,
+    /// The API socket, if any.
+    pub api_socket: Option<PathBuf>,
+}
+
+/// The rules for `paths`: nothing else stays reachable.
+pub fn rules_for(paths: &VmPaths) -> Vec<FsRule> {
     let mut rules = Vec::new();
     let mut add = |path: &Path, access, what: String, optional| {
         rules.push(FsRule {
@@ -83,33 +107,23 @@ pub fn rules_for(config: &VmConfig) -> Vec<FsRule> {
             optional,
         })
     };
-    for d in &config.drives {
-        let access = if d.is_read_only {
+    for d in &paths.drives {
+        let access = if d.read_only {
             FsAccess::Read
         } else {
             FsAccess::ReadWrite
         };
-        add(
-            &d.path_on_host,
-            access,
-            format!("drive {}", d.drive_id),
-            false,
-        );
+        add(&d.path, access, format!("drive {}", d.id), false);
     }
-    add(
-        &config.boot.kernel_image_path,
-        FsAccess::Read,
-        "kernel".into(),
-        false,
-    );
-    if let Some(initrd) = &config.boot.initrd_path {
+    add(&paths.kernel, FsAccess::Read, "kernel".into(), false);
+    if let Some(initrd) = &paths.initrd {
         add(initrd, FsAccess::Read, "initrd".into(), false);
     }
-    if let Some(m) = &config.metrics {
-        add(&m.path, FsAccess::Write, "metrics file".into(), true);
+    if let Some(m) = &paths.metrics {
+        add(m, FsAccess::Write, "metrics file".into(), true);
     }
-    if let Some(api) = &config.api {
-        let dir = match api.socket.parent() {
+    if let Some(socket) = &paths.api_socket {
+        let dir = match socket.parent() {
             Some(p) if !p.as_os_str().is_empty() => p,
             _ => Path::new("."),
         };
@@ -247,7 +261,7 @@ pub fn describe_status(status: &RestrictionStatus) -> String {
 mod tests {
     use super::*;
 
-    fn config(extra: serde_json::Value) -> VmConfig {
+    fn config(extra: serde_json::Value) -> VmPaths {
         let mut base = serde_json::json!({
             "boot-source": {"kernel_image_path": "/k/vmlinux", "initrd_path": "/k/initrd"},
             "drives": [
@@ -258,7 +272,8 @@ mod tests {
         if let (Some(b), Some(e)) = (base.as_object_mut(), extra.as_object()) {
             b.extend(e.clone());
         }
-        serde_json::from_value(base).expect("config")
+        let c: crate::config::VmConfig = serde_json::from_value(base).expect("config");
+        c.sandbox_paths()
     }
 
     #[test]

@@ -19,9 +19,9 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::VmConfig;
 use crate::seccomp::{Filters, SeccompError, ThreadKind};
 use credentials::{CredentialsError, Dropped};
+pub use fs_rules::{DrivePath, VmPaths};
 use fs_rules::{FsSandbox, LandlockError};
 use namespaces::NamespaceError;
 
@@ -56,29 +56,41 @@ pub struct SandboxConfig {
     pub namespaces: bool,
 }
 
+/// A `sandbox` section whose fields do not go together; each names the field at fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SandboxConfigError {
+    /// `uid` without `gid`.
+    #[error("sandbox.gid: missing: give the group with the user (--gid with --uid)")]
+    GidMissing,
+    /// `gid` without `uid`.
+    #[error("sandbox.uid: missing: give the user with the group (--uid with --gid)")]
+    UidMissing,
+    /// `mode` off with parts that need the sandbox.
+    #[error("sandbox.mode: is off, but sandbox.uid/gid or sandbox.namespaces need the sandbox")]
+    OffButNeeded,
+}
+
+impl SandboxConfigError {
+    /// The JSON path of the field at fault.
+    pub fn field(self) -> &'static str {
+        match self {
+            Self::GidMissing => "sandbox.gid",
+            Self::UidMissing => "sandbox.uid",
+            Self::OffButNeeded => "sandbox.mode",
+        }
+    }
+}
+
 impl SandboxConfig {
     /// Checks the combination; the error names the field.
-    pub fn check(&self) -> Result<(), (&'static str, String)> {
+    pub fn check(&self) -> Result<(), SandboxConfigError> {
         match (self.uid, self.gid) {
-            (Some(_), None) => {
-                return Err((
-                    "sandbox.gid",
-                    "missing: give the group with the user (--gid with --uid)".into(),
-                ))
-            }
-            (None, Some(_)) => {
-                return Err((
-                    "sandbox.uid",
-                    "missing: give the user with the group (--uid with --gid)".into(),
-                ))
-            }
+            (Some(_), None) => return Err(SandboxConfigError::GidMissing),
+            (None, Some(_)) => return Err(SandboxConfigError::UidMissing),
             _ => {}
         }
         if self.mode == SandboxMode::Off && (self.uid.is_some() || self.namespaces) {
-            return Err((
-                "sandbox.mode",
-                "is off, but sandbox.uid/gid or sandbox.namespaces need the sandbox".into(),
-            ));
+            return Err(SandboxConfigError::OffButNeeded);
         }
         Ok(())
     }
@@ -110,7 +122,7 @@ pub enum SandboxError {
 }
 
 /// What runs on a thread to put it in the sandbox (the thread types' start hooks take it).
-pub type ThreadHook = Box<dyn FnOnce() -> Result<(), String> + Send>;
+pub type ThreadHook = Box<dyn FnOnce() -> Result<(), SandboxError> + Send>;
 
 /// The sandbox of one VM: compiled once, entered by each thread.
 #[derive(Debug)]
@@ -147,16 +159,17 @@ impl Sandbox {
     }
 
     /// Compiles the seccomp filters (unless `seccomp` is `None`: `--seccomp off`) and the
-    /// Landlock ruleset for `vm`'s files. Files must exist: call after the metrics file and
-    /// the API socket's directory are there.
+    /// Landlock ruleset for the VM's files, `paths`. Files must exist: call after the metrics
+    /// file and the API socket's directory are there.
     /// Iothreads keep the capabilities in `iothread_capabilities` (a bit mask; their seccomp
     /// filter bounds what they may do with them).
     pub fn prepare(
-        vm: &VmConfig,
+        config: &SandboxConfig,
+        paths: &VmPaths,
         seccomp: Option<Filters>,
         iothread_capabilities: u64,
     ) -> Result<Arc<Sandbox>, SandboxError> {
-        let config = vm.sandbox.clone();
+        let config = config.clone();
         if config.mode == SandboxMode::Off {
             return Ok(Arc::new(Sandbox {
                 config,
@@ -171,7 +184,7 @@ impl Sandbox {
                 "seccomp is off (--seccomp off); strict needs every part".into(),
             ));
         }
-        let landlock = FsSandbox::build(fs_rules::rules_for(vm), strict)?;
+        let landlock = FsSandbox::build(fs_rules::rules_for(paths), strict)?;
         Ok(Arc::new(Sandbox {
             config,
             seccomp,
@@ -188,7 +201,7 @@ impl Sandbox {
     /// The hook a thread of type `kind` runs once its set-up is done.
     pub fn hook(self: &Arc<Self>, kind: ThreadKind) -> ThreadHook {
         let sandbox = self.clone();
-        Box::new(move || sandbox.enter(kind).map(|_| ()).map_err(|e| e.to_string()))
+        Box::new(move || sandbox.enter(kind).map(|_| ()))
     }
 
     /// Puts the calling thread in the sandbox, for good: Landlock, then privileges, then its
@@ -302,11 +315,14 @@ mod tests {
         let both = parse(serde_json::json!({"uid": 65534, "gid": 65534, "mode": "strict"}));
         assert_eq!(both.check(), Ok(()));
         let uid_only = parse(serde_json::json!({"uid": 1000}));
-        assert_eq!(uid_only.check().map_err(|e| e.0), Err("sandbox.gid"));
+        assert_eq!(uid_only.check().map_err(|e| e.field()), Err("sandbox.gid"));
         let gid_only = parse(serde_json::json!({"gid": 1000}));
-        assert_eq!(gid_only.check().map_err(|e| e.0), Err("sandbox.uid"));
+        assert_eq!(gid_only.check().map_err(|e| e.field()), Err("sandbox.uid"));
         let off_with_ns = parse(serde_json::json!({"mode": "off", "namespaces": true}));
-        assert_eq!(off_with_ns.check().map_err(|e| e.0), Err("sandbox.mode"));
+        assert_eq!(
+            off_with_ns.check().map_err(|e| e.field()),
+            Err("sandbox.mode")
+        );
         let bad: Result<SandboxConfig, _> =
             serde_json::from_value(serde_json::json!({"mode": "on", "chroot": "/x"}));
         assert!(bad.is_err(), "unknown fields are refused");
@@ -314,12 +330,12 @@ mod tests {
 
     #[test]
     fn off_enters_nothing() {
-        let vm: VmConfig = serde_json::from_value(serde_json::json!({
+        let vm: crate::config::VmConfig = serde_json::from_value(serde_json::json!({
             "boot-source": {"kernel_image_path": "/nonexistent"},
             "sandbox": {"mode": "off"},
         }))
         .expect("config");
-        let s = Sandbox::prepare(&vm, None, 0).expect("prepare");
+        let s = Sandbox::prepare(&vm.sandbox, &vm.sandbox_paths(), None, 0).expect("prepare");
         assert!(!s.is_on());
         let nnp = std::thread::spawn(move || {
             s.enter(ThreadKind::Stdin).expect("enter");

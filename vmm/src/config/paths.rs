@@ -1,0 +1,27 @@
+//! The host paths a config names, gathered for the sandbox ([`VmPaths`]): what must stay
+//! reachable once every thread is set up.
+
+use crate::sandbox::{DrivePath, VmPaths};
+
+use super::VmConfig;
+
+impl VmConfig {
+    /// The drives', kernel's, initrd's, metrics file's and API socket's paths.
+    pub fn sandbox_paths(&self) -> VmPaths {
+        VmPaths {
+            drives: self
+                .drives
+                .iter()
+                .map(|d| DrivePath {
+                    id: d.drive_id.clone(),
+                    path: d.path_on_host.clone(),
+                    read_only: d.is_read_only,
+                })
+                .collect(),
+            kernel: self.boot.kernel_image_path.clone(),
+            initrd: self.boot.initrd_path.clone(),
+            metrics: self.metrics.as_ref().map(|m| m.path.clone()),
+            api_socket: self.api.as_ref().map(|a| a.socket.clone()),
+        }
+    }
+}

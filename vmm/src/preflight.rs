@@ -1,0 +1,195 @@
+//! Start-up's preflight: what a config asks of the host, checked and opened before any KVM
+//! resource exists. The kernel is a kernel Osprey can boot and fits in guest memory with its
+//! initrd, the folders of the files Osprey creates exist, the API socket is free, each drive's
+//! engine runs on this kernel, and each drive's backing file opens: the opened files are handed
+//! to start-up ([`Preflight::drives`]), which opens none of them again. `--check-config` runs
+//! the same preflight, so it refuses everything start-up would; what start-up would only warn
+//! about comes back as a [`ConfigWarning`].
+
+use std::path::Path;
+
+use crate::config::{invalid, ConfigError, ConfigWarning, DriveConfig, VmConfig};
+use crate::drive::OpenedDrive;
+
+/// What the preflight opened and found.
+#[derive(Debug)]
+pub struct Preflight {
+    /// Each drive's backing file, opened and sized, in `drives` order.
+    pub drives: Vec<OpenedDrive>,
+    /// What start-up would warn about.
+    pub warnings: Vec<ConfigWarning>,
+}
+
+/// Checks `config`'s values ([`VmConfig::check_values`]), then runs the preflight ([`run`]).
+pub fn check(config: &VmConfig, host_mem_mib: u64) -> Result<Preflight, ConfigError> {
+    config.check_values(host_mem_mib)?;
+    run(config)
+}
+
+/// Checks what `config` (its values checked) asks of the host and opens its drives.
+pub fn run(config: &VmConfig) -> Result<Preflight, ConfigError> {
+    check_boot_files(config)?;
+    check_created_paths(config)?;
+    let mut warnings = Vec::new();
+    let drives = config
+        .drives
+        .iter()
+        .enumerate()
+        .map(|(i, d)| open_drive(i, d, &mut warnings))
+        .collect::<Result<_, _>>()?;
+    Ok(Preflight { drives, warnings })
+}
+
+/// The kernel is a kernel and fits in guest memory; the initrd fits above it.
+fn check_boot_files(config: &VmConfig) -> Result<(), ConfigError> {
+    const KERNEL: &str = "boot-source.kernel_image_path";
+    const INITRD: &str = "boot-source.initrd_path";
+    let kernel = &config.boot.kernel_image_path;
+    check_readable(KERNEL, kernel)?;
+    let image = crate::kernel_image::inspect(kernel).map_err(|e| invalid(KERNEL, e.to_string()))?;
+    let initrd = match &config.boot.initrd_path {
+        Some(path) => {
+            let size = check_readable(INITRD, path)?;
+            Some((path.as_path(), size))
+        }
+        None => None,
+    };
+    let mem_bytes = config.machine.mem_size_mib << 20;
+    image.check_fit(kernel, mem_bytes, initrd).map_err(|e| {
+        let field = match e {
+            crate::kernel_image::KernelImageError::InitrdTooBig { .. } => INITRD,
+            _ => KERNEL,
+        };
+        invalid(field, e.to_string())
+    })
+}
+
+/// The metrics file's and the API socket's folders exist, and nothing serves the socket.
+fn check_created_paths(config: &VmConfig) -> Result<(), ConfigError> {
+    if let Some(m) = &config.metrics {
+        check_parent_dir("metrics.path", &m.path)?;
+    }
+    if let Some(a) = &config.api {
+        check_parent_dir("api.socket", &a.socket)?;
+        check_socket_free("api.socket", &a.socket)?;
+    }
+    Ok(())
+}
+
+/// `drives[i]`: its engine runs here, and its backing file opens (a size that is not a whole
+/// number of sectors is a warning).
+fn open_drive(
+    i: usize,
+    d: &DriveConfig,
+    warnings: &mut Vec<ConfigWarning>,
+) -> Result<OpenedDrive, ConfigError> {
+    if let Err(e) = dataplane::engine::probe(d.io_engine.to_dataplane()) {
+        return Err(invalid(format!("drives[{i}].io_engine"), e.to_string()));
+    }
+    let opened = crate::drive::open(&d.path_on_host, d.is_read_only, d.direct)
+        .map_err(|source| ConfigError::Drive { index: i, source })?;
+    if opened.ignored_tail != 0 {
+        warnings.push(ConfigWarning {
+            file: None,
+            field: format!("drives[{i}].path_on_host"),
+            message: format!(
+                "{}: {} bytes is not a multiple of 512: the guest sees {} bytes, the last {} are \
+                 not visible to it",
+                d.path_on_host.display(),
+                opened.capacity_sectors * 512 + opened.ignored_tail,
+                opened.capacity_sectors * 512,
+                opened.ignored_tail
+            ),
+        });
+    }
+    Ok(opened)
+}
+
+/// A file the VMM will create must have an existing folder.
+fn check_parent_dir(field: &str, path: &Path) -> Result<(), ConfigError> {
+    let parent = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    if parent.is_dir() {
+        Ok(())
+    } else {
+        Err(invalid(
+            field,
+            format!("{}: the folder does not exist", path.display()),
+        ))
+    }
+}
+
+/// The file opens and is not a directory; returns its size.
+fn check_readable(field: &str, path: &Path) -> Result<u64, ConfigError> {
+    if path.as_os_str().is_empty() {
+        return Err(invalid(field, "must name a file"));
+    }
+    let file = std::fs::File::open(path)
+        .map_err(|e| invalid(field, format!("{}: {e}", path.display())))?;
+    match file.metadata() {
+        Ok(md) if md.is_dir() => Err(invalid(
+            field,
+            format!("{}: is a directory", path.display()),
+        )),
+        Ok(md) => Ok(md.len()),
+        Err(e) => Err(invalid(field, format!("{}: {e}", path.display()))),
+    }
+}
+
+/// Nothing must be serving the socket path: start-up would refuse it (a stale socket file, whose
+/// process is gone, is fine: start-up replaces it).
+fn check_socket_free(field: &str, path: &Path) -> Result<(), ConfigError> {
+    use std::os::unix::fs::FileTypeExt;
+    match std::fs::symlink_metadata(path) {
+        Ok(md) if !md.file_type().is_socket() => Err(invalid(
+            field,
+            format!("{}: the path exists and is not a socket", path.display()),
+        )),
+        Ok(_) => match std::os::unix::net::UnixStream::connect(path) {
+            Ok(_) => Err(invalid(
+                field,
+                format!(
+                    "{}: another running process serves this socket (another Osprey?); stop it \
+                     or choose another path",
+                    path.display()
+                ),
+            )),
+            Err(_) => Ok(()),
+        },
+        Err(_) => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_served_socket_is_refused_and_a_stale_one_is_not() {
+        let dir = std::env::temp_dir().join(format!("osprey-cfg-sock-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let sock = dir.join("api.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&sock).expect("bind");
+        let e = check_socket_free("api.socket", &sock).expect_err("served");
+        assert!(
+            e.to_string()
+                .contains("another running process serves this socket"),
+            "{e}"
+        );
+        drop(listener);
+        assert!(
+            check_socket_free("api.socket", &sock).is_ok(),
+            "stale: replaced at start"
+        );
+        std::fs::remove_file(&sock).ok();
+        assert!(check_socket_free("api.socket", &sock).is_ok(), "absent");
+        std::fs::write(&sock, b"x").expect("file");
+        assert!(
+            check_socket_free("api.socket", &sock).is_err(),
+            "a regular file"
+        );
+        std::fs::remove_dir_all(dir).ok();
+    }
+}

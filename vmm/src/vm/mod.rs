@@ -1,0 +1,321 @@
+//! Building and running a VM. [`start`] reads as its steps: the KVM objects and guest memory
+//! ([`kvm`]), the control loop, the sandbox, the devices on the drive files the preflight opened,
+//! the guest's tables and kernel, the vCPU, stdin and API threads, and last the control thread's
+//! own sandbox. The running VM's loop and its stop are [`running`]; the errors, [`error`].
+
+mod error;
+mod kvm;
+mod running;
+
+use std::io::Read;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use devices::serial::SerialConsole;
+use devices::{ExitRequest, ExitRequester};
+use kvm_bindings::KVM_MAX_CPUID_ENTRIES;
+use kvm_ioctls::VmFd;
+use vm_memory::GuestMemoryMmap;
+
+use crate::boot::{self, BootEntry, BootSpec};
+use crate::config::VmConfig;
+use crate::control_loop::ControlLoop;
+use crate::device_manager::{self, Devices};
+use crate::drive::OpenedDrive;
+use crate::events::{ControlEvent, ControlSender, PauseState};
+use crate::sandbox::{Sandbox, ThreadHook};
+use crate::seccomp::ThreadKind;
+use crate::stop::StopReason;
+use crate::vcpu::VcpuRunner;
+use crate::{acpi, mptable};
+use error::kvm_err;
+pub use error::VmError;
+pub use running::RunningVm;
+use running::{register_signal_handlers, MetricsFile};
+
+/// Forwards device exit requests to the control loop.
+struct ChannelExit(ControlSender);
+
+impl ExitRequester for ChannelExit {
+    fn request_exit(&self, why: ExitRequest) {
+        self.0.send(ControlEvent::Stop(StopReason::Guest(why)));
+    }
+}
+
+/// Builds the VM described by `config` (its values checked) on the drive files start-up's
+/// preflight opened (in `drives` order), and starts its vCPUs.
+pub fn start(config: &VmConfig, drive_files: Vec<OpenedDrive>) -> Result<RunningVm, VmError> {
+    let started = Instant::now();
+    // Alone on the main thread still: namespaces (when asked) and no_new_privs for every thread.
+    Sandbox::enter_early(&config.sandbox)?;
+    let (kvm, vm, mem) = kvm::create_vm(config)?;
+    let metrics_every = config
+        .metrics
+        .as_ref()
+        .map(|m| Duration::from_millis(m.interval_ms));
+    let (control, tx) = ControlLoop::new(metrics_every)?;
+    let exit: Arc<dyn ExitRequester> = Arc::new(ChannelExit(tx.clone()));
+    let vm = Arc::new(vm);
+    // Opened before the sandbox is built: the Landlock rule needs the file to exist, and the
+    // control thread never opens it again.
+    let metrics = config.metrics.as_ref().and_then(MetricsFile::open);
+    // Before any VM thread starts, and before this thread drops its privileges.
+    let weights = crate::thread_weights::prepare(config.machine.thread_weights, &config.sandbox);
+    let sandbox = Sandbox::prepare(
+        &config.sandbox,
+        &config.sandbox_paths(),
+        seccomp_filters(config)?,
+        weights.iothread_capabilities(),
+    )?;
+    let light_vcpus = weights.dynamic();
+    let devices = device_manager::build(config, drive_files, &vm, &mem, exit, light_vcpus)?;
+    confine_iothreads(&devices, &sandbox)?;
+    let entry = load_guest(config, &mem)?;
+    let supported = kvm
+        .get_supported_cpuid(KVM_MAX_CPUID_ENTRIES)
+        .map_err(kvm_err("KVM_GET_SUPPORTED_CPUID"))?;
+    register_signal_handlers()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let pause = Arc::new(PauseState::default());
+    let vcpus = spawn_vcpus(
+        &vm,
+        &mem,
+        &supported,
+        entry,
+        config.machine.vcpu_count,
+        &VcpuShared {
+            devices: &devices,
+            events: &tx,
+            stop: &stop,
+            pause: &pause,
+            light: light_vcpus,
+            sandbox: &sandbox,
+        },
+    )?;
+    spawn_stdin_reader(devices.serial.clone(), sandbox.hook(ThreadKind::Stdin));
+    let api = start_api(config, &tx, &sandbox)?;
+    enter_control_sandbox(&sandbox)?;
+    log::info!(
+        "Started {} vCPU(s), {} MiB in {:.1} ms; boot timings {}",
+        config.machine.vcpu_count,
+        config.machine.mem_size_mib,
+        started.elapsed().as_secs_f64() * 1e3,
+        crate::boot_timing::json()
+    );
+    Ok(RunningVm {
+        process_exits_after: false,
+        vcpus,
+        stop,
+        control,
+        events_tx: tx,
+        api,
+        metrics,
+        _sandbox: sandbox,
+        pause,
+        config: config.clone(),
+        started,
+        devices,
+        _vm: vm,
+        _mem: mem,
+    })
+}
+
+/// The filters to install, or `None` with `--seccomp off` or `--sandbox off`; logs the choice.
+fn seccomp_filters(config: &VmConfig) -> Result<Option<crate::seccomp::Filters>, VmError> {
+    if config.sandbox.mode == crate::sandbox::SandboxMode::Off {
+        return Ok(None);
+    }
+    match crate::seccomp::mode() {
+        crate::seccomp::SeccompMode::Off => {
+            log::warn!("seccomp: off (--seccomp off): every thread runs unfiltered");
+            Ok(None)
+        }
+        crate::seccomp::SeccompMode::On => {
+            let f = crate::seccomp::Filters::build().map_err(VmError::Seccomp)?;
+            log::info!("seccomp: on: {}", f.describe());
+            Ok(Some(f))
+        }
+    }
+}
+
+/// Each iothread enters the sandbox (set up, and pinned, by now).
+fn confine_iothreads(devices: &Devices, sandbox: &Arc<Sandbox>) -> Result<(), VmError> {
+    for t in devices.iothreads.values() {
+        let hook = sandbox.hook(ThreadKind::IoThread);
+        t.run_on_thread(Box::new(move || hook().map_err(Into::into)))
+            .map_err(VmError::IoThreadSandbox)?;
+    }
+    Ok(())
+}
+
+/// Writes the MP and ACPI tables and loads the kernel (and initrd); returns its entry.
+fn load_guest(config: &VmConfig, mem: &GuestMemoryMmap) -> Result<BootEntry, VmError> {
+    mptable::write(mem, config.machine.vcpu_count)?;
+    let rsdp = acpi::write(mem, config.machine.vcpu_count)?;
+    let spec = BootSpec {
+        kernel: &config.boot.kernel_image_path,
+        initrd: config.boot.initrd_path.as_deref(),
+        cmdline: &config.boot.boot_args,
+        mem_bytes: config.machine.mem_size_mib << 20,
+        rsdp,
+        unpack: config.boot.unpack,
+    };
+    let entry = boot::load(mem, &spec)?;
+    crate::boot_timing::mark(crate::boot_timing::Step::KernelLoaded);
+    if let Some((_, took)) = entry.unpacked {
+        crate::boot_timing::set_unpack(took);
+    }
+    log::info!(
+        "Loaded {} ({:?}, {:?} entry at {:#x})",
+        spec.kernel.display(),
+        entry.format,
+        entry.mode,
+        entry.entry
+    );
+    Ok(entry)
+}
+
+/// What every vCPU thread shares.
+struct VcpuShared<'a> {
+    devices: &'a Devices,
+    events: &'a ControlSender,
+    stop: &'a Arc<AtomicBool>,
+    pause: &'a Arc<PauseState>,
+    /// Dynamic thread weights: vCPUs run one nice step light.
+    light: bool,
+    sandbox: &'a Arc<Sandbox>,
+}
+
+/// Creates and configures `count` vCPUs and starts a thread for each.
+fn spawn_vcpus(
+    vm: &VmFd,
+    mem: &GuestMemoryMmap,
+    supported: &kvm_bindings::CpuId,
+    entry: BootEntry,
+    count: u8,
+    shared: &VcpuShared<'_>,
+) -> Result<Vec<JoinHandle<()>>, VmError> {
+    let mut vcpus = Vec::with_capacity(count.into());
+    for id in 0..count {
+        let fd = vm
+            .create_vcpu(u64::from(id))
+            .map_err(kvm_err("creating a vCPU"))?;
+        kvm::configure_vcpu(&fd, mem, supported, id, count, entry)?;
+        if id == 0 {
+            match fd.get_tsc_khz() {
+                Ok(khz) => log::info!("vCPU TSC frequency: {khz} kHz"),
+                Err(e) => log::warn!("KVM_GET_TSC_KHZ failed: {e}"),
+            }
+        }
+        let runner = VcpuRunner {
+            id,
+            fd,
+            pio: shared.devices.pio.clone(),
+            mmio: shared.devices.mmio.clone(),
+            events: shared.events.clone(),
+            stop: shared.stop.clone(),
+            pause: shared.pause.clone(),
+            on_start: Some(vcpu_start_hook(
+                shared.light,
+                shared.sandbox.hook(ThreadKind::Vcpu),
+            )),
+        };
+        let handle = std::thread::Builder::new()
+            .name(format!("vcpu{id}"))
+            .spawn(move || runner.run())
+            .map_err(|source| VmError::Os {
+                what: "spawning a vCPU thread",
+                source,
+            })?;
+        vcpus.push(handle);
+    }
+    Ok(vcpus)
+}
+
+/// A vCPU's start hook: one nice step light first (with dynamic thread weights), then the
+/// sandbox's hook.
+fn vcpu_start_hook(light: bool, sandbox: ThreadHook) -> ThreadHook {
+    Box::new(move || {
+        if light {
+            if let Err(e) = dataplane::thread_weight::lighten_this_thread() {
+                log::warn!("vCPU: cannot lower its weight ({e}); it keeps the process's");
+            }
+        }
+        sandbox()
+    })
+}
+
+fn spawn_stdin_reader(serial: Arc<Mutex<SerialConsole>>, sandbox: ThreadHook) {
+    let spawned = std::thread::Builder::new()
+        .name("stdin".into())
+        .spawn(move || {
+            if let Err(e) = sandbox() {
+                log::error!("stdin thread: {e}; no console input");
+                return;
+            }
+            let mut buf = [0u8; 64];
+            let mut stdin = std::io::stdin();
+            while let Ok(n) = stdin.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                let mut uart = serial.lock().unwrap_or_else(|p| p.into_inner());
+                uart.enqueue_input(&buf[..n]);
+            }
+        });
+    if let Err(e) = spawned {
+        log::warn!("No console input: {e}");
+    }
+}
+
+/// The REST API server on `api.socket`, if configured, its thread in the sandbox.
+fn start_api(
+    config: &VmConfig,
+    tx: &ControlSender,
+    sandbox: &Arc<Sandbox>,
+) -> Result<Option<crate::api::server::ApiServer>, VmError> {
+    let Some(a) = &config.api else {
+        return Ok(None);
+    };
+    let sender = tx.clone();
+    let submit: crate::api::command::Submit = Arc::new(move |req| {
+        sender.send(ControlEvent::Api(req));
+    });
+    let server = crate::api::server::start_hooked(
+        &a.socket,
+        submit,
+        crate::api::server::ServerLimits::default(),
+        Some(sandbox.hook(ThreadKind::Api)),
+    )
+    .map_err(VmError::Api)?;
+    if let Err(e) = sandbox.hand_over(&a.socket) {
+        log::warn!(
+            "API socket {}: cannot give it to the sandbox's user ({e}); it will be left \
+             behind at exit",
+            a.socket.display()
+        );
+    }
+    log::info!("API listening on {}", a.socket.display());
+    Ok(Some(server))
+}
+
+/// The control thread (this one) enters the sandbox last, and says what is in force.
+fn enter_control_sandbox(sandbox: &Sandbox) -> Result<(), VmError> {
+    let entered = sandbox.enter(ThreadKind::Control)?;
+    if sandbox.is_on() {
+        log::info!("sandbox: {}", sandbox.describe(&entered));
+    } else {
+        log::warn!("sandbox: {}", sandbox.describe(&entered));
+    }
+    Ok(())
+}
+
+/// Builds, runs and waits for the VM on the drive files the preflight opened; the process is to
+/// exit when this returns (the engines' Linux AIO contexts are left to the exit to free).
+pub fn run(config: &VmConfig, drive_files: Vec<OpenedDrive>) -> Result<StopReason, VmError> {
+    let mut vm = start(config, drive_files)?;
+    vm.process_exits_after = true;
+    Ok(vm.wait())
+}

@@ -1,0 +1,239 @@
+//! A running VM: the control thread's loop that waits for the reason to stop (a device, a vCPU,
+//! the API or a signal), carries out API commands meanwhile and writes the periodic metrics
+//! file; then the stop itself (vCPUs kicked out of `KVM_RUN`, iothreads shut down).
+
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use kvm_ioctls::VmFd;
+use vm_memory::GuestMemoryMmap;
+use vmm_sys_util::signal::{register_signal_handler, Killable, SIGRTMIN};
+
+use super::error::VmError;
+use crate::config::VmConfig;
+use crate::control::{Controller, Effect};
+use crate::control_loop::ControlLoop;
+use crate::device_manager::Devices;
+use crate::events::{ControlEvent, ControlSender, PauseState};
+use crate::sandbox::Sandbox;
+use crate::stop::StopReason;
+
+/// Set by the SIGINT/SIGTERM handler; read by the control loop.
+static STOP_SIGNAL: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_stop_signal(num: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    STOP_SIGNAL.store(num, Ordering::SeqCst);
+    crate::control_loop::wake_from_signal();
+}
+
+extern "C" fn on_kick(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {}
+
+/// The vCPU kick (a real-time signal that only interrupts `KVM_RUN`) and the stop signals.
+pub(super) fn register_signal_handlers() -> Result<(), VmError> {
+    register_signal_handler(SIGRTMIN(), on_kick).map_err(|e| VmError::Os {
+        what: "vCPU kick signal",
+        source: e.into(),
+    })?;
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        register_signal_handler(sig, on_stop_signal).map_err(|e| VmError::Os {
+            what: "SIGINT/SIGTERM handler",
+            source: e.into(),
+        })?;
+    }
+    Ok(())
+}
+
+/// A VM whose vCPUs are running.
+pub struct RunningVm {
+    pub(super) vcpus: Vec<JoinHandle<()>>,
+    pub(super) stop: Arc<AtomicBool>,
+    /// The control thread's event loop (event-manager).
+    pub(super) control: ControlLoop,
+    /// Keeps the channel open for the API server's submissions.
+    pub(super) events_tx: ControlSender,
+    /// The REST API server, if configured (stopped, and its socket removed, when dropped).
+    pub(super) api: Option<crate::api::server::ApiServer>,
+    /// The metrics file, opened before the sandbox closed the file system.
+    pub(super) metrics: Option<MetricsFile>,
+    /// Kept so that the sandbox (its ruleset fd) is released by the control thread, whose
+    /// filter allows what closing it takes, not by whichever thread ran its hook last.
+    pub(super) _sandbox: Arc<Sandbox>,
+    pub(super) pause: Arc<PauseState>,
+    pub(super) config: VmConfig,
+    pub(super) started: Instant,
+    pub(super) devices: Devices,
+    /// The process exits once `wait` returns ([`run`]): the engines' Linux AIO contexts are left
+    /// to the exit instead of one `io_destroy` each (32 ms per queue on the dev machine).
+    pub(super) process_exits_after: bool,
+    // Kept alive for the VM's lifetime.
+    pub(super) _vm: Arc<VmFd>,
+    pub(super) _mem: GuestMemoryMmap,
+}
+
+impl std::fmt::Debug for RunningVm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunningVm")
+            .field("vcpus", &self.vcpus.len())
+            .finish()
+    }
+}
+
+impl RunningVm {
+    /// Waits for the reason the VM stops, then stops every vCPU.
+    pub fn wait(mut self) -> StopReason {
+        let mut metrics = self.metrics.take();
+        let reason = 'run: loop {
+            // A signal that arrived before the first wait rang the loop too, but look first.
+            let sig = STOP_SIGNAL.load(Ordering::SeqCst);
+            if sig != 0 {
+                break StopReason::Signal(sig);
+            }
+            let woken = self.control.wait();
+            while let Some(event) = self.control.next_event() {
+                match event {
+                    ControlEvent::Stop(reason) => break 'run reason,
+                    ControlEvent::Api(req) => {
+                        let (reply, effect) = self.controller().execute(req.command);
+                        if effect == Effect::Pause {
+                            self.pause_vcpus();
+                        }
+                        let _ = req.reply.send(reply);
+                        if effect == Effect::Shutdown {
+                            break 'run StopReason::ApiShutdown;
+                        }
+                    }
+                }
+            }
+            if woken.metrics {
+                if let Some(m) = metrics.as_mut() {
+                    let line = self.controller().metrics();
+                    m.write(&line);
+                }
+            }
+        };
+        if let Some(m) = metrics.as_mut() {
+            let line = self.controller().metrics();
+            m.write(&line);
+        }
+        for d in &self.devices.drives {
+            log::info!("drive stats {}", d.stats_json());
+        }
+        for (id, t) in &self.devices.iothreads {
+            log::info!(
+                "iothread stats {}",
+                crate::device_manager::iothread_json(id, t)
+            );
+        }
+        // Read before the vCPU threads exit: a finished thread leaves /proc/self/task.
+        log::info!(
+            "CPU time by thread: {}",
+            crate::cpu_usage::summary(&crate::cpu_usage::by_thread())
+        );
+        if let Some(api) = self.api.take() {
+            api.shutdown();
+        }
+        self.stop_vcpus();
+        if self.process_exits_after {
+            dataplane::engine::linux_aio::leave_contexts_to_process_exit();
+        }
+        for t in self.devices.iothreads.values() {
+            t.shutdown();
+        }
+        log::info!(
+            "VM stopped after {:.3} s: {}",
+            self.started.elapsed().as_secs_f64(),
+            reason.describe()
+        );
+        reason
+    }
+
+    fn controller(&mut self) -> Controller<'_> {
+        Controller {
+            config: &mut self.config,
+            devices: &self.devices,
+            pause: &self.pause,
+            started: self.started,
+        }
+    }
+
+    /// A sender for API requests (the API server's `submit`).
+    pub fn control_sender(&self) -> ControlSender {
+        self.events_tx.clone()
+    }
+
+    /// Pauses the vCPUs: sets the flag and kicks them out of KVM_RUN until all are parked.
+    fn pause_vcpus(&self) {
+        self.pause.set(true);
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while self.pause.parked() < self.vcpus.iter().filter(|h| !h.is_finished()).count() {
+            if Instant::now() >= deadline {
+                log::warn!("not every vCPU parked within 2 s");
+                return;
+            }
+            for h in self.vcpus.iter().filter(|h| !h.is_finished()) {
+                let _ = h.kill(SIGRTMIN());
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        log::info!("VM paused");
+    }
+
+    fn stop_vcpus(&self) {
+        self.stop.store(true, Ordering::Release);
+        self.pause.release_all();
+        let deadline = Instant::now() + Duration::from_secs(2);
+        // A vCPU blocked in KVM_RUN (halted, or waiting for SIPI) leaves it on a signal; repeat the
+        // kick until it has noticed `stop`, since a kick that lands just before KVM_RUN is lost.
+        while Instant::now() < deadline {
+            let running: Vec<_> = self.vcpus.iter().filter(|h| !h.is_finished()).collect();
+            if running.is_empty() {
+                return;
+            }
+            for h in running {
+                let _ = h.kill(SIGRTMIN());
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        log::warn!("Some vCPU threads did not stop within 2 s");
+    }
+}
+
+/// Periodic metrics: one JSON line per interval (the control loop's timer) appended to a file.
+pub(super) struct MetricsFile {
+    file: std::fs::File,
+}
+
+impl MetricsFile {
+    pub(super) fn open(cfg: &crate::config::MetricsConfig) -> Option<MetricsFile> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&cfg.path);
+        match file {
+            Ok(file) => Some(MetricsFile { file }),
+            Err(e) => {
+                log::error!("metrics.path: {}: {e}; no metrics file", cfg.path.display());
+                None
+            }
+        }
+    }
+
+    fn write(&mut self, metrics: &serde_json::Value) {
+        use std::io::Write;
+        let ts = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        let mut line = serde_json::json!({"utc_timestamp_ms": ts});
+        if let (Some(l), Some(m)) = (line.as_object_mut(), metrics.as_object()) {
+            l.extend(m.clone());
+        }
+        // One write per line (the file is unbuffered: `writeln!` of a JSON value would make a
+        // syscall per token).
+        if let Err(e) = self.file.write_all(format!("{line}\n").as_bytes()) {
+            log::warn!("writing metrics: {e}");
+        }
+    }
+}
