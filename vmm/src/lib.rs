@@ -22,6 +22,8 @@ pub mod interrupts;
 pub mod kernel_image;
 pub mod layout;
 pub mod metrics;
+#[cfg(test)]
+mod module_cycles;
 pub mod mptable;
 pub mod msr;
 pub mod patch;
