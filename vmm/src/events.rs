@@ -1,7 +1,8 @@
 //! What the threads of a VM tell the control thread, and how: the [`ControlEvent`]s (a reason
 //! to stop, an API request), the [`ControlSender`] that sends one and rings the control loop's
-//! eventfd, and the [`PauseState`] the control thread and the vCPU threads share. A leaf: the
-//! vCPUs, devices, API and control loop all use it, and it uses none of them.
+//! eventfd, and the [`PauseState`] the control thread and the vCPU threads share. The vCPUs, the
+//! control loop and the controller all use it; it uses only the stop reasons and the API's
+//! command types.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::Sender;
