@@ -392,7 +392,10 @@ fn paths_resolve_to_file_modules() {
 fn finds_a_cycle_and_names_its_steps() {
     let dir = std::env::temp_dir().join(format!("osprey-cycles-{}", std::process::id()));
     let files = [
-        ("lib.rs", "pub mod a;\npub mod b;\npub mod c;\n#[cfg(test)]\nmod t;\n"),
+        (
+            "lib.rs",
+            "pub mod a;\npub mod b;\npub mod c;\n#[cfg(test)]\nmod t;\n",
+        ),
         ("a.rs", "use crate::b::X;\n"),
         ("b.rs", "pub struct X;\nfn f() {\n    crate::c::d::g()\n}\n"),
         ("c/mod.rs", "pub mod d;\n// crate::a in a comment\n"),

@@ -61,15 +61,7 @@ pub fn start(config: &VmConfig, drive_files: Vec<OpenedDrive>) -> Result<Running
     // Opened before the sandbox is built: the Landlock rule needs the file to exist, and the
     // control thread never opens it again.
     let metrics = config.metrics.as_ref().and_then(MetricsFile::open);
-    // Before any VM thread starts, and before this thread drops its privileges.
-    let weights = crate::thread_weights::prepare(config.machine.thread_weights, &config.sandbox);
-    let sandbox = Sandbox::prepare(
-        &config.sandbox,
-        &config.sandbox_paths(),
-        seccomp_filters(config)?,
-        weights.iothread_capabilities(),
-    )?;
-    let light_vcpus = weights.dynamic();
+    let (sandbox, light_vcpus) = prepare_sandbox(config)?;
     let devices = device_manager::build(config, drive_files, &vm, &mem, exit, light_vcpus)?;
     confine_iothreads(&devices, &sandbox)?;
     let entry = load_guest(config, &mem)?;
@@ -120,6 +112,19 @@ pub fn start(config: &VmConfig, drive_files: Vec<OpenedDrive>) -> Result<Running
         _vm: vm,
         _mem: mem,
     })
+}
+
+/// The sandbox every thread will enter, and whether thread weights are dynamic (vCPUs then run
+/// light). Before any VM thread starts, and before this thread drops its privileges.
+fn prepare_sandbox(config: &VmConfig) -> Result<(Arc<Sandbox>, bool), VmError> {
+    let weights = crate::thread_weights::prepare(config.machine.thread_weights, &config.sandbox);
+    let sandbox = Sandbox::prepare(
+        &config.sandbox,
+        &config.sandbox_paths(),
+        seccomp_filters(config)?,
+        weights.iothread_capabilities(),
+    )?;
+    Ok((sandbox, weights.dynamic()))
 }
 
 /// The filters to install, or `None` with `--seccomp off` or `--sandbox off`; logs the choice.
