@@ -1,6 +1,6 @@
-//! The control thread's side of the API: what reaches the control loop ([`ControlEvent`]) and how
-//! each [`ApiCommand`] is carried out against the running VM ([`Controller`]). The HTTP layer
-//! never touches devices; this is the only place API commands change anything.
+//! The control thread's side of the API: how each [`ApiCommand`] (it reaches the control loop as
+//! a [`crate::events::ControlEvent`]) is carried out against the running VM ([`Controller`]). The
+//! HTTP layer never touches devices; this is the only place API commands change anything.
 
 use std::sync::Arc;
 use std::time::Instant;

@@ -1,7 +1,8 @@
 //! Building and running a VM. [`start`] reads as its steps: the KVM objects and guest memory
-//! ([`kvm`]), the control loop, the sandbox, the devices on the drive files the preflight opened,
-//! the guest's tables and kernel, the vCPU, stdin and API threads, and last the control thread's
-//! own sandbox. The running VM's loop and its stop are [`running`]; the errors, [`error`].
+//! (`kvm.rs`), the control loop, the sandbox, the devices on the drive files the preflight
+//! opened, the guest's tables and kernel, the vCPU, stdin and API threads, and last the control
+//! thread's own sandbox. The running VM's loop and its stop are `running.rs` ([`RunningVm`]);
+//! the errors, `error.rs` ([`VmError`]).
 
 mod error;
 mod kvm;
