@@ -167,6 +167,34 @@ mod tests {
     use super::*;
 
     #[test]
+    fn drives_are_opened_once_and_handed_on() {
+        let dir = std::env::temp_dir().join(format!("osprey-preflight-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let (a, b) = (dir.join("a.img"), dir.join("b.img"));
+        std::fs::write(&a, vec![0u8; 4096]).expect("a");
+        std::fs::write(&b, vec![0u8; 1024 + 100]).expect("b");
+        let kernel = std::env::current_exe().expect("exe");
+        let config: VmConfig = serde_json::from_value(serde_json::json!({
+            "boot-source": {"kernel_image_path": kernel},
+            "drives": [
+                {"drive_id": "a", "path_on_host": a},
+                {"drive_id": "b", "path_on_host": b, "is_read_only": true},
+            ],
+        }))
+        .expect("config");
+        let p = check(&config, 1024).expect("preflight");
+        let sizes: Vec<u64> = p.drives.iter().map(|d| d.capacity_sectors).collect();
+        assert_eq!(sizes, vec![8, 2], "one opened file per drive, in order");
+        assert_eq!(p.warnings.len(), 1, "{:?}", p.warnings);
+        assert_eq!(p.warnings[0].field, "drives[1].path_on_host");
+        // The files stay usable after their paths are gone: start-up opens nothing again.
+        std::fs::remove_dir_all(&dir).ok();
+        assert!(p.drives.iter().all(|d| d.file.metadata().is_ok()));
+        let e = check(&config, 1024).expect_err("gone").to_string();
+        assert!(e.starts_with("drives[0].path_on_host: "), "{e}");
+    }
+
+    #[test]
     fn a_served_socket_is_refused_and_a_stale_one_is_not() {
         let dir = std::env::temp_dir().join(format!("osprey-cfg-sock-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("dir");
