@@ -46,7 +46,11 @@ fn check_boot_files(config: &VmConfig) -> Result<(), ConfigError> {
     const INITRD: &str = "boot-source.initrd_path";
     let kernel = &config.boot.kernel_image_path;
     check_readable(KERNEL, kernel)?;
-    let image = crate::kernel_image::inspect(kernel).map_err(|e| invalid(KERNEL, e.to_string()))?;
+    let image =
+        crate::kernel_image::inspect(kernel).map_err(|source| ConfigError::KernelImage {
+            field: KERNEL,
+            source,
+        })?;
     let initrd = match &config.boot.initrd_path {
         Some(path) => {
             let size = check_readable(INITRD, path)?;
@@ -55,13 +59,15 @@ fn check_boot_files(config: &VmConfig) -> Result<(), ConfigError> {
         None => None,
     };
     let mem_bytes = config.machine.mem_size_mib << 20;
-    image.check_fit(kernel, mem_bytes, initrd).map_err(|e| {
-        let field = match e {
-            crate::kernel_image::KernelImageError::InitrdTooBig { .. } => INITRD,
-            _ => KERNEL,
-        };
-        invalid(field, e.to_string())
-    })
+    image
+        .check_fit(kernel, mem_bytes, initrd)
+        .map_err(|source| ConfigError::KernelImage {
+            field: match source {
+                crate::kernel_image::KernelImageError::InitrdTooBig { .. } => INITRD,
+                _ => KERNEL,
+            },
+            source,
+        })
 }
 
 /// The metrics file's and the API socket's folders exist, and nothing serves the socket.
@@ -83,9 +89,8 @@ fn open_drive(
     d: &DriveConfig,
     warnings: &mut Vec<ConfigWarning>,
 ) -> Result<OpenedDrive, ConfigError> {
-    if let Err(e) = dataplane::engine::probe(d.io_engine.to_dataplane()) {
-        return Err(invalid(format!("drives[{i}].io_engine"), e.to_string()));
-    }
+    dataplane::engine::probe(d.io_engine.to_dataplane())
+        .map_err(|source| ConfigError::Engine { index: i, source })?;
     let opened = crate::drive::open(&d.path_on_host, d.is_read_only, d.direct)
         .map_err(|source| ConfigError::Drive { index: i, source })?;
     if opened.ignored_tail != 0 {

@@ -67,6 +67,22 @@ pub enum ConfigError {
     /// `sandbox` fields that do not go together.
     #[error(transparent)]
     Sandbox(#[from] crate::sandbox::SandboxConfigError),
+    /// The kernel or initrd cannot be booted (start-up's preflight reads their headers).
+    #[error("{field}: {source}")]
+    KernelImage {
+        /// `boot-source.kernel_image_path` or `boot-source.initrd_path`.
+        field: &'static str,
+        /// Why.
+        source: crate::kernel_image::KernelImageError,
+    },
+    /// A drive's I/O engine does not run on this host (start-up's preflight probes it).
+    #[error("drives[{index}].io_engine: {source}")]
+    Engine {
+        /// The drive's index in `drives`.
+        index: usize,
+        /// Why.
+        source: dataplane::engine::EngineError,
+    },
     /// A drive's backing file cannot be used (start-up's preflight opens it).
     #[error("drives[{index}].path_on_host: {source}")]
     Drive {
@@ -90,17 +106,16 @@ impl ConfigError {
     pub fn in_file(self, file: Option<&std::path::Path>) -> ConfigError {
         match (self, file) {
             (
-                e @ (ConfigError::Invalid { .. }
-                | ConfigError::RateLimit(_)
-                | ConfigError::FaultInjection(_)
-                | ConfigError::Sandbox(_)
-                | ConfigError::Drive { .. }),
-                Some(f),
-            ) => ConfigError::InFile {
+                e @ (ConfigError::Read { .. }
+                | ConfigError::Parse { .. }
+                | ConfigError::InFile { .. }),
+                _,
+            )
+            | (e, None) => e,
+            (e, Some(f)) => ConfigError::InFile {
                 file: f.display().to_string(),
                 source: Box::new(e),
             },
-            (e, _) => e,
         }
     }
 }
