@@ -22,7 +22,7 @@ run() {
   local limit=$1
   cat >"$dir/vm.json" <<JSON
 {"machine-config": {"vcpu_count": 1, "mem_size_mib": 128},
- "boot-source": {"kernel_image_path": "guest-images/build/test-guest.elf",
+ "boot-source": {"kernel_image_path": "$PWD/guest-images/build/test-guest.elf",
                  "boot_args": "mode=blk rw=randread qd=$qd count=$count"},
  "drives": [{"drive_id": "disk0", "path_on_host": "$dir/disk.img", "io_engine": "$engine",
              "iothread": "io0" $limit}],

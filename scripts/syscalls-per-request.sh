@@ -28,7 +28,7 @@ run() {
   local bin=$1 engine=$2 qd=$3 poll=$4 count=$5
   cat >"$dir/vm.json" <<EOF
 {"machine-config": {"vcpu_count": 1, "mem_size_mib": 128},
- "boot-source": {"kernel_image_path": "guest-images/build/test-guest.elf",
+ "boot-source": {"kernel_image_path": "$PWD/guest-images/build/test-guest.elf",
                  "boot_args": "mode=blk rw=randread bs=4096 qd=$qd count=$count"},
  "drives": [{"drive_id": "disk0", "path_on_host": "$dir/disk.img", "io_engine": "$engine", "iothread": "io0"}],
  "iothreads": [{"id": "io0", "poll_max_ns": $poll}]}

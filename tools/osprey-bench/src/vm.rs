@@ -119,17 +119,19 @@ impl Vm<'_> {
 
     /// The VM config JSON (docs/config.md) of one run; Osprey appends its metrics to `metrics`
     /// as the VM stops, and every `metrics_interval_ms` when that is set (otherwise the interval
-    /// is longer than any run).
+    /// is longer than any run). Every path is absolute: Osprey takes a config file's relative
+    /// paths from the file's folder, and the runner's are relative to its working directory.
     pub fn config(&self, p: &Point, cmdline: &str, metrics: &Path) -> Value {
+        let absolute = |path: &Path| std::path::absolute(path).unwrap_or_else(|_| path.into());
         let mut iothread = p.poll.iothread_fields();
         iothread["id"] = "io0".into();
         iothread["max_batch"] = p.max_batch.into();
         json!({
             "machine-config": { "vcpu_count": 1, "mem_size_mib": 256 },
-            "boot-source": { "kernel_image_path": self.elf, "boot_args": cmdline },
+            "boot-source": { "kernel_image_path": absolute(self.elf), "boot_args": cmdline },
             "drives": [{
                 "drive_id": "bench0",
-                "path_on_host": self.store,
+                "path_on_host": absolute(self.store),
                 "direct": self.direct,
                 "io_engine": p.engine.to_string(),
                 "num_queues": p.queues,
@@ -138,7 +140,7 @@ impl Vm<'_> {
             }],
             "iothreads": [iothread],
             "metrics": {
-                "path": metrics,
+                "path": absolute(metrics),
                 "interval_ms": self.metrics_interval_ms.unwrap_or(24 * 3600 * 1000),
             },
         })
@@ -288,6 +290,10 @@ mod tests {
         };
         let config = timeline.config(&p, "mode=blk", Path::new("/m"));
         assert_eq!(config["metrics"]["interval_ms"], 100);
+        // Osprey reads a config file's relative paths from the file's folder: none is relative.
+        let relative = vm.config(&p, "mode=blk", Path::new("target/bench/m.jsonl"));
+        let path = relative["metrics"]["path"].as_str().expect("a path");
+        assert!(Path::new(path).is_absolute(), "{path}");
     }
 
     #[test]
