@@ -271,22 +271,11 @@ impl VirtioBlock {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_utils::queue::FakeInterrupt;
     use dataplane::engine::{EngineKind, IoUringFlags};
     use virtio_queue::mock::MockSplitQueue;
     use vm_memory::GuestAddress;
     use vmm_sys_util::eventfd::EventFd;
-
-    struct NoInterrupt;
-
-    impl VirtioInterrupt for NoInterrupt {
-        fn notify_queue(&self, _queue: u16) -> std::io::Result<()> {
-            Ok(())
-        }
-        fn notify_config(&self) -> std::io::Result<()> {
-            Ok(())
-        }
-        fn set_needs_reset(&self) {}
-    }
 
     fn queue(mem: &GuestMemory) -> ActivatedQueue {
         let vq = MockSplitQueue::new(mem, 16);
@@ -323,7 +312,7 @@ mod tests {
             },
             thread.clone(),
         );
-        let irq: Arc<dyn VirtioInterrupt> = Arc::new(NoInterrupt);
+        let irq: Arc<dyn VirtioInterrupt> = FakeInterrupt::new();
         dev.activate(mem.clone(), irq.clone(), vec![queue(&mem)])
             .expect("first activation");
         let again = dev.activate(mem.clone(), irq.clone(), vec![queue(&mem)]);
