@@ -9,7 +9,7 @@
 
 use std::path::{Path, PathBuf};
 
-use vmm::config::VmConfig;
+use crate::config::VmConfig;
 
 const MISSING: &str = "/nonexistent-osprey-fuzz/file";
 
