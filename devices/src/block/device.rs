@@ -271,10 +271,9 @@ impl VirtioBlock {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_utils::queue::FakeInterrupt;
-    use dataplane::engine::{EngineKind, IoUringFlags};
+    use crate::test_utils::queue::{engine, guest_memory, FakeInterrupt};
+    use dataplane::engine::EngineKind;
     use virtio_queue::mock::MockSplitQueue;
-    use vm_memory::GuestAddress;
     use vmm_sys_util::eventfd::EventFd;
 
     fn queue(mem: &GuestMemory) -> ActivatedQueue {
@@ -290,7 +289,7 @@ mod tests {
     /// it: a second activation would put a second handler on the same rings.
     #[test]
     fn a_second_activation_is_refused_until_reset() {
-        let mem = GuestMemory::from_ranges(&[(GuestAddress(0), 0x10_0000)]).expect("mem");
+        let mem = guest_memory(0x10_0000);
         let file = tempfile_in_tmp();
         let thread = IoThread::spawn("dev-activate", 0).expect("iothread");
         let mut dev = VirtioBlock::new(
@@ -301,13 +300,7 @@ mod tests {
                 capacity_sectors: 8,
                 num_queues: 1,
                 queue_size: 16,
-                engine: EngineOptions {
-                    kind: EngineKind::Sync,
-                    depth: 16,
-                    io_uring: IoUringFlags::default(),
-                    direct: false,
-                    fault: None,
-                },
+                engine: engine(EngineKind::Sync, 16),
                 rate_limits: Default::default(),
             },
             thread.clone(),
