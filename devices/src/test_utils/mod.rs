@@ -2,8 +2,9 @@
 //! queue rig ([`queue`]) and the bodies of the device fuzz targets ([`fuzz`]).
 //!
 //! Compiled for this crate's own tests and, with the `test-utils` feature, for the crates that
-//! take `devices` as a dev-dependency with that feature: the workspace's integration tests, the
-//! benches (`osprey-benches`) and the fuzz targets (`fuzz/`). Never part of the `osprey` binary.
+//! take `devices` with that feature: the workspace's integration tests, the benches
+//! (`osprey-benches`) and the fuzz targets (`fuzz/`). Not in a `cargo build` of the `osprey`
+//! binary.
 
 pub mod fuzz;
 pub mod queue;

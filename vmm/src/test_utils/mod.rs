@@ -2,8 +2,8 @@
 //! the fake API controller ([`fake_control`]) and the bodies of every fuzz target ([`fuzz`]).
 //!
 //! Compiled for this crate's own tests and, with the `test-utils` feature, for the workspace's
-//! integration tests (`tests/fuzz_regressions.rs`) and the fuzz targets (`fuzz/`). Never part of
-//! the `osprey` binary.
+//! integration tests (`tests/fuzz_regressions.rs`) and the fuzz targets (`fuzz/`). Not in a `cargo
+//! build` of the `osprey` binary.
 
 pub mod fake_control;
 pub mod fuzz;
