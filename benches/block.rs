@@ -1,16 +1,17 @@
 //! virtio-blk set-up shared by the benches: guest memory, request chains written once into a
-//! [`DriverRing`] (header, data segments, status byte at fixed addresses per chain), an interrupt
-//! that is a real eventfd, and a [`BlockQueueHandler`] on the Null engine.
+//! [`DriverRing`] (header, data segments, status byte at fixed addresses per chain), and a
+//! [`BlockQueueHandler`] on the Null engine built by the shared queue rig
+//! (`devices::test_utils::queue`), whose `FakeInterrupt::with_eventfd` is the interrupt.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use dataplane::engine::{EngineKind, EngineOptions, IoUringFlags};
+use dataplane::engine::EngineKind;
 use devices::block::queue::BlockQueueHandler;
 use devices::block::request::DiskLimits;
 use devices::block::request_type;
 use devices::block::stats::QueueStats;
-use devices::virtio::{ActivatedQueue, GuestMemory, VirtioInterrupt};
+use devices::test_utils::queue::{self, disk_limits, engine, FakeInterrupt, QueueRig};
+use devices::virtio::GuestMemory;
 use vm_memory::{Address, Bytes, GuestAddress};
 use vmm_sys_util::eventfd::EventFd;
 
@@ -29,8 +30,7 @@ const CAPACITY_SECTORS: u64 = 1 << 31;
 
 /// Maps `GUEST_MEMORY_BYTES` of anonymous memory at guest address 0.
 pub fn guest_memory() -> GuestMemory {
-    GuestMemory::from_ranges(&[(GuestAddress(0), GUEST_MEMORY_BYTES as usize)])
-        .expect("mmap guest memory")
+    queue::guest_memory(GUEST_MEMORY_BYTES)
 }
 
 /// The shape of the request chains.
@@ -113,80 +113,31 @@ fn status_addr(chain: u16) -> GuestAddress {
     STATUS.unchecked_add(16 * u64::from(chain))
 }
 
-/// A guest interrupt that is an eventfd, like the irqfd the VMM writes.
-#[derive(Debug)]
-pub struct EventFdInterrupt {
-    /// Written once per interrupt.
-    pub fd: EventFd,
-    /// Interrupts sent.
-    pub sent: AtomicU64,
-    /// The device asked for a reset (a bench bug).
-    pub needs_reset: AtomicBool,
-}
-
-impl EventFdInterrupt {
-    /// A non-blocking eventfd interrupt.
-    pub fn new() -> Arc<Self> {
-        Arc::new(Self {
-            fd: EventFd::new(libc::EFD_NONBLOCK).expect("eventfd"),
-            sent: AtomicU64::new(0),
-            needs_reset: AtomicBool::new(false),
-        })
-    }
-}
-
-impl VirtioInterrupt for EventFdInterrupt {
-    fn notify_queue(&self, _queue: u16) -> std::io::Result<()> {
-        self.sent.fetch_add(1, Ordering::Relaxed);
-        self.fd.write(1)
-    }
-
-    fn notify_config(&self) -> std::io::Result<()> {
-        Ok(())
-    }
-
-    fn set_needs_reset(&self) {
-        self.needs_reset.store(true, Ordering::SeqCst);
-    }
-}
-
 /// A queue handler on `ring` with the Null engine, not yet attached: the caller runs
 /// `Handler::attach` (directly, or through an iothread). `kick` is the queue's eventfd.
 pub fn null_handler(
     ring: &DriverRing,
     mem: &GuestMemory,
     kick: EventFd,
-    irq: Arc<EventFdInterrupt>,
+    irq: Arc<FakeInterrupt>,
     stats: Arc<QueueStats>,
 ) -> BlockQueueHandler {
-    let opts = EngineOptions {
-        kind: EngineKind::Null,
-        depth: u32::from(ring.size()),
-        io_uring: IoUringFlags::default(),
-        direct: false,
-        fault: None,
+    let rig = QueueRig {
+        mem: mem.clone(),
+        irq,
+        stats,
+        limits: limits(),
     };
     let file = std::fs::File::open("/dev/null").expect("open /dev/null");
-    BlockQueueHandler::new(
-        devices::block::queue::next_owner_id(),
-        ActivatedQueue {
-            index: 0,
-            queue: ring.queue(),
-            kick,
-        },
-        mem.clone(),
-        irq,
-        (file, opts),
-        Arc::new(limits()),
-        stats,
+    rig.handler(
+        ring.queue(),
+        kick,
+        file,
+        engine(EngineKind::Null, u32::from(ring.size())),
     )
 }
 
 /// The disk limits `null_handler` uses, for benches that call the parser directly.
 pub fn limits() -> DiskLimits {
-    DiskLimits {
-        capacity_sectors: CAPACITY_SECTORS,
-        read_only: false,
-        serial: [0; devices::block::ID_BYTES],
-    }
+    disk_limits(CAPACITY_SECTORS, false, &[])
 }

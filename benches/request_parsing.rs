@@ -22,10 +22,9 @@ use dataplane::{Handler, ThreadTurn};
 use devices::block::request::parse;
 use devices::block::request_type;
 use devices::block::stats::QueueStats;
+use devices::test_utils::queue::FakeInterrupt;
 use devices::virtio::host_ring::HostMemory;
-use osprey_benches::block::{
-    self, guest_memory, null_handler, ChainSpec, Chains, EventFdInterrupt,
-};
+use osprey_benches::block::{self, guest_memory, null_handler, ChainSpec, Chains};
 use osprey_benches::ring::DriverRing;
 use virtio_queue::QueueOwnedT;
 use vm_memory::GuestAddress;
@@ -89,7 +88,7 @@ fn handler_turn(c: &mut Criterion) {
         let mut ring = DriverRing::new(mem.clone(), GuestAddress(0), QUEUE_SIZE, false);
         let chains = Chains::write(&ring, &mem, BATCH, spec(n));
         let kick = EventFd::new(libc::EFD_NONBLOCK).expect("eventfd");
-        let irq = EventFdInterrupt::new();
+        let irq = FakeInterrupt::with_eventfd();
         let stats = Arc::new(QueueStats::default());
         let mut handler = null_handler(&ring, &mem, kick, irq.clone(), stats.clone());
         handler.attach().expect("the Null engine");

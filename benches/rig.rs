@@ -13,7 +13,9 @@ use devices::block::stats::QueueStats;
 use vm_memory::GuestAddress;
 use vmm_sys_util::eventfd::EventFd;
 
-use crate::block::{guest_memory, null_handler, ChainSpec, Chains, EventFdInterrupt};
+use devices::test_utils::queue::FakeInterrupt;
+
+use crate::block::{guest_memory, null_handler, ChainSpec, Chains};
 use crate::driver::{DriverSetup, FakeDriver, RunReport};
 use crate::ring::DriverRing;
 
@@ -27,7 +29,7 @@ pub struct LoopRig {
     /// The queue's counters.
     pub stats: Arc<QueueStats>,
     /// The queue's interrupt.
-    pub irq: Arc<EventFdInterrupt>,
+    pub irq: Arc<FakeInterrupt>,
     /// What the driver's runs did so far.
     pub total: RunReport,
 }
@@ -60,7 +62,7 @@ impl LoopRig {
         };
         let chains = Chains::write(&ring, &mem, depth, spec);
         let kick = EventFd::new(libc::EFD_NONBLOCK).expect("eventfd");
-        let irq = EventFdInterrupt::new();
+        let irq = FakeInterrupt::with_eventfd();
         let stats = Arc::new(QueueStats::default());
         let handler = null_handler(
             &ring,
@@ -79,7 +81,12 @@ impl LoopRig {
             mem,
             chains,
             kick,
-            irq: irq.fd.try_clone().expect("eventfd clone"),
+            irq: irq
+                .fd
+                .as_ref()
+                .expect("eventfd")
+                .try_clone()
+                .expect("eventfd clone"),
         });
         Self {
             driver: Some(driver),
@@ -126,7 +133,10 @@ impl LoopRig {
              submissions per request; poll hits {}, misses {}; driver slept {} times",
             s.requests,
             per(self.total.kicks),
-            per(self.irq.sent.load(std::sync::atomic::Ordering::Relaxed)),
+            per(self
+                .irq
+                .notifications
+                .load(std::sync::atomic::Ordering::Relaxed)),
             per(IoThreadStats::get(&t.wakeups)),
             per(s.submissions),
             IoThreadStats::get(&t.poll_hits),

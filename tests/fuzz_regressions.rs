@@ -1,12 +1,12 @@
 //! Replays every input kept for the fuzz targets through the targets' own bodies (shared with
-//! the libFuzzer binaries, `fuzz/targets/`): the crash inputs saved in `fuzz/regressions/<target>/`
-//! and the seeds in `fuzz/corpus/<target>/`. A finding (a panic, a failed check) fails the test
-//! with the file's name; no fuzzing toolchain is needed, so `make test` runs it.
-
-#[path = "../fuzz/targets/mod.rs"]
-mod targets;
+//! the libFuzzer binaries, `vmm::test_utils::fuzz`): the crash inputs saved in
+//! `fuzz/regressions/<target>/` and the seeds in `fuzz/corpus/<target>/`. A finding (a panic, a
+//! failed check) fails the test with the file's name; no fuzzing toolchain is needed, so
+//! `make test` runs it.
 
 use std::path::{Path, PathBuf};
+
+use vmm::test_utils::fuzz as targets;
 
 /// The files in `dir` (none when it does not exist), sorted.
 fn inputs(dir: &Path) -> Vec<PathBuf> {

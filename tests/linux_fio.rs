@@ -216,8 +216,7 @@ fn parse_ready(console: &str) -> Option<BTreeMap<String, String>> {
 /// Runs everywhere: the console parsing above on a recorded fio run (host fio's JSON in the
 /// kit's markers, from the matrix runner's fixtures) with a kernel message dropped into the JSON.
 fn console_contract_parses_a_recorded_run() {
-    let fixture =
-        repo_root().join("tools/osprey-bench/tests/fixtures/kit-randread-4k-qd8-2jobs.txt");
+    let fixture = repo_root().join("tools/osprey-bench/testdata/kit/kit-randread-4k-qd8-2jobs.txt");
     let text = std::fs::read_to_string(&fixture).expect("fixture");
     let mut lines: Vec<&str> = text.lines().collect();
     let begin = lines

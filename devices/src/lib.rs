@@ -11,6 +11,8 @@ pub mod debug_exit;
 pub mod i8042;
 pub mod pci;
 pub mod serial;
+#[cfg(any(test, feature = "test-utils"))]
+pub mod test_utils;
 pub mod virtio;
 
 /// Why a device asks the VMM to end the VM.

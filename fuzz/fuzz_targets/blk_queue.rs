@@ -17,11 +17,8 @@
 //!
 //! In both modes each round's `run` loop must end (return false) within a bounded number of turns.
 //!
-//! The body lives in `fuzz/targets/blk_queue.rs`, shared with the workspace test that replays every
-//! kept input (`tests/fuzz_regressions.rs`).
+//! The body is `devices::test_utils::fuzz::blk_queue::run` (the `test-utils` feature),
+//! shared with the workspace test that replays every kept input (`tests/fuzz_regressions.rs`).
 #![no_main]
 
-#[path = "../targets/mod.rs"]
-mod targets;
-
-libfuzzer_sys::fuzz_target!(|data: &[u8]| targets::blk_queue::run(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| devices::test_utils::fuzz::blk_queue::run(data));

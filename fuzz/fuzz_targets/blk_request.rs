@@ -8,11 +8,8 @@
 //! on the Null engine (which zero-fills read buffers through the parser's host pointers), the
 //! status byte is written and the head goes on the used ring.
 //!
-//! The body lives in `fuzz/targets/blk_request.rs`, shared with the workspace test that replays every
-//! kept input (`tests/fuzz_regressions.rs`).
+//! The body is `devices::test_utils::fuzz::blk_request::run` (the `test-utils` feature),
+//! shared with the workspace test that replays every kept input (`tests/fuzz_regressions.rs`).
 #![no_main]
 
-#[path = "../targets/mod.rs"]
-mod targets;
-
-libfuzzer_sys::fuzz_target!(|data: &[u8]| targets::blk_request::run(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| devices::test_utils::fuzz::blk_request::run(data));

@@ -2,11 +2,8 @@
 //! sniffing and every decoder, with a 16 MiB output limit so a tiny input cannot make the fuzzer
 //! allocate the production limit. Any outcome but a panic (or a hang) is fine.
 //!
-//! The body lives in `fuzz/targets/bzimage_header.rs`, shared with the workspace test that replays every
-//! kept input (`tests/fuzz_regressions.rs`).
+//! The body is `vmm::test_utils::fuzz::bzimage_header::run` (the `test-utils` feature),
+//! shared with the workspace test that replays every kept input (`tests/fuzz_regressions.rs`).
 #![no_main]
 
-#[path = "../targets/mod.rs"]
-mod targets;
-
-libfuzzer_sys::fuzz_target!(|data: &[u8]| targets::bzimage_header::run(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| vmm::test_utils::fuzz::bzimage_header::run(data));

@@ -15,11 +15,8 @@
 //! Checks: no panic; never more live ioeventfd registrations than queues, never two on one
 //! address; after the whole machine is dropped no ioeventfd registration is left.
 //!
-//! The body lives in `fuzz/targets/virtio_pci.rs`, shared with the workspace test that replays every
-//! kept input (`tests/fuzz_regressions.rs`).
+//! The body is `devices::test_utils::fuzz::virtio_pci::run` (the `test-utils` feature),
+//! shared with the workspace test that replays every kept input (`tests/fuzz_regressions.rs`).
 #![no_main]
 
-#[path = "../targets/mod.rs"]
-mod targets;
-
-libfuzzer_sys::fuzz_target!(|data: &[u8]| targets::virtio_pci::run(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| devices::test_utils::fuzz::virtio_pci::run(data));

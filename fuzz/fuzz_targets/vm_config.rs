@@ -7,11 +7,8 @@
 //! drive images to a nonexistent file. Metrics/API paths are only checked for an existing parent
 //! folder (`is_dir`) and are kept. Nothing is created.
 //!
-//! The body lives in `fuzz/targets/vm_config.rs`, shared with the workspace test that replays every
-//! kept input (`tests/fuzz_regressions.rs`).
+//! The body is `vmm::test_utils::fuzz::vm_config::run` (the `test-utils` feature),
+//! shared with the workspace test that replays every kept input (`tests/fuzz_regressions.rs`).
 #![no_main]
 
-#[path = "../targets/mod.rs"]
-mod targets;
-
-libfuzzer_sys::fuzz_target!(|data: &[u8]| targets::vm_config::run(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| vmm::test_utils::fuzz::vm_config::run(data));

@@ -33,6 +33,8 @@ pub mod regs;
 pub mod sandbox;
 pub mod seccomp;
 pub mod stop;
+#[cfg(any(test, feature = "test-utils"))]
+pub mod test_utils;
 pub mod thread_weights;
 pub mod unpack;
 pub mod vcpu;

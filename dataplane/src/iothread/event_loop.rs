@@ -898,5 +898,4 @@ fn read_schedstat(f: &std::fs::File) -> Option<(u64, u64)> {
 }
 
 #[cfg(test)]
-#[path = "event_loop_tests.rs"]
 mod tests;

@@ -271,22 +271,10 @@ impl VirtioBlock {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dataplane::engine::{EngineKind, IoUringFlags};
+    use crate::test_utils::queue::{engine, guest_memory, FakeInterrupt};
+    use dataplane::engine::EngineKind;
     use virtio_queue::mock::MockSplitQueue;
-    use vm_memory::GuestAddress;
     use vmm_sys_util::eventfd::EventFd;
-
-    struct NoInterrupt;
-
-    impl VirtioInterrupt for NoInterrupt {
-        fn notify_queue(&self, _queue: u16) -> std::io::Result<()> {
-            Ok(())
-        }
-        fn notify_config(&self) -> std::io::Result<()> {
-            Ok(())
-        }
-        fn set_needs_reset(&self) {}
-    }
 
     fn queue(mem: &GuestMemory) -> ActivatedQueue {
         let vq = MockSplitQueue::new(mem, 16);
@@ -301,7 +289,7 @@ mod tests {
     /// it: a second activation would put a second handler on the same rings.
     #[test]
     fn a_second_activation_is_refused_until_reset() {
-        let mem = GuestMemory::from_ranges(&[(GuestAddress(0), 0x10_0000)]).expect("mem");
+        let mem = guest_memory(0x10_0000);
         let file = tempfile_in_tmp();
         let thread = IoThread::spawn("dev-activate", 0).expect("iothread");
         let mut dev = VirtioBlock::new(
@@ -312,18 +300,12 @@ mod tests {
                 capacity_sectors: 8,
                 num_queues: 1,
                 queue_size: 16,
-                engine: EngineOptions {
-                    kind: EngineKind::Sync,
-                    depth: 16,
-                    io_uring: IoUringFlags::default(),
-                    direct: false,
-                    fault: None,
-                },
+                engine: engine(EngineKind::Sync, 16),
                 rate_limits: Default::default(),
             },
             thread.clone(),
         );
-        let irq: Arc<dyn VirtioInterrupt> = Arc::new(NoInterrupt);
+        let irq: Arc<dyn VirtioInterrupt> = FakeInterrupt::new();
         dev.activate(mem.clone(), irq.clone(), vec![queue(&mem)])
             .expect("first activation");
         let again = dev.activate(mem.clone(), irq.clone(), vec![queue(&mem)]);

@@ -633,57 +633,32 @@ pub fn next_owner_id() -> u64 {
 mod tests {
     use super::*;
     use crate::block::request_type;
-    use dataplane::engine::{EngineKind, IoUringFlags};
+    use crate::test_utils::queue::{
+        desc, disk_image, engine, guest_memory, open_disk, write_header, QueueRig, F_NEXT, F_WRITE,
+    };
+    use dataplane::engine::EngineKind;
     use std::io::{Read, Seek, SeekFrom};
-    use std::sync::atomic::AtomicBool;
-    use virtio_queue::desc::split::Descriptor;
     use virtio_queue::desc::RawDescriptor;
     use virtio_queue::mock::MockSplitQueue;
     use vm_memory::Bytes;
 
-    const F_NEXT: u16 = 1;
-    const F_WRITE: u16 = 2;
-
-    #[derive(Default)]
-    struct FakeInterrupt {
-        queue: AtomicU64,
-        needs_reset: AtomicBool,
-    }
-
-    impl VirtioInterrupt for FakeInterrupt {
-        fn notify_queue(&self, _queue: u16) -> std::io::Result<()> {
-            self.queue.fetch_add(1, Ordering::SeqCst);
-            Ok(())
-        }
-        fn notify_config(&self) -> std::io::Result<()> {
-            Ok(())
-        }
-        fn set_needs_reset(&self) {
-            self.needs_reset.store(true, Ordering::SeqCst);
-        }
-    }
-
-    fn desc(addr: u64, len: u32, flags: u16, next: u16) -> RawDescriptor {
-        RawDescriptor::from(Descriptor::new(addr, len, flags, next))
-    }
-
+    /// The shared queue rig with a 1 MiB disk image at `path`.
     struct Rig {
-        mem: GuestMemory,
+        rig: QueueRig,
         path: std::path::PathBuf,
-        irq: Arc<FakeInterrupt>,
-        stats: Arc<QueueStats>,
+    }
+
+    impl std::ops::Deref for Rig {
+        type Target = QueueRig;
+        fn deref(&self) -> &QueueRig {
+            &self.rig
+        }
     }
 
     fn rig(name: &str) -> Rig {
-        let mem = GuestMemory::from_ranges(&[(GuestAddress(0), 0x100_0000)]).expect("mem");
-        let path = std::env::temp_dir().join(format!("osprey-q-{}-{name}", std::process::id()));
-        let f = std::fs::File::create(&path).expect("create");
-        f.set_len(1 << 20).expect("len");
         Rig {
-            mem,
-            path,
-            irq: Arc::new(FakeInterrupt::default()),
-            stats: Arc::new(QueueStats::default()),
+            rig: QueueRig::new(guest_memory(0x100_0000)),
+            path: disk_image(name, 1 << 20),
         }
     }
 
@@ -692,43 +667,14 @@ mod tests {
     }
 
     fn handler_with(r: &Rig, q: Queue, kind: EngineKind) -> BlockQueueHandler {
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&r.path)
-            .expect("open");
-        let limits = DiskLimits {
-            capacity_sectors: 2048,
-            read_only: false,
-            serial: [0; 20],
-        };
-        let opts = EngineOptions {
-            kind,
-            depth: 16,
-            io_uring: IoUringFlags::default(),
-            direct: false,
-            fault: None,
-        };
-        let mut h = BlockQueueHandler::new(
-            1,
-            ActivatedQueue {
-                index: 0,
-                queue: q,
-                kick: EventFd::new(libc::EFD_NONBLOCK).expect("efd"),
-            },
-            r.mem.clone(),
-            r.irq.clone(),
-            (file, opts),
-            Arc::new(limits),
-            r.stats.clone(),
-        );
+        let kick = EventFd::new(libc::EFD_NONBLOCK).expect("efd");
+        let mut h = r.handler(q, kick, open_disk(&r.path), engine(kind, 16));
         h.attach().expect("attach");
         h
     }
 
     fn header(m: &GuestMemory, at: u64, kind: u32, sector: u64) {
-        m.write_obj(kind, GuestAddress(at)).expect("w");
-        m.write_obj(sector, GuestAddress(at + 8)).expect("w");
+        write_header(m, at, kind, sector);
     }
 
     #[test]
@@ -783,7 +729,7 @@ mod tests {
             (1, 2, 1024, 1024)
         );
         assert_eq!(
-            r.irq.queue.load(Ordering::SeqCst),
+            r.irq.notifications.load(Ordering::SeqCst),
             1,
             "one interrupt for the round"
         );
@@ -1008,16 +954,7 @@ mod tests {
         let vq = MockSplitQueue::new(&r.mem, 16);
         vq.add_desc_chains(&read_chains(&r.mem, 2), 0)
             .expect("chains");
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&r.path)
-            .expect("open");
         let opts = EngineOptions {
-            kind: EngineKind::Sync,
-            depth: 16,
-            io_uring: IoUringFlags::default(),
-            direct: false,
             fault: Some(dataplane::engine::fault::FaultPlan {
                 action: dataplane::engine::fault::FaultAction::Refuse,
                 ops: dataplane::engine::fault::FaultOps::READ,
@@ -1025,24 +962,13 @@ mod tests {
                 end: u64::MAX,
                 max_errors: Some(3),
             }),
+            ..engine(EngineKind::Sync, 16)
         };
-        let limits = DiskLimits {
-            capacity_sectors: 2048,
-            read_only: false,
-            serial: [0; 20],
-        };
-        let mut h = BlockQueueHandler::new(
-            1,
-            ActivatedQueue {
-                index: 0,
-                queue: vq.create_queue().expect("queue"),
-                kick: EventFd::new(libc::EFD_NONBLOCK).expect("efd"),
-            },
-            r.mem.clone(),
-            r.irq.clone(),
-            (file, opts),
-            Arc::new(limits),
-            r.stats.clone(),
+        let mut h = r.handler(
+            vq.create_queue().expect("queue"),
+            EventFd::new(libc::EFD_NONBLOCK).expect("efd"),
+            open_disk(&r.path),
+            opts,
         );
         h.attach().expect("attach");
         h.run(32, &ThreadTurn::default());

@@ -275,6 +275,7 @@ pub fn parse(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_utils::queue::{disk_limits, guest_memory};
     use crate::virtio::GuestMemory;
     use virtio_queue::desc::RawDescriptor;
     use virtio_queue::mock::MockSplitQueue;
@@ -287,17 +288,11 @@ mod tests {
     const STATUS: u64 = 0x30_0000;
 
     fn mem() -> GuestMemory {
-        GuestMemory::from_ranges(&[(GuestAddress(0), 0x100_0000)]).expect("mem")
+        guest_memory(0x100_0000)
     }
 
     fn limits() -> DiskLimits {
-        let mut serial = [0u8; ID_BYTES];
-        serial[..5].copy_from_slice(b"disk0");
-        DiskLimits {
-            capacity_sectors: 2048,
-            read_only: false,
-            serial,
-        }
+        disk_limits(2048, false, b"disk0")
     }
 
     fn d(addr: u64, len: u32, flags: u16) -> RawDescriptor {

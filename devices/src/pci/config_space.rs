@@ -305,5 +305,4 @@ fn check_access(offset: usize, len: usize) -> Option<(usize, usize)> {
 }
 
 #[cfg(test)]
-#[path = "config_space_tests.rs"]
 mod tests;

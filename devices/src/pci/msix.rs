@@ -328,5 +328,4 @@ impl MsixTable {
 }
 
 #[cfg(test)]
-#[path = "msix_tests.rs"]
 mod tests;

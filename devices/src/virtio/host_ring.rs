@@ -437,6 +437,7 @@ impl Iterator for Chain<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_utils::queue::desc as d;
     use virtio_queue::desc::RawDescriptor;
     use virtio_queue::mock::MockSplitQueue;
     use vm_memory::{Bytes, GuestAddress};
@@ -451,10 +452,6 @@ mod tests {
             (GuestAddress(0x20_0000), 0x10_0000),
         ])
         .expect("mem")
-    }
-
-    fn d(addr: u64, len: u32, flags: u16, next: u16) -> RawDescriptor {
-        RawDescriptor::from(Descriptor::new(addr, len, flags, next))
     }
 
     fn same(a: &[Descriptor], b: &[Descriptor]) -> bool {

@@ -232,7 +232,7 @@ mod tests {
 
     #[test]
     fn parses_recorded_fio_json() {
-        let text = include_str!("../tests/data/fio-randread-4k-qd8-2jobs.json");
+        let text = include_str!("../testdata/fio-randread-4k-qd8-2jobs.json");
         let r = parse_fio_json(text, Rw::RandRead, Some(564.0)).expect("parse");
         assert!((r.iops - 936_727.574751).abs() < 1e-6);
         assert!((r.lat_mean_us - 16.781757678).abs() < 1e-9);

@@ -207,10 +207,10 @@ pub fn spread(values: &[f64]) -> (f64, f64) {
 mod tests {
     use super::*;
 
-    const CONSOLE: &str = include_str!("../tests/data/blk-console.txt");
+    const CONSOLE: &str = include_str!("../testdata/blk-console.txt");
 
     fn metrics() -> serde_json::Value {
-        serde_json::from_str(include_str!("../tests/data/osprey-metrics.json")).expect("JSON")
+        serde_json::from_str(include_str!("../testdata/osprey-metrics.json")).expect("JSON")
     }
 
     #[test]

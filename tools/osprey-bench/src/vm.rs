@@ -298,7 +298,7 @@ mod tests {
 
     #[test]
     fn reads_the_start_up_log_and_console_tails() {
-        let log = include_str!("../tests/data/osprey-log.txt");
+        let log = include_str!("../testdata/osprey-log.txt");
         let (kvm, tsc) = start_up_facts(log);
         assert!(kvm.is_some_and(|k| k.starts_with("kvm_pvm")));
         assert_eq!(tsc, Some(2_445_426));

@@ -1,17 +1,18 @@
-//! A fake control thread answering canned replies, a temp dir, and request helpers.
+//! A server over a real socket with the fake controller (`crate::test_utils::fake_control`) as
+//! its control thread, a temp dir, and request helpers.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
 use crate::api::client::{self, Response};
-use crate::api::command::{
-    ApiCommand, ApiError, ApiReply, ApiRequest, IoThreadUpdate, Submit, VmAction,
-};
+use crate::api::command::ApiCommand;
 use crate::api::server::{self, ApiServer, ServerLimits};
+use crate::test_utils::fake_control;
+pub use crate::test_utils::fake_control::{iothread, metrics};
 
 /// A directory removed on drop.
 #[derive(Debug)]
@@ -38,7 +39,8 @@ impl Drop for TempDir {
     }
 }
 
-/// A server on a temp socket whose control thread is [`answer`].
+/// A server on a temp socket whose control thread is the fake controller
+/// ([`fake_control::spawn`]).
 pub struct Fake {
     pub server: ApiServer,
     pub socket: PathBuf,
@@ -54,7 +56,7 @@ impl Fake {
     pub fn start_with(limits: ServerLimits) -> Self {
         let dir = TempDir::new();
         let socket = dir.path("api.sock");
-        let (submit, seen) = fake_control();
+        let (submit, seen) = fake_control::spawn();
         let server = server::start_with(&socket, submit, limits).expect("start");
         Self {
             server,
@@ -155,106 +157,6 @@ pub fn assert_fault(r: &Response, status: u16, message: &str) {
     assert_eq!(r.status, status, "{r:?}");
     assert_eq!(r.header("content-type"), Some("application/json"), "{r:?}");
     assert_eq!(body_json(r), json!({ "fault_message": message }), "{r:?}");
-}
-
-/// A `Submit` whose requests a thread answers with [`answer`]; also records every command.
-fn fake_control() -> (Submit, Arc<Mutex<Vec<ApiCommand>>>) {
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let (tx, rx) = mpsc::channel::<ApiRequest>();
-    let thread_seen = seen.clone();
-    std::thread::spawn(move || {
-        let mut unanswered = Vec::new();
-        for request in rx {
-            thread_seen
-                .lock()
-                .expect("seen")
-                .push(request.command.clone());
-            match &request.command {
-                ApiCommand::GetIoThread(id) if id == "drop" => drop(request.reply),
-                ApiCommand::GetIoThread(id) if id == "hang" => unanswered.push(request.reply),
-                command => {
-                    let _ = request.reply.send(answer(command));
-                }
-            }
-        }
-    });
-    let submit: Submit = Arc::new(move |request| {
-        let _ = tx.send(request);
-    });
-    (submit, seen)
-}
-
-pub fn iothread(update: &IoThreadUpdate) -> Value {
-    json!({
-        "id": "io0",
-        "poll_max_ns": update.poll_max_ns.flatten().unwrap_or(32768),
-        "poll_grow": update.poll_grow.flatten().unwrap_or(0),
-        "poll_shrink": update.poll_shrink.flatten().unwrap_or(0),
-        "poll_policy": update.poll_policy.flatten().map_or(json!("Classic"), |p| json!(p)),
-        "poll_weight": update.poll_weight.flatten().unwrap_or(3),
-        "max_batch": update.max_batch.flatten().unwrap_or(32),
-        "cpu_affinity": null,
-    })
-}
-
-pub fn drive() -> Value {
-    json!({"drive_id": "disk0", "path_on_host": "/tmp/disk0.img", "is_read_only": false,
-           "io_engine": "IoUring", "iothread": "io0"})
-}
-
-pub fn metrics() -> Value {
-    json!({
-        "vm": {"state": "Running", "uptime_ms": 1234, "vcpus": 2, "running": true},
-        "iothreads": [{"id": "io0", "max_batch": 32, "poll_max_ns": 32768, "poll_grow": 0,
-            "poll_shrink": 0, "poll_policy": "Classic", "poll_weight": 3,
-            "stats": {"poll_hits": 1, "sleeps": 2}}],
-        "drives": [{"drive_id": "disk0", "engine": "io_uring (4 queues)", "requests": 10,
-            "batch_bounds": [1, 2, 4, 8, 16, 32, 64, 128, 256],
-            "batch_hist": [1, 0, 0, 0, 0, 0, 0, 0, 0, 2], "batch_sum": 601}]
-    })
-}
-
-/// The canned control thread.
-fn answer(command: &ApiCommand) -> ApiReply {
-    let not_found = |kind: &str, id: &str| Err(ApiError::NotFound(format!("no {kind} `{id}`")));
-    match command {
-        ApiCommand::GetInfo => {
-            Ok(json!({"name": "osprey", "version": "0.1.0", "state": "Running"}))
-        }
-        ApiCommand::GetConfig => {
-            Ok(json!({"machine-config": {"vcpu_count": 2, "mem_size_mib": 256}}))
-        }
-        ApiCommand::ListIoThreads => Ok(json!([iothread(&IoThreadUpdate::default())])),
-        ApiCommand::GetIoThread(id) if id == "io0" => Ok(iothread(&IoThreadUpdate::default())),
-        ApiCommand::GetIoThread(id) => not_found("iothread", id),
-        ApiCommand::PatchIoThread(id, u) if id == "io0" => match u.poll_weight.flatten() {
-            Some(w) if !(1..=16).contains(&w) => Err(ApiError::BadRequest(format!(
-                "poll_weight: {w} is out of range 1-16"
-            ))),
-            _ => Ok(iothread(u)),
-        },
-        ApiCommand::PatchIoThread(id, _) => not_found("iothread", id),
-        ApiCommand::ListDrives => Ok(json!([drive()])),
-        ApiCommand::GetDrive(id) if id == "disk0" => Ok(drive()),
-        ApiCommand::GetDrive(id) if id == "broken" => {
-            Err(ApiError::Internal("engine failed".into()))
-        }
-        ApiCommand::GetDrive(id) => not_found("drive", id),
-        ApiCommand::PatchDrive(id, _) if id == "disk0" => Ok(drive()),
-        ApiCommand::PatchDrive(id, _) => not_found("drive", id),
-        ApiCommand::ListRateLimitGroups => Ok(json!([{"id": "tenant"}])),
-        ApiCommand::GetRateLimitGroup(id) | ApiCommand::PatchRateLimitGroup(id, _)
-            if id == "tenant" =>
-        {
-            Ok(json!({"id": "tenant"}))
-        }
-        ApiCommand::GetRateLimitGroup(id) | ApiCommand::PatchRateLimitGroup(id, _) => {
-            not_found("rate limit group", id)
-        }
-        ApiCommand::GetMetrics => Ok(metrics()),
-        ApiCommand::Action(VmAction::Resume) => Err(ApiError::Conflict("VM is running".into())),
-        ApiCommand::Action(_) => Ok(Value::Null),
-    }
 }
 
 /// Short timeouts for tests that wait on them.

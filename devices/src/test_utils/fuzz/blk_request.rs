@@ -5,16 +5,16 @@
 //! (descriptor table at 0x0, avail ring at 0x1000, used ring at 0x2000, buffers anywhere in the
 //! 1 MiB of guest memory). Every chain the device's `HostRing` yields is walked side by side with
 //! `virtio_queue`'s `DescriptorChain` (the two must yield the same descriptors), parsed with
-//! `devices::block::request::parse` and completed as `BlockQueueHandler` does: parsed I/O runs
+//! `crate::block::request::parse` and completed as `BlockQueueHandler` does: parsed I/O runs
 //! on the Null engine (which zero-fills read buffers through the parser's host pointers), the
 //! status byte is written and the head goes on the used ring.
 
 use super::common::*;
+use crate::block::request::{parse, DiskLimits, Malformed, RequestOp};
+use crate::block::{status, ID_BYTES, SECTOR_SIZE};
+use crate::virtio::host_ring::{HostMemory, HostRing};
 use dataplane::engine::null::NullEngine;
 use dataplane::engine::{IoEngine, IoOp, IoRequest, ThreadTurn};
-use devices::block::request::{parse, DiskLimits, Malformed, RequestOp};
-use devices::block::{status, ID_BYTES, SECTOR_SIZE};
-use devices::virtio::host_ring::{HostMemory, HostRing};
 use virtio_queue::desc::split::Descriptor;
 use virtio_queue::QueueT;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend};
@@ -128,7 +128,7 @@ fn check_bounds(op: &IoOp, limits: &DiskLimits) {
 }
 
 /// Every host pointer handed to the engine lies inside the guest memory mapping.
-fn check_host_ranges(op: &IoOp, mem: &devices::virtio::GuestMemory) {
+fn check_host_ranges(op: &IoOp, mem: &crate::virtio::GuestMemory) {
     let (IoOp::Read { iovecs, .. } | IoOp::Write { iovecs, .. }) = op else {
         return;
     };

@@ -1,34 +1,32 @@
-// Shared helpers for the virtio-blk targets (included with `#[path]`, not a crate).
-#![allow(dead_code)]
+//! What the two virtio-blk fuzz targets share: the fixed guest layout, the drive, a ready
+//! queue on that layout and a cursor over the input. Guest memory, the drive's limits and the
+//! interrupt come from the queue rig ([`crate::test_utils::queue`]).
 
-use devices::block::request::DiskLimits;
-use devices::block::ID_BYTES;
-use devices::virtio::GuestMemory;
 use virtio_queue::{Queue, QueueT};
-use vm_memory::GuestAddress;
+
+use crate::block::request::DiskLimits;
+use crate::test_utils::queue;
+use crate::virtio::GuestMemory;
 
 /// Guest memory size: 1 MiB, mapped at guest address 0.
 pub const MEM_SIZE: u64 = 0x10_0000;
-/// Where the rings live (the fuzz input supplies their contents).
+/// Where the descriptor table lives (the fuzz input supplies the rings' contents).
 pub const DESC_TABLE: u64 = 0x0;
+/// Where the avail ring lives.
 pub const AVAIL_RING: u64 = 0x1000;
+/// Where the used ring lives.
 pub const USED_RING: u64 = 0x2000;
 /// End of the ring area: [0, RING_END) holds descriptor table, avail ring and used ring.
 pub const RING_END: u64 = 0x3000;
 
 /// The drive both virtio-blk targets parse against: serial `fuzz-disk`.
 pub fn disk_limits(capacity_sectors: u64, read_only: bool) -> DiskLimits {
-    let mut serial = [0u8; ID_BYTES];
-    serial[..9].copy_from_slice(b"fuzz-disk");
-    DiskLimits {
-        capacity_sectors,
-        read_only,
-        serial,
-    }
+    queue::disk_limits(capacity_sectors, read_only, b"fuzz-disk")
 }
 
+/// [`MEM_SIZE`] of guest memory at guest address 0.
 pub fn memory() -> GuestMemory {
-    GuestMemory::from_ranges(&[(GuestAddress(0), MEM_SIZE as usize)]).expect("guest memory")
+    queue::guest_memory(MEM_SIZE)
 }
 
 /// A ready queue of `size` entries on the fixed ring addresses, or None when it is not valid
@@ -44,10 +42,12 @@ pub fn ready_queue(mem: &GuestMemory, size: u16, event_idx: bool) -> Option<Queu
     queue.is_valid(mem).then_some(queue)
 }
 
-/// A tiny cursor over the fuzz input.
+/// A tiny cursor over the fuzz input: reads past its end give zeros (`take`: fewer bytes).
+#[derive(Debug)]
 pub struct Input<'a>(pub &'a [u8]);
 
 impl Input<'_> {
+    /// The next byte.
     pub fn u8(&mut self) -> u8 {
         match self.0.split_first() {
             Some((b, rest)) => {
@@ -57,21 +57,26 @@ impl Input<'_> {
             None => 0,
         }
     }
+    /// Two bytes, little endian.
     pub fn u16(&mut self) -> u16 {
         u16::from_le_bytes([self.u8(), self.u8()])
     }
+    /// Four bytes, little endian.
     pub fn u32(&mut self) -> u32 {
         u32::from_le_bytes([self.u8(), self.u8(), self.u8(), self.u8()])
     }
+    /// Eight bytes, little endian.
     pub fn u64(&mut self) -> u64 {
         u64::from(self.u32()) | u64::from(self.u32()) << 32
     }
+    /// Up to `n` bytes.
     pub fn take(&mut self, n: usize) -> &[u8] {
         let n = n.min(self.0.len());
         let (a, b) = self.0.split_at(n);
         self.0 = b;
         a
     }
+    /// Whether the input is used up.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }

@@ -10,7 +10,7 @@
 
 use std::path::{Path, PathBuf};
 
-use vmm::config::VmConfig;
+use crate::config::VmConfig;
 
 const MISSING: &str = "/nonexistent-osprey-fuzz/file";
 
@@ -39,7 +39,7 @@ pub fn run(data: &[u8]) {
             d.path_on_host = Path::new(MISSING).to_path_buf();
         }
     }
-    let _ = vmm::preflight::check(&config, 4096);
+    let _ = crate::preflight::check(&config, 4096);
     // A parsed config serializes back (the API's GET /vm/config shows it).
     let _ = serde_json::to_string(&config);
 }

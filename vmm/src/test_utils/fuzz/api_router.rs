@@ -1,6 +1,7 @@
 //! The API router (`vmm::api::routes::router`) on arbitrary method, path, headers and body,
 //! driven in-process with `tower::ServiceExt::oneshot` on a current-thread tokio runtime. The
-//! control thread is a fake `Submit` that answers every command at once with a canned reply.
+//! control thread is the fake controller ([`fake_control::inline`]): it answers every command at
+//! once, on the caller's thread, with its canned reply.
 //!
 //! Input: byte 0 = flags (bit 0: the metrics reply is the request body parsed as JSON, so the
 //! Prometheus renderer sees arbitrary JSON; bit 1: the fake drops the reply channel instead of
@@ -10,74 +11,21 @@
 //! `{"fault_message": "..."}` body, the API's documented error shape (HEAD responses: JSON
 //! content type and an empty body).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{header, HeaderName, HeaderValue, Method, Request};
-use serde_json::{json, Value};
+use serde_json::Value;
 use tower::ServiceExt;
-use vmm::api::command::{ApiCommand, ApiError, ApiReply, ApiRequest, Submit};
-use vmm::api::routes::{router, ApiState};
+
+use crate::api::routes::{router, ApiState};
+use crate::test_utils::fake_control;
 
 thread_local! {
     static RUNTIME: tokio::runtime::Runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("runtime");
-}
-
-fn iothread() -> Value {
-    json!({"id": "io0", "poll_max_ns": 32768, "poll_grow": 0, "poll_shrink": 0,
-           "poll_policy": "Classic", "poll_weight": 3, "max_batch": 32, "cpu_affinity": null})
-}
-
-fn metrics() -> Value {
-    json!({
-        "vm": {"state": "Running", "uptime_ms": 1234, "vcpus": 2},
-        "iothreads": [{"id": "io0", "max_batch": 32, "poll_max_ns": 32768, "poll_grow": 0,
-            "poll_shrink": 0, "poll_policy": "Classic", "poll_weight": 3,
-            "stats": {"poll_hits": 1, "sleeps": 2}}],
-        "drives": [{"drive_id": "disk0", "engine": "io_uring (4 queues)", "requests": 10,
-            "batch_bounds": [1, 2, 4, 8, 16, 32, 64, 128, 256],
-            "batch_hist": [1, 0, 0, 0, 0, 0, 0, 0, 0, 2]}]
-    })
-}
-
-fn answer(command: &ApiCommand, metrics_reply: &Option<Value>) -> ApiReply {
-    let not_found = |kind: &str, id: &str| Err(ApiError::NotFound(format!("no {kind} `{id}`")));
-    match command {
-        ApiCommand::GetInfo => {
-            Ok(json!({"name": "osprey", "version": "0.1.0", "state": "Running"}))
-        }
-        ApiCommand::GetConfig => {
-            Ok(json!({"machine-config": {"vcpu_count": 2, "mem_size_mib": 256}}))
-        }
-        ApiCommand::ListIoThreads => Ok(json!([iothread()])),
-        ApiCommand::GetIoThread(id) | ApiCommand::PatchIoThread(id, _) if id == "io0" => {
-            Ok(iothread())
-        }
-        ApiCommand::GetIoThread(id) | ApiCommand::PatchIoThread(id, _) => not_found("iothread", id),
-        ApiCommand::ListDrives => Ok(json!([{"drive_id": "disk0"}])),
-        ApiCommand::GetDrive(id) if id == "disk0" => Ok(json!({"drive_id": "disk0"})),
-        ApiCommand::GetDrive(id) if id == "broken" => {
-            Err(ApiError::Internal("engine failed".into()))
-        }
-        ApiCommand::GetDrive(id) => not_found("drive", id),
-        ApiCommand::PatchDrive(id, _) if id == "disk0" => Ok(json!({"drive_id": "disk0"})),
-        ApiCommand::PatchDrive(id, _) => not_found("drive", id),
-        ApiCommand::ListRateLimitGroups => Ok(json!([{"id": "tenant"}])),
-        ApiCommand::GetRateLimitGroup(id) | ApiCommand::PatchRateLimitGroup(id, _)
-            if id == "tenant" =>
-        {
-            Ok(json!({"id": "tenant"}))
-        }
-        ApiCommand::GetRateLimitGroup(id) | ApiCommand::PatchRateLimitGroup(id, _) => {
-            not_found("rate limit group", id)
-        }
-        ApiCommand::GetMetrics => Ok(metrics_reply.clone().unwrap_or_else(metrics)),
-        ApiCommand::Action(_) => Ok(Value::Null),
-    }
 }
 
 fn split_line<'a>(rest: &mut &'a [u8]) -> &'a [u8] {
@@ -143,11 +91,7 @@ pub fn run(data: &[u8]) {
     let Ok(request) = builder.body(Body::from(body)) else {
         return;
     };
-    let submit: Submit = Arc::new(move |request: ApiRequest| {
-        if !drop_reply {
-            let _ = request.reply.send(answer(&request.command, &metrics_reply));
-        }
-    });
+    let submit = fake_control::inline(metrics_reply, drop_reply);
     let app = router(ApiState {
         submit,
         reply_timeout: Duration::from_secs(1),

@@ -2,7 +2,7 @@
 //! sniffing and every decoder, with a 16 MiB output limit so a tiny input cannot make the fuzzer
 //! allocate the production limit. Any outcome but a panic (or a hang) is fine.
 
-use vmm::unpack::{decompress, detect, parse_setup, payload};
+use crate::unpack::{decompress, detect, parse_setup, payload};
 
 /// One input.
 pub fn run(data: &[u8]) {

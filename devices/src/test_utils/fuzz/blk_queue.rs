@@ -17,38 +17,17 @@
 //!
 //! In both modes each round's `run` loop must end (return false) within a bounded number of turns.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
-use super::common::*;
-use dataplane::engine::{EngineKind, EngineOptions, IoUringFlags};
+use dataplane::engine::EngineKind;
 use dataplane::{Handler, ThreadTurn};
-use devices::block::queue::BlockQueueHandler;
-use devices::block::stats::QueueStats;
-use devices::virtio::{ActivatedQueue, VirtioInterrupt};
 use vm_memory::{Bytes, GuestAddress};
 use vmm_sys_util::eventfd::EventFd;
 
+use super::common::*;
+use crate::test_utils::queue::{engine, QueueRig};
+
 const F_INDIRECT: u16 = 4;
-
-#[derive(Default)]
-struct FakeInterrupt {
-    notifications: AtomicU64,
-    needs_reset: AtomicBool,
-}
-
-impl VirtioInterrupt for FakeInterrupt {
-    fn notify_queue(&self, _queue: u16) -> std::io::Result<()> {
-        self.notifications.fetch_add(1, Ordering::Relaxed);
-        Ok(())
-    }
-    fn notify_config(&self) -> std::io::Result<()> {
-        Ok(())
-    }
-    fn set_needs_reset(&self) {
-        self.needs_reset.store(true, Ordering::Relaxed);
-    }
-}
 
 enum Round {
     /// Model mode: publish these heads; `poll` wraps the run in poll_begin/poll_end.
@@ -101,31 +80,15 @@ pub fn run(data: &[u8]) {
         return;
     };
 
-    let irq = Arc::new(FakeInterrupt::default());
-    let limits = disk_limits(capacity_sectors, flags & 0x10 != 0);
+    let rig = QueueRig {
+        limits: disk_limits(capacity_sectors, flags & 0x10 != 0),
+        ..QueueRig::new(mem.clone())
+    };
+    let irq = rig.irq.clone();
     // The Null engine never touches its file.
     let file = std::fs::File::open("/dev/null").expect("/dev/null");
-    let opts = EngineOptions {
-        kind: EngineKind::Null,
-        depth,
-        io_uring: IoUringFlags::default(),
-        direct: false,
-        fault: None,
-    };
     let kick = EventFd::new(libc::EFD_NONBLOCK).expect("eventfd");
-    let mut h = BlockQueueHandler::new(
-        1,
-        ActivatedQueue {
-            index: 0,
-            queue,
-            kick,
-        },
-        mem.clone(),
-        irq.clone(),
-        (file, opts),
-        Arc::new(limits),
-        Arc::new(QueueStats::default()),
-    );
+    let mut h = rig.handler(queue, kick, file, engine(EngineKind::Null, depth));
     h.attach().expect("attach the Null engine");
 
     let mut avail_idx: u16 = 0;
@@ -208,7 +171,7 @@ pub fn run(data: &[u8]) {
 
 /// Model mode: zero the rings, keep every descriptor's buffer out of the ring area and drop
 /// INDIRECT, so only the device's ring updates touch the rings.
-fn sanitize(mem: &devices::virtio::GuestMemory, size: u16) {
+fn sanitize(mem: &crate::virtio::GuestMemory, size: u16) {
     let zeros = [0u8; (RING_END - AVAIL_RING) as usize];
     mem.write_slice(&zeros, GuestAddress(AVAIL_RING))
         .expect("zero rings");

@@ -8,17 +8,14 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 
-use dataplane::engine::{EngineKind, EngineOptions, IoUringFlags};
+use dataplane::engine::EngineKind;
 use dataplane::{Handler, ThreadTurn};
 use devices::block::queue::BlockQueueHandler;
-use devices::block::request::DiskLimits;
-use devices::block::stats::QueueStats;
 use devices::block::{request_type, status};
-use devices::virtio::{ActivatedQueue, GuestMemory, VirtioInterrupt};
-use virtio_queue::desc::split::Descriptor;
-use virtio_queue::desc::RawDescriptor;
+use devices::test_utils::queue::{
+    desc, disk_image, engine, guest_memory, open_disk, QueueRig, F_NEXT, F_WRITE,
+};
 use virtio_queue::mock::MockSplitQueue;
 use virtio_queue::Queue;
 use vm_memory::{Address, Bytes, GuestAddress};
@@ -27,7 +24,6 @@ use vmm_sys_util::eventfd::EventFd;
 struct Counting;
 
 static ALLOCS: AtomicU64 = AtomicU64::new(0);
-static BROKE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 thread_local! {
     static COUNTING: Cell<bool> = const { Cell::new(false) };
@@ -66,33 +62,14 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-struct NoInterrupt;
-
-impl VirtioInterrupt for NoInterrupt {
-    fn notify_queue(&self, _queue: u16) -> std::io::Result<()> {
-        Ok(())
-    }
-    fn notify_config(&self) -> std::io::Result<()> {
-        Ok(())
-    }
-    fn set_needs_reset(&self) {
-        BROKE.store(true, Ordering::SeqCst);
-    }
-}
-
 const QUEUE_SIZE: u16 = 128;
 const DEPTH: u16 = 32;
 const USED_RING: GuestAddress = GuestAddress(0x8000);
-const F_NEXT: u16 = 1;
-const F_WRITE: u16 = 2;
-
-fn desc(addr: u64, len: u32, flags: u16, next: u16) -> RawDescriptor {
-    RawDescriptor::from(Descriptor::new(addr, len, flags, next))
-}
 
 /// Allocations per request over `rounds` rounds of `DEPTH` 4 KiB reads, after one warm-up round.
 fn allocations_per_request(kind: EngineKind, rounds: u64) -> f64 {
-    let mem = GuestMemory::from_ranges(&[(GuestAddress(0), 0x100_0000)]).expect("memory");
+    let rig = QueueRig::new(guest_memory(0x100_0000));
+    let mem = rig.mem.clone();
     let vq = MockSplitQueue::new(&mem, QUEUE_SIZE);
     let mut chains = Vec::new();
     for i in 0..DEPTH {
@@ -112,13 +89,6 @@ fn allocations_per_request(kind: EngineKind, rounds: u64) -> f64 {
     }
     vq.add_desc_chains(&chains, 0).expect("chains");
     let file = tempfile(1 << 20);
-    let opts = EngineOptions {
-        kind,
-        depth: u32::from(QUEUE_SIZE),
-        io_uring: IoUringFlags::default(),
-        direct: false,
-        fault: None,
-    };
     let kick = EventFd::new(libc::EFD_NONBLOCK).expect("eventfd");
     // The mock places its used ring too close behind the avail ring for a queue that goes round
     // (virtio-queue 0.18's `AvailRing::end` counts entries as bytes): move it out of the way.
@@ -127,22 +97,11 @@ fn allocations_per_request(kind: EngineKind, rounds: u64) -> f64 {
         .try_set_used_ring_address(USED_RING)
         .expect("used ring");
     let used_idx = || -> u16 { mem.read_obj(USED_RING.unchecked_add(2)).expect("used idx") };
-    let mut h = BlockQueueHandler::new(
-        1,
-        ActivatedQueue {
-            index: 0,
-            queue,
-            kick: kick.try_clone().expect("clone"),
-        },
-        mem.clone(),
-        Arc::new(NoInterrupt),
-        (file, opts),
-        Arc::new(DiskLimits {
-            capacity_sectors: 2048,
-            read_only: false,
-            serial: [0; 20],
-        }),
-        Arc::new(QueueStats::default()),
+    let mut h = rig.handler(
+        queue,
+        kick.try_clone().expect("clone"),
+        file,
+        engine(kind, u32::from(QUEUE_SIZE)),
     );
     h.attach().expect("attach");
     let mut posted = DEPTH;
@@ -152,7 +111,7 @@ fn allocations_per_request(kind: EngineKind, rounds: u64) -> f64 {
                 return;
             }
             h.run(32, &ThreadTurn::default());
-            assert!(!BROKE.load(Ordering::SeqCst), "{kind}: the queue broke");
+            assert!(!rig.irq.needs_reset(), "{kind}: the queue broke");
         }
         panic!(
             "{kind}: requests did not complete: used {} want {want} avail {}",
@@ -190,16 +149,10 @@ fn allocations_per_request(kind: EngineKind, rounds: u64) -> f64 {
     ALLOCS.load(Ordering::Relaxed) as f64 / (rounds * u64::from(DEPTH)) as f64
 }
 
+/// The disk image, opened and already unlinked.
 fn tempfile(len: u64) -> std::fs::File {
-    let path = std::env::temp_dir().join(format!("osprey-no-alloc-{}", std::process::id()));
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&path)
-        .expect("create");
-    f.set_len(len).expect("len");
+    let path = disk_image("no-alloc", len);
+    let f = open_disk(&path);
     std::fs::remove_file(&path).ok();
     f
 }

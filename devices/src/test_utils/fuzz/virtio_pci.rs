@@ -18,13 +18,13 @@
 use std::os::fd::AsRawFd;
 use std::sync::{Arc, Mutex};
 
-use devices::bus::Bus;
-use devices::pci::{
+use crate::bus::Bus;
+use crate::pci::{
     IoEventRegistry, MsiMessage, MsiRouting, MsiVector, PciConfigIo, PciMmioWindow, PciRoot,
     PCI_CONFIG_IO_BASE, PCI_CONFIG_IO_LEN,
 };
-use devices::virtio::pci::VirtioPciDevice;
-use devices::virtio::{
+use crate::virtio::pci::VirtioPciDevice;
+use crate::virtio::{
     ActivateError, ActivatedQueue, GuestMemory, ResetOutcome, VirtioDevice, VirtioInterrupt,
     VIRTIO_F_VERSION_1, VIRTIO_RING_F_EVENT_IDX,
 };
@@ -43,7 +43,7 @@ struct MockDevice {
 
 impl VirtioDevice for MockDevice {
     fn device_type(&self) -> u32 {
-        devices::virtio::device_type::BLOCK
+        crate::virtio::device_type::BLOCK
     }
     fn queue_max_sizes(&self) -> &[u16] {
         &[256, 128]

@@ -1,0 +1,9 @@
+//! Test scaffolding shared between this crate's tests and other crates, so none of it is copied:
+//! the fake API controller ([`fake_control`]) and the bodies of every fuzz target ([`fuzz`]).
+//!
+//! Compiled for this crate's own tests and, with the `test-utils` feature, for the workspace's
+//! integration tests (`tests/fuzz_regressions.rs`) and the fuzz targets (`fuzz/`). Not in a `cargo
+//! build` of the `osprey` binary.
+
+pub mod fake_control;
+pub mod fuzz;
