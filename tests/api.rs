@@ -615,12 +615,7 @@ fn the_live_tuning_example_stays_up_until_stopped() {
     let _one_at_a_time = serial();
     let root = common::repo_root();
     test_guest();
-    let disk = root.join("guest-images/build/disk.img");
-    if !disk.exists() {
-        std::fs::File::create(&disk)
-            .and_then(|f| f.set_len(256 << 20))
-            .expect("disk.img, as make run creates it");
-    }
+    common::example_disk();
     let example = root.join("examples/live-tuning.json");
     let dir = common::scratch::Scratch::new("api-example");
     let sock = dir.0.join("api.sock");

@@ -395,13 +395,7 @@ fn check_config_finds_what_start_up_would_refuse_or_warn() {
 fn every_example_checks_from_any_directory() {
     let root = common::repo_root();
     test_guest();
-    let disk = root.join("guest-images/build/disk.img");
-    if !disk.exists() {
-        // What `make run` creates.
-        std::fs::File::create(&disk)
-            .and_then(|f| f.set_len(256 << 20))
-            .expect("disk.img");
-    }
+    common::example_disk();
     common::linux::fetch_kernel();
     let mut examples: Vec<_> = std::fs::read_dir(root.join("examples"))
         .expect("examples/")

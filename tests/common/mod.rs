@@ -63,6 +63,18 @@ pub fn test_guest() -> PathBuf {
     elf
 }
 
+/// The disk image the examples name, `guest-images/build/disk.img` (256 MiB, sparse), created
+/// as `make run` creates it when missing.
+pub fn example_disk() -> PathBuf {
+    let disk = repo_root().join("guest-images/build/disk.img");
+    if !disk.exists() {
+        std::fs::File::create(&disk)
+            .and_then(|f| f.set_len(256 << 20))
+            .unwrap_or_else(|e| panic!("create {}: {e}", disk.display()));
+    }
+    disk
+}
+
 /// A line from the child, with the time since spawn.
 #[derive(Debug, Clone)]
 pub struct Line {
