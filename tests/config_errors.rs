@@ -329,6 +329,26 @@ fn check_config_finds_what_start_up_would_refuse_or_warn() {
     );
     assert_eq!(v["boot-source"]["kernel_image_path"].as_str(), k.to_str());
 
+    // More vCPUs than host CPUs: start-up's warning, at check time.
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) + 1;
+    if cpus <= 64 {
+        let mut cmd = std::process::Command::new(common::osprey());
+        cmd.arg("--kernel")
+            .arg(&k)
+            .arg("--cpus")
+            .arg(cpus.to_string())
+            .arg("--check-config");
+        let out = common::output_within(cmd, Duration::from_secs(10));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "machine-config.vcpu_count: {cpus} vCPUs is more than the"
+            )),
+            "{stderr}"
+        );
+    }
+
     // An API socket another process serves.
     let sock = s.0.join("busy.sock");
     let _listener = std::os::unix::net::UnixListener::bind(&sock).expect("bind");

@@ -67,8 +67,8 @@ pub struct VcpuLimits {
 
 impl VcpuLimits {
     /// Checks `count` as QEMU does: above the hard limit is an error naming the config field;
-    /// above the recommended count (more vCPUs than host CPUs) is allowed with a warning, returned
-    /// for the caller to log.
+    /// above the recommended count (more vCPUs than host CPUs) is allowed with a warning about
+    /// `machine-config.vcpu_count`, returned for the caller to log.
     pub fn check(self, count: u8) -> Result<Option<String>, VcpuLimitError> {
         let n = usize::from(count);
         if n > self.max {
@@ -79,8 +79,8 @@ impl VcpuLimits {
         }
         if n > self.recommended {
             return Ok(Some(format!(
-                "machine-config.vcpu_count: {n} vCPUs is more than the {} KVM recommends on this \
-                 host (its CPU count); the vCPUs will share CPUs",
+                "{n} vCPUs is more than the {} KVM recommends on this host (its CPU count); the \
+                 vCPUs will share CPUs",
                 self.recommended
             )));
         }

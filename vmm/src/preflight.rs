@@ -31,6 +31,7 @@ pub fn run(config: &VmConfig) -> Result<Preflight, ConfigError> {
     check_boot_files(config)?;
     check_created_paths(config)?;
     let mut warnings = Vec::new();
+    check_vcpu_limits(config, &mut warnings)?;
     let drives = config
         .drives
         .iter()
@@ -38,6 +39,30 @@ pub fn run(config: &VmConfig) -> Result<Preflight, ConfigError> {
         .map(|(i, d)| open_drive(i, d, &mut warnings))
         .collect::<Result<_, _>>()?;
     Ok(Preflight { drives, warnings })
+}
+
+/// The vCPU count against this host's KVM: above its hard limit refused, above the count it
+/// recommends a warning. Only asks KVM's capabilities (no VM is created); where `/dev/kvm` does
+/// not open, start-up says so.
+fn check_vcpu_limits(
+    config: &VmConfig,
+    warnings: &mut Vec<ConfigWarning>,
+) -> Result<(), ConfigError> {
+    let Ok(kvm) = kvm_ioctls::Kvm::new() else {
+        return Ok(());
+    };
+    let limits = crate::host::VcpuLimits {
+        recommended: kvm.get_nr_vcpus(),
+        max: kvm.get_max_vcpus(),
+    };
+    if let Some(message) = limits.check(config.machine.vcpu_count)? {
+        warnings.push(ConfigWarning {
+            file: None,
+            field: "machine-config.vcpu_count".into(),
+            message,
+        });
+    }
+    Ok(())
 }
 
 /// The kernel is a kernel and fits in guest memory; the initrd fits above it.

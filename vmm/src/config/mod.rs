@@ -67,6 +67,9 @@ pub enum ConfigError {
     /// `sandbox` fields that do not go together.
     #[error(transparent)]
     Sandbox(#[from] crate::sandbox::SandboxConfigError),
+    /// More vCPUs than this host's KVM allows (start-up's preflight asks KVM).
+    #[error(transparent)]
+    VcpuLimit(#[from] crate::host::VcpuLimitError),
     /// The kernel or initrd cannot be booted (start-up's preflight reads their headers).
     #[error("{field}: {source}")]
     KernelImage {

@@ -22,9 +22,9 @@ pub(super) fn create_vm(config: &VmConfig) -> Result<(Kvm, VmFd, GuestMemoryMmap
         recommended: kvm.get_nr_vcpus(),
         max: kvm.get_max_vcpus(),
     };
-    if let Some(warning) = limits.check(config.machine.vcpu_count)? {
-        log::warn!("{warning}");
-    }
+    // Start-up's preflight checked the count and logged any warning; this guards the KVM the
+    // VM is actually created on.
+    limits.check(config.machine.vcpu_count)?;
     let vm = kvm.create_vm().map_err(kvm_err("creating the VM"))?;
     vm.set_tss_address(0xfffb_d000)
         .map_err(kvm_err("KVM_SET_TSS_ADDR"))?;
