@@ -217,6 +217,34 @@ fn flag_errors() {
     }
 }
 
+/// `--sandbox strict` with `--seccomp off` is refused at check time, as start-up refuses it.
+#[test]
+fn a_strict_sandbox_without_seccomp_is_a_config_error() {
+    let k = test_guest();
+    for check in [true, false] {
+        let mut args = vec![
+            "--kernel".as_ref(),
+            k.as_os_str(),
+            "--sandbox".as_ref(),
+            "strict".as_ref(),
+            "--seccomp".as_ref(),
+            "off".as_ref(),
+        ];
+        if check {
+            args.push("--check-config".as_ref());
+        }
+        let (status, _, stderr) = run_to_exit(&args, Duration::from_secs(10));
+        assert_eq!(status.code(), Some(2), "{stderr}");
+        assert!(
+            stderr.contains(
+                "osprey: error: sandbox.mode: --sandbox strict: seccomp is off (--seccomp off)"
+            ),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("KVM:"), "{stderr}");
+    }
+}
+
 /// A minimal x86-64 ELF whose one PT_LOAD segment spans `memsz` bytes from 1 MiB.
 fn elf_kernel(memsz: u64) -> Vec<u8> {
     let mut b = vec![0u8; 64 + 56];

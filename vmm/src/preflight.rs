@@ -32,6 +32,7 @@ pub fn run(config: &VmConfig) -> Result<Preflight, ConfigError> {
     check_created_paths(config)?;
     let mut warnings = Vec::new();
     check_vcpu_limits(config, &mut warnings)?;
+    crate::sandbox::check_strict(&config.sandbox).map_err(ConfigError::SandboxStrict)?;
     let drives = config
         .drives
         .iter()

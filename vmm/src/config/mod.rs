@@ -67,6 +67,9 @@ pub enum ConfigError {
     /// `sandbox` fields that do not go together.
     #[error(transparent)]
     Sandbox(#[from] crate::sandbox::SandboxConfigError),
+    /// `sandbox.mode` strict, and this host or the command line gives less than every part.
+    #[error("sandbox.mode: {0}")]
+    SandboxStrict(crate::sandbox::SandboxError),
     /// More vCPUs than this host's KVM allows (start-up's preflight asks KVM).
     #[error(transparent)]
     VcpuLimit(#[from] crate::host::VcpuLimitError),

@@ -121,6 +121,22 @@ pub enum SandboxError {
     NotStrict(String),
 }
 
+/// What `--sandbox strict` needs of this host, checked before start-up: seccomp on, and a kernel
+/// that enforces every Landlock feature Osprey asks for (a ruleset is built, with no rule, and
+/// dropped). Other modes need nothing.
+pub fn check_strict(config: &SandboxConfig) -> Result<(), SandboxError> {
+    if config.mode != SandboxMode::Strict {
+        return Ok(());
+    }
+    if crate::seccomp::mode() == crate::seccomp::SeccompMode::Off {
+        return Err(SandboxError::NotStrict(
+            "seccomp is off (--seccomp off); strict needs every part".into(),
+        ));
+    }
+    FsSandbox::build(Vec::new(), true)?;
+    Ok(())
+}
+
 /// What runs on a thread to put it in the sandbox (the thread types' start hooks take it).
 pub type ThreadHook = Box<dyn FnOnce() -> Result<(), SandboxError> + Send>;
 
