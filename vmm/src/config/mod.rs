@@ -320,7 +320,7 @@ pub struct DriveConfig {
     /// The drive's own IOPS and bandwidth limits (Firecracker's `rate_limiter`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_limiter: Option<crate::rate_limit::RateLimiterConfig>,
-    /// A `rate_limit_groups` id: the drive also shares that group's limits.
+    /// A `rate-limit-groups` id: the drive also shares that group's limits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_limit_group: Option<String>,
 }
