@@ -41,8 +41,8 @@ pub struct Cli {
 
     /// VM config file (JSON) with the sections machine-config, boot-source, drives, iothreads,
     /// rate-limit-groups, api, metrics and sandbox; relative paths in it are taken from the
-    /// file's folder. See docs/config.md and examples/.
-    #[arg(long, value_name = "FILE")]
+    /// file's folder. See docs/config.md and examples/. `--config-file` is Firecracker's name for it.
+    #[arg(long, value_name = "FILE", visible_alias = "config-file")]
     pub config: Option<PathBuf>,
 
     /// Kernel to boot: an ELF with a PVH note (entered in 32-bit PVH mode), an ELF vmlinux
@@ -79,15 +79,36 @@ pub struct Cli {
     #[arg(long)]
     pub check_config: bool,
 
-    /// Log level for Osprey's own messages on stderr: error, warn, info, debug, trace.
-    /// RUST_LOG, when set, takes precedence.
-    #[arg(long, value_name = "LEVEL", default_value = "info", value_parser = log_level)]
+    /// Log level for Osprey's own messages on stderr: off, error, warn, info, debug, trace (any
+    /// case; `--level` and `warning` are Firecracker's spellings). RUST_LOG, when set, takes
+    /// precedence.
+    #[arg(
+        long,
+        value_name = "LEVEL",
+        default_value = "info",
+        value_parser = log_level,
+        visible_alias = "level"
+    )]
     pub log_level: log::LevelFilter,
 
     /// Seccomp filters on every thread: on (the default) or off (for debugging; a forbidden
     /// syscall otherwise ends Osprey with a message). See docs/seccomp.md.
     #[arg(long, value_name = "MODE", value_enum, default_value = "on")]
     pub seccomp: crate::seccomp::SeccompMode,
+
+    /// The same as `--seccomp off` (Firecracker's flag).
+    #[arg(long, conflicts_with = "seccomp")]
+    pub no_seccomp: bool,
+
+    /// Firecracker's custom BPF filter file: refused, with the reason (Osprey builds a seccomp
+    /// list per thread type itself; see docs/seccomp.md).
+    #[arg(long, value_name = "FILE")]
+    pub seccomp_filter: Option<PathBuf>,
+
+    /// A name for this VM in Osprey's log (Firecracker's `--id`): 1-64 characters of A-Z,
+    /// a-z, 0-9 and `-`.
+    #[arg(long, value_name = "ID", value_parser = instance_id)]
+    pub id: Option<String>,
 
     /// The sandbox each thread enters once set up: on (the default: seccomp, Landlock on the
     /// configured files only, no_new_privs, no capabilities; what the kernel lacks is logged),
@@ -124,6 +145,9 @@ pub enum FlagError {
     /// Not a log level.
     #[error("must be one of off, error, warn, info, debug, trace; got {0}")]
     LogLevel(String),
+    /// Not an instance id.
+    #[error("must be 1-64 characters of A-Z, a-z, 0-9 and -; got {0}")]
+    InstanceId(String),
     /// An API path that does not start with `/`.
     #[error("the path must start with '/', as in /{0}")]
     RelativePath(String),
@@ -154,8 +178,23 @@ fn whole_number(text: &str, min: u64, max: u64, unit: &'static str) -> Result<u6
 }
 
 fn log_level(text: &str) -> Result<log::LevelFilter, FlagError> {
-    text.parse()
+    let word = if text.eq_ignore_ascii_case("warning") {
+        "warn"
+    } else {
+        text
+    };
+    word.parse()
         .map_err(|_| FlagError::LogLevel(text.to_string()))
+}
+
+fn instance_id(text: &str) -> Result<String, FlagError> {
+    let ok = (1..=64).contains(&text.len())
+        && text.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+    if ok {
+        Ok(text.to_string())
+    } else {
+        Err(FlagError::InstanceId(text.to_string()))
+    }
 }
 
 fn cpus_in_range(text: &str) -> Result<u8, FlagError> {
@@ -177,7 +216,21 @@ impl Cli {
     /// absolute (the file's relative to its folder, the flags' to the working directory), with
     /// the file's warnings. Not yet validated. Also sets the process-wide seccomp mode.
     pub fn vm_config(&self) -> Result<(VmConfig, Vec<ConfigWarning>), ConfigError> {
-        crate::seccomp::set_mode(self.seccomp);
+        if let Some(filter) = &self.seccomp_filter {
+            return Err(ConfigError::Invalid {
+                field: "--seccomp-filter".into(),
+                reason: format!(
+                    "{}: Osprey takes no BPF filter file; it builds a seccomp list per thread \
+                     type itself (docs/seccomp.md): keep the default, or give --no-seccomp",
+                    filter.display()
+                ),
+            });
+        }
+        crate::seccomp::set_mode(if self.no_seccomp {
+            crate::seccomp::SeccompMode::Off
+        } else {
+            self.seccomp
+        });
         let (mut config, warnings) = match &self.config {
             Some(path) => VmConfig::from_file(path)?,
             None => {
@@ -435,6 +488,38 @@ mod tests {
             let e = Cli::try_parse_from(&bad).expect_err("usage error");
             assert_eq!(e.exit_code(), 2, "{bad:?}: {e}");
         }
+    }
+
+    #[test]
+    fn firecrackers_flags_are_understood() {
+        let cli = Cli::try_parse_from([
+            "osprey",
+            "--config-file",
+            "/vm.json",
+            "--id",
+            "vm-1",
+            "--no-seccomp",
+            "--level",
+            "Warning",
+        ])
+        .expect("Firecracker's flags");
+        assert_eq!(cli.config, Some(PathBuf::from("/vm.json")));
+        assert_eq!(cli.id.as_deref(), Some("vm-1"));
+        assert!(cli.no_seccomp);
+        assert_eq!(cli.log_level, log::LevelFilter::Warn);
+        for bad in [
+            vec!["osprey", "--id", "no spaces"],
+            vec!["osprey", "--id", ""],
+            vec!["osprey", "--no-seccomp", "--seccomp", "on"],
+        ] {
+            assert!(Cli::try_parse_from(&bad).is_err(), "{bad:?}");
+        }
+        let filter = Cli::parse_from(["osprey", "--kernel", "/k", "--seccomp-filter", "/f.bpf"]);
+        let e = filter.vm_config().expect_err("refused").to_string();
+        assert!(
+            e.starts_with("--seccomp-filter: /f.bpf: Osprey takes no BPF filter file"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -37,6 +37,9 @@ fn main() {
     if let Some(Command::Api(args)) = &cli.command {
         std::process::exit(args.run());
     }
+    if let Some(id) = &cli.id {
+        log::info!("instance id: {id}");
+    }
 
     let (config, drives) = match effective_config(&cli) {
         Ok(c) => c,
