@@ -73,11 +73,12 @@ const _: () = {
 /// The address of `ctx`'s completion ring: its `aio_context_t`, which `vmm_sys_util` keeps in a
 /// private field.
 fn ring_address(ctx: &IoContext) -> u64 {
-    // SAFETY: `IoContext` is `#[repr(transparent)]` over the `c_ulong` io_setup wrote
-    // (vmm-sys-util 0.15, src/linux/aio.rs: its own `new` hands `&mut ctx as *mut Self` to
-    // io_setup as that `c_ulong`), and the assertion above checks it has no other data; `ctx` is
-    // a live reference, so the read is of an initialised, aligned `c_ulong`.
-    let id: libc::c_ulong = unsafe { *(ctx as *const IoContext).cast::<libc::c_ulong>() };
+    // vmm-sys-util 0.15's `IoContext::new` hands `&mut ctx as *mut Self` to io_setup as the
+    // `c_ulong` it fills in, which is why the type is `#[repr(transparent)]` over it.
+    let ptr = (ctx as *const IoContext).cast::<libc::c_ulong>();
+    // SAFETY: `IoContext` is a transparent `c_ulong` (above; the assertion checks it has no
+    // other data) and `ctx` a live reference: an initialised, aligned `c_ulong`.
+    let id: libc::c_ulong = unsafe { *ptr };
     id as u64
 }
 
@@ -232,12 +233,11 @@ impl AioContext {
         if iocbs.is_empty() {
             return Ok(0);
         }
-        // SAFETY: `*mut Iocb` and `&mut Iocb` have the same layout, and the caller guarantees
-        // each pointer is valid, distinct and unaliased for the call (function contract), which
-        // is what the `&mut` references `vmm_sys_util` takes require; they live only as long as
-        // `iocbs` is borrowed here.
-        let iocbs: &[&mut Iocb] =
-            unsafe { std::slice::from_raw_parts(iocbs.as_ptr().cast::<&mut Iocb>(), iocbs.len()) };
+        // `vmm_sys_util` takes `&mut` references; they live only while `iocbs` is borrowed here.
+        let refs = iocbs.as_ptr().cast::<&mut Iocb>();
+        // SAFETY: `*mut Iocb` and `&mut Iocb` have one layout; the caller guarantees each pointer
+        // valid, distinct and unaliased for the call (function contract), as `&mut` requires.
+        let iocbs: &[&mut Iocb] = unsafe { std::slice::from_raw_parts(refs, iocbs.len()) };
         loop {
             match self.io.submit(iocbs) {
                 Ok(n) => return Ok(n),

@@ -380,11 +380,12 @@ impl LinuxAioEngine {
                 None => {}
             }
         }
+        // Each slot's iovecs (`iov`) stay untouched until the slot is released after completion;
+        // the submitter keeps the buffers alive until then (module contract of `engine`).
+        let pending = &ptrs[..n];
         // SAFETY: each pointer is the iocb of a different pending slot in `self.slots` (never
-        // reallocated), which nothing else touches during the call; its iovecs (`iov`) stay
-        // untouched until the slot is released after completion, and the submitter keeps the
-        // buffers alive until the completion is reaped (module contract of `engine`).
-        unsafe { self.ctx.submit(&ptrs[..n]) }
+        // reallocated), untouched by anything else during the call; buffers live (above).
+        unsafe { self.ctx.submit(pending) }
     }
 
     /// Whether the completion fd may be left alone: completions do not signal it, or the
