@@ -23,28 +23,16 @@ use crate::layout::{
 use crate::regs::EntryMode;
 
 const XEN_HVM_START_MAGIC: u32 = 0x336e_c578;
-const ELF_MAGIC: [u8; 4] = [0x7f, b'E', b'L', b'F'];
-const BZIMAGE_HDRS_OFFSET: u64 = 0x202;
-const BZIMAGE_HDRS: [u8; 4] = *b"HdrS";
 const BOOT_FLAG: u16 = 0xaa55;
 const KERNEL_LOADER_OTHER: u8 = 0xff;
 const KERNEL_MIN_ALIGNMENT: u32 = 0x0100_0000;
 const LOADFLAGS_CAN_USE_HEAP: u8 = 0x80;
-pub(crate) const DEFAULT_INITRD_ADDR_MAX: u64 = 0x37ff_ffff;
 const PAGE_SIZE: u64 = 4096;
 /// The 64-bit entry point sits 0x200 bytes into a bzImage's protected-mode code.
 const BZIMAGE_64BIT_ENTRY_OFFSET: u64 = 0x200;
 
-/// The kernel format found in the image.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KernelFormat {
-    /// ELF with a PVH note.
-    ElfPvh,
-    /// ELF without a PVH note (a Linux vmlinux entered in 64-bit mode).
-    Elf,
-    /// A bzImage.
-    BzImage,
-}
+pub use crate::kernel_image::KernelFormat;
+use crate::kernel_image::{BZIMAGE_HDRS, DEFAULT_INITRD_ADDR_MAX};
 
 /// Where and how to start the boot vCPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -123,19 +111,11 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> BootError + '_ {
     }
 }
 
-/// Identifies the kernel format from the file's magic numbers.
+/// Identifies the kernel format from the file's magic numbers (as preflight's
+/// [`crate::kernel_image::inspect`] does).
 pub fn sniff_format(file: &mut File, path: &Path) -> Result<KernelFormat, BootError> {
-    let mut magic = [0u8; 4];
-    file.seek(SeekFrom::Start(0)).map_err(io_err(path))?;
-    if file.read_exact(&mut magic).is_ok() && magic == ELF_MAGIC {
-        return Ok(KernelFormat::Elf);
-    }
-    file.seek(SeekFrom::Start(BZIMAGE_HDRS_OFFSET))
-        .map_err(io_err(path))?;
-    if file.read_exact(&mut magic).is_ok() && magic == BZIMAGE_HDRS {
-        return Ok(KernelFormat::BzImage);
-    }
-    Err(BootError::UnknownFormat(path.to_owned()))
+    let head = crate::kernel_image::read_head(file).map_err(io_err(path))?;
+    crate::kernel_image::format_of(&head).ok_or_else(|| BootError::UnknownFormat(path.to_owned()))
 }
 
 /// What the boot needs from the config.

@@ -197,19 +197,12 @@ impl Controller<'_> {
         if u.max_batch.is_some() {
             thread.set_max_batch(max_batch as usize);
         }
-        let entry = match self.config.iothreads.iter_mut().find(|t| t.id == id) {
-            Some(t) => t,
-            None => {
-                // The implicit default iothread: record it in the effective config.
-                let default: IoThreadConfig = serde_json::from_value(json!({"id": id}))
-                    .map_err(|e| ApiError::Internal(e.to_string()))?;
-                self.config.iothreads.push(default);
-                self.config
-                    .iothreads
-                    .last_mut()
-                    .ok_or_else(|| ApiError::Internal("iothread list".into()))?
-            }
-        };
+        let entry = self
+            .config
+            .iothreads
+            .iter_mut()
+            .find(|t| t.id == id)
+            .ok_or_else(|| ApiError::Internal(format!("iothread {id} has no config")))?;
         entry.poll_max_ns = effective.max_ns;
         entry.poll_grow = effective.grow;
         entry.poll_shrink = effective.shrink;

@@ -25,7 +25,7 @@ use devices::ExitRequester;
 use kvm_ioctls::VmFd;
 use vmm_sys_util::eventfd::EventFd;
 
-use crate::config::{DriveConfig, IoUringConfig, VmConfig, DEFAULT_IOTHREAD};
+use crate::config::{DriveConfig, IoUringConfig, VmConfig};
 use crate::drive::OpenedDrive;
 use crate::interrupts::{GsiRouter, KvmIoEvents};
 use crate::layout::{PCI_MMIO_END, PCI_MMIO_START};
@@ -70,8 +70,9 @@ pub enum DeviceError {
     /// An iothread could not be started or pinned.
     #[error(transparent)]
     IoThread(#[from] IoThreadError),
-    /// A drive names an iothread that was not started (the config's values were not checked).
-    #[error("drives[{index}]: iothread {id} missing")]
+    /// A drive names an iothread that was not started, or none (the config's values were not
+    /// checked, or its defaults not filled in).
+    #[error("drives[{index}]: iothread `{id}` missing")]
     NoIoThread {
         /// The drive's index in `drives`.
         index: usize,
@@ -194,7 +195,7 @@ pub fn build(
         .zip(drive_files)
         .enumerate()
         .map(|(i, (d, file))| {
-            let thread = drive_iothread(config, i, d, &iothreads)?;
+            let thread = drive_iothread(i, d, &iothreads)?;
             let rate_limits = drive_rate_limits(i, d, &rate_limit_groups)?;
             pci_wiring.add_drive(config, i, d, file, thread, rate_limits)
         })
@@ -264,62 +265,38 @@ impl LegacyDevices {
     }
 }
 
-/// Starts the configured iothreads (or `io0` with the dataplane's defaults when drives name
-/// none), each pinned to its CPUs.
+/// Starts every iothread of the effective config (`VmConfig::fill_defaults` lists the implicit
+/// `io0`), each pinned to its CPUs.
 fn spawn_iothreads(
     config: &VmConfig,
     dynamic_weights: bool,
 ) -> Result<BTreeMap<String, Arc<IoThread>>, DeviceError> {
-    type ThreadSpec = (String, u32, dataplane::poll::PollParams, Vec<usize>);
-    let mut threads: Vec<ThreadSpec> = config
-        .iothreads
-        .iter()
-        .map(|t| {
-            (
-                t.id.clone(),
-                t.max_batch,
-                t.poll_params(),
-                t.cpu_affinity.clone(),
-            )
-        })
-        .collect();
-    if threads.is_empty() && !config.drives.is_empty() {
-        threads.push((
-            DEFAULT_IOTHREAD.to_string(),
-            0,
-            Default::default(),
-            Vec::new(),
-        ));
-    }
     let mut iothreads = BTreeMap::new();
-    for (name, max_batch, poll, cpus) in threads {
-        let t = IoThread::spawn_weighted(&name, max_batch as usize, poll, dynamic_weights)?;
-        if !cpus.is_empty() {
+    for c in &config.iothreads {
+        let name = &c.id;
+        let t =
+            IoThread::spawn_weighted(name, c.max_batch as usize, c.poll_params(), dynamic_weights)?;
+        if !c.cpu_affinity.is_empty() {
+            let cpus = c.cpu_affinity.clone();
             let shown = crate::affinity::describe(&cpus);
             // Before the seccomp filter, which does not allow sched_setaffinity.
             let pin = move || crate::affinity::pin_current_thread(&cpus).map_err(Into::into);
             t.run_on_thread(Box::new(pin))?;
             log::info!("iothread {name}: pinned to CPUs {shown}");
         }
-        iothreads.insert(name, t);
+        iothreads.insert(name.clone(), t);
     }
     Ok(iothreads)
 }
 
-/// The iothread serving drive `i` (its own, else the first configured, else `io0`).
+/// The iothread serving drive `i`, as the effective config names it (`VmConfig::fill_defaults`
+/// gives every drive one).
 fn drive_iothread(
-    config: &VmConfig,
     i: usize,
     d: &DriveConfig,
     iothreads: &BTreeMap<String, Arc<IoThread>>,
 ) -> Result<Arc<IoThread>, DeviceError> {
-    let id = d.iothread.clone().unwrap_or_else(|| {
-        config
-            .iothreads
-            .first()
-            .map(|t| t.id.clone())
-            .unwrap_or_else(|| DEFAULT_IOTHREAD.to_string())
-    });
+    let id = d.iothread.clone().unwrap_or_default();
     iothreads
         .get(&id)
         .cloned()

@@ -6,8 +6,26 @@ use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 
-use crate::boot::KernelFormat;
 use crate::layout::{HIMEM_START, MMIO_GAP_START};
+
+/// A kernel file's format, as its first bytes tell it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KernelFormat {
+    /// ELF with a PVH note.
+    ElfPvh,
+    /// ELF without a PVH note (a Linux vmlinux entered in 64-bit mode).
+    Elf,
+    /// A bzImage.
+    BzImage,
+}
+
+/// The ELF magic number at the start of an ELF file.
+const ELF_MAGIC: [u8; 4] = *b"\x7fELF";
+/// A bzImage's setup header magic, and its offset in the file.
+pub(crate) const BZIMAGE_HDRS: [u8; 4] = *b"HdrS";
+const BZIMAGE_HDRS_OFFSET: usize = 0x202;
+/// Where the initrd may end when the kernel does not say (an ELF, or a bzImage's 0).
+pub(crate) const DEFAULT_INITRD_ADDR_MAX: u64 = 0x37ff_ffff;
 
 /// Most ELF program headers read; a real kernel has a handful.
 const MAX_PROGRAM_HEADERS: usize = 256;
@@ -95,28 +113,34 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> KernelImageError + '_ {
 pub fn inspect(path: &Path) -> Result<KernelImage, KernelImageError> {
     let mut file = File::open(path).map_err(io(path))?;
     let len = file.metadata().map_err(io(path))?.len();
-    let mut head = [0u8; SETUP_HEADER_END];
-    let got = read_up_to(&mut file, &mut head).map_err(io(path))?;
-    let head = &head[..got];
+    let head = read_head(&mut file).map_err(io(path))?;
     let name = || path.display().to_string();
-    if head.starts_with(b"\x7fELF") {
-        return inspect_elf(&mut file, head, &name());
+    match format_of(&head) {
+        Some(KernelFormat::BzImage) => Ok(inspect_bzimage(&head, len)),
+        Some(_) => inspect_elf(&mut file, &head, &name()),
+        None => Err(KernelImageError::UnknownFormat(name())),
     }
-    if head.get(0x202..0x206) == Some(b"HdrS".as_slice()) {
-        return Ok(inspect_bzimage(head, len));
-    }
-    Err(KernelImageError::UnknownFormat(name()))
 }
 
-fn read_up_to(file: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
-    let mut got = 0;
-    while got < buf.len() {
-        match file.read(&mut buf[got..])? {
-            0 => break,
-            n => got += n,
-        }
+/// The first bytes of a kernel file from its start: enough for [`format_of`] and a bzImage's
+/// setup header (fewer when the file is shorter).
+pub fn read_head(file: &mut File) -> std::io::Result<Vec<u8>> {
+    let mut head = Vec::with_capacity(SETUP_HEADER_END);
+    file.seek(SeekFrom::Start(0))?;
+    file.take(SETUP_HEADER_END as u64).read_to_end(&mut head)?;
+    Ok(head)
+}
+
+/// The format the magic numbers in `head` name: ELF (whether it has a PVH note is found when
+/// loading), bzImage, or none.
+pub fn format_of(head: &[u8]) -> Option<KernelFormat> {
+    if head.starts_with(&ELF_MAGIC) {
+        Some(KernelFormat::Elf)
+    } else if head.get(BZIMAGE_HDRS_OFFSET..BZIMAGE_HDRS_OFFSET + 4) == Some(&BZIMAGE_HDRS[..]) {
+        Some(KernelFormat::BzImage)
+    } else {
+        None
     }
-    Ok(got)
 }
 
 fn le16(b: &[u8], at: usize) -> Option<u16> {
@@ -162,7 +186,7 @@ fn inspect_elf(file: &mut File, head: &[u8], name: &str) -> Result<KernelImage, 
     Ok(KernelImage {
         format: KernelFormat::Elf,
         end,
-        initrd_addr_max: crate::boot::DEFAULT_INITRD_ADDR_MAX,
+        initrd_addr_max: DEFAULT_INITRD_ADDR_MAX,
     })
 }
 
@@ -183,7 +207,7 @@ fn inspect_bzimage(head: &[u8], len: u64) -> KernelImage {
         format: KernelFormat::BzImage,
         end: (HIMEM_START + payload).max(unpacked_end),
         initrd_addr_max: if addr_max == 0 {
-            crate::boot::DEFAULT_INITRD_ADDR_MAX
+            DEFAULT_INITRD_ADDR_MAX
         } else {
             addr_max
         },

@@ -45,8 +45,9 @@ impl ExitRequester for ChannelExit {
     }
 }
 
-/// Builds the VM described by `config` (its values checked) on the drive files start-up's
-/// preflight opened (in `drives` order), and starts its vCPUs.
+/// Builds the VM described by `config` (its values checked, its defaults filled in by
+/// `VmConfig::fill_defaults`) on the drive files start-up's preflight opened (in `drives`
+/// order), and starts its vCPUs.
 pub fn start(config: &VmConfig, drive_files: Vec<OpenedDrive>) -> Result<RunningVm, VmError> {
     let started = Instant::now();
     // Alone on the main thread still: namespaces (when asked) and no_new_privs for every thread.
