@@ -169,28 +169,23 @@ fn check_readable(field: &str, path: &Path) -> Result<u64, ConfigError> {
     }
 }
 
-/// Nothing must be serving the socket path: start-up would refuse it (a stale socket file, whose
-/// process is gone, is fine: start-up replaces it).
+/// The API socket path must be one start-up can bind (`api::socket::check_free`, which binding
+/// asks again): nothing there, or a stale socket file whose process is gone.
 fn check_socket_free(field: &str, path: &Path) -> Result<(), ConfigError> {
-    use std::os::unix::fs::FileTypeExt;
-    match std::fs::symlink_metadata(path) {
-        Ok(md) if !md.file_type().is_socket() => Err(invalid(
-            field,
-            format!("{}: the path exists and is not a socket", path.display()),
-        )),
-        Ok(_) => match std::os::unix::net::UnixStream::connect(path) {
-            Ok(_) => Err(invalid(
-                field,
-                format!(
-                    "{}: another running process serves this socket (another Osprey?); stop it \
-                     or choose another path",
-                    path.display()
-                ),
-            )),
-            Err(_) => Ok(()),
-        },
-        Err(_) => Ok(()),
-    }
+    use crate::api::socket::{check_free, ApiServerError};
+    let why = match check_free(path) {
+        Ok(_) => return Ok(()),
+        Err(ApiServerError::InUse { .. }) => format!(
+            "{}: another running process serves this socket (another Osprey?); stop it or \
+             choose another path",
+            path.display()
+        ),
+        Err(ApiServerError::NotASocket { .. }) => {
+            format!("{}: the path exists and is not a socket", path.display())
+        }
+        Err(e) => e.to_string(),
+    };
+    Err(invalid(field, why))
 }
 
 #[cfg(test)]

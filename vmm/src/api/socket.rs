@@ -35,6 +35,39 @@ pub enum ApiServerError {
     Thread(#[source] io::Error),
 }
 
+/// What is at a socket path that can be bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SocketPath {
+    /// Nothing.
+    Free,
+    /// A socket file whose process is gone: binding replaces it.
+    Stale,
+}
+
+/// Whether `path` can be bound: nothing there, or a stale socket file. A socket another process
+/// accepts on, or something that is not a socket, is an error. Start-up's preflight asks this
+/// before any VM resource exists; [`bind`] asks again as it binds.
+pub fn check_free(path: &Path) -> Result<SocketPath, ApiServerError> {
+    let io_err = |source| ApiServerError::Socket {
+        path: path.to_path_buf(),
+        source,
+    };
+    match fs::symlink_metadata(path) {
+        Ok(meta) if !meta.file_type().is_socket() => Err(ApiServerError::NotASocket {
+            path: path.to_path_buf(),
+        }),
+        Ok(_) => match UnixStream::connect(path) {
+            Ok(_) => Err(ApiServerError::InUse {
+                path: path.to_path_buf(),
+            }),
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => Ok(SocketPath::Stale),
+            Err(e) => Err(io_err(e)),
+        },
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(SocketPath::Free),
+        Err(e) => Err(io_err(e)),
+    }
+}
+
 /// Binds `path` (non-blocking, mode 0600), first removing a stale socket file left by a process
 /// that is gone.
 pub fn bind(path: &Path) -> Result<UnixListener, ApiServerError> {
@@ -42,26 +75,9 @@ pub fn bind(path: &Path) -> Result<UnixListener, ApiServerError> {
         path: path.to_path_buf(),
         source,
     };
-    match fs::symlink_metadata(path) {
-        Ok(meta) if !meta.file_type().is_socket() => {
-            return Err(ApiServerError::NotASocket {
-                path: path.to_path_buf(),
-            })
-        }
-        Ok(_) => match UnixStream::connect(path) {
-            Ok(_) => {
-                return Err(ApiServerError::InUse {
-                    path: path.to_path_buf(),
-                })
-            }
-            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
-                log::info!("Replacing stale API socket {}", path.display());
-                fs::remove_file(path).map_err(io_err)?;
-            }
-            Err(e) => return Err(io_err(e)),
-        },
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(io_err(e)),
+    if check_free(path)? == SocketPath::Stale {
+        log::info!("Replacing stale API socket {}", path.display());
+        fs::remove_file(path).map_err(io_err)?;
     }
     let listener = UnixListener::bind(path).map_err(io_err)?;
     // Under the usual umask (022) the socket is created without write permission for others,
