@@ -252,7 +252,7 @@ fn every_route_and_error_class_on_a_live_vm() {
     assert!(!vm.sock.exists(), "the socket is removed at exit");
     for line in log.lines() {
         assert!(
-            !vmm::config::words::names_a_rust_type(line),
+            !vmm::test_utils::messages::names_a_rust_type(line),
             "a log line in Rust's words: {line}"
         );
     }
@@ -352,7 +352,7 @@ fn bad_input_is_answered_without_harming_the_vm() {
         let message = v["fault_message"].as_str().unwrap_or_default();
         assert!(!message.is_empty(), "{name}: {resp}");
         assert!(
-            !vmm::config::words::names_a_rust_type(message),
+            !vmm::test_utils::messages::names_a_rust_type(message),
             "{name}: the message names a Rust type: {message}"
         );
     }

@@ -25,7 +25,7 @@ fn expect_error(args: &[&std::ffi::OsStr], expected: &str) {
 fn assert_speaks_json(stderr: &str) {
     for line in stderr.lines() {
         assert!(
-            !vmm::config::words::names_a_rust_type(line),
+            !vmm::test_utils::messages::names_a_rust_type(line),
             "a message in Rust's words, not the config's: {line}"
         );
     }

@@ -100,23 +100,10 @@ fn rewrite_expected_types(text: &str) -> String {
     out
 }
 
-/// Whether a message names a Rust type (`u8`, `struct X`) or prints a Debug dump (`Some(`,
-/// `{ `) instead of speaking JSON: the rule the config and API tests hold every message to.
-pub fn names_a_rust_type(message: &str) -> bool {
-    let types = [
-        "u8", "u16", "u32", "u64", "usize", "i8", "i16", "i32", "i64", "isize", "f32", "f64",
-    ];
-    message.contains("struct ")
-        || message.contains("Some(")
-        || message.contains("{ ")
-        || message
-            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-            .any(|w| types.contains(&w))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_utils::messages::names_a_rust_type;
 
     #[test]
     fn rust_types_become_json_words() {
