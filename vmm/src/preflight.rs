@@ -99,7 +99,7 @@ fn check_boot_files(config: &VmConfig) -> Result<(), ConfigError> {
 /// The metrics file's and the API socket's folders exist, and nothing serves the socket.
 fn check_created_paths(config: &VmConfig) -> Result<(), ConfigError> {
     if let Some(m) = &config.metrics {
-        check_parent_dir("metrics.path", &m.path)?;
+        check_parent_dir("metrics.metrics_path", &m.path)?;
     }
     if let Some(a) = &config.api {
         check_parent_dir("api.socket", &a.socket)?;

@@ -10,6 +10,7 @@
 
 use std::path::PathBuf;
 
+pub mod boot_rules;
 pub mod effective;
 pub mod parse;
 pub mod paths;
@@ -190,11 +191,14 @@ pub struct VmConfig {
     pub sandbox: crate::sandbox::SandboxConfig,
 }
 
-/// `metrics`: a JSON line of every counter appended to `path` every `interval_ms`.
+/// `metrics`: a JSON line of every counter appended to `metrics_path` every `interval_ms`
+/// (Firecracker's `metrics` section and `PUT /metrics` body, with Osprey's interval).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MetricsConfig {
-    /// The file (created if missing, appended to).
+    /// The file (created if missing, appended to; a FIFO works too). Firecracker's name;
+    /// Osprey's earlier `path` is still read.
+    #[serde(rename = "metrics_path", alias = "path")]
     pub path: PathBuf,
     /// Interval in ms (at least 100).
     #[serde(default = "default_metrics_interval")]
@@ -218,6 +222,19 @@ pub struct MachineConfig {
     /// How the scheduler weighs the VM's threads against each other.
     #[serde(default)]
     pub thread_weights: crate::thread_weights::ThreadWeights,
+    /// Firecracker's simultaneous multithreading flag: Osprey gives each vCPU its own core, so
+    /// only `false` is accepted.
+    #[serde(default)]
+    pub smt: bool,
+    /// Firecracker's dirty-page tracking for diff snapshots: only `false` is accepted.
+    #[serde(default)]
+    pub track_dirty_pages: bool,
+    /// Firecracker's CPU template (deprecated there): only `None` is accepted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_template: Option<String>,
+    /// Firecracker's huge pages for guest memory: only `None` is accepted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub huge_pages: Option<String>,
 }
 
 fn default_vcpus() -> u8 {
@@ -233,6 +250,10 @@ impl Default for MachineConfig {
             vcpu_count: default_vcpus(),
             mem_size_mib: default_mem(),
             thread_weights: Default::default(),
+            smt: false,
+            track_dirty_pages: false,
+            cpu_template: None,
+            huge_pages: None,
         }
     }
 }
@@ -284,8 +305,21 @@ pub enum IoEngineKind {
     /// The default: each read and write is tried inline on the iothread (`preadv2`/`pwritev2`
     /// with RWF_NOWAIT, which succeeds only when it will not block: page-cache hits, tmpfs);
     /// the rest goes to io_uring (else Linux AIO for O_DIRECT files, else Sync). Inline attempts
-    /// stop while most of them would block, and are probed again now and then.
+    /// stop while most of them would block, and are probed again now and then. Firecracker's
+    /// `Async` (its io_uring engine) is read as `Auto`.
+    #[serde(alias = "Async")]
     Auto,
+}
+
+/// A drive's `cache_type` (Firecracker's): `Unsafe` (its default) or `Writeback`. Osprey
+/// offers FLUSH and honours it with `fdatasync` for both: a guest's flush is never dropped.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CacheType {
+    /// Firecracker: no FLUSH offered. Osprey: treated as `Writeback`.
+    #[default]
+    Unsafe,
+    /// FLUSH offered and honoured.
+    Writeback,
 }
 
 /// One entry of `drives`.
@@ -299,6 +333,16 @@ pub struct DriveConfig {
     /// Open read-only and offer VIRTIO_BLK_F_RO.
     #[serde(default)]
     pub is_read_only: bool,
+    /// The guest's root disk (Firecracker's rule): it becomes the first virtio-blk device
+    /// (`/dev/vda`) and `root=/dev/vda rw|ro` (or `root=PARTUUID=…`) joins the boot args.
+    #[serde(default)]
+    pub is_root_device: bool,
+    /// With `is_root_device`: the root partition's UUID, for `root=PARTUUID=…`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partuuid: Option<String>,
+    /// Firecracker's cache type (see [`CacheType`]).
+    #[serde(default)]
+    pub cache_type: CacheType,
     /// Open with O_DIRECT.
     #[serde(default)]
     pub direct: bool,

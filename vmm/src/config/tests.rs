@@ -21,6 +21,10 @@ fn defaults_fill_in() {
             vcpu_count: 1,
             mem_size_mib: 128,
             thread_weights: crate::thread_weights::ThreadWeights::Dynamic,
+            smt: false,
+            track_dirty_pages: false,
+            cpu_template: None,
+            huge_pages: None,
         }
     );
     assert_eq!(c.boot.kernel_image_path, PathBuf::from("/k"));

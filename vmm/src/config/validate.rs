@@ -21,7 +21,22 @@ impl VmConfig {
         self.check_metrics()?;
         let groups = self.check_rate_limit_groups()?;
         let mut drive_ids = HashSet::new();
+        let mut root: Option<&str> = None;
         for (i, d) in self.drives.iter().enumerate() {
+            if d.is_root_device {
+                if let Some(first) = root {
+                    return Err(invalid(
+                        format!("drives[{i}].is_root_device"),
+                        format!("drive `{first}` is already the root device; there can be one"),
+                    ));
+                }
+                root = Some(&d.drive_id);
+            } else if d.partuuid.is_some() {
+                return Err(invalid(
+                    format!("drives[{i}].partuuid"),
+                    "only the root device (is_root_device: true) takes a partuuid",
+                ));
+            }
             if !drive_ids.insert(d.drive_id.as_str()) {
                 return Err(invalid(
                     format!("drives[{i}].drive_id"),
@@ -34,7 +49,7 @@ impl VmConfig {
     }
 
     /// `machine-config`: the vCPU count and a memory size the host has.
-    fn check_machine(&self, host_mem_mib: u64) -> Result<(), ConfigError> {
+    pub(crate) fn check_machine(&self, host_mem_mib: u64) -> Result<(), ConfigError> {
         let m = &self.machine;
         if m.vcpu_count == 0 || m.vcpu_count > MAX_VCPUS {
             return Err(invalid(
@@ -48,6 +63,7 @@ impl VmConfig {
                 format!("must be at least {MIN_MEM_MIB} MiB, got {}", m.mem_size_mib),
             ));
         }
+        check_firecracker_machine(m)?;
         if m.mem_size_mib > host_mem_mib {
             return Err(invalid(
                 "machine-config.mem_size_mib",
@@ -61,7 +77,7 @@ impl VmConfig {
     }
 
     /// `boot-source`: a kernel is named and the command line is one the guest can take.
-    fn check_boot_source(&self) -> Result<(), ConfigError> {
+    pub(crate) fn check_boot_source(&self) -> Result<(), ConfigError> {
         if self.boot.kernel_image_path.as_os_str().is_empty() {
             return Err(invalid("boot-source.kernel_image_path", "must name a file"));
         }
@@ -101,7 +117,7 @@ impl VmConfig {
     }
 
     /// `metrics`: an interval the control loop can keep.
-    fn check_metrics(&self) -> Result<(), ConfigError> {
+    pub(crate) fn check_metrics(&self) -> Result<(), ConfigError> {
         match &self.metrics {
             Some(m) if m.interval_ms < 100 => Err(invalid(
                 "metrics.interval_ms",
@@ -166,7 +182,36 @@ impl VmConfig {
 }
 
 /// `iothreads[i]`'s CPUs, poll parameters and batch size.
-fn check_iothread(i: usize, t: &IoThreadConfig) -> Result<(), ConfigError> {
+/// Firecracker's `machine-config` fields Osprey reads but does not implement: each must keep
+/// the value that means "off", so no client believes it got what Osprey does not do.
+fn check_firecracker_machine(m: &super::MachineConfig) -> Result<(), ConfigError> {
+    if m.smt {
+        return Err(invalid(
+            "machine-config.smt",
+            "Osprey gives every vCPU its own core: only false is supported",
+        ));
+    }
+    if m.track_dirty_pages {
+        return Err(invalid(
+            "machine-config.track_dirty_pages",
+            "dirty-page tracking (for diff snapshots) is not supported: only false",
+        ));
+    }
+    for (field, value) in [
+        ("cpu_template", &m.cpu_template),
+        ("huge_pages", &m.huge_pages),
+    ] {
+        if let Some(v) = value.as_deref().filter(|v| *v != "None") {
+            return Err(invalid(
+                format!("machine-config.{field}"),
+                format!("`{v}` is not supported: only \"None\""),
+            ));
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn check_iothread(i: usize, t: &IoThreadConfig) -> Result<(), ConfigError> {
     if let Err(e) = crate::affinity::check(&t.cpu_affinity, &crate::affinity::allowed_cpus()) {
         return Err(invalid(
             format!("iothreads[{i}].cpu_affinity"),
@@ -191,7 +236,7 @@ fn check_iothread(i: usize, t: &IoThreadConfig) -> Result<(), ConfigError> {
 }
 
 /// `drives[i]`'s id, queues, fault injection and rate limiter, each on its own.
-fn check_drive_values(i: usize, d: &DriveConfig) -> Result<(), ConfigError> {
+pub(crate) fn check_drive_values(i: usize, d: &DriveConfig) -> Result<(), ConfigError> {
     let f = |name: &str| format!("drives[{i}].{name}");
     let id_ok = !d.drive_id.is_empty()
         && d.drive_id.len() <= 64
@@ -203,6 +248,14 @@ fn check_drive_values(i: usize, d: &DriveConfig) -> Result<(), ConfigError> {
             f("drive_id"),
             "must be 1-64 characters of A-Z, a-z, 0-9, - and _",
         ));
+    }
+    if let Some(p) = &d.partuuid {
+        if p.is_empty() || p.len() > 64 || !p.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-') {
+            return Err(invalid(
+                f("partuuid"),
+                "must be 1-64 characters of hex digits and -",
+            ));
+        }
     }
     if d.num_queues == 0 || d.num_queues > MAX_QUEUES {
         return Err(invalid(
