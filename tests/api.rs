@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::blk::Disk;
-use common::{api_call as call, test_guest, Vmm};
+use common::{api_call as call, api_patch, test_guest, Vmm};
 use serde_json::{json, Value};
 
 /// The live-tuning test measures timing on a 2-core machine: run these tests one at a time.
@@ -108,11 +108,10 @@ fn every_route_and_error_class_on_a_live_vm() {
     assert!(t["stats"]["sleeps"].is_u64(), "{t}");
 
     // PATCH: a bad field changes nothing; a good one returns the values in force.
-    let (st, f) = call(
+    let (st, f) = api_patch(
         s,
-        "PATCH",
         "/iothreads/io0",
-        Some(r#"{"poll_max_ns": 1000, "poll_weight": 0}"#),
+        r#"{"poll_max_ns": 1000, "poll_weight": 0}"#,
     );
     assert_eq!(st, 400, "{f}");
     assert_eq!(
@@ -124,7 +123,7 @@ fn every_route_and_error_class_on_a_live_vm() {
         32768,
         "rejected PATCH changed nothing"
     );
-    let (st, f) = call(s, "PATCH", "/iothreads/io0", Some(r#"{"max_batch": 5000}"#));
+    let (st, f) = api_patch(s, "/iothreads/io0", r#"{"max_batch": 5000}"#);
     assert_eq!(st, 400);
     assert!(
         f["fault_message"]
@@ -133,13 +132,12 @@ fn every_route_and_error_class_on_a_live_vm() {
             .starts_with("max_batch: must be at most 1024"),
         "{f}"
     );
-    let (st, t) = call(
+    let (st, t) = api_patch(
         s,
-        "PATCH",
         "/iothreads/io0",
-        Some(r#"{"poll_policy": "Weighted", "poll_weight": 4, "max_batch": 8}"#),
+        r#"{"poll_policy": "Weighted", "poll_weight": 4, "max_batch": 8}"#,
     );
-    assert_eq!(st, 200, "{t}");
+    assert_eq!(st, 204, "{t}");
     assert_eq!(
         (
             t["poll_policy"].as_str(),
@@ -152,7 +150,7 @@ fn every_route_and_error_class_on_a_live_vm() {
         call(s, "GET", "/vm/config", None).1["iothreads"][0]["poll_policy"],
         "Weighted"
     );
-    let (st, f) = call(s, "PATCH", "/iothreads/io9", Some("{}"));
+    let (st, f) = api_patch(s, "/iothreads/io9", "{}");
     assert_eq!(st, 404, "{f}");
     assert!(f["fault_message"].as_str().unwrap_or("").contains("io9"));
 
@@ -265,8 +263,8 @@ fn every_route_and_error_class_on_a_live_vm() {
 /// `PATCH` on each resource: a field left out stays, `null` puts it back to its default.
 fn null_resets_to_the_default_in_every_patch(s: &Path) {
     let patch = |path: &str, body: &str| {
-        let (st, v) = call(s, "PATCH", path, Some(body));
-        assert_eq!(st, 200, "{path} {body}: {v}");
+        let (st, v) = api_patch(s, path, body);
+        assert_eq!(st, 204, "{path} {body}: {v}");
         v
     };
     assert_eq!(
@@ -422,9 +420,9 @@ fn live_tuning_takes_effect_during_a_workload() {
     let (on_before, n1) = polled_kicks_per_request(&s, 0.5);
 
     let t0 = Instant::now();
-    let (st, t) = call(&s, "PATCH", "/iothreads/io0", Some(r#"{"poll_max_ns": 0}"#));
+    let (st, t) = api_patch(&s, "/iothreads/io0", r#"{"poll_max_ns": 0}"#);
     let patch_us = t0.elapsed().as_micros();
-    assert_eq!((st, t["poll_max_ns"].as_u64()), (200, Some(0)), "{t}");
+    assert_eq!((st, t["poll_max_ns"].as_u64()), (204, Some(0)), "{t}");
     let (off, n2) = kicks_per_request(&s, Duration::from_millis(400));
     assert_eq!(
         call(&s, "GET", "/iothreads/io0", None).1["stats"]["poll_window_ns"],
@@ -459,18 +457,17 @@ fn live_tuning_takes_effect_during_a_workload() {
     assert_eq!(ok, 200, "every concurrent request answered");
 
     // Back on with the default window.
-    let (st, t) = call(
+    let (st, t) = api_patch(
         &s,
-        "PATCH",
         "/iothreads/io0",
-        Some(r#"{"poll_max_ns": 32768, "poll_policy": "Classic"}"#),
+        r#"{"poll_max_ns": 32768, "poll_policy": "Classic"}"#,
     );
-    assert_eq!((st, t["poll_max_ns"].as_u64()), (200, Some(32_768)));
+    assert_eq!((st, t["poll_max_ns"].as_u64()), (204, Some(32_768)));
     assert_eq!(t["poll_policy"], "Classic");
     std::thread::sleep(Duration::from_millis(100)); // let the re-opened window settle
     let (on_after, n3) = polled_kicks_per_request(&s, 0.5);
     eprintln!(
-        "live tuning: kicks/req polling on {on_before:.3} ({n1} req), off {off:.3} ({n2} req), on again {on_after:.3} ({n3} req); PATCH round trip {patch_us} µs"
+        "live tuning: kicks/req polling on {on_before:.3} ({n1} req), off {off:.3} ({n2} req), on again {on_after:.3} ({n3} req); PATCH + GET round trip {patch_us} µs"
     );
     assert!(
         n1 > 100 && n2 > 100 && n3 > 100,
@@ -533,10 +530,18 @@ fn every_openapi_example_is_accepted() {
                     &concrete,
                     Some(&body.to_string()),
                 );
-                assert!(
-                    (200..300).contains(&st),
-                    "{method} {concrete} {body}: {st} {reply}"
-                );
+                // The pre-boot routes configure a VM before InstanceStart: this one runs.
+                let preboot = method == "put" || path == "/machine-config";
+                if preboot {
+                    assert_eq!(st, 400, "{method} {concrete} {body}: {reply}");
+                    let m = reply["fault_message"].as_str().unwrap_or_default();
+                    assert!(m.ends_with("only allowed before InstanceStart; the VM is running"));
+                } else {
+                    assert!(
+                        (200..300).contains(&st),
+                        "{method} {concrete} {body}: {st} {reply}"
+                    );
+                }
                 tried += 1;
             }
         }
@@ -545,15 +550,20 @@ fn every_openapi_example_is_accepted() {
     let rank = |v: &Value| match v["action_type"].as_str() {
         Some("Pause") => 0,
         Some("Resume") => 1,
+        Some("Shutdown") => 3,
         _ => 2,
     };
     actions.sort_by_key(rank);
     for body in &actions {
         let (st, reply) = call(&vm.sock, "PUT", "/actions", Some(&body.to_string()));
-        assert!(
-            (200..300).contains(&st),
-            "PUT /actions {body}: {st} {reply}"
-        );
+        if body["action_type"] == "InstanceStart" {
+            assert_eq!(st, 400, "{reply}");
+        } else {
+            assert!(
+                (200..300).contains(&st),
+                "PUT /actions {body}: {st} {reply}"
+            );
+        }
         tried += 1;
     }
     assert!(
@@ -644,21 +654,11 @@ fn the_live_tuning_example_stays_up_until_stopped() {
         count / rate.max(1.0)
     );
 
-    let (st, t) = call(
-        &sock,
-        "PATCH",
-        "/iothreads/io0",
-        Some(r#"{"poll_max_ns": 0}"#),
-    );
-    assert_eq!((st, t["poll_max_ns"].as_u64()), (200, Some(0)), "{t}");
+    let (st, t) = api_patch(&sock, "/iothreads/io0", r#"{"poll_max_ns": 0}"#);
+    assert_eq!((st, t["poll_max_ns"].as_u64()), (204, Some(0)), "{t}");
     let (off, n_off) = kicks_per_request(&sock, Duration::from_millis(400));
-    let (st, _) = call(
-        &sock,
-        "PATCH",
-        "/iothreads/io0",
-        Some(r#"{"poll_max_ns": null}"#),
-    );
-    assert_eq!(st, 200);
+    let (st, _) = api_patch(&sock, "/iothreads/io0", r#"{"poll_max_ns": null}"#);
+    assert_eq!(st, 204);
     std::thread::sleep(Duration::from_millis(100));
     let (on_again, n_again) = polled_kicks_per_request(&sock, 0.5);
     eprintln!(

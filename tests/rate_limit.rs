@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::blk::{boot_with, drive_stats, run, run_config, Disk};
-use common::{api_call as call, test_guest, Vmm};
+use common::{api_call as call, api_patch, test_guest, Vmm};
 use serde_json::{json, Value};
 
 /// These tests time rates on a 2-core host: one at a time.
@@ -150,8 +150,8 @@ fn rate_after(sock: &Path, t: Instant, from: Duration, span: Duration) -> f64 {
 }
 
 fn patch(sock: &Path, body: &str) -> Instant {
-    let (st, d) = call(sock, "PATCH", "/drives/disk0", Some(body));
-    assert_eq!(st, 200, "PATCH {body}: {d}");
+    let (st, d) = api_patch(sock, "/drives/disk0", body);
+    assert_eq!(st, 204, "PATCH {body}: {d}");
     Instant::now()
 }
 

@@ -331,3 +331,16 @@ pub fn api_call(
     };
     (status, v)
 }
+
+/// `PATCH path body`, then (when it answered 204, as every successful PATCH does) `GET path`:
+/// the status of the PATCH with the resource as it is now, or the PATCH's fault.
+pub fn api_patch(sock: &Path, path: &str, body: &str) -> (u16, serde_json::Value) {
+    let (status, v) = api_call(sock, "PATCH", path, Some(body));
+    if status != 204 {
+        return (status, v);
+    }
+    assert!(v.is_null(), "PATCH {path}: 204 with a body: {v}");
+    let (got, now) = api_call(sock, "GET", path, None);
+    assert_eq!(got, 200, "GET {path} after PATCH: {now}");
+    (status, now)
+}

@@ -71,7 +71,10 @@ pub struct Cli {
     #[arg(long, value_name = "MIB", allow_negative_numbers = true, value_parser = memory_in_range)]
     pub memory: Option<u64>,
 
-    /// Serve the REST API on this Unix socket; overrides api.socket.
+    /// Serve the REST API on this Unix socket; overrides api.socket. Without --config and
+    /// --kernel, Osprey starts with no VM, takes its config over the API (Firecracker's PUT
+    /// /machine-config, /boot-source, /drives/{id}, /logger, /metrics; docs/api/README.md) and
+    /// boots on PUT /actions {"action_type": "InstanceStart"}.
     #[arg(long, value_name = "PATH")]
     pub api_sock: Option<PathBuf>,
 
@@ -105,8 +108,8 @@ pub struct Cli {
     #[arg(long, value_name = "FILE")]
     pub seccomp_filter: Option<PathBuf>,
 
-    /// A name for this VM in Osprey's log (Firecracker's `--id`): 1-64 characters of A-Z,
-    /// a-z, 0-9 and `-`.
+    /// A name for this VM in Osprey's log and in the API's `GET /` (Firecracker's `--id`;
+    /// default anonymous-instance): 1-64 characters of A-Z, a-z, 0-9 and `-`.
     #[arg(long, value_name = "ID", value_parser = instance_id)]
     pub id: Option<String>,
 
@@ -212,6 +215,15 @@ fn id_in_range(text: &str) -> Result<u32, FlagError> {
 }
 
 impl Cli {
+    /// No config and no kernel, but an API socket: the VM is configured over the API and
+    /// starts on `InstanceStart` (Firecracker's way; `--check-config` needs a config).
+    pub fn waits_for_api(&self) -> bool {
+        self.config.is_none()
+            && self.kernel.is_none()
+            && self.api_sock.is_some()
+            && !self.check_config
+    }
+
     /// The VM config: the file (if any) with command-line overrides applied and every path made
     /// absolute (the file's relative to its folder, the flags' to the working directory), with
     /// the file's warnings. Not yet validated. Also sets the process-wide seccomp mode.
@@ -233,11 +245,14 @@ impl Cli {
         });
         let (mut config, warnings) = match &self.config {
             Some(path) => VmConfig::from_file(path)?,
+            None if self.waits_for_api() => (VmConfig::default(), Vec::new()),
             None => {
                 let kernel = self.kernel.clone().ok_or_else(|| ConfigError::Invalid {
                     field: "--config".into(),
-                    reason: "give a config file with --config FILE, or a kernel with --kernel PATH"
-                        .into(),
+                    reason: "give a config file with --config FILE, a kernel with --kernel PATH, \
+                             or an API socket with --api-sock PATH to configure the VM over the \
+                             API"
+                    .into(),
                 })?;
                 let config = VmConfig {
                     boot: BootSourceConfig {

@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 
 use crate::api::command::{
     ApiCommand, ApiError, ApiReply, DriveUpdate, GroupUpdate, IoThreadUpdate, VmAction,
+    VmStateChange,
 };
 use crate::config::{IoThreadConfig, PollPolicyKind, VmConfig};
 use crate::device_manager::{iothread_json, Devices};
@@ -24,6 +25,8 @@ pub enum Effect {
     Pause,
     /// Stop the VM cleanly.
     Shutdown,
+    /// Write a line to the metrics file now.
+    FlushMetrics,
 }
 
 /// Carries out API commands against the VM's devices and configuration.
@@ -44,6 +47,11 @@ impl std::fmt::Debug for Controller<'_> {
     }
 }
 
+/// A reply body from a typed value.
+fn to_json<T: serde::Serialize>(value: &T) -> ApiReply {
+    serde_json::to_value(value).map_err(|e| ApiError::Internal(e.to_string()))
+}
+
 fn not_found(kind: &str, id: &str) -> ApiError {
     ApiError::NotFound(format!("no {kind} with id `{id}`"))
 }
@@ -60,16 +68,24 @@ impl Controller<'_> {
 
     /// Carries out `command`; returns the reply and what the loop must do next.
     pub fn execute(&mut self, command: ApiCommand) -> (ApiReply, Effect) {
+        if let Some(route) = command.preboot_only() {
+            return (
+                Err(ApiError::BadRequest(format!(
+                    "{route} is only allowed before InstanceStart; the VM is running"
+                ))),
+                Effect::None,
+            );
+        }
         match command {
             ApiCommand::GetInfo => (
-                Ok(json!({
-                    "name": "osprey",
-                    "version": env!("CARGO_PKG_VERSION"),
-                    "state": self.state(),
-                    "boot_timings": crate::boot_timing::json(),
-                })),
+                to_json(&crate::instance::InstanceInfo::new(
+                    self.state(),
+                    Some(crate::boot_timing::json()),
+                )),
                 Effect::None,
             ),
+            ApiCommand::GetMachineConfig => (to_json(&self.config.machine), Effect::None),
+            ApiCommand::SetVmState(r) => self.set_state(r.state),
             ApiCommand::GetConfig => (
                 serde_json::to_value(&*self.config).map_err(|e| ApiError::Internal(e.to_string())),
                 Effect::None,
@@ -138,11 +154,55 @@ impl Controller<'_> {
             }
             ApiCommand::GetMetrics => (Ok(self.metrics()), Effect::None),
             ApiCommand::Action(action) => self.action(action),
+            ApiCommand::PutMachineConfig(_)
+            | ApiCommand::PatchMachineConfig(_)
+            | ApiCommand::PutBootSource(_)
+            | ApiCommand::PutDrive(..)
+            | ApiCommand::PutIoThread(..)
+            | ApiCommand::PutRateLimitGroup(..)
+            | ApiCommand::PutLogger(_)
+            | ApiCommand::PutMetrics(_) => (
+                Err(ApiError::Internal(
+                    "a pre-boot command reached the running VM".into(),
+                )),
+                Effect::None,
+            ),
+        }
+    }
+
+    /// `PATCH /vm`: Firecracker's pause and resume, done when the VM is already so.
+    fn set_state(&mut self, state: VmStateChange) -> (ApiReply, Effect) {
+        match (state, self.pause.is_paused()) {
+            (VmStateChange::Paused, false) => (Ok(Value::Null), Effect::Pause),
+            (VmStateChange::Resumed, true) => {
+                self.pause.set(false);
+                (Ok(Value::Null), Effect::None)
+            }
+            _ => (Ok(Value::Null), Effect::None),
         }
     }
 
     fn action(&mut self, action: VmAction) -> (ApiReply, Effect) {
         match (action, self.pause.is_paused()) {
+            (VmAction::FlushMetrics, _) if self.config.metrics.is_none() => (
+                Err(ApiError::BadRequest(
+                    "FlushMetrics: no metrics file is configured (PUT /metrics before \
+                     InstanceStart, or the config's metrics section)"
+                        .into(),
+                )),
+                Effect::None,
+            ),
+            (VmAction::FlushMetrics, _) => (Ok(Value::Null), Effect::FlushMetrics),
+            (VmAction::SendCtrlAltDel, _) => (
+                Err(ApiError::BadRequest(
+                    "SendCtrlAltDel: Osprey's i8042 has no keyboard yet".into(),
+                )),
+                Effect::None,
+            ),
+            (VmAction::InstanceStart, _) => (
+                Err(ApiError::BadRequest("the VM is already running".into())),
+                Effect::None,
+            ),
             (VmAction::Pause, true) => (
                 Err(ApiError::Conflict("the VM is already paused".into())),
                 Effect::None,
@@ -216,6 +276,11 @@ impl Controller<'_> {
     /// Sets, changes or removes a drive's own limits; the drive's queues see them at their
     /// next request (a throttled queue is woken to look).
     fn patch_drive(&mut self, id: &str, u: &DriveUpdate) -> ApiReply {
+        if let Some(named) = u.drive_id.as_deref().filter(|named| *named != id) {
+            return Err(ApiError::BadRequest(format!(
+                "drive_id: `{named}` differs from the path's id `{id}`"
+            )));
+        }
         let drive = self
             .devices
             .drives

@@ -11,34 +11,69 @@ const EXIT_CONFIG: i32 = 2;
 /// Exit status when the VM could not be built or run.
 const EXIT_VMM: i32 = 1;
 
-/// The config from the file and flags with the defaults start-up chooses filled in, its values
-/// checked and start-up's preflight run (the host checked, the drives opened; warnings logged).
+/// The config from the file and flags, prepared as start-up needs it
+/// ([`vmm::launch::prepare`]: the values checked, the host checked, the drives opened, the
+/// defaults filled in; warnings logged).
 fn effective_config(cli: &Cli) -> Result<(VmConfig, Vec<OpenedDrive>), ConfigError> {
-    let (mut config, mut warnings) = cli.vm_config()?;
-    let preflight = vmm::preflight::check(&config, vmm::host::host_mem_mib())
-        .map_err(|e| e.in_file(cli.config.as_deref()))?;
-    warnings.extend(preflight.warnings);
+    let (config, mut warnings) = cli.vm_config()?;
+    let prepared = vmm::launch::prepare(config).map_err(|e| e.in_file(cli.config.as_deref()))?;
+    warnings.extend(prepared.warnings);
     for w in warnings {
         log::warn!("{w}");
     }
-    config.fill_defaults();
-    Ok((config, preflight.drives))
+    Ok((prepared.config, prepared.drives))
+}
+
+/// `--api-sock` alone: serve the pre-boot API until `InstanceStart`, then run the VM.
+fn serve_preboot(cli: &Cli) -> ! {
+    let (config, _) = match cli.vm_config() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("osprey: error: {e}");
+            std::process::exit(EXIT_CONFIG);
+        }
+    };
+    let Some(socket) = config.api.as_ref().map(|a| a.socket.clone()) else {
+        eprintln!("osprey: error: --api-sock: no socket");
+        std::process::exit(EXIT_CONFIG);
+    };
+    exit_with(vmm::preboot::serve(&socket, config))
+}
+
+/// Exits with the status for how the VM stopped, or for why it could not run.
+fn exit_with(result: Result<vmm::stop::StopReason, vmm::vm::VmError>) -> ! {
+    match result {
+        Ok(stop) => {
+            if let vmm::stop::StopReason::Failed { .. } = stop {
+                eprintln!("osprey: error: {}", stop.describe());
+            }
+            std::process::exit(stop.exit_status())
+        }
+        Err(e) => {
+            eprintln!("osprey: error: {e}");
+            // A limit of this host is a config error: the same config may run elsewhere.
+            let status = match e {
+                vmm::vm::VmError::Limit(_) => EXIT_CONFIG,
+                _ => EXIT_VMM,
+            };
+            std::process::exit(status);
+        }
+    }
 }
 
 fn main() {
     vmm::boot_timing::start();
     let cli = Cli::parse();
-    env_logger::Builder::new()
-        .filter_level(cli.log_level)
-        .parse_env("RUST_LOG")
-        .format_target(false)
-        .format_timestamp_millis()
-        .init();
+    vmm::logger::init(cli.log_level);
     if let Some(Command::Api(args)) = &cli.command {
         std::process::exit(args.run());
     }
     if let Some(id) = &cli.id {
+        vmm::instance::set_id(id);
         log::info!("instance id: {id}");
+    }
+    if cli.waits_for_api() {
+        serve_preboot(&cli);
     }
 
     let (config, drives) = match effective_config(&cli) {
@@ -59,21 +94,5 @@ fn main() {
         }
         return;
     }
-    match vmm::vm::run(&config, drives) {
-        Ok(stop) => {
-            if let vmm::stop::StopReason::Failed { .. } = stop {
-                eprintln!("osprey: error: {}", stop.describe());
-            }
-            std::process::exit(stop.exit_status())
-        }
-        Err(e) => {
-            eprintln!("osprey: error: {e}");
-            // A limit of this host is a config error: the same config may run elsewhere.
-            let status = match e {
-                vmm::vm::VmError::Limit(_) => EXIT_CONFIG,
-                _ => EXIT_VMM,
-            };
-            std::process::exit(status);
-        }
-    }
+    exit_with(vmm::vm::run(&config, drives))
 }

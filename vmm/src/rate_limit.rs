@@ -66,6 +66,9 @@ impl RateLimitGroupConfig {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DriveUpdate {
+    /// Firecracker's `PartialDrive` names the drive again: when given, it must equal the path's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drive_id: Option<String>,
     /// Absent: unchanged; `null`: removed; an object: the new limits (full buckets).
     #[serde(
         default,

@@ -6,8 +6,12 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::PollPolicyKind;
+use crate::config::{
+    BootSourceConfig, DriveConfig, IoThreadConfig, MachineConfig, MetricsConfig, PollPolicyKind,
+};
+use crate::logger::LoggerConfig;
 use crate::patch::present;
+use crate::rate_limit::RateLimitGroupConfig;
 pub use crate::rate_limit::{DriveUpdate, GroupUpdate};
 
 /// A request for the control thread.
@@ -40,6 +44,60 @@ pub enum ApiCommand {
     GetMetrics,
     /// `PUT /actions`.
     Action(VmAction),
+    /// `PATCH /vm`: Firecracker's pause and resume, which succeed when already done.
+    SetVmState(VmStateRequest),
+    /// `GET /machine-config`.
+    GetMachineConfig,
+    /// `PUT /machine-config` (before `InstanceStart`): fields left out take their defaults.
+    PutMachineConfig(MachineConfig),
+    /// `PATCH /machine-config` (before `InstanceStart`): the fields given change.
+    PatchMachineConfig(serde_json::Map<String, serde_json::Value>),
+    /// `PUT /boot-source` (before `InstanceStart`).
+    PutBootSource(BootSourceConfig),
+    /// `PUT /drives/{id}` (before `InstanceStart`): adds or replaces the drive.
+    PutDrive(String, Box<DriveConfig>),
+    /// `PUT /iothreads/{id}` (before `InstanceStart`): adds or replaces the iothread.
+    PutIoThread(String, Box<IoThreadConfig>),
+    /// `PUT /rate-limit-groups/{id}` (before `InstanceStart`): adds or replaces the group.
+    PutRateLimitGroup(String, RateLimitGroupConfig),
+    /// `PUT /logger`: Firecracker's logger (before `InstanceStart`).
+    PutLogger(LoggerConfig),
+    /// `PUT /metrics`: the metrics file (before `InstanceStart`).
+    PutMetrics(MetricsConfig),
+}
+
+impl ApiCommand {
+    /// The route a pre-boot-only command came from, for the refusal once the VM runs.
+    pub fn preboot_only(&self) -> Option<&'static str> {
+        Some(match self {
+            ApiCommand::PutMachineConfig(_) => "PUT /machine-config",
+            ApiCommand::PatchMachineConfig(_) => "PATCH /machine-config",
+            ApiCommand::PutBootSource(_) => "PUT /boot-source",
+            ApiCommand::PutDrive(..) => "PUT /drives",
+            ApiCommand::PutIoThread(..) => "PUT /iothreads",
+            ApiCommand::PutRateLimitGroup(..) => "PUT /rate-limit-groups",
+            ApiCommand::PutLogger(_) => "PUT /logger",
+            ApiCommand::PutMetrics(_) => "PUT /metrics",
+            _ => return None,
+        })
+    }
+}
+
+/// `PATCH /vm` body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VmStateRequest {
+    /// `Paused` or `Resumed`.
+    pub state: VmStateChange,
+}
+
+/// `PATCH /vm`'s states.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum VmStateChange {
+    /// Stop the vCPUs.
+    Paused,
+    /// Run them again.
+    Resumed,
 }
 
 /// `PATCH /iothreads/{id}` body: every field optional, unknown fields refused. A field left out
@@ -99,9 +157,16 @@ pub struct ActionRequest {
     pub action_type: VmAction,
 }
 
-/// A VM action.
+/// A VM action: Firecracker's (`InstanceStart`, `SendCtrlAltDel`, `FlushMetrics`) and Osprey's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum VmAction {
+    /// Boot the VM configured over the API (only before it started).
+    InstanceStart,
+    /// Press Ctrl+Alt+Del on the guest's i8042 keyboard (a Linux guest with `reboot=k` then
+    /// reboots, which stops the VM).
+    SendCtrlAltDel,
+    /// Write a line to the metrics file now.
+    FlushMetrics,
     /// Stop the vCPUs (I/O in flight completes); 409 when already paused.
     Pause,
     /// Restart the vCPUs; 409 when running.

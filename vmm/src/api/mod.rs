@@ -3,7 +3,8 @@
 //!
 //! - [`server`]: the thread, the runtime and the connections ([`server::start`]);
 //! - [`socket`]: binding the socket (0600, stale-file replacement);
-//! - [`routes`]: the route table and handlers; [`body`]: request bodies; [`reply`]: waiting
+//! - [`routes`]: the route table and handlers, [`configure`]: the pre-boot PUTs,
+//!   [`unsupported`]: Firecracker's routes Osprey lacks; [`body`]: request bodies; [`reply`]: waiting
 //!   for the control thread; [`fault`]: `{"fault_message": …}` errors; [`malformed`]: the same
 //!   body for requests hyper cannot parse;
 //! - [`prometheus`]: the text-format view of `GET /metrics`;
@@ -17,6 +18,7 @@
 pub mod body;
 pub mod client;
 pub mod command;
+pub mod configure;
 pub mod fault;
 pub mod malformed;
 pub mod prometheus;
@@ -24,6 +26,7 @@ pub mod reply;
 pub mod routes;
 pub mod server;
 pub mod socket;
+pub mod unsupported;
 
 pub use server::{start, ApiServer};
 pub use socket::ApiServerError;

@@ -1,8 +1,12 @@
-//! Hands a command to the control thread and turns its [`ApiReply`] into an HTTP response:
-//! `Ok(null)` → 204, `Ok(value)` → 200 with the JSON, `Err(e)` → `e.status()` with a fault.
+//! What every handler shares ([`ApiState`], the path's id) and how it hands a command to the
+//! control thread and turns its [`ApiReply`] into an HTTP response: `Ok(null)` → 204,
+//! `Ok(value)` → 200 with the JSON, `Err(e)` → `e.status()` with a fault; a command that
+//! changes something is 204 whatever it returns ([`send_change`]).
 
 use std::time::Duration;
 
+use axum::extract::rejection::PathRejection;
+use axum::extract::Path;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -41,4 +45,43 @@ pub async fn call_and_respond(submit: &Submit, command: ApiCommand, timeout: Dur
         Ok(value) => respond(value),
         Err(fault) => fault.into_response(),
     }
+}
+
+/// What every handler needs.
+#[derive(Clone)]
+pub struct ApiState {
+    /// The way to the control thread.
+    pub submit: Submit,
+    /// How long to wait for its reply.
+    pub reply_timeout: Duration,
+    /// Largest accepted request body.
+    pub max_body: usize,
+}
+
+impl std::fmt::Debug for ApiState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiState")
+            .field("reply_timeout", &self.reply_timeout)
+            .field("max_body", &self.max_body)
+            .finish_non_exhaustive()
+    }
+}
+
+pub async fn send(state: &ApiState, command: ApiCommand) -> Response {
+    call_and_respond(&state.submit, command, state.reply_timeout).await
+}
+
+/// [`send`] for a command that changes something: 204 once it is done, whatever the control
+/// thread tells about the new state (a GET shows it).
+pub async fn send_change(state: &ApiState, command: ApiCommand) -> Response {
+    match call(&state.submit, command, state.reply_timeout).await {
+        Ok(_) => StatusCode::NO_CONTENT.into_response(),
+        Err(f) => f.into_response(),
+    }
+}
+
+/// The `{id}` of the path, or a 400.
+pub fn path_id(id: Result<Path<String>, PathRejection>) -> Result<String, Fault> {
+    id.map(|Path(id)| id)
+        .map_err(|e| Fault::bad_request(format!("path: {}", e.body_text())))
 }

@@ -1,7 +1,8 @@
 //! The route table and its handlers: each request becomes one [`ApiCommand`] once its path,
-//! query and body are valid; anything refused here never reaches the control thread.
-
-use std::time::Duration;
+//! query and body are valid; anything refused here never reaches the control thread. Every
+//! successful PUT and PATCH answers 204 with no body (Firecracker's rule, which its clients
+//! depend on), every GET 200 with JSON. The PUT routes that configure a VM before it starts are
+//! [`super::configure`]; Firecracker's routes Osprey does not implement, [`super::unsupported`].
 
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, Query, Request, State};
@@ -13,62 +14,86 @@ use axum::Router;
 use serde::Deserialize;
 
 use super::body;
-use super::command::{ActionRequest, ApiCommand, DriveUpdate, GroupUpdate, IoThreadUpdate, Submit};
+use super::command::{
+    ActionRequest, ApiCommand, DriveUpdate, GroupUpdate, IoThreadUpdate, VmStateRequest,
+};
+use super::configure;
 use super::fault::{self, Fault};
 use super::prometheus;
-use super::reply::{call, call_and_respond, respond};
+pub use super::reply::ApiState;
+use super::reply::{call, path_id, respond, send, send_change};
 
 /// Every `(method, path)` the router serves; the OpenAPI test checks `docs/api/openapi.json`
 /// against it, and the router test checks the router against it.
 pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/"),
+    ("GET", "/version"),
     ("GET", "/vm/config"),
+    ("PATCH", "/vm"),
+    ("GET", "/machine-config"),
+    ("PUT", "/machine-config"),
+    ("PATCH", "/machine-config"),
+    ("PUT", "/boot-source"),
+    ("PUT", "/logger"),
     ("GET", "/iothreads"),
     ("GET", "/iothreads/{id}"),
+    ("PUT", "/iothreads/{id}"),
     ("PATCH", "/iothreads/{id}"),
     ("GET", "/drives"),
     ("GET", "/drives/{id}"),
+    ("PUT", "/drives/{id}"),
     ("PATCH", "/drives/{id}"),
     ("GET", "/rate-limit-groups"),
     ("GET", "/rate-limit-groups/{id}"),
+    ("PUT", "/rate-limit-groups/{id}"),
     ("PATCH", "/rate-limit-groups/{id}"),
     ("GET", "/metrics"),
+    ("PUT", "/metrics"),
     ("PUT", "/actions"),
 ];
 
-/// What every handler needs.
-#[derive(Clone)]
-pub struct ApiState {
-    /// The way to the control thread.
-    pub submit: Submit,
-    /// How long to wait for its reply.
-    pub reply_timeout: Duration,
-    /// Largest accepted request body.
-    pub max_body: usize,
-}
+/// The Firecracker API version whose routes and shapes Osprey follows (`GET /version`).
+pub const FIRECRACKER_API_VERSION: &str = "1.16.1";
 
-impl std::fmt::Debug for ApiState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ApiState")
-            .field("reply_timeout", &self.reply_timeout)
-            .field("max_body", &self.max_body)
-            .finish_non_exhaustive()
-    }
-}
-
-/// The router: [`ROUTES`], a JSON 404 for other paths and a JSON 405 for other methods.
+/// The router: [`ROUTES`], Firecracker's unsupported routes (400), a JSON 404 for other paths
+/// and a JSON 405 for other methods.
 pub fn router(state: ApiState) -> Router {
-    Router::new()
+    let router = Router::new()
         .route("/", get(info))
+        .route("/version", get(version))
         .route("/vm/config", get(vm_config))
+        .route("/vm", axum::routing::patch(patch_vm))
+        .route(
+            "/machine-config",
+            get(configure::get_machine)
+                .put(configure::put_machine)
+                .patch(configure::patch_machine),
+        )
+        .route(
+            "/boot-source",
+            axum::routing::put(configure::put_boot_source),
+        )
+        .route("/logger", axum::routing::put(configure::put_logger))
         .route("/iothreads", get(list_iothreads))
-        .route("/iothreads/{id}", get(get_iothread).patch(patch_iothread))
+        .route(
+            "/iothreads/{id}",
+            get(get_iothread)
+                .put(configure::put_iothread)
+                .patch(patch_iothread),
+        )
         .route("/drives", get(list_drives))
-        .route("/drives/{id}", get(get_drive).patch(patch_drive))
+        .route(
+            "/drives/{id}",
+            get(get_drive).put(configure::put_drive).patch(patch_drive),
+        )
         .route("/rate-limit-groups", get(list_groups))
-        .route("/rate-limit-groups/{id}", get(get_group).patch(patch_group))
-        .route("/metrics", get(metrics))
-        .route("/actions", axum::routing::put(action))
+        .route(
+            "/rate-limit-groups/{id}",
+            get(get_group).put(configure::put_group).patch(patch_group),
+        )
+        .route("/metrics", get(metrics).put(configure::put_metrics))
+        .route("/actions", axum::routing::put(action));
+    super::unsupported::add_routes(router)
         .fallback(no_such_path)
         .method_not_allowed_fallback(fault::method_not_allowed)
         .with_state(state)
@@ -85,8 +110,19 @@ pub async fn no_such_path(request: Request) -> Fault {
     ))
 }
 
-async fn send(state: &ApiState, command: ApiCommand) -> Response {
-    call_and_respond(&state.submit, command, state.reply_timeout).await
+/// `GET /version`: the Firecracker API version followed, and Osprey's own.
+async fn version() -> Response {
+    respond(serde_json::json!({
+        "firecracker_version": FIRECRACKER_API_VERSION,
+        "osprey_version": env!("CARGO_PKG_VERSION"),
+    }))
+}
+
+async fn patch_vm(State(s): State<ApiState>, request: Request) -> Response {
+    match body::parse_json::<VmStateRequest>(request, s.max_body).await {
+        Ok(r) => send_change(&s, ApiCommand::SetVmState(r)).await,
+        Err(f) => f.into_response(),
+    }
 }
 
 async fn info(State(s): State<ApiState>) -> Response {
@@ -128,8 +164,9 @@ async fn get_by_id(
     }
 }
 
-/// A PATCH on `/{kind}/{id}`: the id, then a JSON body of type `T`, then the command.
-async fn patch<T: serde::de::DeserializeOwned>(
+/// A PUT or PATCH on `/{kind}/{id}`: the id, then a JSON body of type `T`, then the command;
+/// 204 when done.
+pub(super) async fn patch<T: serde::de::DeserializeOwned>(
     s: &ApiState,
     id: Result<Path<String>, PathRejection>,
     request: Request,
@@ -140,7 +177,7 @@ async fn patch<T: serde::de::DeserializeOwned>(
         Err(f) => return f.into_response(),
     };
     match body::parse_json::<T>(request, s.max_body).await {
-        Ok(update) => send(s, command(id, update)).await,
+        Ok(update) => send_change(s, command(id, update)).await,
         Err(f) => f.into_response(),
     }
 }
@@ -179,7 +216,7 @@ async fn patch_group(
 
 async fn action(State(s): State<ApiState>, request: Request) -> Response {
     match body::parse_json::<ActionRequest>(request, s.max_body).await {
-        Ok(a) => send(&s, ApiCommand::Action(a.action_type)).await,
+        Ok(a) => send_change(&s, ApiCommand::Action(a.action_type)).await,
         Err(f) => f.into_response(),
     }
 }
@@ -237,9 +274,4 @@ fn metrics_format(request: &Request) -> Result<MetricsFormat, Fault> {
     } else {
         Ok(MetricsFormat::Json)
     }
-}
-
-fn path_id(id: Result<Path<String>, PathRejection>) -> Result<String, Fault> {
-    id.map(|Path(id)| id)
-        .map_err(|e| Fault::bad_request(format!("path: {}", e.body_text())))
 }

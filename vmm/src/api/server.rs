@@ -54,6 +54,43 @@ pub struct ApiServer {
     socket: PathBuf,
     stop: Arc<Notify>,
     thread: Mutex<Option<JoinHandle<()>>>,
+    /// Hooks for the API thread to run between requests ([`ApiServer::run_on_thread`]).
+    hooks: tokio::sync::mpsc::UnboundedSender<LateHook>,
+}
+
+/// A hook and where its result goes.
+type LateHook = (OnStart, std::sync::mpsc::Sender<Result<(), String>>);
+
+/// Where the API thread's commands go, changeable while it serves: a VM configured over the API
+/// hands its commands first to the pre-boot loop, then to the running VM's control thread.
+#[derive(Clone)]
+pub struct SubmitSwitch(Arc<std::sync::RwLock<Submit>>);
+
+impl SubmitSwitch {
+    /// Sends to `to` until [`SubmitSwitch::set`].
+    pub fn new(to: Submit) -> Self {
+        Self(Arc::new(std::sync::RwLock::new(to)))
+    }
+
+    /// Sends to `to` from now on.
+    pub fn set(&self, to: Submit) {
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = to;
+    }
+
+    /// The `submit` to give the server.
+    pub fn submit(&self) -> Submit {
+        let inner = self.0.clone();
+        Arc::new(move |request| {
+            let to = inner.read().unwrap_or_else(|p| p.into_inner()).clone();
+            to(request);
+        })
+    }
+}
+
+impl std::fmt::Debug for SubmitSwitch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SubmitSwitch")
+    }
 }
 
 /// Binds `socket` and serves the API on a thread named `api`, handing commands to `submit`.
@@ -108,6 +145,7 @@ pub fn start_hooked(
     });
     let stop = Arc::new(Notify::new());
     let thread_stop = stop.clone();
+    let (hooks, hooks_rx) = tokio::sync::mpsc::unbounded_channel();
     let spawned = std::thread::Builder::new()
         .name("api".into())
         .spawn(move || {
@@ -122,6 +160,7 @@ pub fn start_hooked(
                 app,
                 limits.header_read_timeout,
                 thread_stop,
+                hooks_rx,
             ));
         });
     match spawned {
@@ -129,6 +168,7 @@ pub fn start_hooked(
             socket: socket.to_path_buf(),
             stop,
             thread: Mutex::new(Some(thread)),
+            hooks,
         }),
         Err(e) => {
             let _ = std::fs::remove_file(socket);
@@ -141,6 +181,18 @@ impl ApiServer {
     /// The socket path.
     pub fn socket(&self) -> &Path {
         &self.socket
+    }
+
+    /// Runs `hook` on the API thread between requests and waits for it (a VM started over the
+    /// API puts the thread in its sandbox so). An error if the hook fails or the thread is gone.
+    pub fn run_on_thread(&self, hook: OnStart) -> Result<(), String> {
+        let (done, result) = std::sync::mpsc::channel();
+        self.hooks
+            .send((hook, done))
+            .map_err(|_| "the API thread has stopped".to_string())?;
+        result
+            .recv_timeout(REPLY_TIMEOUT)
+            .map_err(|_| "the API thread did not run the hook".to_string())?
     }
 
     /// Stops accepting, drops open connections and joins the thread. Idempotent.
@@ -176,12 +228,21 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
 /// Accepts until told to stop, then lets open connections finish their current response (idle
 /// ones close at once) for up to [`SHUTDOWN_GRACE`]; returning drops the runtime and with it
 /// whatever is left.
-async fn serve(listener: UnixListener, app: Router, header_timeout: Duration, stop: Arc<Notify>) {
+async fn serve(
+    listener: UnixListener,
+    app: Router,
+    header_timeout: Duration,
+    stop: Arc<Notify>,
+    mut hooks: tokio::sync::mpsc::UnboundedReceiver<LateHook>,
+) {
     let (closing_tx, closing) = watch::channel(false);
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
             () = stop.notified() => break,
+            Some((hook, done)) = hooks.recv() => {
+                let _ = done.send(hook().map_err(|e| e.to_string()));
+            }
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
                     let task = connection(stream, app.clone(), header_timeout, closing.clone());

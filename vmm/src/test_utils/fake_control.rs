@@ -50,8 +50,25 @@ pub fn metrics() -> Value {
 pub fn answer(command: &ApiCommand) -> ApiReply {
     let not_found = |kind: &str, id: &str| Err(ApiError::NotFound(format!("no {kind} `{id}`")));
     match command {
-        ApiCommand::GetInfo => {
-            Ok(json!({"name": "osprey", "version": "0.1.0", "state": "Running"}))
+        ApiCommand::GetInfo => Ok(json!({"app_name": "Osprey", "id": "anonymous-instance",
+            "state": "Running", "vmm_version": "0.1.0", "name": "osprey", "version": "0.1.0"})),
+        ApiCommand::GetMachineConfig => Ok(json!({"vcpu_count": 2, "mem_size_mib": 256,
+            "smt": false, "track_dirty_pages": false})),
+        ApiCommand::SetVmState(_) => Ok(Value::Null),
+        // The canned VM runs: the pre-boot PUTs are refused as the control thread refuses them.
+        c @ (ApiCommand::PutMachineConfig(_)
+        | ApiCommand::PatchMachineConfig(_)
+        | ApiCommand::PutBootSource(_)
+        | ApiCommand::PutDrive(..)
+        | ApiCommand::PutIoThread(..)
+        | ApiCommand::PutRateLimitGroup(..)
+        | ApiCommand::PutLogger(_)
+        | ApiCommand::PutMetrics(_)) => Err(ApiError::BadRequest(format!(
+            "{} is only allowed before InstanceStart; the VM is running",
+            c.preboot_only().unwrap_or("this route")
+        ))),
+        ApiCommand::Action(VmAction::InstanceStart) => {
+            Err(ApiError::BadRequest("the VM is already running".into()))
         }
         ApiCommand::GetConfig => {
             Ok(json!({"machine-config": {"vcpu_count": 2, "mem_size_mib": 256}}))

@@ -55,6 +55,12 @@ pub enum VmError {
     /// The API server could not start.
     #[error("starting the API server: {0}")]
     Api(#[source] crate::api::ApiServerError),
+    /// The API thread that served before the start could not enter the sandbox.
+    #[error("entering the sandbox on the API thread: {0}")]
+    ApiSandbox(String),
+    /// The API thread stopped before the VM was started over it.
+    #[error("the API thread stopped before InstanceStart")]
+    ApiStopped,
     /// The control thread's event loop could not be set up.
     #[error(transparent)]
     ControlLoop(#[from] crate::control_loop::ControlLoopError),

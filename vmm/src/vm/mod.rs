@@ -20,6 +20,7 @@ use kvm_bindings::KVM_MAX_CPUID_ENTRIES;
 use kvm_ioctls::VmFd;
 use vm_memory::GuestMemoryMmap;
 
+use crate::api::server::{ApiServer, SubmitSwitch};
 use crate::boot::{self, BootEntry, BootSpec};
 use crate::config::VmConfig;
 use crate::control_loop::ControlLoop;
@@ -33,8 +34,8 @@ use crate::vcpu::VcpuRunner;
 use crate::{acpi, mptable};
 use error::kvm_err;
 pub use error::VmError;
-pub use running::RunningVm;
-use running::{register_signal_handlers, MetricsFile};
+use running::MetricsFile;
+pub use running::{register_signal_handlers, stop_signal, RunningVm};
 
 /// Forwards device exit requests to the control loop.
 struct ChannelExit(ControlSender);
@@ -45,13 +46,31 @@ impl ExitRequester for ChannelExit {
     }
 }
 
+/// An API server that was serving before the VM was built (a VM configured over the API): the
+/// VM takes it over instead of starting its own.
+#[derive(Debug, Clone)]
+pub struct ServingApi {
+    /// The server.
+    pub server: Arc<ApiServer>,
+    /// Where its commands go; the VM points it at its control thread.
+    pub switch: SubmitSwitch,
+}
+
 /// Builds the VM described by `config` (its values checked, its defaults filled in by
 /// `VmConfig::fill_defaults`) on the drive files start-up's preflight opened (in `drives`
-/// order), and starts its vCPUs.
-pub fn start(config: &VmConfig, drive_files: Vec<OpenedDrive>) -> Result<RunningVm, VmError> {
+/// order), and starts its vCPUs. With `serving`, the API is that server, and the caller has
+/// already run [`Sandbox::enter_early`] (before that server's thread started).
+pub fn start(
+    config: &VmConfig,
+    drive_files: Vec<OpenedDrive>,
+    serving: Option<ServingApi>,
+) -> Result<RunningVm, VmError> {
     let started = Instant::now();
-    // Alone on the main thread still: namespaces (when asked) and no_new_privs for every thread.
-    Sandbox::enter_early(&config.sandbox)?;
+    if serving.is_none() {
+        // Alone on the main thread still: namespaces (when asked) and no_new_privs for every
+        // thread.
+        Sandbox::enter_early(&config.sandbox)?;
+    }
     let (kvm, vm, mem) = kvm::create_vm(config)?;
     let metrics_every = config
         .metrics
@@ -89,7 +108,10 @@ pub fn start(config: &VmConfig, drive_files: Vec<OpenedDrive>) -> Result<Running
         },
     )?;
     spawn_stdin_reader(devices.serial.clone(), sandbox.hook(ThreadKind::Stdin));
-    let api = start_api(config, &tx, &sandbox)?;
+    let api = match serving {
+        Some(serving) => Some(take_over_api(serving, &tx, &sandbox)?),
+        None => start_api(config, &tx, &sandbox)?,
+    };
     enter_control_sandbox(&sandbox)?;
     log::info!(
         "Started {} vCPU(s), {} MiB in {:.1} ms; boot timings {}",
@@ -277,35 +299,59 @@ fn spawn_stdin_reader(serial: Arc<Mutex<SerialConsole>>, sandbox: ThreadHook) {
     }
 }
 
+/// The submit that hands API commands to the control thread.
+fn control_submit(tx: &ControlSender) -> crate::api::command::Submit {
+    let sender = tx.clone();
+    Arc::new(move |req| {
+        sender.send(ControlEvent::Api(req));
+    })
+}
+
 /// The REST API server on `api.socket`, if configured, its thread in the sandbox.
 fn start_api(
     config: &VmConfig,
     tx: &ControlSender,
     sandbox: &Arc<Sandbox>,
-) -> Result<Option<crate::api::server::ApiServer>, VmError> {
+) -> Result<Option<Arc<ApiServer>>, VmError> {
     let Some(a) = &config.api else {
         return Ok(None);
     };
-    let sender = tx.clone();
-    let submit: crate::api::command::Submit = Arc::new(move |req| {
-        sender.send(ControlEvent::Api(req));
-    });
     let server = crate::api::server::start_hooked(
         &a.socket,
-        submit,
+        control_submit(tx),
         crate::api::server::ServerLimits::default(),
         Some(sandbox.hook(ThreadKind::Api)),
     )
     .map_err(VmError::Api)?;
-    if let Err(e) = sandbox.hand_over(&a.socket) {
+    hand_over_socket(sandbox, &a.socket);
+    log::info!("API listening on {}", a.socket.display());
+    Ok(Some(Arc::new(server)))
+}
+
+/// The server that served the pre-boot API: its thread enters the sandbox, then its commands
+/// go to the control thread.
+fn take_over_api(
+    serving: ServingApi,
+    tx: &ControlSender,
+    sandbox: &Arc<Sandbox>,
+) -> Result<Arc<ApiServer>, VmError> {
+    serving
+        .server
+        .run_on_thread(sandbox.hook(ThreadKind::Api))
+        .map_err(VmError::ApiSandbox)?;
+    hand_over_socket(sandbox, serving.server.socket());
+    serving.switch.set(control_submit(tx));
+    Ok(serving.server)
+}
+
+fn hand_over_socket(sandbox: &Sandbox, socket: &std::path::Path) {
+    if let Err(e) = sandbox.hand_over(socket) {
         log::warn!(
             "API socket {}: cannot give it to the sandbox's user ({e}); it will be left \
              behind at exit",
-            a.socket.display()
+            socket.display()
         );
     }
-    log::info!("API listening on {}", a.socket.display());
-    Ok(Some(server))
 }
 
 /// The control thread (this one) enters the sandbox last, and says what is in force.
@@ -322,7 +368,7 @@ fn enter_control_sandbox(sandbox: &Sandbox) -> Result<(), VmError> {
 /// Builds, runs and waits for the VM on the drive files the preflight opened; the process is to
 /// exit when this returns (the engines' Linux AIO contexts are left to the exit to free).
 pub fn run(config: &VmConfig, drive_files: Vec<OpenedDrive>) -> Result<StopReason, VmError> {
-    let mut vm = start(config, drive_files)?;
+    let mut vm = start(config, drive_files, None)?;
     vm.process_exits_after = true;
     Ok(vm.wait())
 }

@@ -30,8 +30,13 @@ extern "C" fn on_stop_signal(num: libc::c_int, _: *mut libc::siginfo_t, _: *mut 
 
 extern "C" fn on_kick(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {}
 
+/// The stop signal received (SIGINT or SIGTERM), or 0.
+pub fn stop_signal() -> i32 {
+    STOP_SIGNAL.load(Ordering::SeqCst)
+}
+
 /// The vCPU kick (a real-time signal that only interrupts `KVM_RUN`) and the stop signals.
-pub(super) fn register_signal_handlers() -> Result<(), VmError> {
+pub fn register_signal_handlers() -> Result<(), VmError> {
     register_signal_handler(SIGRTMIN(), on_kick).map_err(|e| VmError::Os {
         what: "vCPU kick signal",
         source: e.into(),
@@ -54,7 +59,7 @@ pub struct RunningVm {
     /// Keeps the channel open for the API server's submissions.
     pub(super) events_tx: ControlSender,
     /// The REST API server, if configured (stopped, and its socket removed, when dropped).
-    pub(super) api: Option<crate::api::server::ApiServer>,
+    pub(super) api: Option<Arc<crate::api::server::ApiServer>>,
     /// The metrics file, opened before the sandbox closed the file system.
     pub(super) metrics: Option<MetricsFile>,
     /// Kept so that the sandbox (its ruleset fd) is released by the control thread, whose
@@ -81,6 +86,12 @@ impl std::fmt::Debug for RunningVm {
 }
 
 impl RunningVm {
+    /// The process exits once [`RunningVm::wait`] returns: the engines' Linux AIO contexts are
+    /// left to the exit.
+    pub fn set_process_exits_after(&mut self) {
+        self.process_exits_after = true;
+    }
+
     /// Waits for the reason the VM stops, then stops every vCPU.
     pub fn wait(mut self) -> StopReason {
         let mut metrics = self.metrics.take();
@@ -98,6 +109,12 @@ impl RunningVm {
                         let (reply, effect) = self.controller().execute(req.command);
                         if effect == Effect::Pause {
                             self.pause_vcpus();
+                        }
+                        if effect == Effect::FlushMetrics {
+                            if let Some(m) = metrics.as_mut() {
+                                let line = self.controller().metrics();
+                                m.write(&line);
+                            }
                         }
                         let _ = req.reply.send(reply);
                         if effect == Effect::Shutdown {
@@ -206,15 +223,15 @@ pub(super) struct MetricsFile {
 }
 
 impl MetricsFile {
+    /// Opens (creates) the file for appending; a FIFO without a reader does not block.
     pub(super) fn open(cfg: &crate::config::MetricsConfig) -> Option<MetricsFile> {
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&cfg.path);
-        match file {
+        match crate::logger::open_nonblocking(&cfg.path) {
             Ok(file) => Some(MetricsFile { file }),
             Err(e) => {
-                log::error!("metrics.path: {}: {e}; no metrics file", cfg.path.display());
+                log::error!(
+                    "metrics.metrics_path: {}: {e}; no metrics file",
+                    cfg.path.display()
+                );
                 None
             }
         }

@@ -12,7 +12,7 @@ use crate::api::client::{self, Response};
 use crate::api::command::ApiCommand;
 use crate::api::server::{self, ApiServer, ServerLimits};
 use crate::test_utils::fake_control;
-pub use crate::test_utils::fake_control::{iothread, metrics};
+pub use crate::test_utils::fake_control::metrics;
 
 /// A directory removed on drop.
 #[derive(Debug)]

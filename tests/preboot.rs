@@ -1,0 +1,220 @@
+//! Firecracker's way to start a VM: `osprey --api-sock S` with no config, configured by PUTs and
+//! booted by `InstanceStart`, on one live test guest (root drive first, `root=` added and
+//! `pci=off` removed, a failed start answered and corrected, pause/resume as Firecracker
+//! answers them, metrics and log files from the API); and a stop signal before any start.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::blk::Disk;
+use common::{api_call as call, test_guest, Vmm};
+use serde_json::{json, Value};
+
+fn wait_for_socket(sock: &Path, vmm: &mut Vmm) {
+    let t0 = Instant::now();
+    while !sock.exists() {
+        assert!(!vmm.has_exited(), "osprey exited:\n{}", vmm.log_text());
+        assert!(t0.elapsed() < Duration::from_secs(10), "no API socket");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn put(sock: &Path, path: &str, body: Value) {
+    let (st, reply) = call(sock, "PUT", path, Some(&body.to_string()));
+    assert_eq!(st, 204, "PUT {path} {body}: {reply}");
+    assert!(reply.is_null(), "204 without a body: {reply}");
+}
+
+fn fault(sock: &Path, method: &str, path: &str, body: Value) -> String {
+    let (st, reply) = call(sock, method, path, Some(&body.to_string()));
+    assert_eq!(st, 400, "{method} {path} {body}: {reply}");
+    reply["fault_message"]
+        .as_str()
+        .expect("fault_message")
+        .to_string()
+}
+
+fn spawn(dir: &Path, id: &str) -> (Vmm, PathBuf) {
+    let sock = dir.join("api.sock");
+    let mut vmm = Vmm::spawn([
+        "--api-sock".as_ref(),
+        sock.as_os_str(),
+        "--id".as_ref(),
+        id.as_ref(),
+    ]);
+    wait_for_socket(&sock, &mut vmm);
+    (vmm, sock)
+}
+
+#[test]
+fn configured_over_the_api_then_started() {
+    let root = Disk::new("preboot-root", 8 << 20);
+    let data = Disk::new("preboot-data", 4 << 20);
+    let (mut vmm, s) = spawn(&root.dir, "pre-1");
+    let s = s.as_path();
+
+    // Before any PUT: Firecracker's defaults, and the state "Not started".
+    let (st, m) = call(s, "GET", "/machine-config", None);
+    assert_eq!(st, 200, "{m}");
+    assert_eq!(
+        (m["vcpu_count"].as_u64(), m["mem_size_mib"].as_u64()),
+        (Some(1), Some(128))
+    );
+    let (_, info) = call(s, "GET", "/", None);
+    assert_eq!(
+        (
+            info["id"].as_str(),
+            info["state"].as_str(),
+            info["app_name"].as_str()
+        ),
+        (Some("pre-1"), Some("Not started"), Some("Osprey"))
+    );
+    let (_, v) = call(s, "GET", "/version", None);
+    assert!(v["firecracker_version"].is_string(), "{v}");
+
+    // A start without a kernel, then with a kernel that is not there: 400, and still serving.
+    let start = json!({"action_type": "InstanceStart"});
+    let m = fault(s, "PUT", "/actions", start.clone());
+    assert!(m.contains("PUT /boot-source"), "{m}");
+    put(
+        s,
+        "/boot-source",
+        json!({"kernel_image_path": root.dir.join("no-such-kernel")}),
+    );
+    let m = fault(s, "PUT", "/actions", start.clone());
+    assert!(
+        m.contains("kernel_image_path") && m.contains("no-such-kernel"),
+        "{m}"
+    );
+    assert!(fault(s, "PATCH", "/vm", json!({"state": "Paused"})).contains("has not started"));
+    assert!(fault(s, "PUT", "/vsock", json!({"guest_cid": 3, "uds_path": "v"})).contains("vsock"));
+
+    // What the go-sdk sends, in its order (the root drive last), plus Osprey's own sections.
+    let log = root.dir.join("osprey.log");
+    let metrics = root.dir.join("metrics.json");
+    put(
+        s,
+        "/logger",
+        json!({"level": "Info", "log_path": log, "show_level": true, "show_log_origin": false}),
+    );
+    put(s, "/metrics", json!({"metrics_path": metrics}));
+    put(
+        s,
+        "/machine-config",
+        json!({"vcpu_count": 1, "mem_size_mib": 128}),
+    );
+    let args = "mode=blk rw=verify count=400 qd=4 hang=2 pci=off";
+    put(
+        s,
+        "/boot-source",
+        json!({"kernel_image_path": test_guest(), "boot_args": args}),
+    );
+    put(
+        s,
+        "/iothreads/fast",
+        json!({"id": "fast", "poll_policy": "Weighted"}),
+    );
+    put(
+        s,
+        "/drives/1",
+        json!({"drive_id": "1", "path_on_host": data.path,
+        "is_root_device": false, "is_read_only": true, "iothread": "fast"}),
+    );
+    put(
+        s,
+        "/drives/rootfs",
+        json!({"drive_id": "rootfs", "path_on_host": root.path,
+        "is_root_device": true, "is_read_only": false, "io_engine": "Async"}),
+    );
+    let m = fault(
+        s,
+        "PUT",
+        "/drives/x",
+        json!({"drive_id": "y", "path_on_host": "/d"}),
+    );
+    assert_eq!(m, "drive_id: `y` differs from the path's id `x`");
+    put(s, "/actions", start.clone());
+
+    // The root drive is the first device, whose serial the guest reports.
+    let blk = vmm.wait_console(Duration::from_secs(60), |l| l.starts_with("BLK "));
+    let blk: Value = serde_json::from_str(&blk.expect("BLK line").text[4..]).expect("BLK json");
+    assert_eq!(blk["serial"], "rootfs", "{blk}");
+    assert_eq!(blk["failures"], 0, "{blk}");
+
+    let (_, config) = call(s, "GET", "/vm/config", None);
+    let boot_args = config["boot-source"]["boot_args"]
+        .as_str()
+        .unwrap_or_default();
+    assert_eq!(
+        boot_args,
+        "mode=blk rw=verify count=400 qd=4 hang=2 root=/dev/vda rw"
+    );
+    assert_eq!(config["drives"][0]["drive_id"], "rootfs");
+    assert_eq!(
+        config["drives"][0]["io_engine"], "Auto",
+        "Firecracker's Async is Auto"
+    );
+    assert_eq!(config["drives"][1]["iothread"], "fast");
+    assert_eq!(call(s, "GET", "/", None).1["state"], "Running");
+
+    // Running: the pre-boot routes are refused; pause and resume as Firecracker answers them.
+    let m = fault(
+        s,
+        "PUT",
+        "/machine-config",
+        json!({"vcpu_count": 2, "mem_size_mib": 128}),
+    );
+    assert!(m.contains("only allowed before InstanceStart"), "{m}");
+    assert!(fault(s, "PUT", "/actions", start).contains("already running"));
+    for (state, shown) in [
+        ("Paused", "Paused"),
+        ("Paused", "Paused"),
+        ("Resumed", "Running"),
+        ("Resumed", "Running"),
+    ] {
+        let (st, reply) = call(
+            s,
+            "PATCH",
+            "/vm",
+            Some(&json!({"state": state}).to_string()),
+        );
+        assert_eq!(st, 204, "PATCH /vm {state}: {reply}");
+        assert_eq!(call(s, "GET", "/", None).1["state"], shown);
+    }
+    let lines = |p: &Path| {
+        std::fs::read_to_string(p)
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+    let before = lines(&metrics);
+    put(s, "/actions", json!({"action_type": "FlushMetrics"}));
+    assert!(lines(&metrics) > before, "FlushMetrics wrote a line");
+    let logged = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        logged.contains("pci=off removed"),
+        "the log file has the start's lines:\n{logged}"
+    );
+
+    vmm.signal(libc::SIGTERM);
+    vmm.wait_exit(Duration::from_secs(10));
+    assert!(!s.exists(), "the socket is removed at exit");
+}
+
+#[test]
+fn a_stop_signal_before_the_start_ends_osprey_and_removes_the_socket() {
+    let dir = Disk::new("preboot-signal", 1 << 20);
+    let (mut vmm, sock) = spawn(&dir.dir, "pre-2");
+    assert_eq!(call(&sock, "GET", "/", None).1["state"], "Not started");
+    vmm.signal(libc::SIGTERM);
+    let status = vmm.wait_exit(Duration::from_secs(5));
+    assert_eq!(status.code(), Some(0), "a stop asked for is a clean stop");
+    assert!(
+        vmm.log_text().contains("received signal 15"),
+        "{}",
+        vmm.log_text()
+    );
+    assert!(!sock.exists(), "socket removed");
+}

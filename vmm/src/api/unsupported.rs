@@ -1,0 +1,86 @@
+//! Firecracker's routes for devices and features Osprey does not have: each answers 400 with a
+//! `fault_message` naming what is missing, so a client that needs it fails at once and says why,
+//! instead of booting a VM without it.
+
+use axum::extract::Request;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{on, MethodFilter};
+use axum::Router;
+
+use super::fault::Fault;
+
+/// `(method, path, what is missing)` for every such route of Firecracker v1.16.1.
+pub const UNSUPPORTED: &[(&str, &str, &str)] = &[
+    ("PUT", "/network-interfaces/{id}", NET),
+    ("PATCH", "/network-interfaces/{id}", NET),
+    ("DELETE", "/network-interfaces/{id}", NET),
+    ("PUT", "/vsock", VSOCK),
+    ("GET", "/balloon", BALLOON),
+    ("PUT", "/balloon", BALLOON),
+    ("PATCH", "/balloon", BALLOON),
+    ("GET", "/balloon/statistics", BALLOON),
+    ("PATCH", "/balloon/statistics", BALLOON),
+    ("PATCH", "/balloon/hinting/start", BALLOON),
+    ("GET", "/balloon/hinting/status", BALLOON),
+    ("PATCH", "/balloon/hinting/stop", BALLOON),
+    ("GET", "/mmds", MMDS),
+    ("PUT", "/mmds", MMDS),
+    ("PATCH", "/mmds", MMDS),
+    ("PUT", "/mmds/config", MMDS),
+    ("PUT", "/entropy", ENTROPY),
+    ("PUT", "/serial", SERIAL),
+    ("PUT", "/pmem/{id}", PMEM),
+    ("PATCH", "/pmem/{id}", PMEM),
+    ("DELETE", "/pmem/{id}", PMEM),
+    ("GET", "/hotplug/memory", HOTPLUG),
+    ("PUT", "/hotplug/memory", HOTPLUG),
+    ("PATCH", "/hotplug/memory", HOTPLUG),
+    ("PUT", "/cpu-config", CPU_CONFIG),
+    ("PUT", "/snapshot/create", SNAPSHOT),
+    ("PUT", "/snapshot/load", SNAPSHOT),
+    ("DELETE", "/drives/{id}", DRIVE_UNPLUG),
+];
+
+const NET: &str = "network interfaces (virtio-net) are not supported by Osprey";
+const VSOCK: &str = "vsock is not supported by Osprey";
+const BALLOON: &str = "the balloon device is not supported by Osprey";
+const MMDS: &str = "MMDS (the microVM metadata service) is not supported by Osprey: it needs a \
+                    network interface";
+const ENTROPY: &str = "the entropy device (virtio-rng) is not supported by Osprey";
+const SERIAL: &str = "configuring the serial console is not supported by Osprey: the guest's \
+                      COM1 goes to Osprey's standard output";
+const PMEM: &str = "pmem devices are not supported by Osprey";
+const HOTPLUG: &str = "memory hot-plug is not supported by Osprey";
+const CPU_CONFIG: &str = "custom CPU templates are not supported by Osprey";
+const SNAPSHOT: &str = "snapshots are not supported by Osprey yet";
+const DRIVE_UNPLUG: &str = "removing a drive from a running VM is not supported by Osprey";
+
+/// `router` with every [`UNSUPPORTED`] route added (paths Osprey also serves keep their other
+/// methods).
+pub fn add_routes<S: Clone + Send + Sync + 'static>(mut router: Router<S>) -> Router<S> {
+    for (method, path, what) in UNSUPPORTED {
+        let filter = match *method {
+            "GET" => MethodFilter::GET,
+            "PUT" => MethodFilter::PUT,
+            "PATCH" => MethodFilter::PATCH,
+            _ => MethodFilter::DELETE,
+        };
+        let what: &'static str = what;
+        router = router.route(
+            path,
+            on(filter, move |request: Request| async move {
+                refuse(&request, what)
+            }),
+        );
+    }
+    router
+}
+
+fn refuse(request: &Request, what: &str) -> Response {
+    Fault::bad_request(format!(
+        "{} {}: {what} (docs/orchestration.md lists what Osprey implements)",
+        request.method(),
+        request.uri().path()
+    ))
+    .into_response()
+}

@@ -1,0 +1,198 @@
+//! The process's log: env_logger writing to standard error until `logger.log_path` (the config's
+//! `logger` section or `PUT /logger`, Firecracker's shape) names a file or FIFO; the level can
+//! change at any time. `RUST_LOG`, when set, decides the filter instead.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+use serde::{Deserialize, Serialize};
+
+/// `logger`: Firecracker's `PUT /logger` body.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoggerConfig {
+    /// The level (default `Info`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub level: Option<LogLevel>,
+    /// A file or FIFO the log goes to instead of standard error (opened non-blocking, appended).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_path: Option<PathBuf>,
+    /// Print each line's level.
+    #[serde(default)]
+    pub show_level: bool,
+    /// Print each line's source file and line.
+    #[serde(default)]
+    pub show_log_origin: bool,
+    /// Firecracker's module filter: not supported (use `RUST_LOG`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module: Option<String>,
+}
+
+/// Firecracker's level names (`Warn` also read).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LogLevel {
+    /// Nothing.
+    Off,
+    /// Errors.
+    Error,
+    /// Warnings and errors.
+    #[serde(alias = "Warn")]
+    Warning,
+    /// The default.
+    Info,
+    /// More.
+    Debug,
+    /// Everything.
+    Trace,
+}
+
+impl From<LogLevel> for log::LevelFilter {
+    fn from(l: LogLevel) -> Self {
+        match l {
+            LogLevel::Off => Self::Off,
+            LogLevel::Error => Self::Error,
+            LogLevel::Warning => Self::Warn,
+            LogLevel::Info => Self::Info,
+            LogLevel::Debug => Self::Debug,
+            LogLevel::Trace => Self::Trace,
+        }
+    }
+}
+
+/// Errors applying a logger config.
+#[derive(Debug, thiserror::Error)]
+pub enum LoggerError {
+    /// The log file could not be opened.
+    #[error("log_path: {path}: {source}")]
+    Open {
+        /// The path.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// `module` was given.
+    #[error("module: filtering by module is not supported; set RUST_LOG instead")]
+    Module,
+}
+
+/// Where lines go: `None` is standard error.
+static SINK: Mutex<Option<File>> = Mutex::new(None);
+/// Lines carry their level (Osprey's default; Firecracker's `show_level`).
+static SHOW_LEVEL: AtomicBool = AtomicBool::new(true);
+static SHOW_ORIGIN: AtomicBool = AtomicBool::new(false);
+/// `RUST_LOG` decides the filter: `level` is then not applied.
+static ENV_FILTER: AtomicBool = AtomicBool::new(false);
+
+/// The writer env_logger is given.
+struct Sink;
+
+impl Write for Sink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let mut file = SINK.lock().unwrap_or_else(|p| p.into_inner());
+        match file.as_mut() {
+            Some(f) => f.write(buf),
+            None => std::io::stderr().write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Installs the logger at `level` (or `RUST_LOG`'s filter when set). Call once.
+pub fn init(level: log::LevelFilter) {
+    let mut builder = env_logger::Builder::new();
+    builder
+        .target(env_logger::Target::Pipe(Box::new(Sink)))
+        .format(|buf, record| {
+            let ts = buf.timestamp_millis();
+            let level = if SHOW_LEVEL.load(Ordering::Relaxed) {
+                format!(" {:<5}", record.level())
+            } else {
+                String::new()
+            };
+            let origin = match (SHOW_ORIGIN.load(Ordering::Relaxed), record.file()) {
+                (true, Some(file)) => format!(" {file}:{}", record.line().unwrap_or(0)),
+                _ => String::new(),
+            };
+            writeln!(buf, "[{ts}{level}{origin}] {}", record.args())
+        });
+    if std::env::var_os("RUST_LOG").is_some() {
+        ENV_FILTER.store(true, Ordering::Relaxed);
+        builder.parse_env("RUST_LOG");
+    } else {
+        builder.filter_level(log::LevelFilter::Trace);
+    }
+    if builder.try_init().is_ok() && !ENV_FILTER.load(Ordering::Relaxed) {
+        log::set_max_level(level);
+    }
+}
+
+/// Applies `config`: the level at once, the file opened (non-blocking, so a FIFO without a
+/// reader does not block, as Firecracker opens it) and used from the next line on.
+pub fn apply(config: &LoggerConfig) -> Result<(), LoggerError> {
+    if config.module.is_some() {
+        return Err(LoggerError::Module);
+    }
+    if let Some(path) = &config.log_path {
+        let file = open_nonblocking(path).map_err(|source| LoggerError::Open {
+            path: path.clone(),
+            source,
+        })?;
+        *SINK.lock().unwrap_or_else(|p| p.into_inner()) = Some(file);
+    }
+    SHOW_LEVEL.store(config.show_level, Ordering::Relaxed);
+    SHOW_ORIGIN.store(config.show_log_origin, Ordering::Relaxed);
+    if !ENV_FILTER.load(Ordering::Relaxed) {
+        log::set_max_level(config.level.unwrap_or(LogLevel::Info).into());
+    }
+    Ok(())
+}
+
+/// Opens `path` for appending, created if missing, without blocking on a FIFO.
+pub fn open_nonblocking(path: &std::path::Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .append(true)
+        .create(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn firecrackers_body_is_read_and_module_is_refused() {
+        let c: LoggerConfig = serde_json::from_str(
+            r#"{"level":"Debug","log_path":"/tmp/x","show_level":true,"show_log_origin":false}"#,
+        )
+        .expect("firecracker's body");
+        assert_eq!(c.level, Some(LogLevel::Debug));
+        assert!(serde_json::from_str::<LoggerConfig>(r#"{"level":"Loud"}"#).is_err());
+        assert!(serde_json::from_str::<LoggerConfig>(r#"{"colour":true}"#).is_err());
+        let module = LoggerConfig {
+            module: Some("vmm".into()),
+            ..Default::default()
+        };
+        assert!(matches!(apply(&module), Err(LoggerError::Module)));
+    }
+
+    #[test]
+    fn a_fifo_without_a_reader_opens() {
+        let fifo = std::env::temp_dir().join(format!("osprey-log-{}.fifo", std::process::id()));
+        let _ = std::fs::remove_file(&fifo);
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).expect("path");
+        // SAFETY: `c` is a valid NUL-terminated path; mkfifo only creates a file.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let opened = open_nonblocking(&fifo);
+        let _ = std::fs::remove_file(&fifo);
+        opened.expect("opens without a reader");
+    }
+}

@@ -1,0 +1,117 @@
+//! The "Not started" phase (Firecracker's pre-boot API): `osprey --api-sock S` without a config
+//! serves the API at once, builds the VM's config from the PUTs it receives ([`PendingVm`]),
+//! and on `InstanceStart` prepares it as a config file would be ([`crate::launch::prepare`])
+//! and starts the VM on the same server. A failed start is answered with 400 and leaves the
+//! phase as it was, so the client can correct the config and try again.
+
+mod pending;
+
+use std::path::Path;
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use pending::PendingVm;
+
+use crate::api::command::{ApiCommand, ApiError, ApiRequest, Submit, VmAction};
+use crate::api::server::{ServerLimits, SubmitSwitch};
+use crate::config::VmConfig;
+use crate::events::ControlEvent;
+use crate::sandbox::Sandbox;
+use crate::stop::StopReason;
+use crate::vm::{RunningVm, ServingApi, VmError};
+
+/// How often the loop looks for a stop signal while it waits for requests.
+const SIGNAL_CHECK: Duration = Duration::from_millis(50);
+
+/// Serves the pre-boot API on `socket` with `base` (the command line's values) as the starting
+/// config, until a stop signal or until `InstanceStart` starts a VM; then runs that VM until it
+/// stops.
+pub fn serve(socket: &Path, mut base: VmConfig) -> Result<StopReason, VmError> {
+    base.api = Some(crate::config::ApiConfig {
+        socket: socket.to_path_buf(),
+    });
+    // Before the API thread exists: namespaces and no_new_privs need a single thread.
+    Sandbox::enter_early(&base.sandbox)?;
+    crate::vm::register_signal_handlers()?;
+    let (tx, rx) = mpsc::channel::<ApiRequest>();
+    let to_preboot: Submit = Arc::new(move |request| {
+        // The receiver lives as long as this loop; after it, the switch points elsewhere.
+        let _ = tx.send(request);
+    });
+    let switch = SubmitSwitch::new(to_preboot.clone());
+    let server =
+        crate::api::server::start_hooked(socket, switch.submit(), ServerLimits::default(), None)
+            .map_err(VmError::Api)?;
+    let server = Arc::new(server);
+    log::info!(
+        "API listening on {}; the VM starts on PUT /actions {{\"action_type\": \"InstanceStart\"}}",
+        socket.display()
+    );
+    let mut pending = PendingVm::new(base);
+    loop {
+        let signal = crate::vm::stop_signal();
+        if signal != 0 {
+            log::info!("received signal {signal} before InstanceStart; stopping");
+            return Ok(StopReason::Signal(signal));
+        }
+        let request = match rx.recv_timeout(SIGNAL_CHECK) {
+            Ok(r) => r,
+            Err(RecvTimeoutError::Timeout) => continue,
+            Err(RecvTimeoutError::Disconnected) => return Err(VmError::ApiStopped),
+        };
+        if request.command != ApiCommand::Action(VmAction::InstanceStart) {
+            let reply = pending.execute(request.command);
+            let _ = request.reply.send(reply);
+            continue;
+        }
+        let serving = ServingApi {
+            server: server.clone(),
+            switch: switch.clone(),
+        };
+        match start(&pending, serving) {
+            Ok(vm) => {
+                let _ = request.reply.send(Ok(serde_json::Value::Null));
+                // Requests that reached the pre-boot loop while the VM was starting.
+                let control = vm.control_sender();
+                while let Ok(r) = rx.try_recv() {
+                    control.send(ControlEvent::Api(r));
+                }
+                drop(server);
+                return Ok(vm.wait());
+            }
+            Err(e) => {
+                switch.set(to_preboot.clone());
+                log::error!("InstanceStart: {e}");
+                let _ = request
+                    .reply
+                    .send(Err(ApiError::BadRequest(format!("InstanceStart: {e}"))));
+            }
+        }
+    }
+}
+
+/// Why `InstanceStart` failed: the config, or building the VM.
+#[derive(Debug, thiserror::Error)]
+enum StartError {
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    #[error(transparent)]
+    Vm(#[from] VmError),
+}
+
+/// Prepares the pending config and starts the VM on the serving API.
+fn start(pending: &PendingVm, serving: ServingApi) -> Result<RunningVm, StartError> {
+    let mut config = pending.config()?;
+    // The socket is ours and served: the preflight must not find it busy.
+    let api = config.api.take();
+    let mut prepared = crate::launch::prepare(config)?;
+    for w in &prepared.warnings {
+        log::warn!("{w}");
+    }
+    prepared.config.api = api;
+    crate::boot_timing::mark(crate::boot_timing::Step::ConfigParsed);
+    let mut vm = crate::vm::start(&prepared.config, prepared.drives, Some(serving))?;
+    vm.set_process_exits_after();
+    Ok(vm)
+}

@@ -1,0 +1,321 @@
+//! The config a VM is given over the API before `InstanceStart`: each PUT checks its section's
+//! own values at once (the error names the field) and replaces or adds it; what sections say of
+//! each other (an iothread a drive names exists, one root drive) is checked at the start, as a
+//! config file's are.
+
+use serde_json::Value;
+
+use crate::api::command::{ApiCommand, ApiError, ApiReply};
+use crate::config::{invalid, validate, ConfigError, VmConfig};
+use crate::instance::InstanceInfo;
+
+/// The VM being configured.
+#[derive(Debug)]
+pub struct PendingVm {
+    config: VmConfig,
+    boot_source_set: bool,
+}
+
+fn bad(e: impl std::fmt::Display) -> ApiError {
+    ApiError::BadRequest(e.to_string())
+}
+
+fn to_json<T: serde::Serialize>(value: &T) -> ApiReply {
+    serde_json::to_value(value).map_err(|e| ApiError::Internal(e.to_string()))
+}
+
+fn not_started(what: &str) -> ApiError {
+    ApiError::BadRequest(format!(
+        "{what}: the VM has not started (PUT /actions {{\"action_type\": \"InstanceStart\"}} \
+         starts it)"
+    ))
+}
+
+fn not_found(kind: &str, id: &str) -> ApiError {
+    ApiError::NotFound(format!("no {kind} with id `{id}`"))
+}
+
+/// Replaces the entry whose id is `id`, or adds `entry` at the end; returns its index.
+fn upsert<T>(list: &mut Vec<T>, id: &str, entry: T, id_of: fn(&T) -> &str) -> usize {
+    match list.iter().position(|e| id_of(e) == id) {
+        Some(i) => {
+            list[i] = entry;
+            i
+        }
+        None => {
+            list.push(entry);
+            list.len() - 1
+        }
+    }
+}
+
+impl PendingVm {
+    /// Starts from `base`: the command line's values (vCPUs, memory, sandbox, API socket).
+    pub fn new(base: VmConfig) -> Self {
+        let boot_source_set = !base.boot.kernel_image_path.as_os_str().is_empty();
+        Self {
+            config: base,
+            boot_source_set,
+        }
+    }
+
+    /// The config to start: paths made absolute (from Osprey's working directory, as
+    /// Firecracker takes them); an error if no boot source was given.
+    pub fn config(&self) -> Result<VmConfig, ConfigError> {
+        if !self.boot_source_set {
+            return Err(invalid(
+                "boot-source",
+                "no kernel: PUT /boot-source {\"kernel_image_path\": …} first",
+            ));
+        }
+        let mut config = self.config.clone();
+        config.resolve_paths(std::path::Path::new(""));
+        Ok(config)
+    }
+
+    /// Answers one command of the pre-boot phase (`InstanceStart` is the caller's).
+    pub fn execute(&mut self, command: ApiCommand) -> ApiReply {
+        match command {
+            ApiCommand::GetInfo => to_json(&InstanceInfo::new("Not started", None)),
+            ApiCommand::GetConfig => self.config_json(),
+            ApiCommand::GetMachineConfig => to_json(&self.config.machine),
+            ApiCommand::PutMachineConfig(m) => self.set_machine(m),
+            ApiCommand::PatchMachineConfig(fields) => {
+                let mut merged = serde_json::to_value(&self.config.machine).map_err(bad)?;
+                if let Some(obj) = merged.as_object_mut() {
+                    obj.extend(fields);
+                }
+                let m = serde_json::from_value(merged).map_err(|e| {
+                    ApiError::BadRequest(crate::config::words::in_json_words(&e.to_string()))
+                })?;
+                self.set_machine(m)
+            }
+            ApiCommand::PutBootSource(b) => {
+                let mut candidate = self.config.clone();
+                candidate.boot = b;
+                candidate.check_boot_source().map_err(bad)?;
+                self.config = candidate;
+                self.boot_source_set = true;
+                Ok(Value::Null)
+            }
+            ApiCommand::PutDrive(id, d) => {
+                let d = *d;
+                let at = self
+                    .config
+                    .drives
+                    .iter()
+                    .position(|e| e.drive_id == id)
+                    .unwrap_or(self.config.drives.len());
+                validate::check_drive_values(at, &d).map_err(bad)?;
+                if d.is_root_device {
+                    if let Some(other) = self
+                        .config
+                        .drives
+                        .iter()
+                        .find(|e| e.is_root_device && e.drive_id != id)
+                    {
+                        return Err(ApiError::BadRequest(format!(
+                            "is_root_device: drive `{}` is already the root device",
+                            other.drive_id
+                        )));
+                    }
+                }
+                upsert(&mut self.config.drives, &id, d, |e| &e.drive_id);
+                Ok(Value::Null)
+            }
+            ApiCommand::PutIoThread(id, t) => {
+                let at = self
+                    .config
+                    .iothreads
+                    .iter()
+                    .position(|e| e.id == id)
+                    .unwrap_or(self.config.iothreads.len());
+                validate::check_iothread(at, &t).map_err(bad)?;
+                upsert(&mut self.config.iothreads, &id, *t, |e| &e.id);
+                Ok(Value::Null)
+            }
+            ApiCommand::PutRateLimitGroup(id, g) => {
+                g.limits().check("").map_err(bad)?;
+                upsert(&mut self.config.rate_limit_groups, &id, g, |e| &e.id);
+                Ok(Value::Null)
+            }
+            ApiCommand::PutLogger(l) => crate::logger::apply(&l).map(|()| Value::Null).map_err(bad),
+            ApiCommand::PutMetrics(m) => {
+                let mut candidate = self.config.clone();
+                candidate.metrics = Some(m);
+                candidate.check_metrics().map_err(bad)?;
+                self.config = candidate;
+                Ok(Value::Null)
+            }
+            ApiCommand::ListIoThreads => to_json(&self.config.iothreads),
+            ApiCommand::GetIoThread(id) => {
+                match self.config.iothreads.iter().find(|t| t.id == id) {
+                    Some(t) => to_json(t),
+                    None => Err(not_found("iothread", &id)),
+                }
+            }
+            ApiCommand::ListDrives => to_json(&self.config.drives),
+            ApiCommand::GetDrive(id) => {
+                match self.config.drives.iter().find(|d| d.drive_id == id) {
+                    Some(d) => to_json(d),
+                    None => Err(not_found("drive", &id)),
+                }
+            }
+            ApiCommand::ListRateLimitGroups => to_json(&self.config.rate_limit_groups),
+            ApiCommand::GetRateLimitGroup(id) => {
+                match self.config.rate_limit_groups.iter().find(|g| g.id == id) {
+                    Some(g) => to_json(g),
+                    None => Err(not_found("rate limit group", &id)),
+                }
+            }
+            ApiCommand::PatchIoThread(..) => Err(not_started("PATCH /iothreads (use PUT)")),
+            ApiCommand::PatchDrive(..) => Err(not_started("PATCH /drives (use PUT)")),
+            ApiCommand::PatchRateLimitGroup(..) => {
+                Err(not_started("PATCH /rate-limit-groups (use PUT)"))
+            }
+            ApiCommand::GetMetrics => Err(not_started("GET /metrics")),
+            ApiCommand::SetVmState(_) => Err(not_started("PATCH /vm")),
+            ApiCommand::Action(a) => Err(not_started(&format!("{a:?}"))),
+        }
+    }
+
+    fn set_machine(&mut self, m: crate::config::MachineConfig) -> ApiReply {
+        let mut candidate = self.config.clone();
+        candidate.machine = m;
+        candidate
+            .check_machine(crate::host::host_mem_mib())
+            .map_err(bad)?;
+        self.config = candidate;
+        Ok(Value::Null)
+    }
+
+    /// `GET /vm/config` before the start: the sections given so far (no `boot-source` until
+    /// one is).
+    fn config_json(&self) -> ApiReply {
+        let mut v = to_json(&self.config)?;
+        if !self.boot_source_set {
+            if let Some(obj) = v.as_object_mut() {
+                obj.remove("boot-source");
+            }
+        }
+        Ok(v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::command::{VmAction, VmStateChange, VmStateRequest};
+    use crate::config::{BootSourceConfig, DriveConfig, MachineConfig};
+
+    fn drive(id: &str, root: bool) -> Box<DriveConfig> {
+        let json =
+            format!(r#"{{"drive_id":"{id}","path_on_host":"{id}.img","is_root_device":{root}}}"#);
+        Box::new(serde_json::from_str(&json).expect("drive"))
+    }
+
+    fn fault(reply: ApiReply) -> String {
+        match reply {
+            Err(ApiError::BadRequest(m)) => m,
+            other => panic!("expected a 400, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn puts_build_the_config_and_bad_sections_change_nothing() {
+        let mut vm = PendingVm::new(VmConfig::default());
+        let info = vm.execute(ApiCommand::GetInfo).expect("info");
+        assert_eq!(info["state"], "Not started");
+        let m = vm.execute(ApiCommand::GetMachineConfig).expect("machine");
+        assert_eq!(
+            (m["vcpu_count"].as_u64(), m["mem_size_mib"].as_u64()),
+            (Some(1), Some(128))
+        );
+        assert_eq!(m["smt"], false);
+
+        let put = MachineConfig {
+            vcpu_count: 2,
+            mem_size_mib: 256,
+            ..MachineConfig::default()
+        };
+        assert_eq!(
+            vm.execute(ApiCommand::PutMachineConfig(put)),
+            Ok(Value::Null)
+        );
+        let smt: MachineConfig =
+            serde_json::from_str(r#"{"vcpu_count":2,"mem_size_mib":256,"smt":true}"#).expect("smt");
+        assert!(
+            fault(vm.execute(ApiCommand::PutMachineConfig(smt))).starts_with("machine-config.smt")
+        );
+        let mut fields = serde_json::Map::new();
+        fields.insert("mem_size_mib".into(), 512.into());
+        assert_eq!(
+            vm.execute(ApiCommand::PatchMachineConfig(fields)),
+            Ok(Value::Null)
+        );
+        let m = vm.execute(ApiCommand::GetMachineConfig).expect("machine");
+        assert_eq!(
+            (m["vcpu_count"].as_u64(), m["mem_size_mib"].as_u64()),
+            (Some(2), Some(512))
+        );
+        let mut unknown = serde_json::Map::new();
+        unknown.insert("cpus".into(), 4.into());
+        assert!(fault(vm.execute(ApiCommand::PatchMachineConfig(unknown))).contains("cpus"));
+
+        // No boot source yet: the start is refused, naming what is missing.
+        let e = vm.config().expect_err("no kernel");
+        assert!(e.to_string().contains("PUT /boot-source"), "{e}");
+        let boot = BootSourceConfig {
+            kernel_image_path: "vmlinux".into(),
+            boot_args: "console=ttyS0 caf\u{e9}".into(),
+            ..BootSourceConfig::default()
+        };
+        assert!(
+            fault(vm.execute(ApiCommand::PutBootSource(boot))).starts_with("boot-source.boot_args")
+        );
+        let boot = BootSourceConfig {
+            kernel_image_path: "vmlinux".into(),
+            ..BootSourceConfig::default()
+        };
+        assert_eq!(vm.execute(ApiCommand::PutBootSource(boot)), Ok(Value::Null));
+
+        // Drives: added, replaced by id, one root device.
+        for (id, root) in [("data", false), ("root", true), ("data", false)] {
+            assert_eq!(
+                vm.execute(ApiCommand::PutDrive(id.into(), drive(id, root))),
+                Ok(Value::Null)
+            );
+        }
+        let m = fault(vm.execute(ApiCommand::PutDrive("r2".into(), drive("r2", true))));
+        assert_eq!(m, "is_root_device: drive `root` is already the root device");
+        let config = vm.config().expect("config");
+        let ids: Vec<&str> = config.drives.iter().map(|d| d.drive_id.as_str()).collect();
+        assert_eq!(ids, ["data", "root"]);
+        assert!(
+            config.boot.kernel_image_path.is_absolute(),
+            "paths from the working directory"
+        );
+        assert!(config.drives[0].path_on_host.is_absolute());
+    }
+
+    #[test]
+    fn what_needs_a_running_vm_is_refused_before_the_start() {
+        let mut vm = PendingVm::new(VmConfig::default());
+        for command in [
+            ApiCommand::Action(VmAction::Pause),
+            ApiCommand::Action(VmAction::SendCtrlAltDel),
+            ApiCommand::SetVmState(VmStateRequest {
+                state: VmStateChange::Paused,
+            }),
+            ApiCommand::GetMetrics,
+        ] {
+            assert!(fault(vm.execute(command)).contains("the VM has not started"));
+        }
+        assert_eq!(
+            vm.execute(ApiCommand::GetDrive("nope".into())),
+            Err(ApiError::NotFound("no drive with id `nope`".into()))
+        );
+        let config = vm.execute(ApiCommand::GetConfig).expect("config");
+        assert!(config.get("boot-source").is_none(), "{config}");
+    }
+}
