@@ -128,7 +128,48 @@ pub struct Cli {
     /// Run as this group once set up (with --uid). Overrides sandbox.gid.
     #[arg(long, value_name = "GID", allow_negative_numbers = true, value_parser = id_in_range)]
     pub gid: Option<u32>,
+
+    /// Write the log to this file or FIFO instead of stderr (as PUT /logger's log_path).
+    #[arg(long, value_name = "PATH", help_heading = FIRECRACKER)]
+    pub log_path: Option<PathBuf>,
+
+    /// Print each log line's level (as PUT /logger's show_level).
+    #[arg(long, help_heading = FIRECRACKER)]
+    pub show_level: bool,
+
+    /// Print each log line's source file and line (as PUT /logger's show_log_origin).
+    #[arg(long, help_heading = FIRECRACKER)]
+    pub show_log_origin: bool,
+
+    /// The metrics file: a JSON line of every counter each second. Overrides
+    /// metrics.metrics_path.
+    #[arg(long, value_name = "PATH", help_heading = FIRECRACKER)]
+    pub metrics_path: Option<PathBuf>,
+
+    /// Devices on PCI: Osprey's always are (virtio-pci); accepted and without effect.
+    #[arg(long, help_heading = FIRECRACKER)]
+    pub enable_pci: bool,
+
+    /// No API server: Osprey serves none unless given --api-sock (or api.socket); needs a
+    /// config.
+    #[arg(long, help_heading = FIRECRACKER, conflicts_with = "api_sock", requires = "config")]
+    pub no_api: bool,
+
+    /// Start times (µs) Firecracker's jailer passes: accepted and logged.
+    #[arg(long, value_name = "US", help_heading = FIRECRACKER)]
+    pub start_time_us: Option<u64>,
+
+    /// See --start-time-us.
+    #[arg(long, value_name = "US", help_heading = FIRECRACKER)]
+    pub start_time_cpu_us: Option<u64>,
+
+    /// See --start-time-us.
+    #[arg(long, value_name = "US", help_heading = FIRECRACKER)]
+    pub parent_cpu_time_us: Option<u64>,
 }
+
+/// The help heading of the flags Firecracker's tools pass.
+const FIRECRACKER: &str = "Firecracker's flags (its tools pass them; docs/orchestration.md)";
 
 /// Why a flag's value is refused; clap prints it after "invalid value 'X' for '--flag'".
 #[derive(Debug, thiserror::Error)]
@@ -215,6 +256,21 @@ fn id_in_range(text: &str) -> Result<u32, FlagError> {
 }
 
 impl Cli {
+    /// The logger the flags ask for (`--log-path`, `--show-level`, `--show-log-origin`), if
+    /// any, at `--log-level`.
+    pub fn logger(&self) -> Option<crate::logger::LoggerConfig> {
+        if self.log_path.is_none() && !self.show_level && !self.show_log_origin {
+            return None;
+        }
+        Some(crate::logger::LoggerConfig {
+            level: Some(self.log_level.into()),
+            log_path: self.log_path.clone(),
+            show_level: self.show_level,
+            show_log_origin: self.show_log_origin,
+            module: None,
+        })
+    }
+
     /// No config and no kernel, but an API socket: the VM is configured over the API and
     /// starts on `InstanceStart` (Firecracker's way; `--check-config` needs a config).
     pub fn waits_for_api(&self) -> bool {
@@ -290,6 +346,17 @@ impl Cli {
         }
         if let Some(gid) = self.gid {
             config.sandbox.gid = Some(gid);
+        }
+        if let Some(path) = &self.metrics_path {
+            match &mut config.metrics {
+                Some(m) => m.path = path.clone(),
+                None => {
+                    config.metrics = Some(crate::config::MetricsConfig {
+                        path: path.clone(),
+                        interval_ms: crate::config::DEFAULT_METRICS_INTERVAL_MS,
+                    })
+                }
+            }
         }
         if let Some(socket) = &self.api_sock {
             config.api = Some(ApiConfig {
@@ -535,6 +602,47 @@ mod tests {
             e.starts_with("--seccomp-filter: /f.bpf: Osprey takes no BPF filter file"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn the_jailer_and_logger_flags_are_understood() {
+        let cli = Cli::try_parse_from([
+            "osprey",
+            "--api-sock",
+            "/run/fc.sock",
+            "--log-path",
+            "/run/log.fifo",
+            "--show-level",
+            "--metrics-path",
+            "/run/metrics.fifo",
+            "--enable-pci",
+            "--start-time-us",
+            "1",
+            "--start-time-cpu-us",
+            "2",
+            "--parent-cpu-time-us",
+            "3",
+        ])
+        .expect("the jailer's and the logger's flags");
+        assert!(
+            cli.waits_for_api(),
+            "a socket alone: configured over the API"
+        );
+        let logger = cli.logger().expect("a logger");
+        assert_eq!(logger.log_path, Some(PathBuf::from("/run/log.fifo")));
+        assert!(logger.show_level && !logger.show_log_origin);
+        let (config, _) = cli.vm_config().expect("config");
+        let metrics = config.metrics.expect("metrics");
+        assert_eq!(metrics.path, PathBuf::from("/run/metrics.fifo"));
+        assert_eq!(metrics.interval_ms, 1000);
+        assert!(Cli::try_parse_from(["osprey", "--no-api", "--api-sock", "/s"]).is_err());
+        assert!(
+            Cli::try_parse_from(["osprey", "--no-api"]).is_err(),
+            "needs a config"
+        );
+        assert!(Cli::parse_from(["osprey", "--kernel", "/k"])
+            .logger()
+            .is_none());
     }
 
     #[test]

@@ -49,6 +49,19 @@ pub enum LogLevel {
     Trace,
 }
 
+impl From<log::LevelFilter> for LogLevel {
+    fn from(l: log::LevelFilter) -> Self {
+        match l {
+            log::LevelFilter::Off => Self::Off,
+            log::LevelFilter::Error => Self::Error,
+            log::LevelFilter::Warn => Self::Warning,
+            log::LevelFilter::Info => Self::Info,
+            log::LevelFilter::Debug => Self::Debug,
+            log::LevelFilter::Trace => Self::Trace,
+        }
+    }
+}
+
 impl From<LogLevel> for log::LevelFilter {
     fn from(l: LogLevel) -> Self {
         match l {

@@ -68,9 +68,22 @@ fn main() {
     if let Some(Command::Api(args)) = &cli.command {
         std::process::exit(args.run());
     }
+    if let Some(logger) = cli.logger() {
+        if let Err(e) = vmm::logger::apply(&logger) {
+            eprintln!("osprey: error: --{e}");
+            std::process::exit(EXIT_CONFIG);
+        }
+    }
     if let Some(id) = &cli.id {
         vmm::instance::set_id(id);
         log::info!("instance id: {id}");
+    }
+    if let Some(us) = cli.start_time_us {
+        log::debug!(
+            "jailer start times (µs): wall {us}, CPU {:?}, parent CPU {:?}",
+            cli.start_time_cpu_us,
+            cli.parent_cpu_time_us
+        );
     }
     if cli.waits_for_api() {
         serve_preboot(&cli);

@@ -205,8 +205,11 @@ pub struct MetricsConfig {
     pub interval_ms: u64,
 }
 
+/// `metrics.interval_ms` when not given.
+pub const DEFAULT_METRICS_INTERVAL_MS: u64 = 1000;
+
 fn default_metrics_interval() -> u64 {
-    1000
+    DEFAULT_METRICS_INTERVAL_MS
 }
 
 /// `machine-config`.
