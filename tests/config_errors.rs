@@ -199,7 +199,7 @@ fn value_errors_name_the_field() {
 fn flag_errors() {
     expect_error(
         &[],
-        "osprey: error: --config: give a config file with --config FILE, or a kernel with --kernel PATH",
+        "osprey: error: --config: give a config file with --config FILE, a kernel with --kernel PATH, or an API socket with --api-sock PATH to configure the VM over the API",
     );
     // clap's own errors (unknown flag, bad number) also exit 2, and say the range.
     for (args, want) in [
