@@ -38,3 +38,29 @@ impl BusDevice for DebugExit {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    #[derive(Default)]
+    struct Sink(Mutex<Vec<ExitRequest>>);
+    impl ExitRequester for Sink {
+        fn request_exit(&self, why: ExitRequest) {
+            self.0.lock().expect("lock").push(why);
+        }
+    }
+
+    #[test]
+    fn debug_exit_reports_status() {
+        let sink = Arc::new(Sink::default());
+        let mut dev = DebugExit::new(sink.clone());
+        dev.write(0, &[42]);
+        dev.write(0, &[]);
+        assert_eq!(
+            *sink.0.lock().expect("lock"),
+            vec![ExitRequest::DebugExit(42)]
+        );
+    }
+}

@@ -14,7 +14,7 @@ use devices::block::throttle::DriveRateLimits;
 use devices::block::{BlockDeviceConfig, VirtioBlock};
 use devices::bus::{Bus, BusError};
 use devices::debug_exit::{DebugExit, DEBUG_EXIT_PORT};
-use devices::i8042::{I8042, I8042_BASE, I8042_LEN};
+use devices::i8042::{I8042Error, I8042, I8042_BASE, I8042_LEN, KEYBOARD_IRQ};
 use devices::pci::config_io::PciConfigIo;
 use devices::pci::mmio_window::PciMmioWindow;
 use devices::pci::root::{PciRoot, PciRootError};
@@ -136,6 +136,8 @@ pub struct Devices {
     pub mmio: Arc<Bus>,
     /// The console.
     pub serial: Arc<Mutex<SerialConsole>>,
+    /// The keyboard controller (its keyboard takes Ctrl+Alt+Del from the API).
+    pub i8042: Arc<Mutex<I8042>>,
     /// Iothreads by id.
     pub iothreads: BTreeMap<String, Arc<IoThread>>,
     /// Drives in config order.
@@ -144,6 +146,18 @@ pub struct Devices {
     pub rate_limit_groups: BTreeMap<String, Arc<RateLimiter>>,
     /// The PCI root.
     pub pci: Arc<Mutex<PciRoot>>,
+}
+
+impl Devices {
+    /// Presses Ctrl+Alt+Del on the guest's keyboard (Firecracker's `SendCtrlAltDel`): a Linux
+    /// guest booted with `reboot=k` then resets, which ends the VM. Fails if the guest has not
+    /// read the keys already queued or stopped its keyboard.
+    pub fn send_ctrl_alt_del(&self) -> Result<(), I8042Error> {
+        self.i8042
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .trigger_ctrl_alt_del()
+    }
 }
 
 impl std::fmt::Debug for Devices {
@@ -204,6 +218,7 @@ pub fn build(
         pio: Arc::new(legacy.pio),
         mmio: Arc::new(legacy.mmio),
         serial: legacy.serial,
+        i8042: legacy.i8042,
         iothreads,
         drives,
         rate_limit_groups,
@@ -217,6 +232,7 @@ struct LegacyDevices {
     pio: Bus,
     mmio: Bus,
     serial: Arc<Mutex<SerialConsole>>,
+    i8042: Arc<Mutex<I8042>>,
     pci: Arc<Mutex<PciRoot>>,
 }
 
@@ -229,17 +245,17 @@ impl LegacyDevices {
             serial_irq,
             Box::new(std::io::stdout()),
         )));
+        let keyboard_irq = EventFd::new(libc::EFD_NONBLOCK).map_err(os("i8042 eventfd"))?;
+        vm.register_irqfd(&keyboard_irq, KEYBOARD_IRQ)
+            .map_err(|e| os("i8042 irqfd")(e.into()))?;
+        let i8042 = Arc::new(Mutex::new(I8042::new(exit.clone(), keyboard_irq)));
         let pci = Arc::new(Mutex::new(
             PciRoot::new(PCI_MMIO_START, PCI_MMIO_END - PCI_MMIO_START)
                 .map_err(DeviceError::PciRoot)?,
         ));
         let mut pio = Bus::new();
         pio.insert(serial.clone(), u64::from(COM1_PORT), COM1_LEN)?;
-        pio.insert(
-            Arc::new(Mutex::new(I8042::new(exit.clone()))),
-            u64::from(I8042_BASE),
-            I8042_LEN,
-        )?;
+        pio.insert(i8042.clone(), u64::from(I8042_BASE), I8042_LEN)?;
         pio.insert(
             Arc::new(Mutex::new(DebugExit::new(exit))),
             u64::from(DEBUG_EXIT_PORT),
@@ -260,6 +276,7 @@ impl LegacyDevices {
             pio,
             mmio,
             serial,
+            i8042,
             pci,
         })
     }
