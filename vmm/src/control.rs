@@ -194,9 +194,10 @@ impl Controller<'_> {
             ),
             (VmAction::FlushMetrics, _) => (Ok(Value::Null), Effect::FlushMetrics),
             (VmAction::SendCtrlAltDel, _) => (
-                Err(ApiError::BadRequest(
-                    "SendCtrlAltDel: Osprey's i8042 has no keyboard yet".into(),
-                )),
+                self.devices
+                    .send_ctrl_alt_del()
+                    .map(|()| Value::Null)
+                    .map_err(|e| ApiError::BadRequest(format!("SendCtrlAltDel: {e}"))),
                 Effect::None,
             ),
             (VmAction::InstanceStart, _) => (
