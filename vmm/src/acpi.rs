@@ -38,6 +38,9 @@ const OEM_REVISION: u32 = 1;
 const FADT_LEN: usize = 276;
 #[cfg(test)]
 const FADT_FLAGS_HW_REDUCED_ACPI: u32 = 1 << 20;
+/// The machine has an i8042 on ports 0x60/0x64: without it Linux's i8042 driver, finding no
+/// PS/2 device in the namespace either, does not probe the ports.
+const IAPC_BOOT_ARCH_8042: u16 = 1 << 1;
 const IAPC_BOOT_ARCH_VGA_NOT_PRESENT: u16 = 1 << 2;
 const IAPC_BOOT_ARCH_CMOS_RTC_NOT_PRESENT: u16 = 1 << 5;
 const MADT_REVISION: u8 = 6;
@@ -111,8 +114,10 @@ fn fadt(dsdt_addr: u64) -> Vec<u8> {
     // Both DSDT fields, as firmware does (the builder's helpers set one and clear the other).
     f.dsdt = (dsdt_addr as u32).into();
     f.x_dsdt = dsdt_addr.into();
-    f.iapc_boot_arch =
-        (IAPC_BOOT_ARCH_VGA_NOT_PRESENT | IAPC_BOOT_ARCH_CMOS_RTC_NOT_PRESENT).into();
+    f.iapc_boot_arch = (IAPC_BOOT_ARCH_8042
+        | IAPC_BOOT_ARCH_VGA_NOT_PRESENT
+        | IAPC_BOOT_ARCH_CMOS_RTC_NOT_PRESENT)
+        .into();
     f.flags = (Flags::HwReducedAcpi as u32).into();
     f.hypervisor_vendor_identity = u64::from_le_bytes(OEM_TABLE_ID).into();
     bytes(&f.finalize())
@@ -254,6 +259,8 @@ mod tests {
         let fadt = &t[0].1;
         assert_eq!(fadt.len(), FADT_LEN);
         assert_ne!(u32_at(fadt, 112) & FADT_FLAGS_HW_REDUCED_ACPI, 0);
+        let boot_arch = u16::from_le_bytes([fadt[109], fadt[110]]);
+        assert_ne!(boot_arch & IAPC_BOOT_ARCH_8042, 0, "the i8042 is announced");
         let dsdt_at = (u64_at(fadt, 140) - ACPI_START) as usize;
         assert_eq!(u32_at(fadt, 40) as u64, u64_at(fadt, 140));
         assert_eq!(&blob[dsdt_at..dsdt_at + 4], b"DSDT");
