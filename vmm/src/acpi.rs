@@ -6,11 +6,14 @@
 //! [`ACPI_START`], inside the reserved BIOS area where Linux also finds the RSDP by scanning;
 //! PVH and the zero page point at it too.
 //!
-//! The DSDT holds one device, the PCI host bridge `\_SB.PCI0` (acpi_tables' AML encoder): Linux
+//! The DSDT holds two devices (acpi_tables' AML encoder). The PCI host bridge `\_SB.PCI0`: Linux
 //! booted with ACPI finds PCI root buses only in the ACPI namespace. Its `_CRS` gives bus 0, the
 //! configuration mechanism #1 ports, the rest of the I/O space and the 32-bit MMIO window where
 //! the virtio-pci BARs live. The devices interrupt through MSI-X only (interrupt pin 0), so there
-//! is no `_PRT`.
+//! is no `_PRT`. The keyboard controller `\_SB.PS2_` (`PNP0303`, ports 0x60 and 0x64, GSI 1),
+//! as Firecracker describes it: with hardware-reduced ACPI Linux has no legacy PIC and maps ISA
+//! IRQ 1 to the IOAPIC only for a device that names it; its i8042 driver finds the controller
+//! there (the FADT's 8042 flag says the same for drivers that look there).
 
 use acpi_tables::fadt::{FADTBuilder, Flags};
 use acpi_tables::madt::{EnabledStatus, IoApic, ProcessorLocalApic};
@@ -18,6 +21,7 @@ use acpi_tables::rsdp::Rsdp;
 use acpi_tables::sdt::Sdt;
 use acpi_tables::xsdt::XSDT;
 use acpi_tables::{aml, Aml};
+use devices::i8042::{I8042_BASE, I8042_LEN, KEYBOARD_IRQ};
 use devices::pci::config_io::{PCI_CONFIG_IO_BASE, PCI_CONFIG_IO_LEN};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
@@ -58,6 +62,9 @@ const PCI_CONFIG_PORT: u16 = PCI_CONFIG_IO_BASE as u16;
 const PCI_CONFIG_PORTS: u8 = PCI_CONFIG_IO_LEN as u8;
 const _: () = assert!(PCI_CONFIG_IO_BASE + PCI_CONFIG_IO_LEN <= u16::MAX as u64);
 const _: () = assert!(PCI_CONFIG_IO_LEN <= u8::MAX as u64);
+/// The i8042's data and status/command ports.
+const I8042_DATA_PORT: u16 = I8042_BASE;
+const I8042_COMMAND_PORT: u16 = I8042_BASE + I8042_LEN as u16 - 1;
 /// The MMIO window fits a DWordMemory descriptor.
 const _: () = assert!(PCI_MMIO_START < PCI_MMIO_END && PCI_MMIO_END <= 1 << 32);
 
@@ -123,8 +130,8 @@ fn fadt(dsdt_addr: u64) -> Vec<u8> {
     bytes(&f.finalize())
 }
 
-/// The PCI host bridge: segment 0, bus 0, reached through configuration mechanism #1, its
-/// children decoding all other I/O ports and the 32-bit MMIO window.
+/// The PCI host bridge (segment 0, bus 0, reached through configuration mechanism #1, its
+/// children decoding all other I/O ports and the 32-bit MMIO window) and the i8042.
 fn dsdt() -> Vec<u8> {
     let bus = aml::AddressSpace::new_bus_number(0u16, 0u16);
     let config_ports = aml::IO::new(PCI_CONFIG_PORT, PCI_CONFIG_PORT, 1, PCI_CONFIG_PORTS);
@@ -154,7 +161,19 @@ fn dsdt() -> Vec<u8> {
     ];
     let children: Vec<&dyn Aml> = names.iter().map(|n| n as &dyn Aml).collect();
     let pci0 = aml::Device::new("PCI0".into(), children);
-    let sb = aml::Scope::new("\\_SB_".into(), vec![&pci0]);
+    let ps2_hid = aml::EISAName::new("PNP0303");
+    let data_port = aml::IO::new(I8042_DATA_PORT, I8042_DATA_PORT, 1, 1);
+    let command_port = aml::IO::new(I8042_COMMAND_PORT, I8042_COMMAND_PORT, 1, 1);
+    // Consumer, edge-triggered, active high, exclusive: an ISA IRQ.
+    let irq = aml::Interrupt::new(true, true, false, false, KEYBOARD_IRQ);
+    let ps2_crs = aml::ResourceTemplate::new(vec![&data_port, &command_port, &irq]);
+    let ps2_names = [
+        aml::Name::new("_HID".into(), &ps2_hid),
+        aml::Name::new("_CRS".into(), &ps2_crs),
+    ];
+    let ps2_children: Vec<&dyn Aml> = ps2_names.iter().map(|n| n as &dyn Aml).collect();
+    let ps2 = aml::Device::new("PS2_".into(), ps2_children);
+    let sb = aml::Scope::new("\\_SB_".into(), vec![&pci0, &ps2]);
     let mut t = table(b"DSDT", DSDT_REVISION);
     sb.to_aml_bytes(&mut t);
     t.as_slice().to_vec()
@@ -349,7 +368,8 @@ mod tests {
         let fadt_at = (u64_at(&blob, xsdt_at + HEADER_LEN) - ACPI_START) as usize;
         assert!(xsdt_end <= at && at + len <= fadt_at);
 
-        // Scope (\_SB) spans the rest of the table; Device (PCI0) the rest of the scope.
+        // Scope (\_SB) spans the rest of the table; Device (PCI0) and Device (PS2_) the rest of
+        // the scope.
         let aml = &dsdt[HEADER_LEN..];
         assert_eq!(aml[0], 0x10);
         let (scope_len, w) = pkg_length_at(&aml[1..]);
@@ -359,8 +379,12 @@ mod tests {
         let dev = &aml[name_end..];
         assert_eq!(dev[..2], [0x5b, 0x82]);
         let (dev_len, w) = pkg_length_at(&dev[2..]);
-        assert_eq!(2 + dev_len, dev.len());
         assert_eq!(&dev[2 + w..2 + w + 4], b"PCI0");
+        let ps2 = &dev[2 + dev_len..];
+        assert_eq!(ps2[..2], [0x5b, 0x82]);
+        let (ps2_len, ps2_w) = pkg_length_at(&ps2[2..]);
+        assert_eq!(2 + ps2_len, ps2.len(), "PS2_ ends the scope");
+        assert_eq!(&ps2[2 + ps2_w..2 + ps2_w + 4], b"PS2_");
         let terms = &dev[2 + w + 4..];
         // The first terms: _HID and _CID as EisaId DWords.
         #[rustfmt::skip]
@@ -441,6 +465,12 @@ mod tests {
             format!("0x{PCI_MMIO_START:08X},"),
             format!("0x{:08X},", PCI_MMIO_END - 1),
             format!("0x{:08X},", PCI_MMIO_END - PCI_MMIO_START),
+            "Device (PS2)".to_string(),
+            "EisaId (\"PNP0303\")".to_string(),
+            "0x0060,".to_string(),
+            "0x0064,".to_string(),
+            "Interrupt (ResourceConsumer, Edge, ActiveHigh, Exclusive, ,, )".to_string(),
+            "0x00000001,".to_string(),
         ];
         for needle in &expected {
             assert!(
