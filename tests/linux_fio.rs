@@ -1,5 +1,6 @@
 //! Linux guests running fio on Osprey's virtio-blk disks: crc32c verify over 1 and 4 queues on each
-//! engine, a boot from the ext4 root disk, and a short randread/randwrite matrix. The guest is the
+//! engine, a boot from the ext4 root disk, and a short randread/randwrite matrix; and a Linux
+//! guest reset by the API's Ctrl+Alt+Del (the i8042 probed with Firecracker's boot arguments). The guest is the
 //! Linux kit (`guest-images/linux/build-kit.sh`: the Debian cloud kernel, an initramfs with
 //! busybox, fio and the virtio modules, and an init that runs the fio jobs named on the command
 //! line and prints their JSON between `OSPREY-FIO-BEGIN n` / `OSPREY-FIO-END n rc=…` markers).
@@ -24,7 +25,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::scratch::Scratch;
-use common::{repo_root, run_to_exit};
+use common::{api_call, repo_root, run_to_exit, Vmm};
 use serde_json::{json, Value};
 
 /// How long one Linux boot with its fio jobs may take on a hardware-virtualization host.
@@ -387,6 +388,104 @@ ioengine:io_uring,direct:1,size:256m,time_based,runtime:5"
     let _ = std::fs::write(repo_root().join("target/linux-fio-matrix.md"), table);
 }
 
+/// Firecracker's i8042 boot arguments (its default command line has them).
+const FIRECRACKER_I8042_ARGS: &str = "i8042.noaux i8042.nomux i8042.dumbkbd";
+
+/// The kit's small initramfs with Firecracker's i8042 arguments and `osprey.shell=1` (after its
+/// (empty) runs init waits in a shell on the console, whose input stays open): the kernel probes
+/// the i8042 (`serio: i8042 KBD port`), atkbd binds, and `PUT /actions SendCtrlAltDel` makes the
+/// kernel restart (`ctrl_alt_del()`, nobody turned Ctrl+Alt+Del off) through the keyboard
+/// controller (`reboot=k`): Osprey exits 0 on the guest's reset. Nothing else ends this VM.
+fn ctrl_alt_del_resets_linux() {
+    let kit = kit();
+    let scratch = scratch_dir("ctrl-alt-del");
+    let sock = scratch.0.join("api.sock");
+    let cfg = json!({
+        "machine-config": {"vcpu_count": 1, "mem_size_mib": 512},
+        "boot-source": {
+            "kernel_image_path": kit.path("bzImage"),
+            "initrd_path": kit.path("initramfs-min.cpio"),
+            // loglevel=7 after the base's 4: the probe's lines are KERN_INFO.
+            "boot_args": format!("{CMDLINE_BASE} loglevel=7 {FIRECRACKER_I8042_ARGS} osprey.shell=1"),
+        },
+    });
+    let cfg_path = scratch.0.join("vm.json");
+    std::fs::write(&cfg_path, cfg.to_string()).expect("config");
+    let mut vmm = Vmm::spawn_with_stdin(
+        [
+            "--config".as_ref(),
+            cfg_path.as_os_str(),
+            "--api-sock".as_ref(),
+            sock.as_os_str(),
+        ],
+        std::process::Stdio::piped(),
+    );
+    let mut wait = |what: &str, pred: fn(&str) -> bool| {
+        let line = vmm.wait_console(BOOT_TIMEOUT, pred).unwrap_or_else(|| {
+            panic!(
+                "no {what} line:
+{}
+log:
+{}",
+                vmm.console_text(),
+                vmm.log_text()
+            )
+        });
+        eprintln!("    {:.1} s: {}", line.at.as_secs_f64(), line.text);
+    };
+    wait("i8042 probe", |l| {
+        l.contains("serio: i8042 KBD port at 0x60,0x64 irq 1")
+    });
+    wait("atkbd", |l| {
+        l.contains("input: AT Translated Set 2 keyboard")
+    });
+    wait("shell", |l| l.contains("osprey.shell=1: starting sh"));
+    let (st, info) = api_call(&sock, "GET", "/", None);
+    assert_eq!(
+        (st, info["state"].as_str()),
+        (200, Some("Running")),
+        "{info}"
+    );
+    let (st, reply) = api_call(
+        &sock,
+        "PUT",
+        "/actions",
+        Some(r#"{"action_type": "SendCtrlAltDel"}"#),
+    );
+    assert_eq!(st, 204, "{reply}");
+    let status = vmm.wait_exit(Duration::from_secs(60));
+    let (console, log) = (vmm.console_text(), vmm.log_text());
+    for l in console
+        .lines()
+        .filter(|l| l.contains("i8042") || l.contains("serio"))
+    {
+        eprintln!("    console: {l}");
+    }
+    assert!(
+        status.success(),
+        "{status}
+console:
+{console}
+log:
+{log}"
+    );
+    assert!(
+        console.contains("reboot: Restarting system"),
+        "the kernel restarts:
+{console}"
+    );
+    assert!(
+        log.contains("the guest reset the machine (i8042)"),
+        "through the keyboard controller:
+{log}"
+    );
+    assert!(
+        !console.contains("Can't read CTR") && !console.contains("Can't write CTR"),
+        "the probe must not complain:
+{console}"
+    );
+}
+
 /// Runs everywhere: the kit builds, and the init script turns command lines into the fio
 /// invocations the Linux tests rely on (checked with the kit's own static busybox).
 fn kit_builds_and_init_translates_fio_specs() {
@@ -492,6 +591,11 @@ fn main() {
         Case {
             name: "root_disk_boot_and_fio_matrix",
             run: root_disk_boot_and_fio_matrix,
+            needs_guest_user_space: true,
+        },
+        Case {
+            name: "ctrl_alt_del_resets_linux",
+            run: ctrl_alt_del_resets_linux,
             needs_guest_user_space: true,
         },
     ];
