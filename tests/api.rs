@@ -1,7 +1,8 @@
 //! The REST API against a running VM: every route and error class on a live VM, every example in
-//! docs/api/openapi.json accepted, live tuning of polling during a guest workload (the counters
-//! show the change took effect, the guest sees no error or mismatch) with 200 concurrent
-//! requests answered, bad input answered without harming the VM.
+//! docs/api/openapi.json accepted, Ctrl+Alt+Del read by the test guest's keyboard driver, live
+//! tuning of polling during a guest workload (the counters show the change took effect, the guest
+//! sees no error or mismatch) with 200 concurrent requests answered, bad input answered without
+//! harming the VM.
 
 mod common;
 
@@ -508,6 +509,39 @@ fn live_tuning_takes_effect_during_a_workload() {
     assert_eq!(status.code(), Some(0), "{blk}");
     assert_eq!(blk["runs"][0]["errors"], 0);
     assert_eq!(blk["runs"][0]["mismatches"], 0);
+}
+
+/// `SendCtrlAltDel` end to end: the test guest's polled i8042 driver (`mode=kbd`) probes the
+/// controller and keyboard as Linux does, reads Ctrl, Alt and Delete through port 0x60 and resets
+/// through the controller; Osprey exits 0 on that reset.
+#[test]
+fn ctrl_alt_del_reaches_the_guests_keyboard_driver() {
+    let _one_at_a_time = serial();
+    let mut vm = boot("kbd", 8, "mode=kbd", json!({}));
+    let probed = vm.vmm.wait_console(Duration::from_secs(30), |l| {
+        l.starts_with("osprey-test-guest: kbd ready") || l.contains("error")
+    });
+    assert!(
+        probed.is_some_and(|l| l.text.starts_with("osprey-test-guest: kbd ready")),
+        "the guest's probe failed:\n{}",
+        vm.vmm.console_text()
+    );
+    assert!(!vm.vmm.has_exited(), "the guest waits for keys");
+    let (st, reply) = call(
+        &vm.sock,
+        "PUT",
+        "/actions",
+        Some(r#"{"action_type": "SendCtrlAltDel"}"#),
+    );
+    assert_eq!(st, 204, "{reply}");
+    let status = vm.vmm.wait_exit(Duration::from_secs(30));
+    let (console, log) = (vm.vmm.console_text(), vm.vmm.log_text());
+    assert_eq!(status.code(), Some(0), "{console}\n{log}");
+    assert!(
+        console.contains("osprey-test-guest: kbd ctrl-alt-del"),
+        "{console}"
+    );
+    assert!(log.contains("the guest reset the machine (i8042)"), "{log}");
 }
 
 #[test]

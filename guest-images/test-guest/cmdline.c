@@ -68,6 +68,8 @@ static int parse_mode(const char *v, size_t n, enum guest_mode *mode)
         *mode = MODE_MMIO_EXEC;
     else if (token_eq(v, n, "blk"))
         *mode = MODE_BLK;
+    else if (token_eq(v, n, "kbd"))
+        *mode = MODE_KBD;
     else
         return -1;
     return 0;

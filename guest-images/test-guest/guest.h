@@ -60,6 +60,9 @@ void ensure_line_start(void);
 /* main.c */
 NORETURN void guest_exit(u8 status);
 
+/* kbd.c: mode=kbd, the polled i8042 keyboard driver (resets on Ctrl+Alt+Del). */
+NORETURN void kbd_main(void);
+
 /* cpu.c: GDT TSS slot, IDT, exception reporting. */
 void cpu_init(void);
 NORETURN void trigger_triple_fault(void);
@@ -77,7 +80,7 @@ static inline long run_in_user(user_fn fn, void *arg)
 /* cmdline.c */
 enum guest_mode {
     MODE_REPORT, MODE_USER, MODE_TRIPLE_FAULT, MODE_RESET, MODE_HALT, MODE_EXCEPTION,
-    MODE_MMIO_EXEC, MODE_BLK
+    MODE_MMIO_EXEC, MODE_BLK, MODE_KBD
 };
 struct cmdline_opts {
     enum guest_mode mode;

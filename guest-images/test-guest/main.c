@@ -3,7 +3,7 @@
  *
  * Owns: the ready line, start_info validation, reading the command line,
  * dispatching on mode= (report, user, triple-fault, reset, halt,
- * exception, mmio-exec, blk) and the debug exit (final `osprey-test-guest: exit N` line,
+ * exception, mmio-exec, blk, kbd) and the debug exit (final `osprey-test-guest: exit N` line,
  * then outb to 0xf4).
  */
 #include "guest.h"
@@ -83,6 +83,8 @@ void kmain(u64 start_info_paddr)
         break;
     case MODE_BLK:
         blk_main(cmdline, cmdline_len);     /* prints BLK, exits */
+    case MODE_KBD:
+        kbd_main();                         /* resets on Ctrl+Alt+Del */
     case MODE_REPORT:
         break;
     }
