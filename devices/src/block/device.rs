@@ -359,7 +359,8 @@ mod tests {
     fn read_chain(mem: &GuestMemory, sector: u64, first: u16) -> [RawDescriptor; 3] {
         use crate::test_utils::queue::{desc, write_header, F_NEXT, F_WRITE};
         write_header(mem, 0x10_0000, crate::block::request_type::IN, sector);
-        mem.write_obj(0xffu8, GuestAddress(0x30_0000)).expect("status");
+        mem.write_obj(0xffu8, GuestAddress(0x30_0000))
+            .expect("status");
         [
             desc(0x10_0000, 16, F_NEXT, first + 1),
             desc(0x20_0000, 512, F_NEXT | F_WRITE, first + 2),
@@ -407,7 +408,8 @@ mod tests {
         );
         let swap = dev.swap_handle();
         let vq = MockSplitQueue::new(&mem, 16);
-        vq.add_desc_chains(&read_chain(&mem, 0, 0), 0).expect("chain");
+        vq.add_desc_chains(&read_chain(&mem, 0, 0), 0)
+            .expect("chain");
         let kick = EventFd::new(libc::EFD_NONBLOCK).expect("efd");
         let queue = ActivatedQueue {
             index: 0,
@@ -419,7 +421,8 @@ mod tests {
             .expect("activate");
         wait_used(&mem, &vq, 1);
         let mut data = [0u8; 512];
-        mem.read_slice(&mut data, GuestAddress(0x20_0000)).expect("data");
+        mem.read_slice(&mut data, GuestAddress(0x20_0000))
+            .expect("data");
         assert_eq!(data, [0xaa; 512], "the old file");
 
         swap.swap(new, 16, Duration::from_secs(1)).expect("swap");
@@ -430,12 +433,14 @@ mod tests {
         assert_eq!(swap.capacity_sectors(), 16);
 
         // Sector 12 lies past the old file's 8 sectors.
-        vq.add_desc_chains(&read_chain(&mem, 12, 3), 3).expect("chain");
+        vq.add_desc_chains(&read_chain(&mem, 12, 3), 3)
+            .expect("chain");
         kick.write(1).expect("kick");
         wait_used(&mem, &vq, 2);
         let status: u8 = mem.read_obj(GuestAddress(0x30_0000)).expect("status");
         assert_eq!(status, crate::block::status::OK);
-        mem.read_slice(&mut data, GuestAddress(0x20_0000)).expect("data");
+        mem.read_slice(&mut data, GuestAddress(0x20_0000))
+            .expect("data");
         assert_eq!(data, [0xbb; 512], "the new file");
         assert!(matches!(dev.reset(), ResetOutcome::Done(q) if q.len() == 1));
         thread.shutdown();

@@ -48,7 +48,10 @@ impl DriveBacking {
 
     /// A duplicate of the current file, for one queue's engine.
     pub(super) fn dup_file(&self) -> std::io::Result<File> {
-        self.file.lock().unwrap_or_else(|p| p.into_inner()).try_clone()
+        self.file
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .try_clone()
     }
 
     /// Keeps the transport's interrupt for the config-change notification of a swap.
@@ -138,7 +141,10 @@ impl DriveSwap {
         let for_queues = file.try_clone().map_err(SwapError::Dup)?;
         let backing = self.backing.clone();
         let hook = Box::new(move || backing.swapped(file, capacity_sectors));
-        match self.iothread.swap_file(self.owner, for_queues, wait, hook)? {
+        match self
+            .iothread
+            .swap_file(self.owner, for_queues, wait, hook)?
+        {
             SwapOutcome::Swapped => {
                 log::info!(
                     "virtio-blk {}: backing file swapped, {capacity_sectors} sectors",

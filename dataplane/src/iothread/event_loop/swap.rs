@@ -4,8 +4,8 @@
 //! every loop iteration like a detach, so the thread serves its other handlers meanwhile.
 
 use std::fs::File;
-use std::sync::mpsc::Sender;
 use std::sync::atomic::Ordering;
+use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant};
 
 use vmm_sys_util::epoll::{ControlOperation, EpollEvent, EventSet};
@@ -192,7 +192,9 @@ impl Loop {
                     self.stats.watched_fds.fetch_add(1, Ordering::Relaxed);
                     watched.push(fd);
                 }
-                Err(e) => log::error!("iothread: handler {slot}: watching fd {fd} after a swap: {e}"),
+                Err(e) => {
+                    log::error!("iothread: handler {slot}: watching fd {fd} after a swap: {e}")
+                }
             }
         }
         if let Some(Some(s)) = self.slots.get_mut(slot) {
