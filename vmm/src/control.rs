@@ -88,15 +88,18 @@ fn swap_drive_file(
         log::warn!("drive {}: path_on_host: {warning}", drive.id);
     }
     let old_capacity = drive.swap.capacity_sectors();
-    drive
+    let started = Instant::now();
+    let drained = drive
         .swap
         .swap(opened.file, opened.capacity_sectors, SWAP_DRAIN_WAIT)
         .map_err(|e| ApiError::Internal(format!("drive {}: swapping the file: {e}", drive.id)))?;
     log::info!(
-        "drive {}: backing file swapped by the API to {} ({old_capacity} -> {} sectors)",
+        "drive {}: backing file swapped by the API to {} ({old_capacity} -> {} sectors) in \
+         {} us, {drained} requests completed on the old file first",
         drive.id,
         full.display(),
-        opened.capacity_sectors
+        opened.capacity_sectors,
+        started.elapsed().as_micros()
     );
     Ok(full)
 }

@@ -111,7 +111,10 @@ impl std::fmt::Debug for Detach {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SwapOutcome {
     /// Every handler of the owner runs on the new file; the hook ran before they resumed.
-    Swapped,
+    Swapped {
+        /// Requests in flight on the old file when the swap began, all completed there.
+        drained: usize,
+    },
     /// Requests on the old file were still in flight when the wait ended: the swap was given
     /// up, the handlers resumed on the old file and the hook did not run.
     TimedOut {

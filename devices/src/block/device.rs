@@ -425,7 +425,7 @@ mod tests {
             .expect("data");
         assert_eq!(data, [0xaa; 512], "the old file");
 
-        swap.swap(new, 16, Duration::from_secs(1)).expect("swap");
+        assert_eq!(swap.swap(new, 16, Duration::from_secs(1)).expect("swap"), 0);
         assert_eq!(irq.config_changes.load(Ordering::SeqCst), 1);
         let mut capacity = [0u8; 8];
         dev.read_config(0, &mut capacity);

@@ -136,7 +136,13 @@ impl DriveSwap {
     /// and the config generation change and the config interrupt fires, then the queues
     /// resume with what the guest queued meanwhile. An inactive device only takes the new
     /// file for its next activation (and the guest is told).
-    pub fn swap(&self, file: File, capacity_sectors: u64, wait: Duration) -> Result<(), SwapError> {
+    /// Returns the requests that were in flight on the old file when the swap began.
+    pub fn swap(
+        &self,
+        file: File,
+        capacity_sectors: u64,
+        wait: Duration,
+    ) -> Result<usize, SwapError> {
         let _order = self.backing.order();
         let for_queues = file.try_clone().map_err(SwapError::Dup)?;
         let backing = self.backing.clone();
@@ -145,12 +151,13 @@ impl DriveSwap {
             .iothread
             .swap_file(self.owner, for_queues, wait, hook)?
         {
-            SwapOutcome::Swapped => {
+            SwapOutcome::Swapped { drained } => {
                 log::info!(
-                    "virtio-blk {}: backing file swapped, {capacity_sectors} sectors",
+                    "virtio-blk {}: backing file swapped, {capacity_sectors} sectors; {drained} \
+                     requests in flight completed on the old file first",
                     self.drive_id
                 );
-                Ok(())
+                Ok(drained)
             }
             SwapOutcome::TimedOut { in_flight } => Err(SwapError::TimedOut { in_flight, wait }),
         }

@@ -19,6 +19,8 @@ pub(in crate::iothread) struct PendingSwap {
     owner: u64,
     file: File,
     deadline: Instant,
+    /// Requests in flight when the thread first looked.
+    drained: Option<usize>,
     on_swapped: SwapHook,
     reply: Sender<Result<SwapOutcome, AttachError>>,
 }
@@ -36,6 +38,7 @@ impl PendingSwap {
             owner,
             file,
             deadline: Instant::now() + wait,
+            drained: None,
             on_swapped,
             reply,
         }
@@ -62,6 +65,7 @@ impl Loop {
                     in_flight += s.handler.drain(&self.turn);
                 }
             }
+            let drained = *self.swaps[i].drained.get_or_insert(in_flight);
             // The caller waits a margin past the deadline, so a swap found drained at the
             // deadline still counts.
             if in_flight == 0 {
@@ -71,7 +75,9 @@ impl Loop {
                     (swap.on_swapped)();
                 }
                 self.resume(owner, &slots);
-                let _ = swap.reply.send(result.map(|()| SwapOutcome::Swapped));
+                let _ = swap
+                    .reply
+                    .send(result.map(|()| SwapOutcome::Swapped { drained }));
             } else if now >= self.swaps[i].deadline {
                 let swap = self.swaps.swap_remove(i);
                 self.resume(owner, &slots);
@@ -386,7 +392,7 @@ mod tests {
             )
             .expect("swap");
         completer.join().expect("completer");
-        assert_eq!(outcome, SwapOutcome::Swapped);
+        assert_eq!(outcome, SwapOutcome::Swapped { drained: 3 });
         assert!(
             hooked_while_draining.load(Ordering::SeqCst),
             "the hook runs before the handlers take requests again"
@@ -468,7 +474,7 @@ mod tests {
                 Box::new(move || hook_ran.store(true, Ordering::SeqCst)),
             )
             .expect("no handlers");
-        assert_eq!(outcome, SwapOutcome::Swapped);
+        assert_eq!(outcome, SwapOutcome::Swapped { drained: 0 });
         assert!(ran.load(Ordering::SeqCst));
         t.shutdown();
     }
