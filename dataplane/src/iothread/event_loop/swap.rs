@@ -65,10 +65,13 @@ impl Loop {
                     in_flight += s.handler.drain(&self.turn);
                 }
             }
+            // A command the thread reaches only after its deadline (it was blocked, e.g. in a
+            // synchronous read of a hung file) is given up: its caller may have given up too.
+            let late = self.swaps[i].drained.is_none() && now >= self.swaps[i].deadline;
             let drained = *self.swaps[i].drained.get_or_insert(in_flight);
-            // The caller waits a margin past the deadline, so a swap found drained at the
-            // deadline still counts.
-            if in_flight == 0 {
+            // The caller waits a margin past the deadline, so a swap it saw start and found
+            // drained at the deadline still counts.
+            if in_flight == 0 && !late {
                 let swap = self.swaps.swap_remove(i);
                 let result = self.swap_files(&slots, &swap.file);
                 if result.is_ok() {
@@ -78,7 +81,7 @@ impl Loop {
                 let _ = swap
                     .reply
                     .send(result.map(|()| SwapOutcome::Swapped { drained }));
-            } else if now >= self.swaps[i].deadline {
+            } else if late || now >= self.swaps[i].deadline {
                 let swap = self.swaps.swap_remove(i);
                 self.resume(owner, &slots);
                 log::warn!(
@@ -439,6 +442,40 @@ mod tests {
         wait_for(|| seen.working_turns.load(Ordering::SeqCst) > before);
         assert_eq!(seen.first_byte.load(Ordering::SeqCst), 0xaa, "old file");
         seen.in_flight.store(0, Ordering::SeqCst);
+        t.shutdown();
+    }
+
+    #[test]
+    fn a_swap_the_thread_reaches_after_its_deadline_is_given_up() {
+        let t = IoThread::spawn("swap-late", 0).expect("spawn");
+        let old = file_with(0xaa);
+        let (h, seen) = Swappable::new(1, &old);
+        t.attach(vec![Box::new(h)]).expect("attach");
+        // The thread is busy (a blocking read of a hung file) past the swap's deadline.
+        let busy = {
+            let t = t.clone();
+            std::thread::spawn(move || {
+                t.run_on_thread(Box::new(|| {
+                    std::thread::sleep(Duration::from_millis(100));
+                    Ok(())
+                }))
+            })
+        };
+        std::thread::sleep(Duration::from_millis(10));
+        let ran = Arc::new(AtomicBool::new(false));
+        let hook_ran = ran.clone();
+        let outcome = t
+            .swap_file(
+                1,
+                file_with(0xbb),
+                Duration::from_millis(20),
+                Box::new(move || hook_ran.store(true, Ordering::SeqCst)),
+            )
+            .expect("answered within the margin");
+        busy.join().expect("busy").expect("hook");
+        assert_eq!(outcome, SwapOutcome::TimedOut { in_flight: 0 });
+        assert!(!ran.load(Ordering::SeqCst));
+        assert!(!seen.log.lock().expect("log").contains(&"replace"));
         t.shutdown();
     }
 
