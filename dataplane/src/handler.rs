@@ -22,6 +22,12 @@ pub enum AttachError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// The new file of a swap could not be duplicated for the handler's engine.
+    #[error("duplicating the new file: {0}")]
+    DupFile(#[source] std::io::Error),
+    /// The handler has no file to replace ([`Handler::replace_file`]).
+    #[error("this handler has no backing file to replace")]
+    NoFile,
 }
 
 /// What a handler's requests in flight are doing ([`Handler::completion_state`]).
@@ -132,6 +138,18 @@ pub trait Handler: Send {
     /// returns 0, because in-flight I/O may still write the owner's memory. `turn` as for
     /// [`Handler::run`].
     fn drain(&mut self, turn: &ThreadTurn) -> usize;
+    /// Replaces the file under the handler's I/O engine (a drive's backing file swapped while the
+    /// guest runs). Called on the iothread once [`Handler::drain`] returned 0, with the thread's
+    /// poll and completion watch of the handler ended and its fds unwatched: builds an engine
+    /// on `file` with the handler's options, drops the old one, and returns the file it
+    /// replaced (the thread puts it back if another handler of the owner fails). On an error
+    /// the old engine stays. Handlers without a file refuse ([`AttachError::NoFile`]).
+    fn replace_file(&mut self, _file: std::fs::File) -> Result<std::fs::File, AttachError> {
+        Err(AttachError::NoFile)
+    }
+    /// Takes new work again after a [`Handler::drain`] that did not end in a detach (a file
+    /// swap finished or gave up).
+    fn resume(&mut self) {}
     /// Gives the handler back to its owner as its concrete type.
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send>;
 }

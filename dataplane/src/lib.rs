@@ -16,4 +16,4 @@ pub mod thread_weight;
 
 pub use engine::{Completion, EngineKind, IoEngine, IoOp, IoRequest};
 pub use handler::{CompletionState, Handler};
-pub use iothread::{Detach, IoThread, IoThreadError, ThreadTurn};
+pub use iothread::{Detach, IoThread, IoThreadError, SwapOutcome, ThreadTurn};

@@ -63,7 +63,7 @@ int blk_init(struct blk_dev *d, const struct blk_opts *o)
 {
     struct vpci *vp = &d->vp;
     if (!d->probed) {
-        int r = vp_probe(vp, 0x1042);
+        int r = vp_probe(vp, 0x1042, o->dev);
         if (r)
             return r;                   /* -1 .. -4 */
         d->probed = 1;

@@ -33,7 +33,7 @@ u16 pci_read16(u8 slot, u8 off);
 u8 pci_read8(u8 slot, u8 off);
 void pci_write16(u8 slot, u8 off, u16 v);
 void pci_write32(u8 slot, u8 off, u32 v);
-int pci_find(u16 vendor, u16 device);   /* slot, or -1 */
+int pci_find(u16 vendor, u16 device, u32 nth);  /* slot of the nth match (from 0), or -1 */
 u64 pci_bar(u8 slot, int bar);          /* decoded address, 0 if none */
 void pci_enable_mem_master(u8 slot);
 
@@ -68,7 +68,7 @@ struct vpci {
     u16 msix_size;
     u64 msix_table;             /* mapped address, 0 if none */
 };
-int vp_probe(struct vpci *vp, u16 device_id);           /* 0 / -error */
+int vp_probe(struct vpci *vp, u16 device_id, u32 nth);  /* 0 / -error */
 int vp_reset(struct vpci *vp);                           /* 0 / -1 timeout */
 u8 vp_status(const struct vpci *vp);
 void vp_set_status(struct vpci *vp, u8 s);
@@ -187,7 +187,7 @@ long blk_get_id_job(void *arg);         /* ring 3: fills d->serial */
 long user_zero_job(void *arg);          /* ring 3: zero rings + slots */
 
 /* ---- blk_cmdline.c ---- */
-enum blk_rw { RW_READ, RW_WRITE, RW_RANDREAD, RW_RANDWRITE, RW_VERIFY };
+enum blk_rw { RW_READ, RW_WRITE, RW_RANDREAD, RW_RANDWRITE, RW_VERIFY, RW_STAMP };
 /* The TSC frequencies the guest accepts, from tsc_khz= or kvmclock (kHz). */
 #define TSC_KHZ_MIN 1000
 #define TSC_KHZ_MAX 100000000
@@ -211,6 +211,9 @@ struct blk_opts {
     enum tsc_source tsc_source;
     u64 timeout_ms;
     u64 think_us;          /* ring-3 pause after each completion round before issuing more */
+    u32 dev;               /* drive the nth virtio-blk device found (from 0) */
+    int stamp_until_set;   /* rw=stamp: end once STAMP_UNTIL_REQUESTS read this tag */
+    u32 stamp_until;
 };
 /* Defaults + every blk token of the command line; 0, or -1 after printing
  * an error line (the caller exits with status 2). */
@@ -244,7 +247,9 @@ struct wl_job {
     u64 nblocks;                /* blocks in range */
     u64 seed;
     struct blk_run *run;
+    struct stamp_state *stamp;  /* rw=stamp */
 };
+/* 0 when the run ended; 1 (rw=stamp) when the tag changed: print, then call again. */
 long workload_job(void *arg);
 long extra_ops_job(void *arg);  /* discard / write-zeroes / pattern */
 struct extra_result {
@@ -262,6 +267,36 @@ struct extra_job {
     int which;                  /* 1 discard+wz, 2 pattern */
 };
 u64 pattern_word(u64 seed, u64 sector, u32 j);
+
+/* ---- stamp.c (ring 3, stamp_announce ring 0): rw=stamp ---- */
+#define STAMP_MAX_TAGS 4
+#define STAMP_UNTIL_REQUESTS 1000       /* stamp_until=: requests of the tag before the end */
+#define STAMP_CONFIG_EVERY 256          /* completions between config generation checks */
+struct stamp_state {
+    u32 tags[STAMP_MAX_TAGS];   /* distinct tags in the order first seen */
+    u64 sectors[STAMP_MAX_TAGS];        /* good sectors read per tag */
+    u32 ntags;
+    u64 other_tags;             /* good sectors of a fifth or later tag */
+    u64 bad_magic, bad_sector, bad_fill;
+    u32 cur_tag;                /* tag of the last good sector checked */
+    int have_cur;
+    u32 printed_tag;            /* tag of the last `stamp tag=` line */
+    int printed;
+    int pause;                  /* the tag changed: drain, return to ring 0 to print */
+    u64 until_seen;             /* requests that read opts.stamp_until */
+    u8 gen;                     /* config generation last seen */
+    u64 config_changes;         /* generation changes seen */
+    u64 capacity;               /* sectors, re-read at each generation change */
+    u64 issued;                 /* data requests issued (all completed at the end) */
+    u64 checks;                 /* completions since the last generation check */
+};
+/* Checks bytes/512 sectors at buf read from sector; returns the bad ones. */
+u64 stamp_check(struct stamp_state *st, const u8 *buf, u64 sector, u32 bytes);
+/* Re-reads the capacity when the config generation moved (one MMIO read otherwise). */
+void stamp_poll_config(struct stamp_state *st, struct blk_dev *d);
+/* Ring 0: prints `osprey-test-guest: stamp tag=T capacity_bytes=C config_changes=G`. */
+void stamp_announce(struct stamp_state *st, struct blk_dev *d);
+int stamp_until_reached(const struct stamp_state *st, const struct blk_opts *o);
 
 /* ---- hostile.c ---- */
 struct hostile_case {
@@ -304,6 +339,7 @@ struct blk_summary {
     struct extra_job *extra;
     struct hostile_result *hostile;
     int reinit_done;
+    struct stamp_state *stamp;  /* rw=stamp */
     u64 failures;               /* -> exit 1 when non-zero */
 };
 long blk_report_job(void *arg); /* writes blkmem.report, NUL-terminated */

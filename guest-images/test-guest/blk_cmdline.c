@@ -3,7 +3,8 @@
  *
  * Owns: defaults and parsing of rw= bs= qd= queues= qsize= count= range=
  * seed= flush_every= event_idx= irq= discard= write_zeroes= hostile=
- * reinit= pattern_lba= pattern= tsc_khz= timeout_ms= think_us= indirect= pattern_check= hang= broken_idle_ms=, and their range
+ * reinit= pattern_lba= pattern= tsc_khz= timeout_ms= think_us= indirect= pattern_check= hang= broken_idle_ms=
+ * dev= stamp_until=, and their range
  * checks. Numbers are decimal (range= also takes a k/m/g suffix, powers of
  * 1024); pattern= is hex with an optional 0x. Unknown tokens are ignored
  * (cmdline.c owns mode= and exit=); a bad value prints
@@ -50,10 +51,13 @@ static int parse_hex32(const char *v, size_t n, u32 *out)
     return 0;
 }
 
+static const char *const rw_names[] = { "read", "write", "randread", "randwrite", "verify",
+                                        "stamp" };
+#define RW_NAMES ((int)(sizeof(rw_names) / sizeof(rw_names[0])))
+
 const char *blk_rw_name(enum blk_rw rw)
 {
-    static const char *const names[] = { "read", "write", "randread", "randwrite", "verify" };
-    return names[rw];
+    return rw_names[rw];
 }
 
 static void blk_opts_default(struct blk_opts *o)
@@ -94,6 +98,7 @@ static const struct num_opt num_opts[] = {
     { "reinit=", 0, 1 }, { "pattern_lba=", 0, ~0ULL }, { "tsc_khz=", TSC_KHZ_MIN, TSC_KHZ_MAX },
     { "timeout_ms=", 1, 3600000 }, { "think_us=", 0, 10000000 }, { "indirect=", 0, 1 },
     { "pattern_check=", 0, 1 }, { "hang=", 0, 2 }, { "broken_idle_ms=", 0, 600000 },
+    { "dev=", 0, 31 }, { "stamp_until=", 0, 0xffffffffULL },
 };
 
 static void store(struct blk_opts *o, int idx, u64 v)
@@ -121,6 +126,8 @@ static void store(struct blk_opts *o, int idx, u64 v)
     case 19: o->pattern_check = (int)v; break;
     case 20: o->hang = (int)v; break;
     case 21: o->broken_idle_ms = v; break;
+    case 22: o->dev = (u32)v; break;
+    case 23: o->stamp_until = (u32)v; o->stamp_until_set = 1; break;
     }
 }
 
@@ -128,13 +135,12 @@ static int token(struct blk_opts *o, const char *t, size_t n)
 {
     size_t k;
     if ((k = prefix_len(t, n, "rw="))) {
-        static const char *const names[] = { "read", "write", "randread", "randwrite", "verify" };
-        for (int i = 0; i < 5; i++)
-            if (prefix_len(t + k, n - k, names[i]) == n - k && n > k) {
+        for (int i = 0; i < RW_NAMES; i++)
+            if (prefix_len(t + k, n - k, rw_names[i]) == n - k && n > k) {
                 o->rw = (enum blk_rw)i;
                 return 0;
             }
-        bad(t, n, "want read|write|randread|randwrite|verify");
+        bad(t, n, "want read|write|randread|randwrite|verify|stamp");
         return -1;
     }
     if ((k = prefix_len(t, n, "pattern="))) {

@@ -2,7 +2,8 @@
  * blk_main.c - mode=blk: the ring-0 orchestration of the virtio-blk test.
  *
  * Owns: the order of the phases (parse options, init + GET_ID, the main
- * workload in ring 3, discard/write-zeroes, hostile cases, reset +
+ * workload in ring 3 (rw=stamp: with a `stamp tag=` line each time the
+ * tag read changes), discard/write-zeroes, hostile cases, reset +
  * reinit + short verify, the pattern= write), recovering the device after
  * a stalled run, counting failures, printing the BLK line built in ring 3
  * and the exit status (0 when nothing failed, 1 otherwise, 2 for a bad
@@ -21,6 +22,7 @@ static struct extra_job extra;
 static struct hostile_result hres;
 static struct blk_summary sum;
 static struct wl_job job;
+static struct stamp_state stamp;
 
 static const char *init_error(int r)
 {
@@ -92,8 +94,17 @@ static void run_workload(struct blk_run *r, const char *name, enum blk_rw rw,
     job.nblocks = nblocks;
     job.seed = seed;
     job.run = r;
-    run_user(workload_job, &job);
+    job.stamp = rw == RW_STAMP ? &stamp : 0;
+    if (job.stamp) {
+        stamp.gen = vp_cfg_generation(&dev.vp);
+        stamp.capacity = dev.capacity;
+        sum.stamp = &stamp;
+    }
+    while (run_user(workload_job, &job) == 1)
+        stamp_announce(&stamp, &dev);
     sum.runs[sum.nruns++] = r;
+    if (job.stamp && opts.stamp_until_set && !stamp_until_reached(&stamp, &opts))
+        sum.failures++;                 /* count ran out before the awaited tag */
     sum.failures += r->errors + r->mismatches + (u64)r->timed_out;
     if (r->timed_out) {                 /* recover for the later phases */
         dev.resets++;

@@ -119,6 +119,33 @@ static void extra_obj(struct sbuf *b, const char *k, const struct extra_result *
     sb_putc(b, '}');
 }
 
+/* rw=stamp: "stamp":{"tags":[{"tag":T,"sectors":N}],...} */
+static void stamp_obj(struct sbuf *b, const struct stamp_state *st)
+{
+    sb_key(b, "stamp");
+    sb_putc(b, '{');
+    sb_key(b, "tags");
+    sb_putc(b, '[');
+    for (u32 i = 0; i < st->ntags; i++) {
+        if (i)
+            sb_putc(b, ',');
+        sb_putc(b, '{');
+        kv_u(b, "tag", st->tags[i]);
+        kv_u(b, "sectors", st->sectors[i]);
+        sb_putc(b, '}');
+    }
+    sb_putc(b, ']');
+    kv_u(b, "other_tags", st->other_tags);
+    kv_u(b, "issued", st->issued);
+    kv_u(b, "bad_magic", st->bad_magic);
+    kv_u(b, "bad_sector", st->bad_sector);
+    kv_u(b, "bad_fill", st->bad_fill);
+    kv_u(b, "until_seen", st->until_seen);
+    kv_u(b, "config_changes", st->config_changes);
+    kv_u(b, "capacity_bytes", st->capacity * 512);
+    sb_putc(b, '}');
+}
+
 long blk_report_job(void *arg)
 {
     struct blk_summary *s = arg;
@@ -218,6 +245,8 @@ long blk_report_job(void *arg)
         sb_putc(b, ']');
         kv_b(b, "hostile_post_ok", s->hostile->post_ok);
     }
+    if (s->stamp)
+        stamp_obj(b, s->stamp);
     if (o->reinit)
         kv_b(b, "reinit_ok", s->reinit_done);
     kv_u(b, "resets", d->resets);

@@ -48,11 +48,11 @@ void pci_write32(u8 slot, u8 off, u32 v)
     outl(PCI_DATA, v);
 }
 
-int pci_find(u16 vendor, u16 device)
+int pci_find(u16 vendor, u16 device, u32 nth)
 {
     u32 want = ((u32)device << 16) | vendor;
     for (int slot = 0; slot < 32; slot++)
-        if (pci_read32((u8)slot, 0) == want)
+        if (pci_read32((u8)slot, 0) == want && nth-- == 0)
             return slot;
     return -1;
 }

@@ -44,9 +44,9 @@ static int map_region(struct vpci *vp, u8 bar, u32 off, u32 len, u64 *out)
     return 0;
 }
 
-int vp_probe(struct vpci *vp, u16 device_id)
+int vp_probe(struct vpci *vp, u16 device_id, u32 nth)
 {
-    int slot = pci_find(0x1af4, device_id);
+    int slot = pci_find(0x1af4, device_id, nth);
     if (slot < 0)
         return -1;
     vp->slot = (u8)slot;

@@ -9,8 +9,11 @@
  * latency samples (rdtsc at submit and at the poll that saw completion);
  * irq mode waits on the interrupt counter before re-checking the used
  * rings; a stall longer than timeout ends the run (timed_out, and
- * needs_reset if the device says so). Also extra_ops_job(): the discard /
- * write-zeroes passes and the pattern= block write.
+ * needs_reset if the device says so). rw=stamp reads like rw=read and
+ * checks each sector's stamp (stamp.c); when the tag read changes it stops
+ * issuing, drains, and returns 1 so ring 0 can print the tag, then goes on
+ * where it stopped. Also extra_ops_job(): the discard / write-zeroes passes
+ * and the pattern= block write.
  */
 #include "blk.h"
 #include "hw.h"
@@ -53,9 +56,17 @@ static u64 check_pattern(const u64 *buf, u64 seed, u64 sector, u32 bytes, u64 *f
 
 struct phase {
     struct wl_job *job;
-    int write, random, verify;
+    int write, random, verify, stamp;
     u64 nreq;
+    u64 issued, done;           /* kept across a stamp pause */
 };
+
+/* rw=stamp: issue nothing more (the tag changed, or stamp_until= was reached). */
+static int stamp_holds(const struct phase *ph)
+{
+    struct stamp_state *st = ph->job->stamp;
+    return ph->stamp && (st->pause || stamp_until_reached(st, ph->job->o));
+}
 
 static u64 xorshift(u64 *s)
 {
@@ -95,12 +106,13 @@ static void run_phase(struct phase *ph, u64 *lat_n)
     u64 rng = j->seed * 2654435761ULL + 0x1234567ULL;
     if (!rng)
         rng = 1;
-    u64 issued = 0, done = 0, writes_since_flush = 0, total_inflight = 0;
+    u64 issued = ph->issued, done = ph->done, writes_since_flush = 0, total_inflight = 0;
+    struct stamp_state *st = j->stamp;
     u64 timeout = o->timeout_ms * o->tsc_khz;
     u64 irq_cap = 50 * o->tsc_khz;      /* max wait per interrupt: 50 ms */
     u64 last_progress = rdtsc();
 
-    while (done < ph->nreq || total_inflight) {
+    while ((done < ph->nreq && !stamp_holds(ph)) || total_inflight) {
         u64 snap = irq_total;
         int progress = 0;
         for (u32 q = 0; q < nq; q++) {
@@ -132,6 +144,19 @@ static void run_phase(struct phase *ph, u64 *lat_n)
                             r->first_mismatch_sector = first;
                         r->mismatches += bad;
                     }
+                    if (ph->stamp && rq->status == VIRTIO_BLK_S_OK) {
+                        u64 bad = stamp_check(st, slot_buf(j, (u16)q, s), rq->lba, bs);
+                        if (bad && !r->mismatches)
+                            r->first_mismatch_sector = rq->lba;
+                        r->mismatches += bad;
+                        if (j->o->stamp_until_set && st->have_cur &&
+                            st->cur_tag == j->o->stamp_until)
+                            st->until_seen++;
+                        if (st->have_cur && (!st->printed || st->cur_tag != st->printed_tag))
+                            st->pause = 1;
+                        if (++st->checks >= STAMP_CONFIG_EVERY)
+                            stamp_poll_config(st, d);
+                    }
                 } else {
                     r->flushes++;
                 }
@@ -146,7 +171,7 @@ static void run_phase(struct phase *ph, u64 *lat_n)
                 while (rdtsc() - t < want)
                     __asm__ volatile("pause");
             }
-            while (nfree[q] && (issued < ph->nreq ||
+            while (nfree[q] && ((issued < ph->nreq && !stamp_holds(ph)) ||
                                 (do_flush && writes_since_flush >= o->flush_every))) {
                 u16 s = blkmem.freelist[q][--nfree[q]];
                 struct blk_req *rq = &d->req[q][s];
@@ -167,6 +192,8 @@ static void run_phase(struct phase *ph, u64 *lat_n)
                     rq->kind = KIND_DATA;
                     rq->lba = sector;
                     issued++;
+                    if (st)
+                        st->issued++;
                     if (ph->write)
                         writes_since_flush++;
                 }
@@ -201,46 +228,67 @@ static void run_phase(struct phase *ph, u64 *lat_n)
         if (rdtsc() - last_progress > timeout) {
             r->timed_out = 1;
             r->needs_reset = (vp_status(&d->vp) & VIRTIO_STATUS_NEEDS_RESET) != 0;
-            return;
+            break;
         }
     }
+    ph->issued = issued;
+    ph->done = done;
 }
+
+/* What a run keeps between workload_job calls (rw=stamp pauses). */
+static struct {
+    struct phase ph;
+    u64 k0, lat_n, irq0, t0;
+    int paused;
+} cur;
 
 long workload_job(void *arg)
 {
     struct wl_job *j = arg;
     struct blk_run *r = j->run;
     struct blk_dev *d = j->d;
-    u64 k0 = 0, lat_n = 0, irq0 = irq_total;
-    for (u32 q = 0; q < d->nq; q++)
-        k0 += d->vq[q].kicks;
-    struct phase ph = { j, 0, 0, 0, j->nreq };
-    switch (j->rw) {
-    case RW_READ: break;
-    case RW_WRITE: ph.write = 1; break;
-    case RW_RANDREAD: ph.random = 1; break;
-    case RW_RANDWRITE: ph.write = 1; ph.random = 1; break;
-    case RW_VERIFY: ph.verify = 1; ph.write = 1; break;
-    }
-    if (ph.write && !ph.verify)          /* plain writes: fill each buffer once */
+    struct phase *ph = &cur.ph;
+    if (!cur.paused) {
+        memset(&cur, 0, sizeof(cur));
+        cur.irq0 = irq_total;
         for (u32 q = 0; q < d->nq; q++)
-            for (u32 s = 0; s < j->o->qd; s++)
-                fill_pattern((u64 *)slot_buf(j, (u16)q, (u16)s), j->seed, s, j->o->bs);
-    u64 t0 = rdtsc();
-    run_phase(&ph, &lat_n);
-    if (ph.verify && !r->timed_out) {
-        ph.write = 0;
-        run_phase(&ph, &lat_n);
+            cur.k0 += d->vq[q].kicks;
+        ph->job = j;
+        ph->nreq = j->nreq;
+        switch (j->rw) {
+        case RW_READ: break;
+        case RW_WRITE: ph->write = 1; break;
+        case RW_RANDREAD: ph->random = 1; break;
+        case RW_RANDWRITE: ph->write = 1; ph->random = 1; break;
+        case RW_VERIFY: ph->verify = 1; ph->write = 1; break;
+        case RW_STAMP: ph->stamp = 1; break;
+        }
+        if (ph->write && !ph->verify)    /* plain writes: fill each buffer once */
+            for (u32 q = 0; q < d->nq; q++)
+                for (u32 s = 0; s < j->o->qd; s++)
+                    fill_pattern((u64 *)slot_buf(j, (u16)q, (u16)s), j->seed, s, j->o->bs);
+        cur.t0 = rdtsc();
     }
-    r->elapsed_cycles = rdtsc() - t0;
+    cur.paused = 0;
+    run_phase(ph, &cur.lat_n);
+    if (ph->stamp && j->stamp->pause && !r->timed_out) {
+        cur.paused = 1;                 /* ring 0 prints the tag, then calls again */
+        return 1;
+    }
+    if (ph->verify && !r->timed_out) {
+        ph->write = 0;
+        ph->issued = ph->done = 0;
+        run_phase(ph, &cur.lat_n);
+    }
+    r->elapsed_cycles = rdtsc() - cur.t0;
     u64 k1 = 0;
     for (u32 q = 0; q < d->nq; q++)
         k1 += d->vq[q].kicks;
-    r->kicks = k1 - k0;
-    r->interrupts = irq_total - irq0;
+    r->kicks = k1 - cur.k0;
+    r->interrupts = irq_total - cur.irq0;
     if (r->elapsed_cycles)
         r->iops = r->requests * j->o->tsc_khz * 1000 / r->elapsed_cycles;
-    lat_compute(blkmem.lat, blkmem.lat_tmp, lat_n, &r->lat);
+    lat_compute(blkmem.lat, blkmem.lat_tmp, cur.lat_n, &r->lat);
     r->done = 1;
     return 0;
 }

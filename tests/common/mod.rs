@@ -7,6 +7,7 @@
 pub mod blk;
 pub mod linux;
 pub mod scratch;
+pub mod stamp;
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};

@@ -3,7 +3,7 @@
 //! HTTP layer never touches devices; this is the only place API commands change anything.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
@@ -52,8 +52,56 @@ fn to_json<T: serde::Serialize>(value: &T) -> ApiReply {
     serde_json::to_value(value).map_err(|e| ApiError::Internal(e.to_string()))
 }
 
+/// How long a swap of a drive's file waits for the requests in flight on the old file: past it
+/// the swap is given up (500) and the drive keeps its old file. Below the API's reply timeout.
+const SWAP_DRAIN_WAIT: Duration = Duration::from_secs(2);
+
 fn not_found(kind: &str, id: &str) -> ApiError {
     ApiError::NotFound(format!("no {kind} with id `{id}`"))
+}
+
+/// Opens `path` as start-up's preflight opens a drive (same checks and messages, the drive's
+/// read-only and O_DIRECT options) once it passed the drive's swap folder, and swaps it in;
+/// returns the absolute path opened.
+fn swap_drive_file(
+    drive: &crate::device_manager::DriveHandle,
+    path: &std::path::Path,
+    read_only: bool,
+    direct: bool,
+) -> Result<std::path::PathBuf, ApiError> {
+    let bad = |why: String| ApiError::BadRequest(format!("path_on_host: {why}"));
+    let full = drive
+        .swap_folder
+        .check(path)
+        .map_err(|e| bad(e.to_string()))?;
+    let opened = crate::drive::open(&full, read_only, direct).map_err(|e| {
+        let denied = matches!(&e, crate::drive::DriveOpenError::Io { source, .. }
+            if source.kind() == std::io::ErrorKind::PermissionDenied);
+        let hint = if denied {
+            " (a symlink out of the drive's folder is refused by the sandbox)"
+        } else {
+            ""
+        };
+        bad(format!("{e}{hint}"))
+    })?;
+    if let Some(warning) = opened.tail_warning(path) {
+        log::warn!("drive {}: path_on_host: {warning}", drive.id);
+    }
+    let old_capacity = drive.swap.capacity_sectors();
+    let started = Instant::now();
+    let drained = drive
+        .swap
+        .swap(opened.file, opened.capacity_sectors, SWAP_DRAIN_WAIT)
+        .map_err(|e| ApiError::Internal(format!("drive {}: swapping the file: {e}", drive.id)))?;
+    log::info!(
+        "drive {}: backing file swapped by the API to {} ({old_capacity} -> {} sectors) in \
+         {} us, {drained} requests completed on the old file first",
+        drive.id,
+        full.display(),
+        opened.capacity_sectors,
+        started.elapsed().as_micros()
+    );
+    Ok(full)
 }
 
 impl Controller<'_> {
@@ -274,8 +322,10 @@ impl Controller<'_> {
         Ok(iothread_json(id, thread))
     }
 
-    /// Sets, changes or removes a drive's own limits; the drive's queues see them at their
-    /// next request (a throttled queue is woken to look).
+    /// Swaps a drive's backing file (`path_on_host`) and sets, changes or removes its own
+    /// limits; all or nothing: every value is checked and the new file opened before anything
+    /// changes, and a failed swap leaves the limits as they were. The drive's queues see new
+    /// limits at their next request (a throttled queue is woken to look).
     fn patch_drive(&mut self, id: &str, u: &DriveUpdate) -> ApiReply {
         if let Some(named) = u.drive_id.as_deref().filter(|named| *named != id) {
             return Err(ApiError::BadRequest(format!(
@@ -294,11 +344,14 @@ impl Controller<'_> {
             .iter_mut()
             .find(|c| c.drive_id == id)
             .ok_or_else(|| ApiError::Internal(format!("drive {id} has no config")))?;
+        if let Some(Some(r)) = &u.rate_limiter {
+            r.check("rate_limiter")
+                .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+        }
+        if let Some(path) = &u.path_on_host {
+            cfg.path_on_host = swap_drive_file(drive, path, cfg.is_read_only, cfg.direct)?;
+        }
         if let Some(limits) = u.rate_limiter {
-            if let Some(r) = &limits {
-                r.check("rate_limiter")
-                    .map_err(|e| ApiError::BadRequest(e.to_string()))?;
-            }
             drive
                 .rate_limits
                 .drive

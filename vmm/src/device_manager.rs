@@ -11,7 +11,7 @@ use dataplane::rate_limit::RateLimiter;
 use dataplane::IoThread;
 use devices::block::stats::QueueStats;
 use devices::block::throttle::DriveRateLimits;
-use devices::block::{BlockDeviceConfig, VirtioBlock};
+use devices::block::{BlockDeviceConfig, DriveSwap, VirtioBlock};
 use devices::bus::{Bus, BusError};
 use devices::debug_exit::{DebugExit, DEBUG_EXIT_PORT};
 use devices::i8042::{I8042Error, I8042, I8042_BASE, I8042_LEN, KEYBOARD_IRQ};
@@ -117,6 +117,10 @@ pub struct DriveHandle {
     pub rate_limits: DriveRateLimits,
     /// The iothread serving its queues (woken when its limits change).
     pub iothread: Arc<IoThread>,
+    /// Swaps its backing file while the guest runs.
+    pub swap: DriveSwap,
+    /// Where a swapped-in file may come from.
+    pub swap_folder: crate::swap_folder::SwapFolder,
 }
 
 impl DriveHandle {
@@ -395,6 +399,7 @@ impl PciWiring<'_> {
             thread.clone(),
         );
         let stats = block.stats();
+        let swap = block.swap_handle();
         let vectors = self
             .router
             .allocate_vectors(usize::from(d.num_queues) + 1)
@@ -429,6 +434,8 @@ impl PciWiring<'_> {
             engine: d.io_engine,
             rate_limits,
             iothread: thread,
+            swap,
+            swap_folder: crate::swap_folder::SwapFolder::resolve(&d.path_on_host),
         })
     }
 }

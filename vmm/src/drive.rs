@@ -1,5 +1,6 @@
 //! Opening a drive's backing file as the config asks (read-only or read-write, O_DIRECT or not)
-//! and sizing it: the capacity is the file size in whole 512-byte sectors.
+//! and sizing it: the capacity is the file size in whole 512-byte sectors. Start-up's preflight
+//! and a live swap (`PATCH /drives/{id}` with `path_on_host`) both open drives here.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Seek, SeekFrom};
@@ -36,6 +37,12 @@ pub enum DriveOpenError {
         /// The path.
         path: PathBuf,
     },
+    /// It is neither a regular file nor a block device (a FIFO, a socket, a character device).
+    #[error("{}: is not a regular file or a block device", path.display())]
+    NotFileOrDevice {
+        /// The path.
+        path: PathBuf,
+    },
     /// It holds less than one sector.
     #[error("{}: {size} bytes is smaller than one 512-byte sector", path.display())]
     TooSmall {
@@ -54,8 +61,26 @@ fn direct_hint(direct: bool, e: &std::io::Error) -> &'static str {
     }
 }
 
+impl OpenedDrive {
+    /// The warning for a size that is not a whole number of sectors (`None` when it is).
+    pub fn tail_warning(&self, path: &Path) -> Option<String> {
+        (self.ignored_tail != 0).then(|| {
+            format!(
+                "{}: {} bytes is not a multiple of 512: the guest sees {} bytes, the last {} are \
+                 not visible to it",
+                path.display(),
+                self.capacity_sectors * 512 + self.ignored_tail,
+                self.capacity_sectors * 512,
+                self.ignored_tail
+            )
+        })
+    }
+}
+
 /// Opens a drive's backing file (read-only or read-write, with O_DIRECT or not) and sizes it.
+/// The kind is checked before the open (a FIFO would block it).
 pub fn open(path: &Path, read_only: bool, direct: bool) -> Result<OpenedDrive, DriveOpenError> {
+    use std::os::unix::fs::FileTypeExt;
     let io = |direct: bool| {
         move |source| DriveOpenError::Io {
             path: path.to_path_buf(),
@@ -63,6 +88,17 @@ pub fn open(path: &Path, read_only: bool, direct: bool) -> Result<OpenedDrive, D
             source,
         }
     };
+    let kind = std::fs::metadata(path).map_err(io(false))?.file_type();
+    if kind.is_dir() {
+        return Err(DriveOpenError::Directory {
+            path: path.to_path_buf(),
+        });
+    }
+    if !kind.is_file() && !kind.is_block_device() {
+        return Err(DriveOpenError::NotFileOrDevice {
+            path: path.to_path_buf(),
+        });
+    }
     let mut opts = OpenOptions::new();
     opts.read(true).write(!read_only);
     if direct {
@@ -111,5 +147,12 @@ mod tests {
         std::fs::remove_file(&p).ok();
         let e = open(&p, false, false).expect_err("missing");
         assert!(e.to_string().contains("No such file or directory"), "{e}");
+        let e = open(Path::new("/dev/null"), true, false).expect_err("a character device");
+        assert_eq!(
+            e.to_string(),
+            "/dev/null: is not a regular file or a block device"
+        );
+        let e = open(&std::env::temp_dir(), true, false).expect_err("a folder");
+        assert!(e.to_string().ends_with(": is a directory"), "{e}");
     }
 }

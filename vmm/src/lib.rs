@@ -37,6 +37,7 @@ pub mod regs;
 pub mod sandbox;
 pub mod seccomp;
 pub mod stop;
+pub mod swap_folder;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod test_utils;
 pub mod thread_weights;

@@ -16,6 +16,21 @@ where
     Option::<T>::deserialize(d).map(Some)
 }
 
+/// Reads a field that may be absent (`None`, with `#[serde(default)]`) but not `null`: one that
+/// has no default to go back to (a drive's `path_on_host`: a drive must have a file).
+pub fn not_null<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    match Option::<T>::deserialize(d)? {
+        Some(v) => Ok(Some(v)),
+        None => Err(serde::de::Error::custom(
+            "null is not accepted: this field has no default to go back to",
+        )),
+    }
+}
+
 /// Applies one field of a PATCH to `target`: absent keeps it, null sets `default`.
 pub fn apply<T: Clone>(field: &Option<Option<T>>, target: &mut T, default: T) {
     match field {

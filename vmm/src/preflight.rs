@@ -119,18 +119,11 @@ fn open_drive(
         .map_err(|source| ConfigError::Engine { index: i, source })?;
     let opened = crate::drive::open(&d.path_on_host, d.is_read_only, d.direct)
         .map_err(|source| ConfigError::Drive { index: i, source })?;
-    if opened.ignored_tail != 0 {
+    if let Some(message) = opened.tail_warning(&d.path_on_host) {
         warnings.push(ConfigWarning {
             file: None,
             field: format!("drives[{i}].path_on_host"),
-            message: format!(
-                "{}: {} bytes is not a multiple of 512: the guest sees {} bytes, the last {} are \
-                 not visible to it",
-                d.path_on_host.display(),
-                opened.capacity_sectors * 512 + opened.ignored_tail,
-                opened.capacity_sectors * 512,
-                opened.ignored_tail
-            ),
+            message,
         });
     }
     Ok(opened)

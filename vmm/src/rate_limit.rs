@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::patch::present;
+use crate::patch::{not_null, present};
 
 use dataplane::rate_limit::{BucketConfig, LimitConfig, LimiterStats};
 
@@ -62,13 +62,22 @@ impl RateLimitGroupConfig {
     }
 }
 
-/// `PATCH /drives/{id}` body: `rate_limiter` set, changed, or `null` to remove it.
+/// `PATCH /drives/{id}` body: `rate_limiter` set, changed, or `null` to remove it; a new
+/// `path_on_host` swaps the backing file while the guest runs.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DriveUpdate {
     /// Firecracker's `PartialDrive` names the drive again: when given, it must equal the path's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drive_id: Option<String>,
+    /// Absent: unchanged; a path: the drive's new backing file (`null` is refused: a drive must
+    /// have a file).
+    #[serde(
+        default,
+        deserialize_with = "not_null",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub path_on_host: Option<std::path::PathBuf>,
     /// Absent: unchanged; `null`: removed; an object: the new limits (full buckets).
     #[serde(
         default,
@@ -201,6 +210,17 @@ mod tests {
             (100, 0, 1000)
         );
         assert!(serde_json::from_str::<DriveUpdate>(r#"{"rate_limit": null}"#).is_err());
+        let swap: DriveUpdate =
+            serde_json::from_str(r#"{"path_on_host": "/d/b.img"}"#).expect("path");
+        assert_eq!(
+            swap.path_on_host.as_deref(),
+            Some(std::path::Path::new("/d/b.img"))
+        );
+        assert_eq!(absent.path_on_host, None);
+        let e = serde_json::from_str::<DriveUpdate>(r#"{"path_on_host": null}"#)
+            .expect_err("a drive must have a file");
+        assert!(e.to_string().contains("null is not accepted"), "{e}");
+        assert!(serde_json::from_str::<DriveUpdate>(r#"{"path_on_host": 5}"#).is_err());
         let g: GroupUpdate = serde_json::from_str(r#"{"ops": null}"#).expect("group");
         assert_eq!((g.ops, g.bandwidth), (Some(None), None));
     }

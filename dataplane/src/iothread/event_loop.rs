@@ -16,6 +16,10 @@ use std::time::{Duration, Instant};
 use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 use vmm_sys_util::eventfd::EventFd;
 
+mod swap;
+
+pub(super) use swap::PendingSwap;
+
 use super::{Command, Detach, ThreadTurn};
 use crate::handler::{AttachError, CompletionState, Handler};
 use crate::poll::contention::SAMPLE_PERIOD_NS;
@@ -147,6 +151,7 @@ pub(super) struct Loop {
     pub(super) commands: Receiver<Command>,
     slots: Vec<Option<Slot>>,
     detaches: Vec<PendingDetach>,
+    swaps: Vec<PendingSwap>,
     /// Scratch: handlers that stopped during the last turns.
     stopped: Vec<usize>,
     pub(super) stats: Arc<IoThreadStats>,
@@ -180,6 +185,7 @@ impl Loop {
             commands,
             slots: Vec::new(),
             detaches: Vec::new(),
+            swaps: Vec::new(),
             stopped: Vec::new(),
             stats,
             dynamic_weight,
@@ -233,6 +239,9 @@ impl Loop {
             self.policy.update(block_ns, &it.hits, now);
             if !self.detaches.is_empty() {
                 self.finish_detaches();
+            }
+            if !self.swaps.is_empty() {
+                self.finish_swaps();
             }
             if command {
                 if !self.process_commands() {
@@ -411,7 +420,7 @@ impl Loop {
     }
 
     /// How long the thread may sleep: for ever (-1), unless a handler waits for a retry or a
-    /// rate limiter, or a detach for its deadline.
+    /// rate limiter, or a detach or a file swap for its deadline.
     fn sleep_timeout_ms(&self, now: Instant) -> i32 {
         let retry = self
             .slots
@@ -421,7 +430,14 @@ impl Loop {
             .then(|| now + RETRY_DELAY);
         let throttled = self.slots.iter().flatten().filter_map(|s| s.wake_at).min();
         let detach = self.detaches.iter().map(|d| d.deadline).min();
-        match retry.into_iter().chain(throttled).chain(detach).min() {
+        let swap = self.swaps.iter().map(PendingSwap::deadline).min();
+        match retry
+            .into_iter()
+            .chain(throttled)
+            .chain(detach)
+            .chain(swap)
+            .min()
+        {
             None => -1,
             Some(at) => {
                 let left = at.saturating_duration_since(now);
@@ -675,6 +691,10 @@ impl Loop {
                         reply,
                     });
                     self.finish_detaches();
+                }
+                Command::Swap(swap) => {
+                    self.swaps.push(swap);
+                    self.finish_swaps();
                 }
                 Command::SetPoll(params, reply) => {
                     self.policy.set_params(params);

@@ -1,6 +1,7 @@
 //! The iothread: a named thread that owns handlers exclusively and runs them when their fds
-//! fire (the loop is `event_loop.rs`). Control commands (attach, detach, poll parameters, the
-//! owner's hooks, throttle wake-ups, shutdown) arrive over a channel plus an eventfd and are
+//! fire (the loop is `event_loop.rs`, a file swap `event_loop/swap.rs`). Control commands
+//! (attach, detach, file swap, poll parameters, the owner's hooks, throttle wake-ups, shutdown)
+//! arrive over a channel plus an eventfd and are
 //! acknowledged, so callers know when ownership moved: a handler's engine may have I/O in flight
 //! into guest memory, and a detached handler comes back only once it has none.
 
@@ -30,6 +31,9 @@ pub const MAX_MAX_BATCH: usize = 1024;
 /// wait).
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long [`IoThread::swap_file`] waits for the thread's answer beyond the swap's own wait.
+const SWAP_ANSWER_MARGIN: Duration = Duration::from_millis(500);
+
 /// Errors of the iothread and its control channel.
 #[derive(Debug, thiserror::Error)]
 pub enum IoThreadError {
@@ -54,6 +58,14 @@ pub enum IoThreadError {
         /// Why.
         source: AttachError,
     },
+    /// A file swap failed ([`IoThread::swap_file`]); every handler kept its old file.
+    #[error("iothread {name}: swapping the file: {source}")]
+    Swap {
+        /// The thread.
+        name: String,
+        /// Why.
+        source: AttachError,
+    },
     /// The owner's hook ([`IoThread::run_on_thread`]) failed on the thread.
     #[error("iothread {name}: on-thread hook: {source}")]
     Hook {
@@ -67,6 +79,7 @@ pub enum IoThreadError {
 enum Command {
     Attach(Vec<Box<dyn Handler>>, Sender<Result<(), AttachError>>),
     Detach(u64, Duration, Sender<Detach>),
+    Swap(event_loop::PendingSwap),
     SetPoll(PollParams, Sender<PollParams>),
     Run(OnThreadHook, Sender<Result<(), HookError>>),
     WakeThrottled,
@@ -93,6 +106,26 @@ impl std::fmt::Debug for Detach {
         }
     }
 }
+
+/// The answer to [`IoThread::swap_file`] when nothing failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SwapOutcome {
+    /// Every handler of the owner runs on the new file; the hook ran before they resumed.
+    Swapped {
+        /// Requests in flight on the old file when the swap began, all completed there.
+        drained: usize,
+    },
+    /// Requests on the old file were still in flight when the wait ended: the swap was given
+    /// up, the handlers resumed on the old file and the hook did not run.
+    TimedOut {
+        /// Requests still in flight.
+        in_flight: usize,
+    },
+}
+
+/// What the owner runs on the iothread once every handler of a swap has its new file, before
+/// any of them takes a request again (e.g. the new capacity and the guest's config interrupt).
+pub type SwapHook = Box<dyn FnOnce() + Send>;
 
 /// Code the owner runs on the iothread itself (the VMM installs its seccomp filter this way).
 pub type OnThreadHook = Box<dyn FnOnce() -> Result<(), HookError> + Send>;
@@ -283,6 +316,38 @@ impl IoThread {
         self.send(Command::Detach(owner, wait, tx))?;
         rx.recv_timeout(COMMAND_TIMEOUT + wait)
             .map_err(|_| IoThreadError::NotResponding(self.name.clone()))
+    }
+
+    /// Moves every handler of `owner` onto `file` without losing a request: they stop taking
+    /// new requests, those in flight complete on the old file (the thread serves its other
+    /// handlers meanwhile), then each handler's engine is rebuilt on `file`
+    /// ([`Handler::replace_file`]), `on_swapped` runs, and they resume, serving what the guest
+    /// queued meanwhile. Waits at most `wait` for the old file's requests; past it the swap is
+    /// given up ([`SwapOutcome::TimedOut`]) and the handlers go on with the old file. An owner
+    /// with no handler on the thread (its device not active) swaps at once: only the hook runs.
+    pub fn swap_file(
+        &self,
+        owner: u64,
+        file: std::fs::File,
+        wait: Duration,
+        on_swapped: SwapHook,
+    ) -> Result<SwapOutcome, IoThreadError> {
+        let (tx, rx) = mpsc::channel();
+        self.send(Command::Swap(event_loop::PendingSwap::new(
+            owner, file, wait, on_swapped, tx,
+        )))?;
+        // Not `COMMAND_TIMEOUT`: a thread blocked on a hung file (the Sync engine) must not hold
+        // the caller for long. The thread itself gives up at `wait`, so it does not swap after
+        // this answer (unless the swap started just before its deadline and its set-up outlasts
+        // the margin: the owner's hook then still records it).
+        match rx.recv_timeout(wait + SWAP_ANSWER_MARGIN) {
+            Ok(Ok(outcome)) => Ok(outcome),
+            Ok(Err(source)) => Err(IoThreadError::Swap {
+                name: self.name.clone(),
+                source,
+            }),
+            Err(_) => Err(IoThreadError::NotResponding(self.name.clone())),
+        }
     }
 
     /// Stops the thread and waits for it.

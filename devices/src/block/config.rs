@@ -40,6 +40,11 @@ pub fn encode(g: &BlockGeometry) -> [u8; CONFIG_LEN] {
     c
 }
 
+/// Sets the `capacity` field of an encoded config space.
+pub fn set_capacity(config: &mut [u8; CONFIG_LEN], capacity_sectors: u64) {
+    config[0..8].copy_from_slice(&capacity_sectors.to_le_bytes());
+}
+
 /// Reads `data.len()` bytes at `offset` of `config`; out-of-range bytes read as zero.
 pub fn read(config: &[u8], offset: u64, data: &mut [u8]) {
     data.fill(0);

@@ -1,6 +1,6 @@
 //! The virtio-blk device model: features, config space, and activation, which moves each queue
 //! with a fresh I/O engine onto the drive's iothread; reset takes them back after in-flight I/O
-//! has drained.
+//! has drained. The backing file and capacity are shared with the drive's [`DriveSwap`].
 
 use std::fs::File;
 use std::sync::atomic::Ordering;
@@ -15,6 +15,7 @@ use super::features;
 use super::queue::{next_owner_id, BlockQueueHandler};
 use super::request::DiskLimits;
 use super::stats::QueueStats;
+use super::swap::{DriveBacking, DriveSwap};
 use super::throttle::DriveRateLimits;
 use super::ID_BYTES;
 use crate::virtio::{
@@ -51,7 +52,7 @@ pub struct BlockDeviceConfig {
 pub struct VirtioBlock {
     owner: u64,
     drive_id: String,
-    file: File,
+    backing: Arc<DriveBacking>,
     engine: EngineOptions,
     queue_sizes: Vec<u16>,
     offered: u64,
@@ -103,7 +104,7 @@ impl VirtioBlock {
         Self {
             owner: next_owner_id(),
             drive_id: cfg.drive_id,
-            file: cfg.file,
+            backing: DriveBacking::new(cfg.file, cfg.capacity_sectors),
             engine: cfg.engine,
             queue_sizes: vec![cfg.queue_size; usize::from(cfg.num_queues)],
             offered,
@@ -129,11 +130,21 @@ impl VirtioBlock {
         self.stats.clone()
     }
 
+    /// The handle that swaps the drive's backing file while the guest runs.
+    pub fn swap_handle(&self) -> DriveSwap {
+        DriveSwap {
+            owner: self.owner,
+            drive_id: self.drive_id.clone(),
+            backing: self.backing.clone(),
+            iothread: self.iothread.clone(),
+        }
+    }
+
     /// What a queue of `depth` entries needs to build its engine on the iothread.
     fn engine_spec(&self, depth: u16) -> Result<(File, EngineOptions), ActivateError> {
         let file = self
-            .file
-            .try_clone()
+            .backing
+            .dup_file()
             .map_err(|e| ActivateError::Backend(format!("dup backing file: {e}")))?;
         Ok((
             file,
@@ -163,7 +174,10 @@ impl VirtioDevice for VirtioBlock {
     }
 
     fn read_config(&self, offset: u64, data: &mut [u8]) {
-        config::read(&self.config_space, offset, data);
+        // The capacity changes when the backing file is swapped.
+        let mut space = self.config_space;
+        config::set_capacity(&mut space, self.backing.capacity_sectors());
+        config::read(&space, offset, data);
     }
 
     fn write_config(&mut self, offset: u64, data: &[u8]) {
@@ -187,6 +201,17 @@ impl VirtioDevice for VirtioBlock {
         if queues.is_empty() {
             return Err(ActivateError::BadConfig("no queue is ready".into()));
         }
+        // No swap between the file read here and the queues' arrival on the iothread.
+        let backing = self.backing.clone();
+        let _order = backing.order();
+        backing.set_interrupt(interrupt.clone());
+        let capacity = backing.capacity_sectors();
+        if capacity != self.limits.capacity_sectors {
+            self.limits = Arc::new(DiskLimits {
+                capacity_sectors: capacity,
+                ..(*self.limits).clone()
+            });
+        }
         let mut handlers: Vec<Box<dyn dataplane::Handler>> = Vec::with_capacity(queues.len());
         for q in queues {
             let Some(stats) = self.stats.get(usize::from(q.index)).cloned() else {
@@ -206,7 +231,8 @@ impl VirtioDevice for VirtioBlock {
                     self.limits.clone(),
                     stats,
                 )
-                .with_rate_limits(self.rate_limits.clone()),
+                .with_rate_limits(self.rate_limits.clone())
+                .with_capacity_source(backing.capacity_source()),
             ));
         }
         self.iothread
@@ -273,7 +299,10 @@ mod tests {
     use super::*;
     use crate::test_utils::queue::{engine, guest_memory, FakeInterrupt};
     use dataplane::engine::EngineKind;
+    use std::os::unix::fs::FileExt;
+    use virtio_queue::desc::RawDescriptor;
     use virtio_queue::mock::MockSplitQueue;
+    use vm_memory::{Address, Bytes, GuestAddress};
     use vmm_sys_util::eventfd::EventFd;
 
     fn queue(mem: &GuestMemory) -> ActivatedQueue {
@@ -322,6 +351,114 @@ mod tests {
         assert!(matches!(dev.reset(), ResetOutcome::Inactive));
         dev.activate(mem.clone(), irq, vec![queue(&mem)])
             .expect("activation after reset");
+        thread.shutdown();
+    }
+
+    /// A 512-byte read of `sector` into 0x20_0000, status at 0x30_0000, descriptors from
+    /// `first`.
+    fn read_chain(mem: &GuestMemory, sector: u64, first: u16) -> [RawDescriptor; 3] {
+        use crate::test_utils::queue::{desc, write_header, F_NEXT, F_WRITE};
+        write_header(mem, 0x10_0000, crate::block::request_type::IN, sector);
+        mem.write_obj(0xffu8, GuestAddress(0x30_0000))
+            .expect("status");
+        [
+            desc(0x10_0000, 16, F_NEXT, first + 1),
+            desc(0x20_0000, 512, F_NEXT | F_WRITE, first + 2),
+            desc(0x30_0000, 1, F_WRITE, 0),
+        ]
+    }
+
+    #[track_caller]
+    fn wait_used(mem: &GuestMemory, vq: &MockSplitQueue<GuestMemory>, n: u16) {
+        for _ in 0..1000 {
+            let idx: u16 = mem
+                .read_obj(vq.used_addr().unchecked_add(2))
+                .expect("used idx");
+            if idx == n {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        panic!("used idx never reached {n}");
+    }
+
+    /// A read past the old file's end succeeds after the swap: the queue runs on the new file
+    /// with the new capacity, the config space shows it and the guest was told; with every
+    /// engine (io_uring's registered file, Linux AIO's context, Auto's inline path and ring).
+    #[test]
+    fn a_swap_moves_the_queues_to_the_new_file_and_tells_the_guest() {
+        for kind in [
+            EngineKind::Sync,
+            EngineKind::IoUring,
+            EngineKind::LinuxAio,
+            EngineKind::Auto,
+        ] {
+            if dataplane::engine::probe(kind).is_err() {
+                eprintln!("{kind:?}: not on this host, skipped");
+                continue;
+            }
+            swap_with(kind);
+        }
+    }
+
+    fn swap_with(kind: EngineKind) {
+        let mem = guest_memory(0x100_0000);
+        let old = tempfile_in_tmp();
+        old.write_all_at(&[0xaa; 4096], 0).expect("old");
+        let new = tempfile_in_tmp();
+        new.set_len(8192).expect("len");
+        new.write_all_at(&[0xbb; 8192], 0).expect("new");
+        let thread = IoThread::spawn("dev-swap", 0).expect("iothread");
+        let mut dev = VirtioBlock::new(
+            BlockDeviceConfig {
+                drive_id: "d0".into(),
+                file: old,
+                read_only: false,
+                capacity_sectors: 8,
+                num_queues: 1,
+                queue_size: 16,
+                engine: engine(kind, 16),
+                rate_limits: Default::default(),
+            },
+            thread.clone(),
+        );
+        let swap = dev.swap_handle();
+        let vq = MockSplitQueue::new(&mem, 16);
+        vq.add_desc_chains(&read_chain(&mem, 0, 0), 0)
+            .expect("chain");
+        let kick = EventFd::new(libc::EFD_NONBLOCK).expect("efd");
+        let queue = ActivatedQueue {
+            index: 0,
+            queue: vq.create_queue().expect("queue"),
+            kick: kick.try_clone().expect("dup"),
+        };
+        let irq = FakeInterrupt::new();
+        dev.activate(mem.clone(), irq.clone(), vec![queue])
+            .expect("activate");
+        wait_used(&mem, &vq, 1);
+        let mut data = [0u8; 512];
+        mem.read_slice(&mut data, GuestAddress(0x20_0000))
+            .expect("data");
+        assert_eq!(data, [0xaa; 512], "{kind:?}: the old file");
+
+        assert_eq!(swap.swap(new, 16, Duration::from_secs(1)).expect("swap"), 0);
+        assert_eq!(irq.config_changes.load(Ordering::SeqCst), 1);
+        let mut capacity = [0u8; 8];
+        dev.read_config(0, &mut capacity);
+        assert_eq!(u64::from_le_bytes(capacity), 16);
+        assert_eq!(swap.capacity_sectors(), 16);
+
+        // Sector 12 lies past the old file's 8 sectors.
+        vq.add_desc_chains(&read_chain(&mem, 12, 3), 3)
+            .expect("chain");
+        kick.write(1).expect("kick");
+        wait_used(&mem, &vq, 2);
+        let status: u8 = mem.read_obj(GuestAddress(0x30_0000)).expect("status");
+        assert_eq!(status, crate::block::status::OK);
+        mem.read_slice(&mut data, GuestAddress(0x20_0000))
+            .expect("data");
+        assert_eq!(data, [0xbb; 512], "{kind:?}: the new file");
+        assert!(matches!(dev.reset(), ResetOutcome::Done(q) if q.len() == 1));
         thread.shutdown();
     }
 

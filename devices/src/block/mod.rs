@@ -1,15 +1,18 @@
 //! virtio-blk: the device model ([`device`]), its config space ([`config`]), request parsing
 //! against hostile guest memory ([`request`]), the per-queue handler that runs on an iothread
-//! ([`queue`]), its rate-limit state ([`throttle`]) and its counters ([`stats`]).
+//! ([`queue`]), its rate-limit state ([`throttle`]), its counters ([`stats`]) and the live swap
+//! of its backing file ([`swap`]).
 
 pub mod config;
 pub mod device;
 pub mod queue;
 pub mod request;
 pub mod stats;
+pub mod swap;
 pub mod throttle;
 
 pub use device::{BlockDeviceConfig, VirtioBlock};
+pub use swap::{DriveSwap, SwapError};
 
 use virtio_bindings::virtio_blk as vb;
 

@@ -79,10 +79,15 @@ pub struct BlockQueueHandler {
     mem: HostMemory,
     interrupt: Arc<dyn VirtioInterrupt>,
     engine: Box<dyn IoEngine>,
-    /// How to build the real engine on the iothread (`attach`); until then `engine` is a Null
+    /// The backing file the engine runs on (a duplicate of the drive's) and its options.
+    file: std::fs::File,
+    engine_opts: EngineOptions,
+    /// The real engine is built on the iothread (`attach`); until then `engine` is a Null
     /// placeholder that is never given work.
-    engine_spec: Option<(std::fs::File, EngineOptions)>,
+    engine_built: bool,
     limits: Arc<DiskLimits>,
+    /// The drive's capacity as a file swap changes it: read when the queue resumes.
+    capacity_source: Option<Arc<AtomicU64>>,
     stats: Arc<QueueStats>,
     slots: Vec<Option<InFlight>>,
     free: Vec<usize>,
@@ -91,7 +96,8 @@ pub struct BlockQueueHandler {
     /// The guest broke the queue (DEVICE_NEEDS_RESET): take no more requests, reap what is in
     /// flight, then stop until the device is reset.
     broken: bool,
-    /// The device is leaving the iothread (reset): take no more requests, reap what is in flight.
+    /// The device is leaving the iothread (reset) or its file is being swapped: take no more
+    /// requests, reap what is in flight.
     draining: bool,
     /// Between `poll_begin` and `poll_end`: leave guest notifications suppressed.
     polling: bool,
@@ -136,8 +142,11 @@ impl BlockQueueHandler {
             mem,
             interrupt,
             engine: no_engine(),
-            engine_spec: Some((file, opts)),
+            file,
+            engine_opts: opts,
+            engine_built: false,
             limits,
+            capacity_source: None,
             stats,
             slots: vec![None; depth],
             free: (0..depth).rev().collect(),
@@ -161,6 +170,28 @@ impl BlockQueueHandler {
     pub fn with_rate_limits(mut self, limits: DriveRateLimits) -> Self {
         self.throttle = QueueThrottle::new(limits);
         self
+    }
+
+    /// Follow the drive's capacity through file swaps: the queue's bound becomes `capacity`'s
+    /// value each time it resumes after a swap.
+    pub fn with_capacity_source(mut self, capacity: Arc<AtomicU64>) -> Self {
+        self.capacity_source = Some(capacity);
+        self
+    }
+
+    /// Builds an engine on a duplicate of `file` with the queue's options, on the iothread.
+    fn build_engine(
+        &self,
+        file: &std::fs::File,
+    ) -> Result<Box<dyn IoEngine>, dataplane::handler::AttachError> {
+        let dup = file
+            .try_clone()
+            .map_err(dataplane::handler::AttachError::DupFile)?;
+        let engine = dataplane::engine::open(dup, &self.engine_opts)?;
+        let described = engine.describe();
+        log::info!("virtio-blk queue {}: engine {described}", self.index);
+        *self.stats.engine.lock().unwrap_or_else(|p| p.into_inner()) = described;
+        Ok(engine)
     }
 
     /// Hands the queue back (after `quiesce`).
@@ -456,21 +487,43 @@ impl Handler for BlockQueueHandler {
     }
 
     fn attach(&mut self) -> Result<(), dataplane::handler::AttachError> {
-        let Some((file, opts)) = self.engine_spec.take() else {
+        if self.engine_built {
             return Ok(());
-        };
-        let engine = dataplane::engine::open(file, &opts)?;
-        let described = engine.describe();
-        log::info!("virtio-blk queue {}: engine {described}", self.index);
-        *self.stats.engine.lock().unwrap_or_else(|p| p.into_inner()) = described;
-        self.engine = engine;
+        }
+        self.engine = self.build_engine(&self.file)?;
+        self.engine_built = true;
         Ok(())
+    }
+
+    fn replace_file(
+        &mut self,
+        file: std::fs::File,
+    ) -> Result<std::fs::File, dataplane::handler::AttachError> {
+        // Drained: the old engine holds nothing; it is dropped here, on its thread.
+        let engine = self.build_engine(&file)?;
+        self.engine = engine;
+        self.engine_built = true;
+        Ok(std::mem::replace(&mut self.file, file))
+    }
+
+    fn resume(&mut self) {
+        if let Some(capacity) = &self.capacity_source {
+            let capacity = capacity.load(Ordering::Acquire);
+            if capacity != self.limits.capacity_sectors {
+                self.limits = Arc::new(DiskLimits {
+                    capacity_sectors: capacity,
+                    ..(*self.limits).clone()
+                });
+            }
+        }
+        self.draining = false;
     }
 
     fn detach(&mut self) {
         // Drained: the engine holds nothing. Dropped here, on the thread that created it (an
         // AIO context's io_destroy is not in the vCPU thread's seccomp filter).
         self.engine = no_engine();
+        self.engine_built = false;
     }
 
     fn fd_fired(&mut self, index: usize) {
@@ -606,7 +659,7 @@ impl Handler for BlockQueueHandler {
         if !self.draining {
             self.draining = true;
             log::debug!(
-                "virtio-blk queue {}: draining {} requests for a reset",
+                "virtio-blk queue {}: draining {} requests (a reset or a file swap)",
                 self.index,
                 self.engine.in_flight()
             );

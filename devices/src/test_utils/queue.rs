@@ -93,6 +93,8 @@ pub struct FakeInterrupt {
     pub notifications: AtomicU64,
     /// The device asked for a reset.
     pub needs_reset: AtomicBool,
+    /// Configuration-change notifications sent.
+    pub config_changes: AtomicU64,
     /// Written once per queue notification (a non-blocking eventfd), when present.
     pub fd: Option<EventFd>,
 }
@@ -132,6 +134,7 @@ impl VirtioInterrupt for FakeInterrupt {
     }
 
     fn notify_config(&self) -> std::io::Result<()> {
+        self.config_changes.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
 

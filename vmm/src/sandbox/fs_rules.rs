@@ -1,7 +1,9 @@
 //! Landlock: the file system a sandboxed Osprey may still reach, derived from its config. Every
 //! access right the kernel can restrict is handled (read, write, execute, create, remove, rename,
 //! truncate, device ioctls; TCP bind and connect; abstract Unix sockets outside the sandbox),
-//! and only these paths get some back: each drive (read, or read and write), the kernel and
+//! and only these paths get some back: each drive (read, or read and write), the files beneath
+//! each drive's folder as that drive may use them (a live swap's new file,
+//! [`crate::swap_folder`]; none for a drive under `/dev`), the kernel and
 //! initrd (read), the metrics file (write), the API socket's directory (remove entries: the
 //! socket at exit) and `/proc/self/task` (read: each thread's CPU time when the VM stops).
 //! Nothing may be executed. Files opened during set-up keep the access they were opened with.
@@ -114,6 +116,21 @@ pub fn rules_for(paths: &VmPaths) -> Vec<FsRule> {
             FsAccess::ReadWrite
         };
         add(&d.path, access, format!("drive {}", d.id), false);
+    }
+    for d in &paths.drives {
+        let access = if d.read_only {
+            FsAccess::Read
+        } else {
+            FsAccess::ReadWrite
+        };
+        if let Some(folder) = crate::swap_folder::rule_folder(&d.path) {
+            add(
+                folder,
+                access,
+                format!("folder of drive {} (files a swap may use)", d.id),
+                false,
+            );
+        }
     }
     add(&paths.kernel, FsAccess::Read, "kernel".into(), false);
     if let Some(initrd) = &paths.initrd {
@@ -291,6 +308,8 @@ mod tests {
             vec![
                 ("/d/root.img".into(), FsAccess::ReadWrite),
                 ("/d/ro.img".into(), FsAccess::Read),
+                ("/d".into(), FsAccess::ReadWrite),
+                ("/d".into(), FsAccess::Read),
                 ("/k/vmlinux".into(), FsAccess::Read),
                 ("/k/initrd".into(), FsAccess::Read),
                 ("/var/log/osprey.metrics".into(), FsAccess::Write),

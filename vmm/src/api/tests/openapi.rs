@@ -139,9 +139,9 @@ fn every_request_example_parses_and_is_accepted() {
         }
     }
     // PATCH iothread: polling off, classic, weighted W=3, max_batch 8; PUT /actions: four
-    // actions; PATCH drive: four rate limiters; PATCH group: two; PATCH /vm: two; one each
+    // actions; PATCH drive: four rate limiters and a file swap; PATCH group: two; PATCH /vm: two; one each
     // for the seven pre-boot PUTs and PATCH /machine-config.
-    assert_eq!(count, 24);
+    assert_eq!(count, 25);
 }
 
 #[test]
