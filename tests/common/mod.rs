@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod blk;
+pub mod firecracker_spec;
 pub mod linux;
 pub mod scratch;
 pub mod stamp;
