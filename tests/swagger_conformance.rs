@@ -463,6 +463,9 @@ fn every_firecracker_route_answers_as_the_spec_says() {
 
     if !walk.findings.is_empty() {
         let n = walk.findings.len();
-        walk.fail(&format!("{n} answers differ from Firecracker's spec"), &vmm);
+        walk.fail(
+            &format!("answers that differ from Firecracker's spec: {n}"),
+            &vmm,
+        );
     }
 }
