@@ -54,21 +54,42 @@ pub fn set_unpack(took: Duration) {
         .store(took.as_micros() as u64, Ordering::Relaxed);
 }
 
-/// The stamps as JSON: ms per step (null when not reached), and the unpack time.
-pub fn json() -> serde_json::Value {
+/// Start-up's steps: ms from the process's start to each (`null` until reached), and how long
+/// unpacking the kernel took (`null` when it was not packed).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, utoipa::ToSchema)]
+pub struct BootTimings {
+    /// The config was read and checked.
+    pub config_parsed_ms: Option<f64>,
+    /// Guest memory was mapped.
+    pub memory_set_up_ms: Option<f64>,
+    /// The kernel was loaded into guest memory.
+    pub kernel_loaded_ms: Option<f64>,
+    /// Time spent unpacking a compressed kernel.
+    pub kernel_unpack_ms: Option<f64>,
+    /// The first vCPU entered the guest.
+    pub first_vcpu_entry_ms: Option<f64>,
+}
+
+/// The stamps so far.
+pub fn timings() -> BootTimings {
     let s = stamps();
     let ms = |step: Step| {
         let v = s.steps[step as usize].load(Ordering::Relaxed);
         (v != 0).then(|| (v - 1) as f64 / 1e3)
     };
     let unpack = s.unpack_us.load(Ordering::Relaxed);
-    serde_json::json!({
-        "config_parsed_ms": ms(Step::ConfigParsed),
-        "memory_set_up_ms": ms(Step::MemorySetUp),
-        "kernel_loaded_ms": ms(Step::KernelLoaded),
-        "kernel_unpack_ms": (unpack != 0).then(|| unpack as f64 / 1e3),
-        "first_vcpu_entry_ms": ms(Step::FirstVcpuEntry),
-    })
+    BootTimings {
+        config_parsed_ms: ms(Step::ConfigParsed),
+        memory_set_up_ms: ms(Step::MemorySetUp),
+        kernel_loaded_ms: ms(Step::KernelLoaded),
+        kernel_unpack_ms: (unpack != 0).then(|| unpack as f64 / 1e3),
+        first_vcpu_entry_ms: ms(Step::FirstVcpuEntry),
+    }
+}
+
+/// [`timings`] as JSON, for the log.
+pub fn json() -> serde_json::Value {
+    serde_json::to_value(timings()).unwrap_or_default()
 }
 
 #[cfg(test)]

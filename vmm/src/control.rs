@@ -5,16 +5,20 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::json;
 
 use crate::api::command::{
-    ApiCommand, ApiError, ApiReply, DriveUpdate, GroupUpdate, IoThreadUpdate, VmAction,
+    ApiCommand, ApiError, ApiReply, DriveUpdate, GroupUpdate, IoThreadUpdate, Reply, VmAction,
     VmStateChange,
 };
+use crate::api::replies::{ConfigReply, DriveReport, MetricsReport};
 use crate::config::{IoThreadConfig, PollPolicyKind, VmConfig};
-use crate::device_manager::{iothread_json, Devices};
+use crate::device_manager::{iothread_report, Devices};
 use crate::events::PauseState;
+use crate::instance::InstanceState;
+use crate::metrics::report::{ThreadReport, VmReport};
 use crate::patch;
+use crate::rate_limit::GroupReport;
 
 /// What a command asks of the control loop beyond its reply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,11 +49,6 @@ impl std::fmt::Debug for Controller<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Controller")
     }
-}
-
-/// A reply body from a typed value.
-fn to_json<T: serde::Serialize>(value: &T) -> ApiReply {
-    serde_json::to_value(value).map_err(|e| ApiError::Internal(e.to_string()))
 }
 
 /// How long a swap of a drive's file waits for the requests in flight on the old file: past it
@@ -126,24 +125,34 @@ impl Controller<'_> {
         }
         match command {
             ApiCommand::GetInfo => (
-                to_json(&crate::instance::InstanceInfo::new(
-                    self.state(),
-                    Some(crate::boot_timing::json()),
-                )),
+                Ok(Reply::Info(crate::instance::InstanceInfo::new(
+                    if self.pause.is_paused() {
+                        InstanceState::Paused
+                    } else {
+                        InstanceState::Running
+                    },
+                    Some(crate::boot_timing::timings()),
+                ))),
                 Effect::None,
             ),
-            ApiCommand::GetMachineConfig => (to_json(&self.config.machine), Effect::None),
+            ApiCommand::GetMachineConfig => (
+                Ok(Reply::Machine(self.config.machine.clone())),
+                Effect::None,
+            ),
             ApiCommand::SetVmState(r) => self.set_state(r.state),
             ApiCommand::GetConfig => (
-                serde_json::to_value(&*self.config).map_err(|e| ApiError::Internal(e.to_string())),
+                Ok(Reply::Config(Box::new(ConfigReply {
+                    config: self.config.clone(),
+                    has_boot_source: true,
+                }))),
                 Effect::None,
             ),
             ApiCommand::ListIoThreads => (
-                Ok(Value::Array(
+                Ok(Reply::IoThreads(
                     self.devices
                         .iothreads
                         .iter()
-                        .map(|(id, t)| iothread_json(id, t))
+                        .map(|(id, t)| iothread_report(id, t))
                         .collect(),
                 )),
                 Effect::None,
@@ -152,7 +161,7 @@ impl Controller<'_> {
                 self.devices
                     .iothreads
                     .get(&id)
-                    .map(|t| iothread_json(&id, t))
+                    .map(|t| Reply::IoThread(Box::new(iothread_report(&id, t))))
                     .ok_or_else(|| not_found("iothread", &id)),
                 Effect::None,
             ),
@@ -160,13 +169,12 @@ impl Controller<'_> {
                 (self.patch_iothread(&id, &update), Effect::None)
             }
             ApiCommand::ListDrives => (
-                Ok(Value::Array(
-                    self.devices
-                        .drives
-                        .iter()
-                        .map(|d| self.drive_json(d))
-                        .collect(),
-                )),
+                self.devices
+                    .drives
+                    .iter()
+                    .map(|d| self.drive_report(d))
+                    .collect::<Result<_, _>>()
+                    .map(Reply::Drives),
                 Effect::None,
             ),
             ApiCommand::GetDrive(id) => (
@@ -174,33 +182,25 @@ impl Controller<'_> {
                     .drives
                     .iter()
                     .find(|d| d.id == id)
-                    .map(|d| self.drive_json(d))
-                    .ok_or_else(|| not_found("drive", &id)),
+                    .ok_or_else(|| not_found("drive", &id))
+                    .and_then(|d| self.drive_report(d))
+                    .map(|d| Reply::Drive(Box::new(d))),
                 Effect::None,
             ),
             ApiCommand::PatchDrive(id, update) => (self.patch_drive(&id, &update), Effect::None),
-            ApiCommand::ListRateLimitGroups => (
-                Ok(Value::Array(
-                    self.devices
-                        .rate_limit_groups
-                        .keys()
-                        .map(|id| self.group_json(id))
-                        .collect(),
-                )),
-                Effect::None,
-            ),
+            ApiCommand::ListRateLimitGroups => {
+                (Ok(Reply::Groups(self.group_reports())), Effect::None)
+            }
             ApiCommand::GetRateLimitGroup(id) => (
-                if self.devices.rate_limit_groups.contains_key(&id) {
-                    Ok(self.group_json(&id))
-                } else {
-                    Err(not_found("rate limit group", &id))
-                },
+                self.group_report(&id)
+                    .map(|g| Reply::Group(Box::new(g)))
+                    .ok_or_else(|| not_found("rate limit group", &id)),
                 Effect::None,
             ),
             ApiCommand::PatchRateLimitGroup(id, update) => {
                 (self.patch_group(&id, &update), Effect::None)
             }
-            ApiCommand::GetMetrics => (Ok(self.metrics()), Effect::None),
+            ApiCommand::GetMetrics => (Ok(Reply::Metrics(Box::new(self.metrics()))), Effect::None),
             ApiCommand::Action(action) => self.action(action),
             ApiCommand::PutMachineConfig(_)
             | ApiCommand::PatchMachineConfig(_)
@@ -221,12 +221,12 @@ impl Controller<'_> {
     /// `PATCH /vm`: Firecracker's pause and resume, done when the VM is already so.
     fn set_state(&mut self, state: VmStateChange) -> (ApiReply, Effect) {
         match (state, self.pause.is_paused()) {
-            (VmStateChange::Paused, false) => (Ok(Value::Null), Effect::Pause),
+            (VmStateChange::Paused, false) => (Ok(Reply::Done), Effect::Pause),
             (VmStateChange::Resumed, true) => {
                 self.pause.set(false);
-                (Ok(Value::Null), Effect::None)
+                (Ok(Reply::Done), Effect::None)
             }
-            _ => (Ok(Value::Null), Effect::None),
+            _ => (Ok(Reply::Done), Effect::None),
         }
     }
 
@@ -240,11 +240,11 @@ impl Controller<'_> {
                 )),
                 Effect::None,
             ),
-            (VmAction::FlushMetrics, _) => (Ok(Value::Null), Effect::FlushMetrics),
+            (VmAction::FlushMetrics, _) => (Ok(Reply::Done), Effect::FlushMetrics),
             (VmAction::SendCtrlAltDel, _) => (
                 self.devices
                     .send_ctrl_alt_del()
-                    .map(|()| Value::Null)
+                    .map(|()| Reply::Done)
                     .map_err(|e| ApiError::BadRequest(format!("SendCtrlAltDel: {e}"))),
                 Effect::None,
             ),
@@ -256,7 +256,7 @@ impl Controller<'_> {
                 Err(ApiError::Conflict("the VM is already paused".into())),
                 Effect::None,
             ),
-            (VmAction::Pause, false) => (Ok(Value::Null), Effect::Pause),
+            (VmAction::Pause, false) => (Ok(Reply::Done), Effect::Pause),
             (VmAction::Resume, false) => (
                 Err(ApiError::Conflict(
                     "the VM is running; Resume needs a paused VM".into(),
@@ -265,9 +265,9 @@ impl Controller<'_> {
             ),
             (VmAction::Resume, true) => {
                 self.pause.set(false);
-                (Ok(Value::Null), Effect::None)
+                (Ok(Reply::Done), Effect::None)
             }
-            (VmAction::Shutdown, _) => (Ok(Value::Null), Effect::Shutdown),
+            (VmAction::Shutdown, _) => (Ok(Reply::Done), Effect::Shutdown),
         }
     }
 
@@ -319,7 +319,7 @@ impl Controller<'_> {
         entry.poll_policy = effective.policy.into();
         entry.max_batch = thread.max_batch() as u32;
         log::info!("iothread {id}: parameters changed by the API: {}", json!(u));
-        Ok(iothread_json(id, thread))
+        Ok(Reply::Done)
     }
 
     /// Swaps a drive's backing file (`path_on_host`) and sets, changes or removes its own
@@ -366,7 +366,7 @@ impl Controller<'_> {
                 json!(limits)
             );
         }
-        Ok(self.drive_json(drive))
+        Ok(Reply::Done)
     }
 
     /// Changes a group's buckets (each absent: kept; null: removed); every drive of the group
@@ -400,10 +400,11 @@ impl Controller<'_> {
                 .map_err(|e| ApiError::Internal(e.to_string()))?;
         }
         log::info!("rate limit group {id}: changed by the API: {}", json!(u));
-        Ok(self.group_json(id))
+        Ok(Reply::Done)
     }
 
-    fn group_json(&self, id: &str) -> Value {
+    /// Group `id`'s report, `None` if there is no such group.
+    fn group_report(&self, id: &str) -> Option<GroupReport> {
         let drives: Vec<&str> = self
             .config
             .drives
@@ -411,47 +412,62 @@ impl Controller<'_> {
             .filter(|d| d.rate_limit_group.as_deref() == Some(id))
             .map(|d| d.drive_id.as_str())
             .collect();
-        match self.devices.rate_limit_groups.get(id) {
-            Some(l) => crate::rate_limit::group_json(id, l, &drives),
-            None => Value::Null,
-        }
+        let limiter = self.devices.rate_limit_groups.get(id)?;
+        Some(crate::rate_limit::group_report(id, limiter, &drives))
     }
 
-    fn drive_json(&self, d: &crate::device_manager::DriveHandle) -> Value {
-        let mut v = d.stats_json();
-        if let (Some(obj), Some(cfg)) = (
-            v.as_object_mut(),
-            self.config.drives.iter().find(|c| c.drive_id == d.id),
-        ) {
-            obj.insert("path_on_host".into(), json!(cfg.path_on_host));
-            obj.insert("io_engine".into(), json!(cfg.io_engine));
-            obj.insert("is_read_only".into(), json!(cfg.is_read_only));
-            obj.insert("direct".into(), json!(cfg.direct));
-            obj.insert("num_queues".into(), json!(cfg.num_queues));
-            obj.insert("queue_size".into(), json!(cfg.queue_size));
-            obj.insert("pci_slot".into(), json!(d.slot));
-            obj.insert("rate_limiter".into(), json!(cfg.rate_limiter));
-            obj.insert("rate_limit_group".into(), json!(cfg.rate_limit_group));
-        }
-        v
+    fn group_reports(&self) -> Vec<GroupReport> {
+        self.devices
+            .rate_limit_groups
+            .keys()
+            .filter_map(|id| self.group_report(id))
+            .collect()
+    }
+
+    fn drive_report(
+        &self,
+        d: &crate::device_manager::DriveHandle,
+    ) -> Result<DriveReport, ApiError> {
+        let cfg = self
+            .config
+            .drives
+            .iter()
+            .find(|c| c.drive_id == d.id)
+            .ok_or_else(|| ApiError::Internal(format!("drive {} has no config", d.id)))?;
+        Ok(DriveReport::new(d.counters(), cfg, d.slot))
     }
 
     /// Everything countable, in the shape the API documents for `GET /metrics`.
-    pub fn metrics(&self) -> Value {
+    pub fn metrics(&self) -> MetricsReport {
         let vm = crate::metrics::VmMetrics {
             uptime_ms: self.started.elapsed().as_millis() as u64,
             vcpus: u64::from(self.config.machine.vcpu_count),
             running: !self.pause.is_paused(),
         };
         let threads = crate::cpu_usage::by_thread();
-        json!({
-            "vm": crate::metrics::vm_json(self.state(), &vm),
-            "iothreads": self.devices.iothreads.iter().map(|(id, t)| iothread_json(id, t)).collect::<Vec<_>>(),
-            "drives": self.devices.drives.iter().map(|d| d.stats_json()).collect::<Vec<_>>(),
-            "rate_limit_groups": self.devices.rate_limit_groups.keys().map(|id| self.group_json(id)).collect::<Vec<_>>(),
-            "threads": crate::metrics::threads_json(threads.iter().map(|(name, u)| {
-                (name.as_str(), crate::metrics::ThreadCpu { cpu_ns: u.cpu_ns, kind: u.kind.as_str().into() })
-            })),
-        })
+        MetricsReport {
+            vm: VmReport {
+                state: self.state().to_string(),
+                metrics: crate::metrics::report::MetricFields::of(&vm),
+            },
+            iothreads: self
+                .devices
+                .iothreads
+                .iter()
+                .map(|(id, t)| iothread_report(id, t))
+                .collect(),
+            drives: self.devices.drives.iter().map(|d| d.counters()).collect(),
+            rate_limit_groups: self.group_reports(),
+            threads: threads
+                .iter()
+                .map(|(name, u)| {
+                    let cpu = crate::metrics::ThreadCpu {
+                        cpu_ns: u.cpu_ns,
+                        kind: u.kind.as_str().into(),
+                    };
+                    ThreadReport::new(name, &cpu)
+                })
+                .collect(),
+        }
     }
 }

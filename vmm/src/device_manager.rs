@@ -124,11 +124,20 @@ pub struct DriveHandle {
 }
 
 impl DriveHandle {
-    /// The drive's counters summed over its queues, as one JSON object (for the log and tests;
-    /// the fields come from the declarations, [`crate::metrics`]).
-    pub fn stats_json(&self) -> serde_json::Value {
+    /// The drive's counters summed over its queues (the fields come from the declarations,
+    /// [`crate::metrics`]).
+    pub fn counters(&self) -> crate::metrics::report::DriveCounters {
         let queues: Vec<&QueueStats> = self.stats.iter().map(|q| q.as_ref()).collect();
-        crate::metrics::drive_json(&self.id, &queues, &self.rate_limits.drive.stats())
+        crate::metrics::report::DriveCounters::new(
+            &self.id,
+            &queues,
+            &self.rate_limits.drive.stats(),
+        )
+    }
+
+    /// [`DriveHandle::counters`] as one JSON object (for the log and tests).
+    pub fn stats_json(&self) -> serde_json::Value {
+        crate::metrics::report::json_of(&self.counters())
     }
 }
 
@@ -442,6 +451,11 @@ impl PciWiring<'_> {
 
 /// An iothread's parameters and counters as one JSON object (for the log and tests).
 pub fn iothread_json(id: &str, t: &IoThread) -> serde_json::Value {
+    crate::metrics::report::json_of(&iothread_report(id, t))
+}
+
+/// An iothread's parameters in force and its counters.
+pub fn iothread_report(id: &str, t: &IoThread) -> crate::metrics::report::IoThreadReport {
     let p = t.poll_params();
     let params = crate::metrics::IoThreadParams {
         max_batch: t.max_batch() as u64,
@@ -451,5 +465,5 @@ pub fn iothread_json(id: &str, t: &IoThread) -> serde_json::Value {
         poll_policy: format!("{:?}", p.policy),
         poll_weight: u64::from(p.weight),
     };
-    crate::metrics::iothread_json(id, &params, t.stats())
+    crate::metrics::report::IoThreadReport::new(id, &params, t.stats())
 }

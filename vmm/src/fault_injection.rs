@@ -11,7 +11,7 @@ use dataplane::engine::fault::{FaultAction, FaultOps, FaultPlan};
 use serde::{Deserialize, Serialize};
 
 /// What happens to the injected requests.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub enum InjectedError {
     /// Input/output error: the guest sees VIRTIO_BLK_S_IOERR.
     EIO,
@@ -30,7 +30,7 @@ pub enum InjectedError {
 const DEFAULT_EAGAIN_ROUNDS: u64 = 100;
 
 /// An operation class that can fail.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum InjectedOp {
     /// Reads.
@@ -46,7 +46,7 @@ pub enum InjectedOp {
 }
 
 /// Which requests of a drive fail.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FaultInjectionConfig {
     /// The error (default `EIO`).

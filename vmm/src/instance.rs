@@ -22,14 +22,14 @@ pub fn id() -> &'static str {
 }
 
 /// `GET /`: Firecracker's `InstanceInfo` and Osprey's own fields.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct InstanceInfo {
     /// `Osprey`.
     pub app_name: &'static str,
     /// The instance id.
     pub id: &'static str,
     /// `Not started`, `Running` or `Paused`.
-    pub state: &'static str,
+    pub state: InstanceState,
     /// Osprey's version.
     pub vmm_version: &'static str,
     /// Osprey's name for itself (earlier replies had it).
@@ -38,12 +38,15 @@ pub struct InstanceInfo {
     pub version: &'static str,
     /// Start-up's steps and their times (ms), once started.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub boot_timings: Option<serde_json::Value>,
+    pub boot_timings: Option<crate::boot_timing::BootTimings>,
 }
 
 impl InstanceInfo {
     /// The info for a VM in `state`.
-    pub fn new(state: &'static str, boot_timings: Option<serde_json::Value>) -> Self {
+    pub fn new(
+        state: InstanceState,
+        boot_timings: Option<crate::boot_timing::BootTimings>,
+    ) -> Self {
         Self {
             app_name: "Osprey",
             id: id(),
@@ -54,4 +57,16 @@ impl InstanceInfo {
             boot_timings,
         }
     }
+}
+
+/// The states `GET /` reports (the schema of [`InstanceInfo::state`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub enum InstanceState {
+    /// Configured over the API, waiting for `InstanceStart`.
+    #[serde(rename = "Not started")]
+    NotStarted,
+    /// The vCPUs run.
+    Running,
+    /// The vCPUs are paused.
+    Paused,
 }

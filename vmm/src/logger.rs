@@ -11,7 +11,7 @@ use std::sync::Mutex;
 use serde::{Deserialize, Serialize};
 
 /// `logger`: Firecracker's `PUT /logger` body.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LoggerConfig {
     /// The level (default `Info`).
@@ -19,6 +19,7 @@ pub struct LoggerConfig {
     pub level: Option<LogLevel>,
     /// A file or FIFO the log goes to instead of standard error (opened non-blocking, appended).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
     pub log_path: Option<PathBuf>,
     /// Print each line's level.
     #[serde(default)]
@@ -32,7 +33,7 @@ pub struct LoggerConfig {
 }
 
 /// Firecracker's level names (`Warn` also read).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub enum LogLevel {
     /// Nothing.
     Off,

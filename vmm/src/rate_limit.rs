@@ -13,7 +13,7 @@ use dataplane::rate_limit::{BucketConfig, LimitConfig, LimiterStats};
 pub const MAX_REFILL_TIME_MS: u64 = 86_400_000;
 
 /// One token bucket.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TokenBucketConfig {
     /// Tokens (bytes or operations) the bucket holds when full, and refills per `refill_time`.
@@ -27,7 +27,7 @@ pub struct TokenBucketConfig {
 }
 
 /// `rate_limiter`: a bandwidth bucket (bytes) and an operations bucket, both optional.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RateLimiterConfig {
     /// Bytes read or written per `refill_time` (discard, write-zeroes and flush count none).
@@ -39,7 +39,7 @@ pub struct RateLimiterConfig {
 }
 
 /// One entry of `rate-limit-groups`: limits shared by every drive that names the group.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RateLimitGroupConfig {
     /// Unique id drives refer to (`drives[].rate_limit_group`).
@@ -64,7 +64,7 @@ impl RateLimitGroupConfig {
 
 /// `PATCH /drives/{id}` body: `rate_limiter` set, changed, or `null` to remove it; a new
 /// `path_on_host` swaps the backing file while the guest runs.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DriveUpdate {
     /// Firecracker's `PartialDrive` names the drive again: when given, it must equal the path's.
@@ -77,6 +77,7 @@ pub struct DriveUpdate {
         deserialize_with = "not_null",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schema(value_type = Option<String>)]
     pub path_on_host: Option<std::path::PathBuf>,
     /// Absent: unchanged; `null`: removed; an object: the new limits (full buckets).
     #[serde(
@@ -88,7 +89,7 @@ pub struct DriveUpdate {
 }
 
 /// `PATCH /rate-limit-groups/{id}` body: each bucket set, changed, or `null` to remove it.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GroupUpdate {
     /// Absent: unchanged; `null`: removed; an object: the new bucket.
@@ -167,13 +168,30 @@ impl RateLimiterConfig {
     }
 }
 
-/// A group's limits and counters as the API shows them.
-pub fn group_json(
+/// A rate-limit group as the API shows it: its buckets in force, its drives and its counters.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[schema(as = RateLimitGroup)]
+pub struct GroupReport {
+    /// The group's id.
+    pub id: String,
+    /// Bytes per `refill_time` ms, shared by the group's drives (`null`: none).
+    pub bandwidth: Option<TokenBucketConfig>,
+    /// Requests per `refill_time` ms, shared by the group's drives (`null`: none).
+    pub ops: Option<TokenBucketConfig>,
+    /// The drives in the group.
+    pub drives: Vec<String>,
+    /// The group's limiter.
+    #[serde(flatten)]
+    #[schema(schema_with = crate::metrics::report::limiter_fields)]
+    pub stats: crate::metrics::report::MetricFields<LimiterStats>,
+}
+
+/// Group `id`'s report: `limiter`'s buckets and counters, `drives` its members.
+pub fn group_report(
     id: &str,
     limiter: &dataplane::rate_limit::RateLimiter,
     drives: &[&str],
-) -> serde_json::Value {
-    let s: LimiterStats = limiter.stats();
+) -> GroupReport {
     let c = limiter.config();
     let bucket = |b: Option<BucketConfig>| {
         b.map(|b| TokenBucketConfig {
@@ -182,12 +200,22 @@ pub fn group_json(
             refill_time: b.refill_time_ms,
         })
     };
-    let mut out = crate::metrics::to_json(&s);
-    out.insert("id".into(), id.into());
-    out.insert("bandwidth".into(), serde_json::json!(bucket(c.bandwidth)));
-    out.insert("ops".into(), serde_json::json!(bucket(c.ops)));
-    out.insert("drives".into(), drives.into());
-    serde_json::Value::Object(out)
+    GroupReport {
+        id: id.to_string(),
+        bandwidth: bucket(c.bandwidth),
+        ops: bucket(c.ops),
+        drives: drives.iter().map(|d| d.to_string()).collect(),
+        stats: crate::metrics::report::MetricFields::of(&limiter.stats()),
+    }
+}
+
+/// [`group_report`] as JSON.
+pub fn group_json(
+    id: &str,
+    limiter: &dataplane::rate_limit::RateLimiter,
+    drives: &[&str],
+) -> serde_json::Value {
+    crate::metrics::report::json_of(&group_report(id, limiter, drives))
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::sandbox::{SandboxConfig, SandboxMode};
 
 /// `machine.thread_weights`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, utoipa::ToSchema)]
 pub enum ThreadWeights {
     /// vCPUs one nice step (+5) light; an iothread as light while it polls, at the process's
     /// nice while it sleeps between events (a kick then gets the core before the vCPU).

@@ -6,6 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use super::replies::Reply;
 use crate::config::{
     BootSourceConfig, DriveConfig, IoThreadConfig, MachineConfig, MetricsConfig, PollPolicyKind,
 };
@@ -84,7 +85,7 @@ impl ApiCommand {
 }
 
 /// `PATCH /vm` body.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct VmStateRequest {
     /// `Paused` or `Resumed`.
@@ -92,7 +93,7 @@ pub struct VmStateRequest {
 }
 
 /// `PATCH /vm`'s states.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub enum VmStateChange {
     /// Stop the vCPUs.
     Paused,
@@ -102,7 +103,7 @@ pub enum VmStateChange {
 
 /// `PATCH /iothreads/{id}` body: every field optional, unknown fields refused. A field left out
 /// stays as it is; `null` puts it back to its default ([`crate::patch`]).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct IoThreadUpdate {
     /// Longest poll window in ns (0 turns polling off; default 32768).
@@ -150,7 +151,7 @@ pub struct IoThreadUpdate {
 }
 
 /// `PUT /actions` body.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ActionRequest {
     /// What to do.
@@ -158,7 +159,7 @@ pub struct ActionRequest {
 }
 
 /// A VM action: Firecracker's (`InstanceStart`, `SendCtrlAltDel`, `FlushMetrics`) and Osprey's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub enum VmAction {
     /// Boot the VM configured over the API (only before it started).
     InstanceStart,
@@ -204,8 +205,8 @@ impl ApiError {
     }
 }
 
-/// The control thread's answer: a JSON body for 200, or an error. `Ok(Value::Null)` means 204.
-pub type ApiReply = Result<serde_json::Value, ApiError>;
+/// The control thread's answer: a typed body for 200 ([`Reply::Done`]: 204), or an error.
+pub type ApiReply = Result<Reply, ApiError>;
 
 /// A command with the channel its reply goes back on.
 #[derive(Debug)]

@@ -5,15 +5,13 @@
 //! - [`socket`]: binding the socket (0600, stale-file replacement);
 //! - [`routes`]: the route table and handlers, [`configure`]: the pre-boot PUTs,
 //!   [`unsupported`]: Firecracker's routes Osprey lacks; [`body`]: request bodies; [`reply`]: waiting
-//!   for the control thread; [`fault`]: `{"fault_message": …}` errors; [`malformed`]: the same
-//!   body for requests hyper cannot parse;
+//!   for the control thread; [`replies`]: the typed answers; [`fault`]: `{"fault_message": …}`
+//!   errors; [`malformed`]: the same body for requests hyper cannot parse;
 //! - [`prometheus`]: the text-format view of `GET /metrics`;
 //! - [`client`]: the small synchronous client behind `osprey api`.
 //!
-//! `GET /metrics` JSON, produced by the control thread:
-//! `{"vm": {"state", "uptime_ms", "vcpus"}, "iothreads": [{"id", …numbers, "poll_policy",
-//! "stats": {…numbers}}], "drives": [{"drive_id", "engine", …numbers, "batch_bounds",
-//! "batch_hist"}]}`. The endpoints are described in `docs/api/openapi.json`.
+//! `GET /metrics` JSON, produced by the control thread, is [`crate::metrics::report::MetricsReport`].
+//! The endpoints are described in `docs/api/openapi.json`.
 
 pub mod body;
 pub mod client;
@@ -22,6 +20,7 @@ pub mod configure;
 pub mod fault;
 pub mod malformed;
 pub mod prometheus;
+pub mod replies;
 pub mod reply;
 pub mod routes;
 pub mod server;

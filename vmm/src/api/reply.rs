@@ -1,6 +1,6 @@
 //! What every handler shares ([`ApiState`], the path's id) and how it hands a command to the
-//! control thread and turns its [`ApiReply`] into an HTTP response: `Ok(null)` → 204,
-//! `Ok(value)` → 200 with the JSON, `Err(e)` → `e.status()` with a fault; a command that
+//! control thread and turns its [`ApiReply`] into an HTTP response: `Ok(Reply::Done)` → 204,
+//! another `Ok(reply)` → 200 with its JSON, `Err(e)` → `e.status()` with a fault; a command that
 //! changes something is 204 whatever it returns ([`send_change`]).
 
 use std::time::Duration;
@@ -10,14 +10,13 @@ use axum::extract::Path;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::Value;
 use tokio::sync::oneshot;
 
-use super::command::{ApiCommand, ApiReply, ApiRequest, Submit};
+use super::command::{ApiCommand, ApiReply, ApiRequest, Reply, Submit};
 use super::fault::Fault;
 
 /// Sends `command` through `submit` and waits up to `timeout` for the reply.
-pub async fn call(submit: &Submit, command: ApiCommand, timeout: Duration) -> Result<Value, Fault> {
+pub async fn call(submit: &Submit, command: ApiCommand, timeout: Duration) -> Result<Reply, Fault> {
     let (reply, answer) = oneshot::channel::<ApiReply>();
     submit(ApiRequest { command, reply });
     match tokio::time::timeout(timeout, answer).await {
@@ -30,12 +29,11 @@ pub async fn call(submit: &Submit, command: ApiCommand, timeout: Duration) -> Re
     }
 }
 
-/// The response for a reply value: 204 for `null`, else 200 with the JSON.
-pub fn respond(value: Value) -> Response {
-    if value.is_null() {
-        StatusCode::NO_CONTENT.into_response()
-    } else {
-        (StatusCode::OK, Json(value)).into_response()
+/// The response for a reply: 204 for [`Reply::Done`], else 200 with its JSON.
+pub fn respond(reply: Reply) -> Response {
+    match reply.to_json() {
+        None => StatusCode::NO_CONTENT.into_response(),
+        Some(body) => (StatusCode::OK, Json(body)).into_response(),
     }
 }
 

@@ -20,6 +20,7 @@ use super::command::{
 use super::configure;
 use super::fault::{self, Fault};
 use super::prometheus;
+use super::replies::{Reply, VersionReply};
 pub use super::reply::ApiState;
 use super::reply::{call, path_id, respond, send, send_change};
 
@@ -112,9 +113,9 @@ pub async fn no_such_path(request: Request) -> Fault {
 
 /// `GET /version`: the Firecracker API version followed, and Osprey's own.
 async fn version() -> Response {
-    respond(serde_json::json!({
-        "firecracker_version": FIRECRACKER_API_VERSION,
-        "osprey_version": env!("CARGO_PKG_VERSION"),
+    respond(Reply::Version(VersionReply {
+        firecracker_version: FIRECRACKER_API_VERSION,
+        osprey_version: env!("CARGO_PKG_VERSION"),
     }))
 }
 
@@ -240,16 +241,18 @@ async fn metrics(State(s): State<ApiState>, request: Request) -> Response {
         Err(f) => return f.into_response(),
     };
     match call(&s.submit, ApiCommand::GetMetrics, s.reply_timeout).await {
-        Ok(value) if format == MetricsFormat::Prometheus => match prometheus::render(&value) {
-            Ok(text) => (
-                StatusCode::OK,
-                [(CONTENT_TYPE, prometheus::CONTENT_TYPE)],
-                text,
-            )
-                .into_response(),
-            Err(_) => Fault::internal("encoding the Prometheus text failed").into_response(),
-        },
-        Ok(value) => respond(value),
+        Ok(reply) if format == MetricsFormat::Prometheus => {
+            match prometheus::render(&reply.to_json().unwrap_or_default()) {
+                Ok(text) => (
+                    StatusCode::OK,
+                    [(CONTENT_TYPE, prometheus::CONTENT_TYPE)],
+                    text,
+                )
+                    .into_response(),
+                Err(_) => Fault::internal("encoding the Prometheus text failed").into_response(),
+            }
+        }
+        Ok(reply) => respond(reply),
         Err(f) => f.into_response(),
     }
 }

@@ -156,7 +156,7 @@ pub(crate) fn invalid(field: impl Into<String>, reason: impl Into<String>) -> Co
 }
 
 /// The whole VM: the JSON file's shape.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct VmConfig {
     /// vCPUs and memory.
@@ -193,12 +193,13 @@ pub struct VmConfig {
 
 /// `metrics`: a JSON line of every counter appended to `metrics_path` every `interval_ms`
 /// (Firecracker's `metrics` section and `PUT /metrics` body, with Osprey's interval).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MetricsConfig {
     /// The file (created if missing, appended to; a FIFO works too). Firecracker's name;
     /// Osprey's earlier `path` is still read.
     #[serde(rename = "metrics_path", alias = "path")]
+    #[schema(value_type = String)]
     pub path: PathBuf,
     /// Interval in ms (at least 100).
     #[serde(default = "default_metrics_interval")]
@@ -213,7 +214,7 @@ fn default_metrics_interval() -> u64 {
 }
 
 /// `machine-config`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MachineConfig {
     /// Number of vCPUs (1 to 64).
@@ -262,13 +263,15 @@ impl Default for MachineConfig {
 }
 
 /// `boot-source`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BootSourceConfig {
     /// An ELF (with or without a PVH note) or a bzImage.
+    #[schema(value_type = String)]
     pub kernel_image_path: PathBuf,
     /// Optional initramfs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
     pub initrd_path: Option<PathBuf>,
     /// The guest's command line.
     #[serde(default)]
@@ -295,7 +298,7 @@ impl Default for BootSourceConfig {
 }
 
 /// The I/O engine a drive uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub enum IoEngineKind {
     /// Blocking preadv/pwritev on the dataplane thread.
     Sync,
@@ -316,7 +319,7 @@ pub enum IoEngineKind {
 
 /// A drive's `cache_type` (Firecracker's): `Unsafe` (its default) or `Writeback`. Osprey
 /// offers FLUSH and honours it with `fdatasync` for both: a guest's flush is never dropped.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub enum CacheType {
     /// Firecracker: no FLUSH offered. Osprey: treated as `Writeback`.
     #[default]
@@ -326,12 +329,13 @@ pub enum CacheType {
 }
 
 /// One entry of `drives`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DriveConfig {
     /// Unique id; also the virtio-blk serial.
     pub drive_id: String,
     /// The backing file or block device.
+    #[schema(value_type = String)]
     pub path_on_host: PathBuf,
     /// Open read-only and offer VIRTIO_BLK_F_RO.
     #[serde(default)]
@@ -398,7 +402,7 @@ fn default_queue_size() -> u16 {
 }
 
 /// One entry of `iothreads`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct IoThreadConfig {
     /// Unique id drives refer to.
@@ -430,7 +434,7 @@ pub struct IoThreadConfig {
 }
 
 /// `iothreads[].poll_policy`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub enum PollPolicyKind {
     /// QEMU's adaptive polling: per-handler windows that grow ×poll_grow from 4 µs and reset
     /// (or divide by poll_shrink) when an event takes longer than poll_max_ns.
@@ -506,7 +510,7 @@ fn default_max_batch() -> u32 {
 }
 
 /// `iothreads[].io_uring`: the set-up flags to ask for (each falls back when the kernel refuses).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct IoUringConfig {
     /// IORING_SETUP_SINGLE_ISSUER.
@@ -556,10 +560,11 @@ impl IoUringConfig {
 }
 
 /// `api`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ApiConfig {
     /// Path of the Unix socket.
+    #[schema(value_type = String)]
     pub socket: PathBuf,
 }
 

@@ -1,13 +1,15 @@
 //! Every metric Osprey reports, from its one declaration. The stats structs are declared with
 //! `osprey_metrics::metric_set!` (the iothread's in `dataplane::stats`, a queue's in
 //! `devices::block::stats`, a limiter's in `dataplane::rate_limit`, and the few the VMM itself
-//! knows below); this module turns them into the API's JSON ([`to_json`], [`combined_json`]),
+//! knows below); this module turns them into the API's JSON ([`to_json`], [`combined_json`]; the typed objects
+//! that hold them are [`report`]),
 //! lists them by scope for the Prometheus view ([`SCOPES`], rendered by
 //! [`crate::api::prometheus`]) and writes the docs table ([`table`], docs/api/metrics.md).
 
 use osprey_metrics::{Kind, Metric, MetricSet, Reading};
 use serde_json::{Map, Value};
 
+pub mod report;
 pub mod table;
 #[cfg(test)]
 mod tests;
@@ -216,55 +218,4 @@ fn readings_json(metrics: &[Metric], readings: Vec<Reading>) -> Map<String, Valu
         }
     }
     out
-}
-
-/// The `vm` object: the declared metrics and `state`.
-pub fn vm_json(state: &str, vm: &VmMetrics) -> Value {
-    let mut out = to_json(vm);
-    out.insert("state".into(), state.into());
-    Value::Object(out)
-}
-
-/// An iothread's object: `id`, its parameters and its `stats`.
-pub fn iothread_json(
-    id: &str,
-    params: &IoThreadParams,
-    stats: &dataplane::stats::IoThreadStats,
-) -> Value {
-    let mut out = to_json(params);
-    out.insert("id".into(), id.into());
-    out.insert("stats".into(), Value::Object(to_json(stats)));
-    Value::Object(out)
-}
-
-/// A drive's counters: its queues combined, `queue_requests` per queue, and the fields of its
-/// own limiter the queues do not count themselves (the tokens left).
-pub fn drive_json(
-    id: &str,
-    queues: &[&devices::block::stats::QueueStats],
-    limiter: &dataplane::rate_limit::LimiterStats,
-) -> Value {
-    let mut out = combined_json(queues);
-    for (key, value) in to_json(limiter) {
-        out.entry(key).or_insert(value);
-    }
-    let per_queue: Vec<u64> = queues
-        .iter()
-        .map(|q| q.requests.load(std::sync::atomic::Ordering::Relaxed))
-        .collect();
-    out.insert("queue_requests".into(), per_queue.into());
-    out.insert("drive_id".into(), id.into());
-    Value::Object(out)
-}
-
-/// The `threads` list: one object per thread name with its `name`.
-pub fn threads_json<'a>(threads: impl IntoIterator<Item = (&'a str, ThreadCpu)>) -> Value {
-    threads
-        .into_iter()
-        .map(|(name, cpu)| {
-            let mut out = to_json(&cpu);
-            out.insert("name".into(), name.into());
-            Value::Object(out)
-        })
-        .collect()
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
+use super::report::{drive_json, iothread_json, threads_json, vm_json};
 use super::*;
 
 /// A `GET /metrics` snapshot built by the same functions the control thread uses, from the real

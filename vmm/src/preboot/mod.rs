@@ -71,7 +71,7 @@ pub fn serve(socket: &Path, mut base: VmConfig) -> Result<StopReason, VmError> {
         };
         match start(&pending, serving) {
             Ok(vm) => {
-                let _ = request.reply.send(Ok(serde_json::Value::Null));
+                let _ = request.reply.send(Ok(crate::api::command::Reply::Done));
                 // Requests that reached the pre-boot loop while the VM was starting.
                 let control = vm.control_sender();
                 while let Ok(r) = rx.try_recv() {

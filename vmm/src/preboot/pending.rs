@@ -3,11 +3,10 @@
 //! each other (an iothread a drive names exists, one root drive) is checked at the start, as a
 //! config file's are.
 
-use serde_json::Value;
-
-use crate::api::command::{ApiCommand, ApiError, ApiReply};
+use crate::api::command::{ApiCommand, ApiError, ApiReply, Reply};
+use crate::api::replies::ConfigReply;
 use crate::config::{invalid, validate, ConfigError, VmConfig};
-use crate::instance::InstanceInfo;
+use crate::instance::{InstanceInfo, InstanceState};
 
 /// The VM being configured.
 #[derive(Debug)]
@@ -18,10 +17,6 @@ pub struct PendingVm {
 
 fn bad(e: impl std::fmt::Display) -> ApiError {
     ApiError::BadRequest(e.to_string())
-}
-
-fn to_json<T: serde::Serialize>(value: &T) -> ApiReply {
-    serde_json::to_value(value).map_err(|e| ApiError::Internal(e.to_string()))
 }
 
 fn not_started(what: &str) -> ApiError {
@@ -76,9 +71,15 @@ impl PendingVm {
     /// Answers one command of the pre-boot phase (`InstanceStart` is the caller's).
     pub fn execute(&mut self, command: ApiCommand) -> ApiReply {
         match command {
-            ApiCommand::GetInfo => to_json(&InstanceInfo::new("Not started", None)),
-            ApiCommand::GetConfig => self.config_json(),
-            ApiCommand::GetMachineConfig => to_json(&self.config.machine),
+            ApiCommand::GetInfo => Ok(Reply::Info(InstanceInfo::new(
+                InstanceState::NotStarted,
+                None,
+            ))),
+            ApiCommand::GetConfig => Ok(Reply::Config(Box::new(ConfigReply {
+                config: self.config.clone(),
+                has_boot_source: self.boot_source_set,
+            }))),
+            ApiCommand::GetMachineConfig => Ok(Reply::Machine(self.config.machine.clone())),
             ApiCommand::PutMachineConfig(m) => self.set_machine(m),
             ApiCommand::PatchMachineConfig(fields) => {
                 let mut merged = serde_json::to_value(&self.config.machine).map_err(bad)?;
@@ -96,7 +97,7 @@ impl PendingVm {
                 candidate.check_boot_source().map_err(bad)?;
                 self.config = candidate;
                 self.boot_source_set = true;
-                Ok(Value::Null)
+                Ok(Reply::Done)
             }
             ApiCommand::PutDrive(id, d) => {
                 let d = *d;
@@ -121,7 +122,7 @@ impl PendingVm {
                     }
                 }
                 upsert(&mut self.config.drives, &id, d, |e| &e.drive_id);
-                Ok(Value::Null)
+                Ok(Reply::Done)
             }
             ApiCommand::PutIoThread(id, t) => {
                 let at = self
@@ -132,39 +133,41 @@ impl PendingVm {
                     .unwrap_or(self.config.iothreads.len());
                 validate::check_iothread(at, &t).map_err(bad)?;
                 upsert(&mut self.config.iothreads, &id, *t, |e| &e.id);
-                Ok(Value::Null)
+                Ok(Reply::Done)
             }
             ApiCommand::PutRateLimitGroup(id, g) => {
                 g.limits().check("").map_err(bad)?;
                 upsert(&mut self.config.rate_limit_groups, &id, g, |e| &e.id);
-                Ok(Value::Null)
+                Ok(Reply::Done)
             }
-            ApiCommand::PutLogger(l) => crate::logger::apply(&l).map(|()| Value::Null).map_err(bad),
+            ApiCommand::PutLogger(l) => crate::logger::apply(&l).map(|()| Reply::Done).map_err(bad),
             ApiCommand::PutMetrics(m) => {
                 let mut candidate = self.config.clone();
                 candidate.metrics = Some(m);
                 candidate.check_metrics().map_err(bad)?;
                 self.config = candidate;
-                Ok(Value::Null)
+                Ok(Reply::Done)
             }
-            ApiCommand::ListIoThreads => to_json(&self.config.iothreads),
+            ApiCommand::ListIoThreads => Ok(Reply::IoThreadConfigs(self.config.iothreads.clone())),
             ApiCommand::GetIoThread(id) => {
                 match self.config.iothreads.iter().find(|t| t.id == id) {
-                    Some(t) => to_json(t),
+                    Some(t) => Ok(Reply::IoThreadConfig(Box::new(t.clone()))),
                     None => Err(not_found("iothread", &id)),
                 }
             }
-            ApiCommand::ListDrives => to_json(&self.config.drives),
+            ApiCommand::ListDrives => Ok(Reply::DriveConfigs(self.config.drives.clone())),
             ApiCommand::GetDrive(id) => {
                 match self.config.drives.iter().find(|d| d.drive_id == id) {
-                    Some(d) => to_json(d),
+                    Some(d) => Ok(Reply::DriveConfig(Box::new(d.clone()))),
                     None => Err(not_found("drive", &id)),
                 }
             }
-            ApiCommand::ListRateLimitGroups => to_json(&self.config.rate_limit_groups),
+            ApiCommand::ListRateLimitGroups => {
+                Ok(Reply::GroupConfigs(self.config.rate_limit_groups.clone()))
+            }
             ApiCommand::GetRateLimitGroup(id) => {
                 match self.config.rate_limit_groups.iter().find(|g| g.id == id) {
-                    Some(g) => to_json(g),
+                    Some(g) => Ok(Reply::GroupConfig(Box::new(g.clone()))),
                     None => Err(not_found("rate limit group", &id)),
                 }
             }
@@ -186,19 +189,7 @@ impl PendingVm {
             .check_machine(crate::host::host_mem_mib())
             .map_err(bad)?;
         self.config = candidate;
-        Ok(Value::Null)
-    }
-
-    /// `GET /vm/config` before the start: the sections given so far (no `boot-source` until
-    /// one is).
-    fn config_json(&self) -> ApiReply {
-        let mut v = to_json(&self.config)?;
-        if !self.boot_source_set {
-            if let Some(obj) = v.as_object_mut() {
-                obj.remove("boot-source");
-            }
-        }
-        Ok(v)
+        Ok(Reply::Done)
     }
 }
 
@@ -214,6 +205,11 @@ mod tests {
         Box::new(serde_json::from_str(&json).expect("drive"))
     }
 
+    /// A reply's JSON body (`null` for 204).
+    fn body(reply: ApiReply) -> serde_json::Value {
+        reply.expect("a reply").to_json().unwrap_or_default()
+    }
+
     fn fault(reply: ApiReply) -> String {
         match reply {
             Err(ApiError::BadRequest(m)) => m,
@@ -224,9 +220,9 @@ mod tests {
     #[test]
     fn puts_build_the_config_and_bad_sections_change_nothing() {
         let mut vm = PendingVm::new(VmConfig::default());
-        let info = vm.execute(ApiCommand::GetInfo).expect("info");
+        let info = body(vm.execute(ApiCommand::GetInfo));
         assert_eq!(info["state"], "Not started");
-        let m = vm.execute(ApiCommand::GetMachineConfig).expect("machine");
+        let m = body(vm.execute(ApiCommand::GetMachineConfig));
         assert_eq!(
             (m["vcpu_count"].as_u64(), m["mem_size_mib"].as_u64()),
             (Some(1), Some(128))
@@ -240,7 +236,7 @@ mod tests {
         };
         assert_eq!(
             vm.execute(ApiCommand::PutMachineConfig(put)),
-            Ok(Value::Null)
+            Ok(Reply::Done)
         );
         let smt: MachineConfig =
             serde_json::from_str(r#"{"vcpu_count":2,"mem_size_mib":256,"smt":true}"#).expect("smt");
@@ -251,9 +247,9 @@ mod tests {
         fields.insert("mem_size_mib".into(), 512.into());
         assert_eq!(
             vm.execute(ApiCommand::PatchMachineConfig(fields)),
-            Ok(Value::Null)
+            Ok(Reply::Done)
         );
-        let m = vm.execute(ApiCommand::GetMachineConfig).expect("machine");
+        let m = body(vm.execute(ApiCommand::GetMachineConfig));
         assert_eq!(
             (m["vcpu_count"].as_u64(), m["mem_size_mib"].as_u64()),
             (Some(2), Some(512))
@@ -277,13 +273,13 @@ mod tests {
             kernel_image_path: "vmlinux".into(),
             ..BootSourceConfig::default()
         };
-        assert_eq!(vm.execute(ApiCommand::PutBootSource(boot)), Ok(Value::Null));
+        assert_eq!(vm.execute(ApiCommand::PutBootSource(boot)), Ok(Reply::Done));
 
         // Drives: added, replaced by id, one root device.
         for (id, root) in [("data", false), ("root", true), ("data", false)] {
             assert_eq!(
                 vm.execute(ApiCommand::PutDrive(id.into(), drive(id, root))),
-                Ok(Value::Null)
+                Ok(Reply::Done)
             );
         }
         let m = fault(vm.execute(ApiCommand::PutDrive("r2".into(), drive("r2", true))));
@@ -315,7 +311,7 @@ mod tests {
             vm.execute(ApiCommand::GetDrive("nope".into())),
             Err(ApiError::NotFound("no drive with id `nope`".into()))
         );
-        let config = vm.execute(ApiCommand::GetConfig).expect("config");
+        let config = body(vm.execute(ApiCommand::GetConfig));
         assert!(config.get("boot-source").is_none(), "{config}");
     }
 }

@@ -26,7 +26,18 @@ use fs_rules::{FsSandbox, LandlockError};
 use namespaces::NamespaceError;
 
 /// `--sandbox` and `sandbox.mode`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    Serialize,
+    Deserialize,
+    clap::ValueEnum,
+    utoipa::ToSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum SandboxMode {
     /// Everything off (for debugging): no seccomp, no Landlock, privileges kept.
@@ -39,7 +50,7 @@ pub enum SandboxMode {
 }
 
 /// `sandbox`: the config section (the command line's `--sandbox`, `--uid`, `--gid` override it).
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SandboxConfig {
     /// `on` (default), `off` or `strict`.

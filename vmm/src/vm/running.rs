@@ -237,7 +237,8 @@ impl MetricsFile {
         }
     }
 
-    fn write(&mut self, metrics: &serde_json::Value) {
+    fn write(&mut self, report: &crate::api::replies::MetricsReport) {
+        let metrics = crate::metrics::report::json_of(report);
         use std::io::Write;
         let ts = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

@@ -46,7 +46,7 @@ fn a_reply_sent_as_the_server_stops_is_still_delivered() {
     let (replied, on_reply) = std::sync::mpsc::channel();
     // Like the VM: answer Shutdown, then stop the server at once.
     let submit: Submit = Arc::new(move |request| {
-        let _ = request.reply.send(Ok(serde_json::Value::Null));
+        let _ = request.reply.send(Ok(crate::api::command::Reply::Done));
         let _ = replied.send(());
     });
     let server = server::start(&path, submit).expect("start");

@@ -3,8 +3,8 @@
 //! control thread is the fake controller ([`fake_control::inline`]): it answers every command at
 //! once, on the caller's thread, with its canned reply.
 //!
-//! Input: byte 0 = flags (bit 0: the metrics reply is the request body parsed as JSON, so the
-//! Prometheus renderer sees arbitrary JSON; bit 1: the fake drops the reply channel instead of
+//! Input: byte 0 = flags (bit 0: the request body, parsed as JSON, is also rendered as a
+//! `GET /metrics` snapshot, so the Prometheus renderer sees arbitrary JSON; bit 1: the fake drops the reply channel instead of
 //! answering); byte 1 = method (GET, PUT, PATCH, POST, DELETE, HEAD, OPTIONS, or a custom token);
 //! then `path\n`, `name: value\n` header lines up to an empty line, and the body.
 //! Checks: no panic; every response finishes; every error response (>= 400) is a JSON
@@ -91,7 +91,11 @@ pub fn run(data: &[u8]) {
     let Ok(request) = builder.body(Body::from(body)) else {
         return;
     };
-    let submit = fake_control::inline(metrics_reply, drop_reply);
+    if let Some(metrics) = &metrics_reply {
+        // Typed replies cannot carry arbitrary JSON: the renderer gets it directly.
+        let _ = crate::api::prometheus::render(metrics);
+    }
+    let submit = fake_control::inline(drop_reply);
     let app = router(ApiState {
         submit,
         reply_timeout: Duration::from_secs(1),

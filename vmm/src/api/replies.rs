@@ -1,0 +1,170 @@
+//! The bodies of the API's answers, one type each: the control thread (or, before the VM
+//! starts, [`crate::preboot`]) answers a command with a [`Reply`], which the HTTP layer
+//! serializes (204 with no body for [`Reply::Done`]). The OpenAPI document's schemas are
+//! generated from the same types ([`super::openapi`]).
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::config::{
+    CacheType, DriveConfig, IoEngineKind, IoThreadConfig, MachineConfig, VmConfig,
+};
+use crate::instance::InstanceInfo;
+use crate::metrics::report::{DriveCounters, IoThreadReport, ThreadReport, VmReport};
+use crate::rate_limit::{GroupReport, RateLimitGroupConfig, RateLimiterConfig};
+
+/// A command's answer.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum Reply {
+    /// Done; nothing to show (204).
+    Done,
+    /// `GET /`.
+    Info(InstanceInfo),
+    /// `GET /version`.
+    Version(VersionReply),
+    /// `GET /vm/config`.
+    Config(Box<ConfigReply>),
+    /// `GET /machine-config`.
+    Machine(MachineConfig),
+    /// `GET /iothreads` on a running VM.
+    IoThreads(Vec<IoThreadReport>),
+    /// `GET /iothreads/{id}` on a running VM.
+    IoThread(Box<IoThreadReport>),
+    /// `GET /iothreads` before the start: the configured entries.
+    IoThreadConfigs(Vec<IoThreadConfig>),
+    /// `GET /iothreads/{id}` before the start.
+    IoThreadConfig(Box<IoThreadConfig>),
+    /// `GET /drives` on a running VM.
+    Drives(Vec<DriveReport>),
+    /// `GET /drives/{id}` on a running VM.
+    Drive(Box<DriveReport>),
+    /// `GET /drives` before the start: the configured entries.
+    DriveConfigs(Vec<DriveConfig>),
+    /// `GET /drives/{id}` before the start.
+    DriveConfig(Box<DriveConfig>),
+    /// `GET /rate-limit-groups` on a running VM.
+    Groups(Vec<GroupReport>),
+    /// `GET /rate-limit-groups/{id}` on a running VM.
+    Group(Box<GroupReport>),
+    /// `GET /rate-limit-groups` before the start: the configured entries.
+    GroupConfigs(Vec<RateLimitGroupConfig>),
+    /// `GET /rate-limit-groups/{id}` before the start.
+    GroupConfig(Box<RateLimitGroupConfig>),
+    /// `GET /metrics`.
+    Metrics(Box<MetricsReport>),
+}
+
+impl Reply {
+    /// The body as JSON; `None` for [`Reply::Done`].
+    pub fn to_json(&self) -> Option<serde_json::Value> {
+        match self {
+            Reply::Done => None,
+            // Maps, strings and numbers only: serializing cannot fail.
+            other => Some(serde_json::to_value(other).unwrap_or_default()),
+        }
+    }
+}
+
+/// `GET /vm/config`: the config file's sections with their effective values; before the start,
+/// the sections given so far (no `boot-source` until one is). Its schema is [`VmConfig`]'s.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConfigReply {
+    /// The configuration.
+    pub config: VmConfig,
+    /// Whether a boot source was given (`false` only before the start).
+    pub has_boot_source: bool,
+}
+
+impl Serialize for ConfigReply {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        if self.has_boot_source {
+            return self.config.serialize(serializer);
+        }
+        let mut value = serde_json::to_value(&self.config).map_err(serde::ser::Error::custom)?;
+        if let Some(sections) = value.as_object_mut() {
+            sections.remove("boot-source");
+        }
+        value.serialize(serializer)
+    }
+}
+
+/// `GET /drives/{id}` on a running VM: the drive's counters and its configuration in force.
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+#[schema(as = Drive)]
+pub struct DriveReport {
+    /// The counters (and `drive_id`).
+    #[serde(flatten)]
+    pub counters: DriveCounters,
+    /// The backing file or block device.
+    #[schema(value_type = String)]
+    pub path_on_host: PathBuf,
+    /// The engine configured.
+    pub io_engine: IoEngineKind,
+    /// Opened read-only.
+    pub is_read_only: bool,
+    /// Firecracker's root device: the first virtio-blk device.
+    pub is_root_device: bool,
+    /// Firecracker's cache type.
+    pub cache_type: CacheType,
+    /// Opened with O_DIRECT.
+    pub direct: bool,
+    /// Virtqueues.
+    pub num_queues: u16,
+    /// Size of each virtqueue.
+    pub queue_size: u16,
+    /// The virtio-blk device's PCI slot.
+    pub pci_slot: u8,
+    /// The drive's own limits in force.
+    pub rate_limiter: Option<RateLimiterConfig>,
+    /// The rate-limit group it shares.
+    pub rate_limit_group: Option<String>,
+}
+
+impl DriveReport {
+    /// A running drive's report: its counters and `cfg`.
+    pub fn new(counters: DriveCounters, cfg: &DriveConfig, pci_slot: u8) -> Self {
+        Self {
+            counters,
+            path_on_host: cfg.path_on_host.clone(),
+            io_engine: cfg.io_engine,
+            is_read_only: cfg.is_read_only,
+            is_root_device: cfg.is_root_device,
+            cache_type: cfg.cache_type,
+            direct: cfg.direct,
+            num_queues: cfg.num_queues,
+            queue_size: cfg.queue_size,
+            pci_slot,
+            rate_limiter: cfg.rate_limiter,
+            rate_limit_group: cfg.rate_limit_group.clone(),
+        }
+    }
+}
+
+/// `GET /version`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[schema(as = Version)]
+pub struct VersionReply {
+    /// The Firecracker API version whose routes and shapes Osprey follows.
+    pub firecracker_version: &'static str,
+    /// Osprey's own version.
+    pub osprey_version: &'static str,
+}
+
+/// `GET /metrics` (and each line of the metrics file): everything countable.
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+#[schema(as = Metrics)]
+pub struct MetricsReport {
+    /// The VM.
+    pub vm: VmReport,
+    /// Each iothread.
+    pub iothreads: Vec<IoThreadReport>,
+    /// Each drive's counters.
+    pub drives: Vec<DriveCounters>,
+    /// Each rate-limit group.
+    pub rate_limit_groups: Vec<GroupReport>,
+    /// CPU time by thread name.
+    pub threads: Vec<ThreadReport>,
+}
