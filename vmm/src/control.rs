@@ -11,7 +11,9 @@ use crate::api::command::{
     ApiCommand, ApiError, ApiReply, DriveUpdate, GroupUpdate, IoThreadUpdate, Reply, VmAction,
     VmStateChange,
 };
-use crate::api::replies::{ConfigReply, DriveReport, MetricsReport};
+use crate::api::replies::{
+    ConfigReply, DriveReport, DriveView, GroupView, IoThreadView, MetricsReport,
+};
 use crate::config::{IoThreadConfig, PollPolicyKind, VmConfig};
 use crate::device_manager::{iothread_report, Devices};
 use crate::events::PauseState;
@@ -152,7 +154,7 @@ impl Controller<'_> {
                     self.devices
                         .iothreads
                         .iter()
-                        .map(|(id, t)| iothread_report(id, t))
+                        .map(|(id, t)| IoThreadView::Running(iothread_report(id, t)))
                         .collect(),
                 )),
                 Effect::None,
@@ -161,7 +163,9 @@ impl Controller<'_> {
                 self.devices
                     .iothreads
                     .get(&id)
-                    .map(|t| Reply::IoThread(Box::new(iothread_report(&id, t))))
+                    .map(|t| {
+                        Reply::IoThread(Box::new(IoThreadView::Running(iothread_report(&id, t))))
+                    })
                     .ok_or_else(|| not_found("iothread", &id)),
                 Effect::None,
             ),
@@ -172,7 +176,7 @@ impl Controller<'_> {
                 self.devices
                     .drives
                     .iter()
-                    .map(|d| self.drive_report(d))
+                    .map(|d| self.drive_report(d).map(DriveView::Running))
                     .collect::<Result<_, _>>()
                     .map(Reply::Drives),
                 Effect::None,
@@ -184,16 +188,22 @@ impl Controller<'_> {
                     .find(|d| d.id == id)
                     .ok_or_else(|| not_found("drive", &id))
                     .and_then(|d| self.drive_report(d))
-                    .map(|d| Reply::Drive(Box::new(d))),
+                    .map(|d| Reply::Drive(Box::new(DriveView::Running(d)))),
                 Effect::None,
             ),
             ApiCommand::PatchDrive(id, update) => (self.patch_drive(&id, &update), Effect::None),
-            ApiCommand::ListRateLimitGroups => {
-                (Ok(Reply::Groups(self.group_reports())), Effect::None)
-            }
+            ApiCommand::ListRateLimitGroups => (
+                Ok(Reply::Groups(
+                    self.group_reports()
+                        .into_iter()
+                        .map(GroupView::Running)
+                        .collect(),
+                )),
+                Effect::None,
+            ),
             ApiCommand::GetRateLimitGroup(id) => (
                 self.group_report(&id)
-                    .map(|g| Reply::Group(Box::new(g)))
+                    .map(|g| Reply::Group(Box::new(GroupView::Running(g))))
                     .ok_or_else(|| not_found("rate limit group", &id)),
                 Effect::None,
             ),

@@ -56,9 +56,19 @@ impl From<ApiError> for Fault {
     }
 }
 
+/// The body of every error (Firecracker's `Error`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+#[schema(as = Fault)]
+pub struct FaultBody {
+    /// What went wrong, naming the field or resource.
+    pub fault_message: String,
+}
+
 impl IntoResponse for Fault {
     fn into_response(self) -> Response {
-        let body = serde_json::json!({ "fault_message": self.message });
+        let body = FaultBody {
+            fault_message: self.message,
+        };
         (self.status, Json(body)).into_response()
     }
 }

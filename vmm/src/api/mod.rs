@@ -7,6 +7,7 @@
 //!   [`unsupported`]: Firecracker's routes Osprey lacks; [`body`]: request bodies; [`reply`]: waiting
 //!   for the control thread; [`replies`]: the typed answers; [`fault`]: `{"fault_message": …}`
 //!   errors; [`malformed`]: the same body for requests hyper cannot parse;
+//! - [`openapi`]: the OpenAPI document's frame and rendering (docs/api/openapi.json);
 //! - [`prometheus`]: the text-format view of `GET /metrics`;
 //! - [`client`]: the small synchronous client behind `osprey api`.
 //!
@@ -19,6 +20,7 @@ pub mod command;
 pub mod configure;
 pub mod fault;
 pub mod malformed;
+pub mod openapi;
 pub mod prometheus;
 pub mod replies;
 pub mod reply;

@@ -29,30 +29,18 @@ pub enum Reply {
     Config(Box<ConfigReply>),
     /// `GET /machine-config`.
     Machine(MachineConfig),
-    /// `GET /iothreads` on a running VM.
-    IoThreads(Vec<IoThreadReport>),
-    /// `GET /iothreads/{id}` on a running VM.
-    IoThread(Box<IoThreadReport>),
-    /// `GET /iothreads` before the start: the configured entries.
-    IoThreadConfigs(Vec<IoThreadConfig>),
-    /// `GET /iothreads/{id}` before the start.
-    IoThreadConfig(Box<IoThreadConfig>),
-    /// `GET /drives` on a running VM.
-    Drives(Vec<DriveReport>),
-    /// `GET /drives/{id}` on a running VM.
-    Drive(Box<DriveReport>),
-    /// `GET /drives` before the start: the configured entries.
-    DriveConfigs(Vec<DriveConfig>),
-    /// `GET /drives/{id}` before the start.
-    DriveConfig(Box<DriveConfig>),
-    /// `GET /rate-limit-groups` on a running VM.
-    Groups(Vec<GroupReport>),
-    /// `GET /rate-limit-groups/{id}` on a running VM.
-    Group(Box<GroupReport>),
-    /// `GET /rate-limit-groups` before the start: the configured entries.
-    GroupConfigs(Vec<RateLimitGroupConfig>),
-    /// `GET /rate-limit-groups/{id}` before the start.
-    GroupConfig(Box<RateLimitGroupConfig>),
+    /// `GET /iothreads`.
+    IoThreads(Vec<IoThreadView>),
+    /// `GET /iothreads/{id}`.
+    IoThread(Box<IoThreadView>),
+    /// `GET /drives`.
+    Drives(Vec<DriveView>),
+    /// `GET /drives/{id}`.
+    Drive(Box<DriveView>),
+    /// `GET /rate-limit-groups`.
+    Groups(Vec<GroupView>),
+    /// `GET /rate-limit-groups/{id}`.
+    Group(Box<GroupView>),
     /// `GET /metrics`.
     Metrics(Box<MetricsReport>),
 }
@@ -66,6 +54,38 @@ impl Reply {
             other => Some(serde_json::to_value(other).unwrap_or_default()),
         }
     }
+}
+
+/// An iothread as `GET /iothreads` shows it: with its counters once the VM runs, as configured
+/// before.
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum IoThreadView {
+    /// The VM runs: parameters in force and counters.
+    Running(IoThreadReport),
+    /// Before `InstanceStart`: the entry as given.
+    Configured(IoThreadConfig),
+}
+
+/// A drive as `GET /drives` shows it: with its counters once the VM runs, as configured before.
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum DriveView {
+    /// The VM runs: counters and the configuration in force.
+    Running(DriveReport),
+    /// Before `InstanceStart`: the entry as given.
+    Configured(DriveConfig),
+}
+
+/// A rate-limit group as `GET /rate-limit-groups` shows it: with its counters once the VM runs,
+/// as configured before.
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum GroupView {
+    /// The VM runs: buckets in force, drives and counters.
+    Running(GroupReport),
+    /// Before `InstanceStart`: the entry as given.
+    Configured(RateLimitGroupConfig),
 }
 
 /// `GET /vm/config`: the config file's sections with their effective values; before the start,

@@ -9,91 +9,90 @@ use axum::extract::{Path, Query, Request, State};
 use axum::http::header::{ACCEPT, CONTENT_TYPE};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use axum::Router;
 use serde::Deserialize;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::body;
 use super::command::{
     ActionRequest, ApiCommand, DriveUpdate, GroupUpdate, IoThreadUpdate, VmStateRequest,
 };
 use super::configure;
+use super::fault::FaultBody;
 use super::fault::{self, Fault};
+use super::openapi::PathId;
 use super::prometheus;
+use super::replies::{DriveView, GroupView, IoThreadView, MetricsReport};
 use super::replies::{Reply, VersionReply};
 pub use super::reply::ApiState;
 use super::reply::{call, path_id, respond, send, send_change};
+use crate::config::VmConfig;
+use crate::instance::InstanceInfo;
+#[allow(unused_imports)] // `json!` is used by the examples in the `#[utoipa::path]`s.
+use serde_json::json;
 
-/// Every `(method, path)` the router serves; the OpenAPI test checks `docs/api/openapi.json`
-/// against it, and the router test checks the router against it.
-pub const ROUTES: &[(&str, &str)] = &[
-    ("GET", "/"),
-    ("GET", "/version"),
-    ("GET", "/vm/config"),
-    ("PATCH", "/vm"),
-    ("GET", "/machine-config"),
-    ("PUT", "/machine-config"),
-    ("PATCH", "/machine-config"),
-    ("PUT", "/boot-source"),
-    ("PUT", "/logger"),
-    ("GET", "/iothreads"),
-    ("GET", "/iothreads/{id}"),
-    ("PUT", "/iothreads/{id}"),
-    ("PATCH", "/iothreads/{id}"),
-    ("GET", "/drives"),
-    ("GET", "/drives/{id}"),
-    ("PUT", "/drives/{id}"),
-    ("PATCH", "/drives/{id}"),
-    ("GET", "/rate-limit-groups"),
-    ("GET", "/rate-limit-groups/{id}"),
-    ("PUT", "/rate-limit-groups/{id}"),
-    ("PATCH", "/rate-limit-groups/{id}"),
-    ("GET", "/metrics"),
-    ("PUT", "/metrics"),
-    ("PUT", "/actions"),
-];
+/// Every `(method, path)` the router serves, Firecracker's unsupported routes included, from
+/// the OpenAPI document (which [`documented`] declares together with the router).
+pub fn routes() -> &'static [(String, String)] {
+    static ROUTES: std::sync::OnceLock<Vec<(String, String)>> = std::sync::OnceLock::new();
+    ROUTES.get_or_init(|| super::openapi::operations(&document()))
+}
+
+/// Every path of [`routes`] once, sorted, comma-separated (for the 404's hint).
+pub fn path_list() -> &'static str {
+    static LIST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    LIST.get_or_init(|| {
+        let paths: std::collections::BTreeSet<&str> =
+            routes().iter().map(|(_, p)| p.as_str()).collect();
+        paths.into_iter().collect::<Vec<_>>().join(", ")
+    })
+}
+
+/// The OpenAPI document: the [`documented`] routes and Firecracker's unsupported ones;
+/// `docs/api/openapi.json` is its rendering ([`super::openapi::render`]).
+pub fn document() -> utoipa::openapi::OpenApi {
+    let (_router, mut document) = documented().split_for_parts();
+    super::unsupported::document(&mut document);
+    document
+}
 
 /// The Firecracker API version whose routes and shapes Osprey follows (`GET /version`).
 pub const FIRECRACKER_API_VERSION: &str = "1.16.1";
 
-/// The router: [`ROUTES`], Firecracker's unsupported routes (400), a JSON 404 for other paths
-/// and a JSON 405 for other methods.
+/// The documented routes and their OpenAPI paths, declared once: each handler's
+/// `#[utoipa::path]` gives its method, path, body and answers (utoipa-axum).
+pub fn documented() -> OpenApiRouter<ApiState> {
+    OpenApiRouter::with_openapi(super::openapi::base())
+        .routes(routes!(info))
+        .routes(routes!(version))
+        .routes(routes!(vm_config))
+        .routes(routes!(patch_vm))
+        .routes(routes!(
+            configure::get_machine,
+            configure::put_machine,
+            configure::patch_machine
+        ))
+        .routes(routes!(configure::put_boot_source))
+        .routes(routes!(configure::put_logger))
+        .routes(routes!(list_iothreads))
+        .routes(routes!(
+            get_iothread,
+            configure::put_iothread,
+            patch_iothread
+        ))
+        .routes(routes!(list_drives))
+        .routes(routes!(get_drive, configure::put_drive, patch_drive))
+        .routes(routes!(list_groups))
+        .routes(routes!(get_group, configure::put_group, patch_group))
+        .routes(routes!(metrics, configure::put_metrics))
+        .routes(routes!(action))
+}
+
+/// The router: the [`documented`] routes, Firecracker's unsupported routes (400), a JSON 404
+/// for other paths and a JSON 405 for other methods.
 pub fn router(state: ApiState) -> Router {
-    let router = Router::new()
-        .route("/", get(info))
-        .route("/version", get(version))
-        .route("/vm/config", get(vm_config))
-        .route("/vm", axum::routing::patch(patch_vm))
-        .route(
-            "/machine-config",
-            get(configure::get_machine)
-                .put(configure::put_machine)
-                .patch(configure::patch_machine),
-        )
-        .route(
-            "/boot-source",
-            axum::routing::put(configure::put_boot_source),
-        )
-        .route("/logger", axum::routing::put(configure::put_logger))
-        .route("/iothreads", get(list_iothreads))
-        .route(
-            "/iothreads/{id}",
-            get(get_iothread)
-                .put(configure::put_iothread)
-                .patch(patch_iothread),
-        )
-        .route("/drives", get(list_drives))
-        .route(
-            "/drives/{id}",
-            get(get_drive).put(configure::put_drive).patch(patch_drive),
-        )
-        .route("/rate-limit-groups", get(list_groups))
-        .route(
-            "/rate-limit-groups/{id}",
-            get(get_group).put(configure::put_group).patch(patch_group),
-        )
-        .route("/metrics", get(metrics).put(configure::put_metrics))
-        .route("/actions", axum::routing::put(action));
+    let (router, _document) = documented().split_for_parts();
     super::unsupported::add_routes(router)
         .fallback(no_such_path)
         .method_not_allowed_fallback(fault::method_not_allowed)
@@ -102,16 +101,17 @@ pub fn router(state: ApiState) -> Router {
 
 /// The router's fallback: no route matches the path. The message lists the paths there are.
 pub async fn no_such_path(request: Request) -> Fault {
-    let mut paths: Vec<&str> = ROUTES.iter().map(|(_, p)| *p).collect();
-    paths.dedup();
     Fault::not_found(format!(
         "no such path: {}; the paths are {}",
         request.uri().path(),
-        paths.join(", ")
+        path_list()
     ))
 }
 
 /// `GET /version`: the Firecracker API version followed, and Osprey's own.
+/// The Firecracker API version Osprey follows, and Osprey's own.
+#[utoipa::path(get, path = "/version", tag = "vm",
+    responses((status = 200, description = "The versions.", body = VersionReply)))]
 async fn version() -> Response {
     respond(Reply::Version(VersionReply {
         firecracker_version: FIRECRACKER_API_VERSION,
@@ -119,6 +119,13 @@ async fn version() -> Response {
     }))
 }
 
+/// Pause or resume the VM (Firecracker's `PATCH /vm`); done when it already is.
+#[utoipa::path(patch, path = "/vm", tag = "vm",
+    request_body(content = VmStateRequest, examples(
+        ("pause" = (summary = "Pause", value = json!({"state": "Paused"}))),
+        ("resume" = (summary = "Resume", value = json!({"state": "Resumed"}))))),
+    responses((status = 204, description = "Done."),
+        (status = 400, description = "A bad body, or the VM has not started.", body = FaultBody)))]
 async fn patch_vm(State(s): State<ApiState>, request: Request) -> Response {
     match body::parse_json::<VmStateRequest>(request, s.max_body).await {
         Ok(r) => send_change(&s, ApiCommand::SetVmState(r)).await,
@@ -126,18 +133,33 @@ async fn patch_vm(State(s): State<ApiState>, request: Request) -> Response {
     }
 }
 
+/// The instance: Firecracker's `InstanceInfo` (id, state, version) and Osprey's fields.
+#[utoipa::path(get, path = "/", tag = "vm",
+    responses((status = 200, description = "The instance.", body = InstanceInfo),
+        (status = 500, description = "The VMM did not answer within 5 s.", body = FaultBody)))]
 async fn info(State(s): State<ApiState>) -> Response {
     send(&s, ApiCommand::GetInfo).await
 }
 
+/// The configuration in the config file's shape, with effective values (before the start: the
+/// sections given so far).
+#[utoipa::path(get, path = "/vm/config", tag = "vm",
+    responses((status = 200, description = "The configuration.", body = VmConfig)))]
 async fn vm_config(State(s): State<ApiState>) -> Response {
     send(&s, ApiCommand::GetConfig).await
 }
 
+/// Every iothread: its parameters and counters once the VM runs, its entry before.
+#[utoipa::path(get, path = "/iothreads", tag = "iothreads",
+    responses((status = 200, description = "The iothreads.", body = Vec<IoThreadView>)))]
 async fn list_iothreads(State(s): State<ApiState>) -> Response {
     send(&s, ApiCommand::ListIoThreads).await
 }
 
+/// One iothread.
+#[utoipa::path(get, path = "/iothreads/{id}", tag = "iothreads", params(PathId),
+    responses((status = 200, description = "The iothread.", body = IoThreadView),
+        (status = 404, description = "No iothread with this id.", body = FaultBody)))]
 async fn get_iothread(
     State(s): State<ApiState>,
     id: Result<Path<String>, PathRejection>,
@@ -145,6 +167,21 @@ async fn get_iothread(
     get_by_id(&s, id, ApiCommand::GetIoThread).await
 }
 
+/// Change polling and batching of a running iothread, atomically: every field takes effect or
+/// none does (absent: kept; `null`: the default).
+#[utoipa::path(patch, path = "/iothreads/{id}", tag = "iothreads", params(PathId),
+    request_body(content = IoThreadUpdate, examples(
+        ("polling_off" = (summary = "Turn polling off (QMP poll-max-ns=0)",
+            value = json!({"poll_max_ns": 0}))),
+        ("classic_on" = (summary = "Back on, classic policy, 32 µs window",
+            value = json!({"poll_max_ns": 32768, "poll_policy": "Classic", "poll_grow": 0, "poll_shrink": 0}))),
+        ("weighted_w3" = (summary = "Weighted policy, W=3",
+            value = json!({"poll_policy": "Weighted", "poll_weight": 3, "poll_max_ns": 32768}))),
+        ("max_batch_8" = (summary = "At most 8 requests per submission (QMP aio-max-batch=8)",
+            value = json!({"max_batch": 8}))))),
+    responses((status = 204, description = "Changed."),
+        (status = 400, description = "A bad body or value; nothing changed.", body = FaultBody),
+        (status = 404, description = "No iothread with this id.", body = FaultBody)))]
 async fn patch_iothread(
     State(s): State<ApiState>,
     id: Result<Path<String>, PathRejection>,
@@ -183,14 +220,40 @@ pub(super) async fn patch<T: serde::de::DeserializeOwned>(
     }
 }
 
+/// Every drive: its counters and configuration once the VM runs, its entry before.
+#[utoipa::path(get, path = "/drives", tag = "drives",
+    responses((status = 200, description = "The drives.", body = Vec<DriveView>)))]
 async fn list_drives(State(s): State<ApiState>) -> Response {
     send(&s, ApiCommand::ListDrives).await
 }
 
+/// One drive.
+#[utoipa::path(get, path = "/drives/{id}", tag = "drives", params(PathId),
+    responses((status = 200, description = "The drive.", body = DriveView),
+        (status = 404, description = "No drive with this id.", body = FaultBody)))]
 async fn get_drive(State(s): State<ApiState>, id: Result<Path<String>, PathRejection>) -> Response {
     get_by_id(&s, id, ApiCommand::GetDrive).await
 }
 
+/// Change a running drive, as Firecracker's `PATCH /drives/{drive_id}` (`drive_id`, when
+/// given, must equal the path's): swap its backing file while the guest runs (`path_on_host`:
+/// the requests in flight complete on the old file, the capacity is re-read and the guest gets
+/// a config-change interrupt) and/or set, change or remove its `rate_limiter` (new buckets start
+/// full).
+#[utoipa::path(patch, path = "/drives/{id}", tag = "drives", params(PathId),
+    request_body(content = DriveUpdate, examples(
+        ("ops_5000" = (summary = "5,000 IOPS (50 every 10 ms)",
+            value = json!({"rate_limiter": {"ops": {"size": 50, "refill_time": 10}}}))),
+        ("bw_50mib" = (summary = "50 MiB/s with a one-time burst of 100 MiB",
+            value = json!({"rate_limiter": {"bandwidth": {"size": 52428800, "one_time_burst": 104857600, "refill_time": 1000}}}))),
+        ("remove" = (summary = "No limit", value = json!({"rate_limiter": null}))),
+        ("firecracker" = (summary = "Firecracker's PartialDrive",
+            value = json!({"drive_id": "disk0", "rate_limiter": {"ops": {"size": 1000, "refill_time": 1000}}}))),
+        ("swap" = (summary = "Swap the backing file",
+            value = json!({"path_on_host": "/srv/vm1/image-b.ext4"}))))),
+    responses((status = 204, description = "Changed."),
+        (status = 400, description = "A bad body or value, or the VM has not started.", body = FaultBody),
+        (status = 404, description = "No drive with this id.", body = FaultBody)))]
 async fn patch_drive(
     State(s): State<ApiState>,
     id: Result<Path<String>, PathRejection>,
@@ -199,14 +262,31 @@ async fn patch_drive(
     patch::<DriveUpdate>(&s, id, request, ApiCommand::PatchDrive).await
 }
 
+/// Every rate-limit group.
+#[utoipa::path(get, path = "/rate-limit-groups", tag = "rate-limit-groups",
+    responses((status = 200, description = "The groups.", body = Vec<GroupView>)))]
 async fn list_groups(State(s): State<ApiState>) -> Response {
     send(&s, ApiCommand::ListRateLimitGroups).await
 }
 
+/// One rate-limit group.
+#[utoipa::path(get, path = "/rate-limit-groups/{id}", tag = "rate-limit-groups", params(PathId),
+    responses((status = 200, description = "The group.", body = GroupView),
+        (status = 404, description = "No group with this id.", body = FaultBody)))]
 async fn get_group(State(s): State<ApiState>, id: Result<Path<String>, PathRejection>) -> Response {
     get_by_id(&s, id, ApiCommand::GetRateLimitGroup).await
 }
 
+/// Change a running group's buckets (absent: kept; `null`: removed).
+#[utoipa::path(patch, path = "/rate-limit-groups/{id}", tag = "rate-limit-groups", params(PathId),
+    request_body(content = GroupUpdate, examples(
+        ("ops_12000" = (summary = "12,000 IOPS for the group",
+            value = json!({"ops": {"size": 120, "refill_time": 10}}))),
+        ("no_bandwidth" = (summary = "Remove the bandwidth bucket, keep ops",
+            value = json!({"bandwidth": null}))))),
+    responses((status = 204, description = "Changed."),
+        (status = 400, description = "A bad body or value, or the VM has not started.", body = FaultBody),
+        (status = 404, description = "No group with this id.", body = FaultBody)))]
 async fn patch_group(
     State(s): State<ApiState>,
     id: Result<Path<String>, PathRejection>,
@@ -215,6 +295,18 @@ async fn patch_group(
     patch::<GroupUpdate>(&s, id, request, ApiCommand::PatchRateLimitGroup).await
 }
 
+/// An action: Firecracker's `InstanceStart` (boots a VM configured over the API),
+/// `SendCtrlAltDel` (Ctrl+Alt+Del on the i8042 keyboard), `FlushMetrics`; Osprey's `Pause`,
+/// `Resume` (409 when already so) and `Shutdown` (the VM stops and osprey exits 0).
+#[utoipa::path(put, path = "/actions", tag = "vm",
+    request_body(content = ActionRequest, examples(
+        ("pause" = (summary = "Pause the vCPUs", value = json!({"action_type": "Pause"}))),
+        ("resume" = (summary = "Resume the vCPUs", value = json!({"action_type": "Resume"}))),
+        ("shutdown" = (summary = "Stop the VM; osprey exits 0", value = json!({"action_type": "Shutdown"}))),
+        ("start" = (summary = "Boot the VM configured over the API", value = json!({"action_type": "InstanceStart"}))))),
+    responses((status = 204, description = "Done."),
+        (status = 400, description = "A bad body, or an action the phase does not allow.", body = FaultBody),
+        (status = 409, description = "Pause when paused, Resume when running.", body = FaultBody)))]
 async fn action(State(s): State<ApiState>, request: Request) -> Response {
     match body::parse_json::<ActionRequest>(request, s.max_body).await {
         Ok(a) => send_change(&s, ApiCommand::Action(a.action_type)).await,
@@ -235,6 +327,14 @@ enum MetricsFormat {
     Prometheus,
 }
 
+/// Everything countable, as JSON or in Prometheus' text format (`?format=prometheus`, or an
+/// `Accept` that names `text/plain` and not JSON); fields in docs/api/metrics.md.
+#[utoipa::path(get, path = "/metrics", tag = "metrics",
+    params(("format" = Option<String>, Query, description = "`json` (default) or `prometheus`")),
+    responses((status = 200, description = "The metrics.", content(
+            (MetricsReport = "application/json"),
+            (String = "text/plain"))),
+        (status = 400, description = "An unknown format, or the VM has not started.", body = FaultBody)))]
 async fn metrics(State(s): State<ApiState>, request: Request) -> Response {
     let format = match metrics_format(&request) {
         Ok(f) => f,

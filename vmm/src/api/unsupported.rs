@@ -84,3 +84,33 @@ fn refuse(request: &Request, what: &str) -> Response {
     ))
     .into_response()
 }
+
+/// Adds every [`UNSUPPORTED`] route to the OpenAPI `document`: one operation answering 400, which
+/// says what is missing.
+pub fn document(document: &mut utoipa::openapi::OpenApi) {
+    use utoipa::openapi::path::{HttpMethod, OperationBuilder};
+    use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
+    for (method, path, what) in UNSUPPORTED {
+        let method = match *method {
+            "GET" => HttpMethod::Get,
+            "PUT" => HttpMethod::Put,
+            "PATCH" => HttpMethod::Patch,
+            _ => HttpMethod::Delete,
+        };
+        let refused = ResponseBuilder::new()
+            .description(format!("Refused: {what}."))
+            .content(
+                "application/json",
+                ContentBuilder::new()
+                    .schema(Some(Ref::from_schema_name("Fault")))
+                    .build(),
+            );
+        let operation = OperationBuilder::new()
+            .tag("unsupported")
+            .summary(Some(format!("Firecracker's route; {what}.")))
+            .response("400", refused);
+        document
+            .paths
+            .add_path_operation(path, vec![method], operation);
+    }
+}

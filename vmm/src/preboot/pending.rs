@@ -4,7 +4,7 @@
 //! config file's are.
 
 use crate::api::command::{ApiCommand, ApiError, ApiReply, Reply};
-use crate::api::replies::ConfigReply;
+use crate::api::replies::{ConfigReply, DriveView, GroupView, IoThreadView};
 use crate::config::{invalid, validate, ConfigError, VmConfig};
 use crate::instance::{InstanceInfo, InstanceState};
 
@@ -148,26 +148,47 @@ impl PendingVm {
                 self.config = candidate;
                 Ok(Reply::Done)
             }
-            ApiCommand::ListIoThreads => Ok(Reply::IoThreadConfigs(self.config.iothreads.clone())),
+            ApiCommand::ListIoThreads => Ok(Reply::IoThreads(
+                self.config
+                    .iothreads
+                    .iter()
+                    .cloned()
+                    .map(IoThreadView::Configured)
+                    .collect(),
+            )),
             ApiCommand::GetIoThread(id) => {
                 match self.config.iothreads.iter().find(|t| t.id == id) {
-                    Some(t) => Ok(Reply::IoThreadConfig(Box::new(t.clone()))),
+                    Some(t) => Ok(Reply::IoThread(Box::new(IoThreadView::Configured(
+                        t.clone(),
+                    )))),
                     None => Err(not_found("iothread", &id)),
                 }
             }
-            ApiCommand::ListDrives => Ok(Reply::DriveConfigs(self.config.drives.clone())),
+            ApiCommand::ListDrives => Ok(Reply::Drives(
+                self.config
+                    .drives
+                    .iter()
+                    .cloned()
+                    .map(DriveView::Configured)
+                    .collect(),
+            )),
             ApiCommand::GetDrive(id) => {
                 match self.config.drives.iter().find(|d| d.drive_id == id) {
-                    Some(d) => Ok(Reply::DriveConfig(Box::new(d.clone()))),
+                    Some(d) => Ok(Reply::Drive(Box::new(DriveView::Configured(d.clone())))),
                     None => Err(not_found("drive", &id)),
                 }
             }
-            ApiCommand::ListRateLimitGroups => {
-                Ok(Reply::GroupConfigs(self.config.rate_limit_groups.clone()))
-            }
+            ApiCommand::ListRateLimitGroups => Ok(Reply::Groups(
+                self.config
+                    .rate_limit_groups
+                    .iter()
+                    .cloned()
+                    .map(GroupView::Configured)
+                    .collect(),
+            )),
             ApiCommand::GetRateLimitGroup(id) => {
                 match self.config.rate_limit_groups.iter().find(|g| g.id == id) {
-                    Some(g) => Ok(Reply::GroupConfig(Box::new(g.clone()))),
+                    Some(g) => Ok(Reply::Group(Box::new(GroupView::Configured(g.clone())))),
                     None => Err(not_found("rate limit group", &id)),
                 }
             }

@@ -13,7 +13,9 @@ use serde_json::{json, Value};
 use crate::api::command::{
     ApiCommand, ApiError, ApiReply, ApiRequest, IoThreadUpdate, Reply, Submit, VmAction,
 };
-use crate::api::replies::{ConfigReply, DriveReport, MetricsReport};
+use crate::api::replies::{
+    ConfigReply, DriveReport, DriveView, GroupView, IoThreadView, MetricsReport,
+};
 use crate::metrics::report::{DriveCounters, IoThreadReport, MetricFields, ThreadReport, VmReport};
 use crate::rate_limit::GroupReport;
 
@@ -134,12 +136,12 @@ pub fn answer(command: &ApiCommand) -> ApiReply {
             .expect("the canned config"),
             has_boot_source: true,
         }))),
-        ApiCommand::ListIoThreads => {
-            Ok(Reply::IoThreads(vec![iothread(&IoThreadUpdate::default())]))
-        }
-        ApiCommand::GetIoThread(id) if id == "io0" => Ok(Reply::IoThread(Box::new(iothread(
+        ApiCommand::ListIoThreads => Ok(Reply::IoThreads(vec![IoThreadView::Running(iothread(
             &IoThreadUpdate::default(),
-        )))),
+        ))])),
+        ApiCommand::GetIoThread(id) if id == "io0" => Ok(Reply::IoThread(Box::new(
+            IoThreadView::Running(iothread(&IoThreadUpdate::default())),
+        ))),
         ApiCommand::GetIoThread(id) => not_found("iothread", id),
         ApiCommand::PatchIoThread(id, u) if id == "io0" => match u.poll_weight.flatten() {
             Some(w) if !(1..=16).contains(&w) => Err(ApiError::BadRequest(format!(
@@ -148,16 +150,20 @@ pub fn answer(command: &ApiCommand) -> ApiReply {
             _ => Ok(Reply::Done),
         },
         ApiCommand::PatchIoThread(id, _) => not_found("iothread", id),
-        ApiCommand::ListDrives => Ok(Reply::Drives(vec![drive()])),
-        ApiCommand::GetDrive(id) if id == "disk0" => Ok(Reply::Drive(Box::new(drive()))),
+        ApiCommand::ListDrives => Ok(Reply::Drives(vec![DriveView::Running(drive())])),
+        ApiCommand::GetDrive(id) if id == "disk0" => {
+            Ok(Reply::Drive(Box::new(DriveView::Running(drive()))))
+        }
         ApiCommand::GetDrive(id) if id == "broken" => {
             Err(ApiError::Internal("engine failed".into()))
         }
         ApiCommand::GetDrive(id) => not_found("drive", id),
         ApiCommand::PatchDrive(id, _) if id == "disk0" => Ok(Reply::Done),
         ApiCommand::PatchDrive(id, _) => not_found("drive", id),
-        ApiCommand::ListRateLimitGroups => Ok(Reply::Groups(vec![group()])),
-        ApiCommand::GetRateLimitGroup(id) if id == "tenant" => Ok(Reply::Group(Box::new(group()))),
+        ApiCommand::ListRateLimitGroups => Ok(Reply::Groups(vec![GroupView::Running(group())])),
+        ApiCommand::GetRateLimitGroup(id) if id == "tenant" => {
+            Ok(Reply::Group(Box::new(GroupView::Running(group()))))
+        }
         ApiCommand::PatchRateLimitGroup(id, _) if id == "tenant" => Ok(Reply::Done),
         ApiCommand::GetRateLimitGroup(id) | ApiCommand::PatchRateLimitGroup(id, _) => {
             not_found("rate limit group", id)

@@ -14,16 +14,18 @@ fn patch_fault(fake: &Fake, body: &str) -> String {
 
 /// What a 404 says after the path: the paths there are.
 fn paths_hint() -> String {
-    let mut paths: Vec<&str> = crate::api::routes::ROUTES.iter().map(|(_, p)| *p).collect();
-    paths.dedup();
-    format!("; the paths are {}", paths.join(", "))
+    format!("; the paths are {}", crate::api::routes::path_list())
 }
 
 #[test]
 fn unknown_paths_and_methods() {
     let fake = Fake::start();
     let hint = paths_hint();
-    assert!(hint.contains("/vm/config, /vm, /machine-config,"), "{hint}");
+    assert!(
+        hint.contains(", /machine-config, /metrics,")
+            && hint.ends_with(", /vm, /vm/config, /vsock"),
+        "{hint}"
+    );
     assert_fault(&fake.get("/foo"), 404, &format!("no such path: /foo{hint}"));
     assert_fault(&fake.get("/vm/"), 404, &format!("no such path: /vm/{hint}"));
     assert_fault(&fake.get("/vm"), 405, "method GET not allowed on /vm");
