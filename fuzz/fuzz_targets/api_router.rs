@@ -3,8 +3,8 @@
 //! control thread is the fake API controller (`vmm::test_utils::fake_control::inline`), which
 //! answers every command at once with a canned reply.
 //!
-//! Input: byte 0 = flags (bit 0: the metrics reply is the request body parsed as JSON, so the
-//! Prometheus renderer sees arbitrary JSON; bit 1: the fake drops the reply channel instead of
+//! Input: byte 0 = flags (bit 0: the request body, parsed as JSON, is also rendered as a
+//! `GET /metrics` snapshot, so the Prometheus renderer sees arbitrary JSON; bit 1: the fake drops the reply channel instead of
 //! answering); byte 1 = method (GET, PUT, PATCH, POST, DELETE, HEAD, OPTIONS, or a custom token);
 //! then `path\n`, `name: value\n` header lines up to an empty line, and the body.
 //! Checks: no panic; every response finishes; every error response (>= 400) is a JSON
