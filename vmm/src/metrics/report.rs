@@ -46,11 +46,6 @@ impl<S> MetricFields<S> {
             set: PhantomData,
         }
     }
-
-    /// The value of field `name`, if the set has it.
-    pub fn get(&self, name: &str) -> Option<&Value> {
-        self.fields.get(name)
-    }
 }
 
 impl<S: MetricSet> MetricFields<S> {
