@@ -12,6 +12,9 @@ Usage: scripts/drive-swap-cost.py [OSPREY]   Env: SWAPS (5), ENGINE (Auto)
 """
 import http.client, json, os, socket, statistics, subprocess, sys, tempfile, time
 
+if any(a in ("-h", "--help") for a in sys.argv[1:]):
+    print(__doc__)
+    sys.exit(0)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OSPREY = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "target/release/osprey")
 SWAPS = int(os.environ.get("SWAPS", "5"))
