@@ -13,6 +13,7 @@ pub mod pci;
 pub mod serial;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod test_utils;
+pub mod vhost_user;
 pub mod virtio;
 
 /// Why a device asks the VMM to end the VM.

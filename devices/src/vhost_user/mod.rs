@@ -1,0 +1,52 @@
+//! vhost-user: serving a [`crate::virtio::VirtioDevice`] (virtio-blk) to a frontend in another
+//! process (QEMU, Cloud Hypervisor), which shares guest memory and hands over each queue's kick
+//! and call eventfds. The protocol's framing and fd passing are rust-vmm's `vhost` crate; this
+//! module is the transport between its messages and the device (`docs/ARCHITECTURE.md`,
+//! "vhost-user-blk backend"): the frontend's memory table ([`memory`]), each ring's state
+//! ([`ring`]), the call eventfds as the device's interrupt ([`interrupt`]), the message handler
+//! ([`transport`]) and the socket loop ([`server`]).
+
+pub mod interrupt;
+pub mod memory;
+pub mod ring;
+pub mod server;
+pub mod transport;
+
+pub use server::{serve_connection, VhostUserServer};
+pub use transport::VhostUserDevice;
+
+/// What the vhost-user transport fails with.
+#[derive(Debug, thiserror::Error)]
+pub enum VhostUserError {
+    /// `SET_MEM_TABLE` could not be mapped.
+    #[error("memory table: {0}")]
+    MemoryTable(String),
+    /// A ring cannot start as configured.
+    #[error("ring {index}: {why}")]
+    Ring {
+        /// The ring.
+        index: usize,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// The device refused to start.
+    #[error("activation: {0}")]
+    Activate(String),
+    /// The device did not finish its in-flight I/O in time to stop.
+    #[error("stopping the device: {in_flight} requests still in flight")]
+    Draining {
+        /// Requests still in flight.
+        in_flight: usize,
+    },
+    /// The socket could not be set up or accepted on.
+    #[error("socket {path}: {source}")]
+    Socket {
+        /// The socket's path.
+        path: String,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+#[cfg(test)]
+mod tests;
