@@ -394,6 +394,12 @@ pub enum Command {
     /// on stderr) or when the socket cannot be reached; 2 for a bad command line.
     #[command(verbatim_doc_comment)]
     Api(ApiArgs),
+    /// Serve a drive to another VMM's guest as a vhost-user-blk backend (docs/vhost-user.md).
+    ///
+    /// QEMU: -chardev socket,id=c,path=SOCK -device vhost-user-blk-pci,chardev=c, with guest
+    /// memory shared (-object memory-backend-memfd,share=on). Runs until killed; a frontend that
+    /// goes away leaves it ready for the next one.
+    VhostUserBlk(crate::vhost_user::VhostUserBlkArgs),
 }
 
 /// `osprey api METHOD PATH [BODY] --api-sock SOCKET`: see [`Command::Api`].

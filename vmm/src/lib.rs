@@ -43,4 +43,5 @@ pub mod test_utils;
 pub mod thread_weights;
 pub mod unpack;
 pub mod vcpu;
+pub mod vhost_user;
 pub mod vm;

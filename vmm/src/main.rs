@@ -68,6 +68,9 @@ fn main() {
     if let Some(Command::Api(args)) = &cli.command {
         std::process::exit(args.run());
     }
+    if let Some(Command::VhostUserBlk(args)) = &cli.command {
+        std::process::exit(vmm::vhost_user::run(args));
+    }
     if let Some(logger) = cli.logger() {
         if let Err(e) = vmm::logger::apply(&logger) {
             eprintln!("osprey: error: --{e}");
