@@ -135,14 +135,24 @@ impl Vmm {
         I: IntoIterator<Item = S>,
         S: AsRef<std::ffi::OsStr>,
     {
+        Vmm::spawn_program(&osprey(), args, stdin)
+    }
+
+    /// Spawns `program` (e.g. another VMM, as a vhost-user frontend) with `args` and `stdin`,
+    /// collecting its output as for `osprey`.
+    pub fn spawn_program<I, S>(program: &Path, args: I, stdin: Stdio) -> Vmm
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<std::ffi::OsStr>,
+    {
         let started = Instant::now();
-        let mut child = Command::new(osprey())
+        let mut child = Command::new(program)
             .args(args)
             .stdin(stdin)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .expect("spawn osprey");
+            .unwrap_or_else(|e| panic!("spawn {}: {e}", program.display()));
         let stdout = Arc::new(Mutex::new(Vec::new()));
         let stderr = Arc::new(Mutex::new(Vec::new()));
         let readers = vec![

@@ -107,4 +107,5 @@ pub fn serve_connection(stream: UnixStream, device: &Arc<Mutex<VhostUserDevice>>
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .disconnect();
+    log::info!("vhost-user: device stopped, memory unmapped; waiting for a frontend");
 }
