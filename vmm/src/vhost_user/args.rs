@@ -13,12 +13,27 @@ pub const DEFAULT_MAX_QUEUE_SIZE: u16 = 1024;
 #[derive(Debug, Clone, clap::Args)]
 pub struct VhostUserBlkArgs {
     /// The Unix socket frontends connect to (created; a stale socket there is replaced).
-    #[arg(long, value_name = "SOCK")]
-    pub socket: PathBuf,
+    #[arg(
+        long,
+        value_name = "SOCK",
+        required_unless_present = "config",
+        conflicts_with = "config"
+    )]
+    pub socket: Option<PathBuf>,
 
     /// The drive's backing file (a regular file or a block device).
+    #[arg(
+        long,
+        value_name = "FILE",
+        required_unless_present = "config",
+        conflicts_with = "config"
+    )]
+    pub path: Option<PathBuf>,
+
+    /// A JSON config with the VMM's sections: `drives` (each with its `socket`), `iothreads`,
+    /// `rate-limit-groups` (docs/vhost-user.md). Instead of --socket/--path.
     #[arg(long, value_name = "FILE")]
-    pub path: PathBuf,
+    pub config: Option<PathBuf>,
 
     /// Serve the drive read-only (VIRTIO_BLK_F_RO).
     #[arg(long)]
@@ -44,13 +59,6 @@ pub struct VhostUserBlkArgs {
     /// The drive's id (its GET_ID serial and its name in the log).
     #[arg(long, value_name = "ID", default_value = "vhost0")]
     pub drive_id: String,
-}
-
-impl VhostUserBlkArgs {
-    /// The iothread's name.
-    pub fn iothread_name(&self) -> String {
-        "io0".to_owned()
-    }
 }
 
 fn parse_engine(s: &str) -> Result<IoEngineKind, String> {
@@ -105,5 +113,11 @@ mod tests {
             Cli::try_parse_from(["osprey", "vhost-user-blk", "--path", "f"]).is_err(),
             "--socket is required"
         );
+        assert!(
+            Cli::try_parse_from(["osprey", "vhost-user-blk", "--config", "c", "--path", "f"])
+                .is_err(),
+            "--config or --socket/--path"
+        );
+        assert!(Cli::try_parse_from(["osprey", "vhost-user-blk", "--config", "c"]).is_ok());
     }
 }

@@ -1,21 +1,27 @@
 //! `osprey vhost-user-blk`: Osprey's dataplane as a vhost-user-blk backend for another VMM's
-//! guest (QEMU, Cloud Hypervisor). The command line ([`args`]) names a socket and a backing
-//! file; the drive is opened as the VMM opens its drives ([`crate::drive`]), served by one
-//! iothread with the VMM's defaults (Auto engine, Adaptive polling), and handed to frontends
-//! through `devices::vhost_user` (docs/vhost-user.md).
+//! guest (QEMU, Cloud Hypervisor). The command line ([`args`]) or a JSON file with the VMM's
+//! own sections ([`config`]) names the drives and their sockets; each drive is opened as the VMM
+//! opens its drives ([`crate::drive`]), served by its iothread with its engine and rate limits,
+//! and handed to frontends through `devices::vhost_user`, one thread per socket
+//! (docs/vhost-user.md).
 
 pub mod args;
+pub mod config;
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use dataplane::engine::EngineOptions;
+use dataplane::rate_limit::RateLimiter;
 use dataplane::IoThread;
+use devices::block::throttle::DriveRateLimits;
 use devices::block::{BlockDeviceConfig, VirtioBlock};
 use devices::vhost_user::{VhostUserDevice, VhostUserServer};
 
 pub use args::VhostUserBlkArgs;
+pub use config::VhostUserConfig;
 
-/// Exit status for a bad command line or a drive that cannot be opened.
+/// Exit status for a bad command line, config or drive.
 const EXIT_CONFIG: i32 = 2;
 /// Exit status when the backend cannot start (socket, iothread).
 const EXIT_BACKEND: i32 = 1;
@@ -23,91 +29,177 @@ const EXIT_BACKEND: i32 = 1;
 /// Why the backend could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum VhostUserBlkError {
-    /// The backing file.
-    #[error("--path {0}")]
-    Drive(#[from] crate::drive::DriveOpenError),
-    /// The iothread.
+    /// The command line or config file.
+    #[error("{0}")]
+    Config(#[from] crate::config::ConfigError),
+    /// A backing file.
+    #[error("drives[{index}]: {source}")]
+    Drive {
+        /// The drive's place in the config.
+        index: usize,
+        /// What went wrong.
+        source: crate::drive::DriveOpenError,
+    },
+    /// An iothread.
     #[error("iothread: {0}")]
     IoThread(#[from] dataplane::IoThreadError),
-    /// The socket.
+    /// A socket.
     #[error("{0}")]
     Socket(#[from] devices::vhost_user::VhostUserError),
+    /// A serving thread.
+    #[error("spawning the thread of {socket}: {source}")]
+    Thread {
+        /// The socket it would serve.
+        socket: String,
+        /// The error.
+        source: std::io::Error,
+    },
 }
 
 impl VhostUserBlkError {
     /// The exit status for this error.
     pub fn exit_status(&self) -> i32 {
         match self {
-            Self::Drive(_) => EXIT_CONFIG,
+            Self::Config(_) | Self::Drive { .. } => EXIT_CONFIG,
             _ => EXIT_BACKEND,
         }
     }
 }
 
-/// A drive served on a socket, ready to accept frontends.
+/// The running backend: every drive on its socket.
 #[derive(Debug)]
 pub struct Backend {
-    /// The listening socket and the device behind it.
-    pub server: VhostUserServer,
-    /// The iothread serving the drive's queues.
-    pub iothread: Arc<IoThread>,
+    /// The iothreads by id.
+    pub iothreads: BTreeMap<String, Arc<IoThread>>,
+    /// Each drive's socket server (the device behind it has the drive's counters).
+    pub servers: Vec<Arc<VhostUserServer>>,
 }
 
-/// Opens the drive, starts its iothread and binds the socket.
-pub fn start(args: &VhostUserBlkArgs) -> Result<Backend, VhostUserBlkError> {
-    let drive = crate::drive::open(&args.path, args.readonly, args.direct)?;
-    if drive.ignored_tail > 0 {
-        log::warn!(
-            "{}: the last {} bytes are past the last whole sector and not served",
-            args.path.display(),
-            drive.ignored_tail
-        );
+/// Starts the iothreads, opens every drive and binds every socket (nothing is served yet).
+pub fn start(config: &VhostUserConfig) -> Result<Backend, VhostUserBlkError> {
+    let mut iothreads = BTreeMap::new();
+    for t in &config.iothreads {
+        let thread = IoThread::spawn_weighted(&t.id, t.max_batch as usize, t.poll_params(), false)?;
+        if !t.cpu_affinity.is_empty() {
+            let cpus = t.cpu_affinity.clone();
+            let pin = move || crate::affinity::pin_current_thread(&cpus).map_err(Into::into);
+            thread.run_on_thread(Box::new(pin))?;
+        }
+        iothreads.insert(t.id.clone(), thread);
     }
-    let iothread = IoThread::spawn(&args.iothread_name(), 0)?;
-    let block = VirtioBlock::new(
-        BlockDeviceConfig {
-            drive_id: args.drive_id.clone(),
-            file: drive.file,
-            read_only: args.readonly,
-            capacity_sectors: drive.capacity_sectors,
-            num_queues: args.num_queues,
-            queue_size: args.queue_size,
-            engine: EngineOptions {
-                kind: args.io_engine.to_dataplane(),
-                depth: u32::from(args.queue_size),
-                io_uring: Default::default(),
-                direct: args.direct,
-                fault: None,
+    let groups: BTreeMap<String, Arc<RateLimiter>> = config
+        .rate_limit_groups
+        .iter()
+        .map(|g| {
+            (
+                g.id.clone(),
+                Arc::new(RateLimiter::new(g.limits().to_dataplane())),
+            )
+        })
+        .collect();
+    let mut servers = Vec::new();
+    for (index, d) in config.drives.iter().enumerate() {
+        let drive = &d.drive;
+        let opened = crate::drive::open(&drive.path_on_host, drive.is_read_only, drive.direct)
+            .map_err(|source| VhostUserBlkError::Drive { index, source })?;
+        // The config check made sure the names resolve; fill_defaults named every iothread.
+        let thread_id = drive.iothread.clone().unwrap_or_default();
+        let (Some(thread), Some(thread_config)) = (
+            iothreads.get(&thread_id).cloned(),
+            config.iothreads.iter().find(|t| t.id == thread_id),
+        ) else {
+            return Err(crate::config::invalid(
+                format!("drives[{index}].iothread"),
+                format!("no iothread `{thread_id}`"),
+            )
+            .into());
+        };
+        let rate_limits = DriveRateLimits {
+            drive: Arc::new(RateLimiter::new(
+                drive.rate_limiter.unwrap_or_default().to_dataplane(),
+            )),
+            group: drive
+                .rate_limit_group
+                .as_ref()
+                .and_then(|g| groups.get(g).cloned()),
+        };
+        let block = VirtioBlock::new(
+            BlockDeviceConfig {
+                drive_id: drive.drive_id.clone(),
+                file: opened.file,
+                read_only: drive.is_read_only,
+                capacity_sectors: opened.capacity_sectors,
+                num_queues: drive.num_queues,
+                queue_size: drive.queue_size,
+                engine: EngineOptions {
+                    kind: drive.io_engine.to_dataplane(),
+                    depth: u32::from(drive.queue_size),
+                    io_uring: crate::config::IoUringConfig::to_dataplane(thread_config.io_uring),
+                    direct: drive.direct,
+                    fault: drive.fault_injection.as_ref().map(|f| f.to_plan()),
+                },
+                rate_limits,
             },
-            rate_limits: Default::default(),
-        },
-        iothread.clone(),
-    );
-    let device = Arc::new(Mutex::new(VhostUserDevice::new(
-        &args.drive_id,
-        Box::new(block),
-    )));
-    let server = VhostUserServer::bind(&args.socket, device)?;
-    log::info!(
-        "vhost-user-blk {}: {} ({} sectors{}) on {}, up to {} queue(s) of {}, engine {:?}, iothread {}",
-        args.drive_id,
-        args.path.display(),
-        drive.capacity_sectors,
-        if args.readonly { ", read-only" } else { "" },
-        args.socket.display(),
-        args.num_queues,
-        args.queue_size,
-        args.io_engine,
-        iothread.name()
-    );
-    Ok(Backend { server, iothread })
+            thread.clone(),
+        );
+        let device = Arc::new(Mutex::new(VhostUserDevice::new(
+            &drive.drive_id,
+            Box::new(block),
+        )));
+        let server = VhostUserServer::bind(&d.socket, device)?;
+        log::info!(
+            "vhost-user-blk {}: {} ({} sectors{}) on {}, up to {} queue(s) of {}, engine {:?}, iothread {}",
+            drive.drive_id,
+            drive.path_on_host.display(),
+            opened.capacity_sectors,
+            if drive.is_read_only { ", read-only" } else { "" },
+            d.socket.display(),
+            drive.num_queues,
+            drive.queue_size,
+            drive.io_engine,
+            thread_id
+        );
+        servers.push(Arc::new(server));
+    }
+    Ok(Backend { iothreads, servers })
 }
 
-/// Runs the backend until the process is killed; returns an exit status only when it could
-/// not start.
+/// Serves every drive, each socket on a thread of its own (`vhost-user-<n>`), until the
+/// process is killed.
+pub fn serve(backend: &Backend) -> Result<(), VhostUserBlkError> {
+    let mut threads = Vec::new();
+    for (i, server) in backend.servers.iter().enumerate() {
+        let server = server.clone();
+        let t = std::thread::Builder::new()
+            .name(format!("vhost-user-{i}"))
+            .spawn(move || server.run())
+            .map_err(|source| VhostUserBlkError::Thread {
+                socket: backend.servers[i].path().display().to_string(),
+                source,
+            })?;
+        threads.push(t);
+    }
+    for t in threads {
+        // `run` never returns; a panic in one would end up here.
+        if t.join().is_err() {
+            log::error!("vhost-user: a serving thread panicked");
+        }
+    }
+    Ok(())
+}
+
+/// Runs the backend of the command line until the process is killed; returns an exit status
+/// only when it could not start.
 pub fn run(args: &VhostUserBlkArgs) -> i32 {
-    match start(args) {
-        Ok(backend) => backend.server.run(),
+    let started = match &args.config {
+        Some(path) => VhostUserConfig::from_file(path)
+            .map_err(|e| e.in_file(Some(path)))
+            .map_err(VhostUserBlkError::from),
+        None => VhostUserConfig::from_args(args).map_err(VhostUserBlkError::from),
+    }
+    .and_then(|config| start(&config));
+    match started.and_then(|backend| serve(&backend)) {
+        Ok(()) => 0,
         Err(e) => {
             eprintln!("osprey vhost-user-blk: error: {e}");
             e.exit_status()
