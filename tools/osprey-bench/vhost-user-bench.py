@@ -1,0 +1,187 @@
+#!/usr/bin/env python3
+"""Side by side: the test guest in QEMU reading 4k blocks at random from a /dev/shm file through
+three block backends, alternating, each point repeated:
+
+  qemu-iothread  QEMU's built-in virtio-blk-pci with an iothread and aio=io_uring (its adaptive
+                 polling at its defaults)
+  qsd            QEMU + qemu-storage-daemon's vhost-user-blk export (iothread, aio=io_uring)
+  osprey         QEMU + `osprey vhost-user-blk` at its defaults
+
+For each run: the guest's IOPS and mean latency (its BLK line), and the backend's CPU time per
+I/O from /proc/PID/task/*/schedstat (the whole backend process; for QEMU's built-in device, its
+iothread `IO iot0`). The guest idles after its report (`hang=2`), so the CPU is read before
+QEMU goes away. Prints a markdown table of medians and writes every run to --csv.
+
+  tools/osprey-bench/vhost-user-bench.py --osprey target/release/osprey --repeats 3
+"""
+
+import argparse
+import csv
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+GUEST = os.path.join(REPO, "guest-images", "build", "test-guest.elf")
+MEM_MIB = 256
+
+
+def task_cpu_ns(pid, comm=None):
+    """CPU ns of process `pid`'s threads (only those named `comm`, if given)."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        base = f"/proc/{pid}/task/{tid}"
+        try:
+            if comm is not None:
+                with open(f"{base}/comm") as f:
+                    if f.read().strip() != comm:
+                        continue
+            with open(f"{base}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except FileNotFoundError:
+            pass
+    return total
+
+
+def wait_for(path, timeout=10.0):
+    deadline = time.time() + timeout
+    while not os.path.exists(path):
+        if time.time() > deadline:
+            raise RuntimeError(f"{path} did not appear")
+        time.sleep(0.01)
+
+
+def qemu_argv(guest_args, device_args):
+    return [
+        "qemu-system-x86_64", "-name", "bench,debug-threads=on",
+        "-machine", "pc,accel=kvm", "-cpu", "host,-arch-capabilities", "-smp", "1",
+        "-m", f"{MEM_MIB}M",
+        "-object", f"memory-backend-memfd,id=mem,size={MEM_MIB}M,share=on",
+        "-numa", "node,memdev=mem",
+        "-nographic", "-no-reboot", "-monitor", "none", "-serial", "stdio",
+        "-device", "isa-debug-exit,iobase=0xf4,iosize=0x04",
+        "-kernel", GUEST, "-append", f"mode=blk {guest_args} hang=2",
+    ] + device_args
+
+
+def run_guest(argv, cpu_of):
+    """Boots QEMU, waits for the BLK line, reads the backend CPU, kills QEMU."""
+    qemu = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            stdin=subprocess.DEVNULL)
+    cpu0 = None
+    report = None
+    try:
+        for raw in qemu.stdout:
+            line = raw.decode(errors="replace")
+            if "osprey-test-guest: ready" in line and cpu0 is None:
+                cpu0 = cpu_of(qemu.pid)
+            i = line.find("BLK {")
+            if i >= 0:
+                cpu1 = cpu_of(qemu.pid)
+                report = json.loads(line[i + 4:])
+                break
+    finally:
+        qemu.send_signal(signal.SIGKILL)
+        qemu.wait()
+    if report is None:
+        raise RuntimeError("no BLK line from the guest")
+    return report, (cpu1 - (cpu0 or 0))
+
+
+def bench_point(kind, args, shm_file, qd, count, osprey):
+    guest_args = f"rw=randread bs=4096 qd={qd} count={count} queues=1"
+    tmp = tempfile.mkdtemp(prefix="vu-bench-")
+    sock = os.path.join(tmp, "vu.sock")
+    backend = None
+    try:
+        if kind == "qemu-iothread":
+            dev = [
+                "-object", "iothread,id=iot0",
+                "-drive", f"file={shm_file},if=none,id=d0,format=raw,cache=writeback,aio=io_uring",
+                "-device", "virtio-blk-pci,drive=d0,iothread=iot0,num-queues=1,disable-legacy=on",
+            ]
+            cpu_of = lambda qpid: task_cpu_ns(qpid, "IO iot0")
+        else:
+            if kind == "qsd":
+                cmd = [
+                    "qemu-storage-daemon",
+                    "--object", "iothread,id=iot0",
+                    "--blockdev", f"driver=file,node-name=file0,filename={shm_file},aio=io_uring,cache.direct=off",
+                    "--export", f"type=vhost-user-blk,id=exp0,node-name=file0,addr.type=unix,"
+                                f"addr.path={sock},writable=on,num-queues=1,iothread=iot0",
+                ]
+            else:
+                cmd = [osprey, "vhost-user-blk", "--socket", sock, "--path", shm_file]
+            backend = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            wait_for(sock)
+            dev = [
+                "-chardev", f"socket,id=vu,path={sock}",
+                "-device", "vhost-user-blk-pci,chardev=vu,num-queues=1,disable-legacy=on",
+            ]
+            cpu_of = lambda _qpid: task_cpu_ns(backend.pid)
+        report, cpu_ns = run_guest(qemu_argv(guest_args, dev), cpu_of)
+    finally:
+        if backend is not None:
+            backend.send_signal(signal.SIGKILL)
+            backend.wait()
+        if os.path.exists(sock):
+            os.unlink(sock)
+        os.rmdir(tmp)
+    run = report["runs"][0]
+    if run["errors"] or run["timed_out"]:
+        raise RuntimeError(f"{kind} qd{qd}: {run}")
+    return {
+        "backend": kind, "qd": qd, "requests": run["requests"], "iops": run["iops"],
+        "mean_lat_us": run["lat_ns"]["mean"] / 1000.0,
+        "cpu_ns_per_io": cpu_ns / max(run["requests"], 1),
+    }
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--osprey", default=os.path.join(REPO, "target", "release", "osprey"))
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--size-mib", type=int, default=128)
+    p.add_argument("--count-qd1", type=int, default=20000)
+    p.add_argument("--count-qd32", type=int, default=100000)
+    p.add_argument("--csv", default="vhost-user-bench.csv")
+    a = p.parse_args()
+    shm_file = f"/dev/shm/vu-bench-{os.getpid()}.img"
+    with open(shm_file, "wb") as f:
+        block = os.urandom(1 << 20)
+        for _ in range(a.size_mib):
+            f.write(block)
+    rows = []
+    try:
+        for rep in range(a.repeats):
+            for qd, count in ((1, a.count_qd1), (32, a.count_qd32)):
+                for kind in ("qemu-iothread", "qsd", "osprey"):
+                    r = bench_point(kind, a, shm_file, qd, count, a.osprey)
+                    r["repeat"] = rep
+                    rows.append(r)
+                    print(f"rep {rep} qd{qd:<2} {kind:<14} {r['iops']:>8} IOPS "
+                          f"{r['mean_lat_us']:7.1f} µs {r['cpu_ns_per_io']:8.0f} ns CPU/IO",
+                          file=sys.stderr, flush=True)
+    finally:
+        os.unlink(shm_file)
+    with open(a.csv, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+        w.writeheader()
+        w.writerows(rows)
+    print(f"| QD | backend | IOPS | mean latency (µs) | backend CPU per I/O (µs) |")
+    print(f"|---|---|---|---|---|")
+    for qd in (1, 32):
+        for kind in ("qemu-iothread", "qsd", "osprey"):
+            pts = [r for r in rows if r["qd"] == qd and r["backend"] == kind]
+            med = lambda k: statistics.median(r[k] for r in pts)
+            print(f"| {qd} | {kind} | {med('iops'):.0f} | {med('mean_lat_us'):.1f} | "
+                  f"{med('cpu_ns_per_io') / 1000:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
