@@ -3,7 +3,8 @@
 //! socket and guest memory in a shared memfd. The guest's verify workload must see every block
 //! it wrote (QD1 and QD16, one and two queues); a frontend killed in the middle of QD16 I/O
 //! leaves the backend serving the next one, with no fd or mapping left behind after 20 more
-//! connect/disconnect cycles; a queue the guest breaks costs the backend no CPU.
+//! connect/disconnect cycles; a queue the guest breaks costs the backend no CPU; the REST API
+//! shows the drive's counters and changes an iothread live.
 //! Without QEMU each test prints `NOT RUN: <reason>` and passes.
 
 mod common;
@@ -49,6 +50,7 @@ fn qemu_or_not_run() -> Option<PathBuf> {
 struct Backend {
     vmm: Vmm,
     sock: PathBuf,
+    api: PathBuf,
     _scratch: Scratch,
 }
 
@@ -57,15 +59,18 @@ impl Backend {
         let scratch = Scratch::new(&format!("vhost-{name}"));
         let disk = scratch.sparse("disk.img", 64 << 20);
         let sock = scratch.0.join("vu.sock");
+        let api = scratch.0.join("api.sock");
         let mut vmm = Vmm::spawn([
             "vhost-user-blk".as_ref(),
             "--socket".as_ref(),
             sock.as_os_str(),
             "--path".as_ref(),
             disk.as_os_str(),
+            "--api-sock".as_ref(),
+            api.as_os_str(),
         ]);
         let deadline = Instant::now() + Duration::from_secs(10);
-        while !vmm.log_text().contains("vhost-user-blk vhost0:") {
+        while !vmm.log_text().contains("vhost-user-blk: API on") {
             assert!(
                 Instant::now() < deadline && !vmm.has_exited(),
                 "the backend did not start:\n{}",
@@ -76,6 +81,7 @@ impl Backend {
         Backend {
             vmm,
             sock,
+            api,
             _scratch: scratch,
         }
     }
@@ -189,6 +195,29 @@ fn the_verify_workload_sees_every_write_at_qd1_and_qd16_on_one_and_two_queues() 
     assert_verified(&two, 2, 16);
     assert_eq!(two["event_idx"], true, "EVENT_IDX negotiated: {two}");
     assert_eq!(two["flush"], true, "FLUSH negotiated: {two}");
+
+    // The REST API: the drive's counters saw both guests' requests on both queues, and an
+    // iothread's polling changes live.
+    let (status, drive) = common::api_call(&backend.api, "GET", "/drives/vhost0", None);
+    assert_eq!(status, 200, "{drive}");
+    let requests = drive["requests"].as_u64().expect("requests");
+    assert!(requests >= 5000, "1000 + 4000 requests counted: {drive}");
+    let per_queue = drive["queue_requests"].as_array().expect("queue_requests");
+    assert!(
+        per_queue[1].as_u64().unwrap_or(0) > 0,
+        "queue 1 served: {drive}"
+    );
+    let (status, thread) =
+        common::api_patch(&backend.api, "/iothreads/io0", r#"{"poll_max_ns": 0}"#);
+    assert_eq!(status, 204, "{thread}");
+    assert_eq!(thread["poll_max_ns"], 0, "{thread}");
+    let (status, fault) = common::api_call(
+        &backend.api,
+        "PUT",
+        "/actions",
+        Some(r#"{"action_type": "Pause"}"#),
+    );
+    assert_eq!(status, 400, "no VM to pause: {fault}");
 }
 
 /// A memfd of `bytes` (guest memory the test's frontend shares).

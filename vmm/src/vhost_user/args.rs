@@ -56,6 +56,10 @@ pub struct VhostUserBlkArgs {
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_QUEUE_SIZE, value_parser = parse_queue_size)]
     pub queue_size: u16,
 
+    /// Serve the REST API (iothreads, drives, rate-limit groups, metrics) on this Unix socket.
+    #[arg(long, value_name = "SOCKET")]
+    pub api_sock: Option<PathBuf>,
+
     /// The drive's id (its GET_ID serial and its name in the log).
     #[arg(long, value_name = "ID", default_value = "vhost0")]
     pub drive_id: String,

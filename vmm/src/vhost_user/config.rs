@@ -108,8 +108,9 @@ impl VhostUserConfig {
         Ok(config)
     }
 
-    /// The VMM's view of these sections, for its checks and defaults (no machine or kernel).
-    fn as_vm_config(&self) -> VmConfig {
+    /// The VMM's view of these sections, for its checks and defaults and `GET /vm/config` (no
+    /// machine or kernel; no sockets).
+    pub fn as_vm_config(&self) -> VmConfig {
         VmConfig {
             boot: BootSourceConfig {
                 // Only the sections above are checked; the VMM's check wants a kernel named.

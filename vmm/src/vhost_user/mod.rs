@@ -7,6 +7,7 @@
 
 pub mod args;
 pub mod config;
+pub mod control;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -20,6 +21,7 @@ use devices::vhost_user::{VhostUserDevice, VhostUserServer};
 
 pub use args::VhostUserBlkArgs;
 pub use config::VhostUserConfig;
+pub use control::{BackendController, BackendDrive};
 
 /// Exit status for a bad command line, config or drive.
 const EXIT_CONFIG: i32 = 2;
@@ -46,6 +48,9 @@ pub enum VhostUserBlkError {
     /// A socket.
     #[error("{0}")]
     Socket(#[from] devices::vhost_user::VhostUserError),
+    /// The API socket.
+    #[error("--api-sock: {0}")]
+    Api(#[from] crate::api::server::ApiServerError),
     /// A serving thread.
     #[error("spawning the thread of {socket}: {source}")]
     Thread {
@@ -69,9 +74,9 @@ impl VhostUserBlkError {
 /// The running backend: every drive on its socket.
 #[derive(Debug)]
 pub struct Backend {
-    /// The iothreads by id.
-    pub iothreads: BTreeMap<String, Arc<IoThread>>,
-    /// Each drive's socket server (the device behind it has the drive's counters).
+    /// The iothreads, drives and groups, as the API sees them.
+    pub controller: BackendController,
+    /// Each drive's socket server.
     pub servers: Vec<Arc<VhostUserServer>>,
 }
 
@@ -98,6 +103,7 @@ pub fn start(config: &VhostUserConfig) -> Result<Backend, VhostUserBlkError> {
         })
         .collect();
     let mut servers = Vec::new();
+    let mut drives = Vec::new();
     for (index, d) in config.drives.iter().enumerate() {
         let drive = &d.drive;
         let opened = crate::drive::open(&drive.path_on_host, drive.is_read_only, drive.direct)
@@ -138,10 +144,16 @@ pub fn start(config: &VhostUserConfig) -> Result<Backend, VhostUserBlkError> {
                     direct: drive.direct,
                     fault: drive.fault_injection.as_ref().map(|f| f.to_plan()),
                 },
-                rate_limits,
+                rate_limits: rate_limits.clone(),
             },
             thread.clone(),
         );
+        drives.push(BackendDrive {
+            id: drive.drive_id.clone(),
+            stats: block.stats(),
+            rate_limits,
+            iothread: thread.clone(),
+        });
         let device = Arc::new(Mutex::new(VhostUserDevice::new(
             &drive.drive_id,
             Box::new(block),
@@ -161,20 +173,54 @@ pub fn start(config: &VhostUserConfig) -> Result<Backend, VhostUserBlkError> {
         );
         servers.push(Arc::new(server));
     }
-    Ok(Backend { iothreads, servers })
+    Ok(Backend {
+        controller: BackendController {
+            config: config.clone(),
+            iothreads,
+            drives,
+            groups,
+            started: std::time::Instant::now(),
+        },
+        servers,
+    })
 }
 
-/// Serves every drive, each socket on a thread of its own (`vhost-user-<n>`), until the
-/// process is killed.
-pub fn serve(backend: &Backend) -> Result<(), VhostUserBlkError> {
+/// Serves every drive, each socket on a thread of its own (`vhost-user-<n>`), and the REST API
+/// on `api_sock` if given, until the process is killed.
+pub fn serve(
+    backend: Backend,
+    api_sock: Option<&std::path::Path>,
+) -> Result<(), VhostUserBlkError> {
+    let Backend {
+        controller,
+        servers,
+    } = backend;
+    let controller = Arc::new(Mutex::new(controller));
+    let _api = match api_sock {
+        Some(sock) => {
+            let submit: crate::api::command::Submit =
+                Arc::new(move |request: crate::api::command::ApiRequest| {
+                    let reply = controller
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .execute(request.command);
+                    // The client may have gone; nothing to do then.
+                    let _ = request.reply.send(reply);
+                });
+            let server = crate::api::server::start(sock, submit)?;
+            log::info!("vhost-user-blk: API on {}", sock.display());
+            Some(server)
+        }
+        None => None,
+    };
     let mut threads = Vec::new();
-    for (i, server) in backend.servers.iter().enumerate() {
+    for (i, server) in servers.iter().enumerate() {
         let server = server.clone();
         let t = std::thread::Builder::new()
             .name(format!("vhost-user-{i}"))
             .spawn(move || server.run())
             .map_err(|source| VhostUserBlkError::Thread {
-                socket: backend.servers[i].path().display().to_string(),
+                socket: servers[i].path().display().to_string(),
                 source,
             })?;
         threads.push(t);
@@ -198,7 +244,7 @@ pub fn run(args: &VhostUserBlkArgs) -> i32 {
         None => VhostUserConfig::from_args(args).map_err(VhostUserBlkError::from),
     }
     .and_then(|config| start(&config));
-    match started.and_then(|backend| serve(&backend)) {
+    match started.and_then(|backend| serve(backend, args.api_sock.as_deref())) {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("osprey vhost-user-blk: error: {e}");

@@ -1,0 +1,329 @@
+//! The backend's side of the REST API (`--api-sock`): the VMM's routes for what a backend has:
+//! `GET /`, `GET /vm/config` (the backend's config), `GET|PATCH /iothreads[/{id}]` (poll
+//! parameters and `max_batch`, live), `GET|PATCH /drives[/{id}]` (the drive's `rate_limiter`,
+//! live), `GET|PATCH /rate-limit-groups[/{id}]`, `GET /metrics` (the VMM's typed replies: a
+//! drive's `pci_slot` is 0, `vm` has no vCPU, and the sockets are not shown: they are in the
+//! config file or on the command line). The VMM's API server (HTTP,
+//! routing, bodies, replies) is reused as is; its commands land here instead of on a VM's
+//! control thread. VM-only commands (actions, pause, pre-boot PUTs) answer 400.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use dataplane::rate_limit::RateLimiter;
+use dataplane::IoThread;
+use devices::block::stats::QueueStats;
+use devices::block::throttle::DriveRateLimits;
+use serde_json::json;
+
+use super::config::VhostUserConfig;
+use crate::api::command::{
+    ApiCommand, ApiError, ApiReply, DriveUpdate, GroupUpdate, IoThreadUpdate,
+};
+use crate::api::replies::{
+    ConfigReply, DriveReport, DriveView, GroupView, IoThreadView, MetricsReport, Reply,
+};
+use crate::config::{IoThreadConfig, PollPolicyKind};
+use crate::device_manager::iothread_report;
+use crate::instance::InstanceState;
+use crate::metrics::report::{DriveCounters, ThreadReport, VmReport};
+use crate::patch;
+use crate::rate_limit::GroupReport;
+
+/// A served drive's live handles.
+#[derive(Debug)]
+pub struct BackendDrive {
+    /// The drive's id.
+    pub id: String,
+    /// Its queues' counters.
+    pub stats: Vec<Arc<QueueStats>>,
+    /// Its own limiter and its group's.
+    pub rate_limits: DriveRateLimits,
+    /// Its iothread.
+    pub iothread: Arc<IoThread>,
+}
+
+/// Carries out API commands against the backend's iothreads, drives and groups.
+#[derive(Debug)]
+pub struct BackendController {
+    /// The effective config (kept up to date by PATCH).
+    pub config: VhostUserConfig,
+    /// Iothreads by id.
+    pub iothreads: BTreeMap<String, Arc<IoThread>>,
+    /// Drives in config order.
+    pub drives: Vec<BackendDrive>,
+    /// Rate-limit groups by id.
+    pub groups: BTreeMap<String, Arc<RateLimiter>>,
+    /// When the backend started.
+    pub started: std::time::Instant,
+}
+
+fn not_found(kind: &str, id: &str) -> ApiError {
+    ApiError::NotFound(format!("no {kind} with id `{id}`"))
+}
+
+impl BackendController {
+    /// Carries out `command`.
+    pub fn execute(&mut self, command: ApiCommand) -> ApiReply {
+        match command {
+            ApiCommand::GetInfo => Ok(Reply::Info(crate::instance::InstanceInfo::new(
+                InstanceState::Running,
+                None,
+            ))),
+            ApiCommand::GetConfig => Ok(Reply::Config(Box::new(ConfigReply {
+                config: self.config.as_vm_config(),
+                has_boot_source: false,
+            }))),
+            ApiCommand::ListIoThreads => Ok(Reply::IoThreads(
+                self.iothreads
+                    .iter()
+                    .map(|(id, t)| IoThreadView::Running(iothread_report(id, t)))
+                    .collect(),
+            )),
+            ApiCommand::GetIoThread(id) => self
+                .iothreads
+                .get(&id)
+                .map(|t| Reply::IoThread(Box::new(IoThreadView::Running(iothread_report(&id, t)))))
+                .ok_or_else(|| not_found("iothread", &id)),
+            ApiCommand::PatchIoThread(id, u) => self.patch_iothread(&id, &u),
+            ApiCommand::ListDrives => self
+                .drives
+                .iter()
+                .map(|d| self.drive_report(d).map(DriveView::Running))
+                .collect::<Result<_, _>>()
+                .map(Reply::Drives),
+            ApiCommand::GetDrive(id) => self
+                .drives
+                .iter()
+                .find(|d| d.id == id)
+                .ok_or_else(|| not_found("drive", &id))
+                .and_then(|d| self.drive_report(d))
+                .map(|d| Reply::Drive(Box::new(DriveView::Running(d)))),
+            ApiCommand::PatchDrive(id, u) => self.patch_drive(&id, &u),
+            ApiCommand::ListRateLimitGroups => Ok(Reply::Groups(
+                self.group_reports()
+                    .into_iter()
+                    .map(GroupView::Running)
+                    .collect(),
+            )),
+            ApiCommand::GetRateLimitGroup(id) => self
+                .group_report(&id)
+                .map(|g| Reply::Group(Box::new(GroupView::Running(g))))
+                .ok_or_else(|| not_found("rate limit group", &id)),
+            ApiCommand::PatchRateLimitGroup(id, u) => self.patch_group(&id, &u),
+            ApiCommand::GetMetrics => Ok(Reply::Metrics(Box::new(self.metrics()))),
+            other => Err(ApiError::BadRequest(format!(
+                "{} is not available in the vhost-user backend (it runs no VM)",
+                command_name(&other)
+            ))),
+        }
+    }
+
+    /// Validates the whole update against the current values, then applies it: all or nothing
+    /// (the VMM's rules for `PATCH /iothreads/{id}`).
+    fn patch_iothread(&mut self, id: &str, u: &IoThreadUpdate) -> ApiReply {
+        let thread = self
+            .iothreads
+            .get(id)
+            .ok_or_else(|| not_found("iothread", id))?;
+        let defaults = IoThreadConfig::with_id(id);
+        let mut params = thread.poll_params();
+        let mut policy = PollPolicyKind::from(params.policy);
+        patch::apply(&u.poll_max_ns, &mut params.max_ns, defaults.poll_max_ns);
+        patch::apply(&u.poll_grow, &mut params.grow, defaults.poll_grow);
+        patch::apply(&u.poll_shrink, &mut params.shrink, defaults.poll_shrink);
+        patch::apply(&u.poll_policy, &mut policy, defaults.poll_policy);
+        patch::apply(&u.poll_weight, &mut params.weight, defaults.poll_weight);
+        params.policy = policy.into();
+        params
+            .validate()
+            .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+        let mut max_batch = thread.max_batch() as u32;
+        patch::apply(&u.max_batch, &mut max_batch, defaults.max_batch);
+        if max_batch as usize > dataplane::iothread::MAX_MAX_BATCH {
+            return Err(ApiError::BadRequest(format!(
+                "max_batch: must be at most {}, got {max_batch}",
+                dataplane::iothread::MAX_MAX_BATCH
+            )));
+        }
+        let effective = thread
+            .set_poll(params)
+            .map_err(|e| ApiError::Internal(e.to_string()))?;
+        if u.max_batch.is_some() {
+            thread.set_max_batch(max_batch as usize);
+        }
+        if let Some(entry) = self.config.iothreads.iter_mut().find(|t| t.id == id) {
+            entry.poll_max_ns = effective.max_ns;
+            entry.poll_grow = effective.grow;
+            entry.poll_shrink = effective.shrink;
+            entry.poll_weight = effective.weight;
+            entry.poll_policy = effective.policy.into();
+            entry.max_batch = thread.max_batch() as u32;
+        }
+        log::info!("iothread {id}: parameters changed by the API: {}", json!(u));
+        Ok(Reply::Done)
+    }
+
+    /// Sets, changes or removes a drive's own limits; its queues see them at their next request.
+    /// A new `path_on_host` (the VMM's live swap) is refused.
+    fn patch_drive(&mut self, id: &str, u: &DriveUpdate) -> ApiReply {
+        if let Some(named) = u.drive_id.as_deref().filter(|named| *named != id) {
+            return Err(ApiError::BadRequest(format!(
+                "drive_id: `{named}` differs from the path's id `{id}`"
+            )));
+        }
+        let drive = self
+            .drives
+            .iter()
+            .find(|d| d.id == id)
+            .ok_or_else(|| not_found("drive", id))?;
+        if u.path_on_host.is_some() {
+            return Err(ApiError::BadRequest(
+                "path_on_host: swapping a drive's file is not available in the vhost-user \
+                 backend yet"
+                    .into(),
+            ));
+        }
+        if let Some(limits) = u.rate_limiter {
+            if let Some(r) = &limits {
+                r.check("rate_limiter")
+                    .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+            }
+            drive
+                .rate_limits
+                .drive
+                .set(limits.unwrap_or_default().to_dataplane());
+            if let Some(cfg) = self
+                .config
+                .drives
+                .iter_mut()
+                .find(|c| c.drive.drive_id == id)
+            {
+                cfg.drive.rate_limiter = limits;
+            }
+            drive
+                .iothread
+                .wake_throttled()
+                .map_err(|e| ApiError::Internal(e.to_string()))?;
+            log::info!(
+                "drive {id}: rate_limiter changed by the API: {}",
+                json!(limits)
+            );
+        }
+        Ok(Reply::Done)
+    }
+
+    /// Changes a group's buckets (absent: kept; null: removed).
+    fn patch_group(&mut self, id: &str, u: &GroupUpdate) -> ApiReply {
+        let limiter = self
+            .groups
+            .get(id)
+            .ok_or_else(|| not_found("rate limit group", id))?;
+        let cfg = self
+            .config
+            .rate_limit_groups
+            .iter_mut()
+            .find(|g| g.id == id)
+            .ok_or_else(|| ApiError::Internal(format!("group {id} has no config")))?;
+        let mut next = cfg.clone();
+        if let Some(b) = u.bandwidth {
+            next.bandwidth = b;
+        }
+        if let Some(o) = u.ops {
+            next.ops = o;
+        }
+        next.limits()
+            .check("")
+            .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+        limiter.set(next.limits().to_dataplane());
+        *cfg = next;
+        for t in self.iothreads.values() {
+            t.wake_throttled()
+                .map_err(|e| ApiError::Internal(e.to_string()))?;
+        }
+        log::info!("rate limit group {id}: changed by the API: {}", json!(u));
+        Ok(Reply::Done)
+    }
+
+    /// Group `id`'s report, `None` if there is no such group.
+    fn group_report(&self, id: &str) -> Option<GroupReport> {
+        let drives: Vec<&str> = self
+            .config
+            .drives
+            .iter()
+            .filter(|d| d.drive.rate_limit_group.as_deref() == Some(id))
+            .map(|d| d.drive.drive_id.as_str())
+            .collect();
+        let limiter = self.groups.get(id)?;
+        Some(crate::rate_limit::group_report(id, limiter, &drives))
+    }
+
+    fn group_reports(&self) -> Vec<GroupReport> {
+        self.groups
+            .keys()
+            .filter_map(|id| self.group_report(id))
+            .collect()
+    }
+
+    fn counters(d: &BackendDrive) -> DriveCounters {
+        let queues: Vec<&QueueStats> = d.stats.iter().map(|q| q.as_ref()).collect();
+        DriveCounters::new(&d.id, &queues, &d.rate_limits.drive.stats())
+    }
+
+    /// The VMM's drive report; `pci_slot` is 0 (the frontend places the device).
+    fn drive_report(&self, d: &BackendDrive) -> Result<DriveReport, ApiError> {
+        let cfg = self
+            .config
+            .drives
+            .iter()
+            .find(|c| c.drive.drive_id == d.id)
+            .ok_or_else(|| ApiError::Internal(format!("drive {} has no config", d.id)))?;
+        Ok(DriveReport::new(Self::counters(d), &cfg.drive, 0))
+    }
+
+    /// Everything countable, in the VMM's `GET /metrics` shape; `vm` has the backend's uptime
+    /// and no vCPU.
+    fn metrics(&self) -> MetricsReport {
+        let vm = crate::metrics::VmMetrics {
+            uptime_ms: self.started.elapsed().as_millis() as u64,
+            vcpus: 0,
+            running: true,
+        };
+        let threads = crate::cpu_usage::by_thread();
+        MetricsReport {
+            vm: VmReport {
+                state: "Running".to_string(),
+                metrics: crate::metrics::report::MetricFields::of(&vm),
+            },
+            iothreads: self
+                .iothreads
+                .iter()
+                .map(|(id, t)| iothread_report(id, t))
+                .collect(),
+            drives: self.drives.iter().map(Self::counters).collect(),
+            rate_limit_groups: self.group_reports(),
+            threads: threads
+                .iter()
+                .map(|(name, u)| {
+                    let cpu = crate::metrics::ThreadCpu {
+                        cpu_ns: u.cpu_ns,
+                        kind: u.kind.as_str().into(),
+                    };
+                    ThreadReport::new(name, &cpu)
+                })
+                .collect(),
+        }
+    }
+}
+
+/// A command's route, for the refusal of VM-only commands.
+fn command_name(c: &ApiCommand) -> String {
+    c.preboot_only().map(str::to_owned).unwrap_or_else(|| {
+        let debug = format!("{c:?}");
+        debug
+            .split(['(', ' '])
+            .next()
+            .unwrap_or("this command")
+            .to_owned()
+    })
+}
