@@ -4,7 +4,8 @@
 //! it wrote (QD1 and QD16, one and two queues); a frontend killed in the middle of QD16 I/O
 //! leaves the backend serving the next one, with no fd or mapping left behind after 20 more
 //! connect/disconnect cycles; a queue the guest breaks costs the backend no CPU; the REST API
-//! shows the drive's counters and changes an iothread live.
+//! shows the drive's counters and changes an iothread live. The backend runs in the VMM's
+//! sandbox (its default) throughout.
 //! Without QEMU each test prints `NOT RUN: <reason>` and passes.
 
 mod common;
@@ -195,6 +196,16 @@ fn the_verify_workload_sees_every_write_at_qd1_and_qd16_on_one_and_two_queues() 
     assert_verified(&two, 2, 16);
     assert_eq!(two["event_idx"], true, "EVENT_IDX negotiated: {two}");
     assert_eq!(two["flush"], true, "FLUSH negotiated: {two}");
+
+    // Every thread of the backend ran in the VMM's sandbox (on by default).
+    assert!(
+        backend
+            .vmm
+            .log_text()
+            .contains("sandbox: on: seccomp on all"),
+        "{}",
+        backend.vmm.log_text()
+    );
 
     // The REST API: the drive's counters saw both guests' requests on both queues, and an
     // iothread's polling changes live.

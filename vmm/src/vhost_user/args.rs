@@ -60,6 +60,19 @@ pub struct VhostUserBlkArgs {
     #[arg(long, value_name = "SOCKET")]
     pub api_sock: Option<PathBuf>,
 
+    /// The sandbox: `on` (default: Landlock, privileges dropped, seccomp per thread), `off` or
+    /// `strict` (docs/security.md). Overrides the config's `sandbox.mode`.
+    #[arg(long, value_name = "MODE", value_enum)]
+    pub sandbox: Option<crate::sandbox::SandboxMode>,
+
+    /// Run as this user once set up (with --gid). Overrides `sandbox.uid`.
+    #[arg(long, value_name = "UID", requires = "gid")]
+    pub uid: Option<u32>,
+
+    /// Run as this group once set up (with --uid). Overrides `sandbox.gid`.
+    #[arg(long, value_name = "GID", requires = "uid")]
+    pub gid: Option<u32>,
+
     /// The drive's id (its GET_ID serial and its name in the log).
     #[arg(long, value_name = "ID", default_value = "vhost0")]
     pub drive_id: String,

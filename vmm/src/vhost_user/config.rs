@@ -2,7 +2,8 @@
 //! `rate_limit_group`, `iothread`; `iothreads` with their poll parameters; `rate-limit-groups`),
 //! each drive with the `socket` frontends connect to. Checked by the VMM's own validation (the
 //! same JSON paths in errors); `num_queues` and `queue_size` are the most a frontend may use,
-//! 8 queues of 1024 when left out. The command line's one-drive form builds the same config.
+//! 8 queues of 1024 when left out; the VMM's `sandbox` section. The command line's one-drive form
+//! builds the same config.
 
 use std::path::{Path, PathBuf};
 
@@ -41,6 +42,9 @@ pub struct VhostUserConfig {
         skip_serializing_if = "Vec::is_empty"
     )]
     pub rate_limit_groups: Vec<RateLimitGroupConfig>,
+    /// The sandbox (the VMM's section; `--sandbox`, `--uid`, `--gid` override it).
+    #[serde(default)]
+    pub sandbox: crate::sandbox::SandboxConfig,
 }
 
 impl VhostUserConfig {
@@ -120,8 +124,24 @@ impl VhostUserConfig {
             drives: self.drives.iter().map(|d| d.drive.clone()).collect(),
             iothreads: self.iothreads.clone(),
             rate_limit_groups: self.rate_limit_groups.clone(),
+            sandbox: self.sandbox.clone(),
             ..VmConfig::default()
         }
+    }
+
+    /// Applies the command line's `--sandbox`, `--uid`, `--gid`, then checks the section.
+    pub fn with_sandbox_flags(mut self, args: &VhostUserBlkArgs) -> Result<Self, ConfigError> {
+        if let Some(mode) = args.sandbox {
+            self.sandbox.mode = mode;
+        }
+        if let (Some(uid), Some(gid)) = (args.uid, args.gid) {
+            self.sandbox.uid = Some(uid);
+            self.sandbox.gid = Some(gid);
+        }
+        self.sandbox
+            .check()
+            .map_err(|e| invalid(e.field(), e.to_string()))?;
+        Ok(self)
     }
 
     /// The VMM's defaults (an `io0` iothread, drives on the first iothread), then its checks,
@@ -183,6 +203,33 @@ mod tests {
         );
         assert_eq!(c.iothreads[0].poll_max_ns, 0);
         assert_eq!(c.rate_limit_groups[0].id, "g");
+    }
+
+    #[test]
+    fn the_sandbox_flags_override_the_section() {
+        use clap::Parser;
+        let json = r#"{"drives": [{"drive_id": "a", "path_on_host": "/a", "socket": "/s"}],
+                       "sandbox": {"mode": "strict"}}"#;
+        let c = VhostUserConfig::from_json(json).expect("parse");
+        assert_eq!(c.sandbox.mode, crate::sandbox::SandboxMode::Strict);
+        let cli = crate::cli::Cli::try_parse_from([
+            "osprey",
+            "vhost-user-blk",
+            "--config",
+            "c",
+            "--sandbox",
+            "off",
+        ])
+        .expect("parse");
+        let Some(crate::cli::Command::VhostUserBlk(args)) = cli.command else {
+            panic!("no subcommand");
+        };
+        let c = c.with_sandbox_flags(&args).expect("flags");
+        assert_eq!(c.sandbox.mode, crate::sandbox::SandboxMode::Off);
+        let json = r#"{"drives": [{"drive_id": "a", "path_on_host": "/a", "socket": "/s"}],
+                       "sandbox": {"uid": 1000}}"#;
+        let e = VhostUserConfig::from_json(json).expect_err("uid without gid");
+        assert!(e.to_string().contains("sandbox.gid"), "{e}");
     }
 
     #[test]

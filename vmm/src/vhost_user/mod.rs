@@ -8,6 +8,7 @@
 pub mod args;
 pub mod config;
 pub mod control;
+pub mod sandbox;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -48,6 +49,9 @@ pub enum VhostUserBlkError {
     /// A socket.
     #[error("{0}")]
     Socket(#[from] devices::vhost_user::VhostUserError),
+    /// The sandbox.
+    #[error("sandbox: {0}")]
+    Sandbox(#[from] crate::sandbox::SandboxError),
     /// The API socket.
     #[error("--api-sock: {0}")]
     Api(#[from] crate::api::server::ApiServerError),
@@ -186,15 +190,21 @@ pub fn start(config: &VhostUserConfig) -> Result<Backend, VhostUserBlkError> {
 }
 
 /// Serves every drive, each socket on a thread of its own (`vhost-user-<n>`), and the REST API
-/// on `api_sock` if given, until the process is killed.
+/// on `api_sock` if given, until the process is killed; every thread enters `sandbox` first.
 pub fn serve(
     backend: Backend,
     api_sock: Option<&std::path::Path>,
+    sandbox: &Arc<crate::sandbox::Sandbox>,
 ) -> Result<(), VhostUserBlkError> {
+    use crate::seccomp::ThreadKind;
     let Backend {
         controller,
         servers,
     } = backend;
+    for t in controller.iothreads.values() {
+        let hook = sandbox.hook(ThreadKind::IoThread);
+        t.run_on_thread(Box::new(move || hook().map_err(Into::into)))?;
+    }
     let controller = Arc::new(Mutex::new(controller));
     let _api = match api_sock {
         Some(sock) => {
@@ -207,7 +217,13 @@ pub fn serve(
                     // The client may have gone; nothing to do then.
                     let _ = request.reply.send(reply);
                 });
-            let server = crate::api::server::start(sock, submit)?;
+            let server = crate::api::server::start_hooked(
+                sock,
+                submit,
+                crate::api::server::ServerLimits::default(),
+                Some(sandbox.hook(ThreadKind::Api)),
+            )?;
+            hand_over(sandbox, sock);
             log::info!("vhost-user-blk: API on {}", sock.display());
             Some(server)
         }
@@ -215,16 +231,27 @@ pub fn serve(
     };
     let mut threads = Vec::new();
     for (i, server) in servers.iter().enumerate() {
+        hand_over(sandbox, server.path());
         let server = server.clone();
+        // A socket server's calls: the API thread's list.
+        let enter = sandbox.hook(ThreadKind::Api);
         let t = std::thread::Builder::new()
             .name(format!("vhost-user-{i}"))
-            .spawn(move || server.run())
+            .spawn(move || {
+                if let Err(e) = enter() {
+                    eprintln!("osprey vhost-user-blk: error: sandbox: {e}");
+                    std::process::exit(EXIT_BACKEND);
+                }
+                server.run()
+            })
             .map_err(|source| VhostUserBlkError::Thread {
                 socket: servers[i].path().display().to_string(),
                 source,
             })?;
         threads.push(t);
     }
+    let entered = sandbox.enter(ThreadKind::Control)?;
+    log::info!("sandbox: {}", sandbox.describe(&entered));
     for t in threads {
         // `run` never returns; a panic in one would end up here.
         if t.join().is_err() {
@@ -234,21 +261,35 @@ pub fn serve(
     Ok(())
 }
 
+/// Gives a socket to the sandbox's user (`--uid`), so that it may still remove it.
+fn hand_over(sandbox: &crate::sandbox::Sandbox, path: &std::path::Path) {
+    if let Err(e) = sandbox.hand_over(path) {
+        log::warn!("sandbox: chown {}: {e}", path.display());
+    }
+}
+
 /// Runs the backend of the command line until the process is killed; returns an exit status
 /// only when it could not start.
 pub fn run(args: &VhostUserBlkArgs) -> i32 {
-    let started = match &args.config {
-        Some(path) => VhostUserConfig::from_file(path)
-            .map_err(|e| e.in_file(Some(path)))
-            .map_err(VhostUserBlkError::from),
-        None => VhostUserConfig::from_args(args).map_err(VhostUserBlkError::from),
-    }
-    .and_then(|config| start(&config));
-    match started.and_then(|backend| serve(backend, args.api_sock.as_deref())) {
+    match run_backend(args) {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("osprey vhost-user-blk: error: {e}");
             e.exit_status()
         }
     }
+}
+
+fn run_backend(args: &VhostUserBlkArgs) -> Result<(), VhostUserBlkError> {
+    let config = match &args.config {
+        Some(path) => VhostUserConfig::from_file(path).map_err(|e| e.in_file(Some(path)))?,
+        None => VhostUserConfig::from_args(args)?,
+    }
+    .with_sandbox_flags(args)?;
+    // Alone on the main thread still: namespaces (when asked) and no_new_privs for every
+    // thread to come.
+    crate::sandbox::Sandbox::enter_early(&config.sandbox)?;
+    let sandbox = sandbox::prepare(&config.sandbox, &config, args.api_sock.as_deref())?;
+    let backend = start(&config)?;
+    serve(backend, args.api_sock.as_deref(), &sandbox)
 }
