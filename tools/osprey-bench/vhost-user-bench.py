@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Side by side: the test guest in QEMU reading 4k blocks at random from a /dev/shm file through
-three block backends, alternating, each point repeated:
+"""Side by side: the test guest in QEMU reading 4k blocks at random from a /dev/shm file (and,
+with --loop, from a loop device over it) through three block backends, alternating, each point
+repeated:
 
   qemu-iothread  QEMU's built-in virtio-blk-pci with an iothread and aio=io_uring (its adaptive
                  polling at its defaults)
@@ -94,6 +95,8 @@ def run_guest(argv, cpu_of):
 
 
 def bench_point(kind, args, shm_file, qd, count, osprey):
+    import stat
+    driver = "host_device" if stat.S_ISBLK(os.stat(shm_file).st_mode) else "file"
     guest_args = f"rw=randread bs=4096 qd={qd} count={count} queues=1"
     tmp = tempfile.mkdtemp(prefix="vu-bench-")
     sock = os.path.join(tmp, "vu.sock")
@@ -111,7 +114,7 @@ def bench_point(kind, args, shm_file, qd, count, osprey):
                 cmd = [
                     "qemu-storage-daemon",
                     "--object", "iothread,id=iot0",
-                    "--blockdev", f"driver=file,node-name=file0,filename={shm_file},aio=io_uring,cache.direct=off",
+                    "--blockdev", f"driver={driver},node-name=file0,filename={shm_file},aio=io_uring,cache.direct=off",
                     "--export", f"type=vhost-user-blk,id=exp0,node-name=file0,addr.type=unix,"
                                 f"addr.path={sock},writable=on,num-queues=1,iothread=iot0",
                 ]
@@ -150,6 +153,8 @@ def main():
     p.add_argument("--count-qd1", type=int, default=20000)
     p.add_argument("--count-qd32", type=int, default=100000)
     p.add_argument("--csv", default="vhost-user-bench.csv")
+    p.add_argument("--loop", action="store_true",
+                   help="also read through a loop device over the file (losetup; needs root)")
     a = p.parse_args()
     shm_file = f"/dev/shm/vu-bench-{os.getpid()}.img"
     with open(shm_file, "wb") as f:
@@ -157,30 +162,40 @@ def main():
         for _ in range(a.size_mib):
             f.write(block)
     rows = []
+    loop = None
     try:
+        stores = [("shm", shm_file)]
+        if a.loop:
+            loop = subprocess.check_output(["losetup", "-f", "--show", shm_file], text=True).strip()
+            stores.append(("loop", loop))
         for rep in range(a.repeats):
-            for qd, count in ((1, a.count_qd1), (32, a.count_qd32)):
-                for kind in ("qemu-iothread", "qsd", "osprey"):
-                    r = bench_point(kind, a, shm_file, qd, count, a.osprey)
-                    r["repeat"] = rep
-                    rows.append(r)
-                    print(f"rep {rep} qd{qd:<2} {kind:<14} {r['iops']:>8} IOPS "
-                          f"{r['mean_lat_us']:7.1f} µs {r['cpu_ns_per_io']:8.0f} ns CPU/IO",
-                          file=sys.stderr, flush=True)
+            for store, path in stores:
+                for qd, count in ((1, a.count_qd1), (32, a.count_qd32)):
+                    for kind in ("qemu-iothread", "qsd", "osprey"):
+                        r = bench_point(kind, a, path, qd, count, a.osprey)
+                        r["store"] = store
+                        r["repeat"] = rep
+                        rows.append(r)
+                        print(f"rep {rep} {store:<4} qd{qd:<2} {kind:<14} {r['iops']:>8} IOPS "
+                              f"{r['mean_lat_us']:7.1f} µs {r['cpu_ns_per_io']:8.0f} ns CPU/IO",
+                              file=sys.stderr, flush=True)
     finally:
+        if loop:
+            subprocess.call(["losetup", "-d", loop])
         os.unlink(shm_file)
     with open(a.csv, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
         w.writeheader()
         w.writerows(rows)
-    print(f"| QD | backend | IOPS | mean latency (µs) | backend CPU per I/O (µs) |")
-    print(f"|---|---|---|---|---|")
-    for qd in (1, 32):
-        for kind in ("qemu-iothread", "qsd", "osprey"):
-            pts = [r for r in rows if r["qd"] == qd and r["backend"] == kind]
-            med = lambda k: statistics.median(r[k] for r in pts)
-            print(f"| {qd} | {kind} | {med('iops'):.0f} | {med('mean_lat_us'):.1f} | "
-                  f"{med('cpu_ns_per_io') / 1000:.2f} |")
+    print("| store | QD | backend | IOPS | mean latency (µs) | backend CPU per I/O (µs) |")
+    print("|---|---|---|---|---|---|")
+    for store in dict.fromkeys(r["store"] for r in rows):
+        for qd in (1, 32):
+            for kind in ("qemu-iothread", "qsd", "osprey"):
+                pts = [r for r in rows if r["store"] == store and r["qd"] == qd and r["backend"] == kind]
+                med = lambda k: statistics.median(r[k] for r in pts)
+                print(f"| {store} | {qd} | {kind} | {med('iops'):.0f} | {med('mean_lat_us'):.1f} | "
+                      f"{med('cpu_ns_per_io') / 1000:.2f} |")
 
 
 if __name__ == "__main__":
