@@ -94,7 +94,7 @@ def run_guest(argv, cpu_of):
     return report, (cpu1 - (cpu0 or 0))
 
 
-def bench_point(kind, args, shm_file, qd, count, osprey):
+def bench_point(kind, args, shm_file, qd, count, osprey, osprey_args=()):
     import stat
     driver = "host_device" if stat.S_ISBLK(os.stat(shm_file).st_mode) else "file"
     guest_args = f"rw=randread bs=4096 qd={qd} count={count} queues=1"
@@ -119,7 +119,8 @@ def bench_point(kind, args, shm_file, qd, count, osprey):
                                 f"addr.path={sock},writable=on,num-queues=1,iothread=iot0",
                 ]
             else:
-                cmd = [osprey, "vhost-user-blk", "--socket", sock, "--path", shm_file]
+                cmd = [osprey, "vhost-user-blk", "--socket", sock, "--path", shm_file,
+                       *osprey_args]
             backend = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             wait_for(sock)
             dev = [
@@ -153,6 +154,11 @@ def main():
     p.add_argument("--count-qd1", type=int, default=20000)
     p.add_argument("--count-qd32", type=int, default=100000)
     p.add_argument("--csv", default="vhost-user-bench.csv")
+    p.add_argument("--osprey-arg", action="append", default=[],
+                   help="an extra argument for `osprey vhost-user-blk` (repeat for several)")
+    p.add_argument("--qd", default="1,32", help="queue depths to run, of 1 and 32")
+    p.add_argument("--backends", default="qemu-iothread,qsd,osprey",
+                   help="backends to run, of qemu-iothread, qsd, osprey")
     p.add_argument("--loop", action="store_true",
                    help="also read through a loop device over the file (losetup; needs root)")
     a = p.parse_args()
@@ -171,8 +177,10 @@ def main():
         for rep in range(a.repeats):
             for store, path in stores:
                 for qd, count in ((1, a.count_qd1), (32, a.count_qd32)):
-                    for kind in ("qemu-iothread", "qsd", "osprey"):
-                        r = bench_point(kind, a, path, qd, count, a.osprey)
+                    if str(qd) not in a.qd.split(","):
+                        continue
+                    for kind in a.backends.split(","):
+                        r = bench_point(kind, a, path, qd, count, a.osprey, a.osprey_arg)
                         r["store"] = store
                         r["repeat"] = rep
                         rows.append(r)
@@ -191,8 +199,10 @@ def main():
     print("|---|---|---|---|---|---|")
     for store in dict.fromkeys(r["store"] for r in rows):
         for qd in (1, 32):
-            for kind in ("qemu-iothread", "qsd", "osprey"):
+            for kind in a.backends.split(","):
                 pts = [r for r in rows if r["store"] == store and r["qd"] == qd and r["backend"] == kind]
+                if not pts:
+                    continue
                 med = lambda k: statistics.median(r[k] for r in pts)
                 print(f"| {store} | {qd} | {kind} | {med('iops'):.0f} | {med('mean_lat_us'):.1f} | "
                       f"{med('cpu_ns_per_io') / 1000:.2f} |")
