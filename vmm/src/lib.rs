@@ -36,6 +36,7 @@ pub mod rate_limit;
 pub mod regs;
 pub mod sandbox;
 pub mod seccomp;
+pub mod snapshot;
 pub mod stop;
 pub mod swap_folder;
 #[cfg(any(test, feature = "test-utils"))]
