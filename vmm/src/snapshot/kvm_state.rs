@@ -57,7 +57,7 @@ fn ioctl(what: &'static str) -> impl FnOnce(kvm_ioctls::Error) -> KvmStateError 
 }
 
 /// The x87/SSE state of `KVM_GET_FPU` (kvm-bindings gives `kvm_fpu` no serde form).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FpuState {
     /// x87 registers ST0-7, 16 bytes each.
     pub fpr: Vec<[u8; 16]>,
@@ -117,7 +117,7 @@ impl FpuState {
 }
 
 /// One vCPU's state, everything `KVM_RUN` needs to carry on where it stopped.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Default, Serialize, Deserialize)]
 pub struct VcpuState {
     /// The vCPU's index (its APIC id).
     pub id: u8,
@@ -311,7 +311,7 @@ impl VcpuState {
 }
 
 /// The VM-wide in-kernel state: both PICs, the IOAPIC, the PIT and kvmclock.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct VmState {
     /// The master 8259.
     pub pic_master: kvm_irqchip,

@@ -1,0 +1,135 @@
+//! The state file's checks: a good file round-trips; truncated, flipped, other-format and
+//! other-version files are each refused with their own error.
+
+use super::*;
+use crate::snapshot::state::DriveState;
+
+/// A state such as a 2-vCPU VM with one drive gives (register values made up).
+pub(crate) fn sample() -> SnapshotState {
+    let mut state = SnapshotState {
+        osprey_version: OSPREY_VERSION.into(),
+        config_json: r#"{"boot-source":{"kernel_image_path":"k"}}"#.into(),
+        mem_size_bytes: 256 << 20,
+        drives: vec![DriveState {
+            drive_id: "data".into(),
+            path: "/tmp/data.img".into(),
+            size_bytes: 64 << 20,
+        }],
+        ..Default::default()
+    };
+    for id in 0..2 {
+        let mut vcpu = crate::snapshot::kvm_state::VcpuState {
+            id,
+            msrs: vec![(0x10, 12345), (0x2ff, 0xc06)],
+            tsc_khz: 2_000_000,
+            xsave: Some(Default::default()),
+            ..Default::default()
+        };
+        vcpu.regs.rip = 0x10_0000 + u64::from(id);
+        vcpu.sregs.cr0 = 0x8000_0031;
+        state.vcpus.push(vcpu);
+    }
+    state.vm.clock.clock = 987_654_321;
+    state
+}
+
+#[test]
+fn a_good_file_round_trips() {
+    let bytes = encode(&sample()).expect("encode");
+    let back = decode(&bytes).expect("decode");
+    assert_eq!(back.vcpus.len(), 2);
+    assert_eq!(back.vcpus[1].regs.rip, 0x10_0001);
+    assert_eq!(back.vcpus[0].msrs, vec![(0x10, 12345), (0x2ff, 0xc06)]);
+    assert_eq!(back.vm.clock.clock, 987_654_321);
+    assert_eq!(back.drives, sample().drives);
+    assert_eq!(encode(&back).expect("again"), bytes);
+}
+
+#[test]
+fn every_truncation_is_refused() {
+    let bytes = encode(&sample()).expect("encode");
+    for len in 0..bytes.len() {
+        let e = decode(&bytes[..len]).expect_err("truncated");
+        assert!(
+            matches!(
+                e,
+                StateFileError::ShortHeader { .. } | StateFileError::BodyLength { .. }
+            ),
+            "at {len}: {e}"
+        );
+    }
+    let e = decode(&bytes[..100]).expect_err("truncated").to_string();
+    assert!(e.starts_with("snapshot truncated"), "{e}");
+}
+
+#[test]
+fn every_flipped_byte_is_refused() {
+    let bytes = encode(&sample()).expect("encode");
+    for at in 0..bytes.len() {
+        let mut bad = bytes.clone();
+        bad[at] ^= 0x01;
+        let e = decode(&bad).expect_err("flipped");
+        let expected = match at {
+            0..8 => matches!(e, StateFileError::BadMagic),
+            8..12 => matches!(e, StateFileError::FormatVersion { .. }),
+            12..20 => matches!(e, StateFileError::BodyLength { .. }),
+            _ => matches!(e, StateFileError::Checksum { .. }),
+        };
+        assert!(expected, "byte {at}: {e}");
+    }
+}
+
+#[test]
+fn another_format_or_osprey_version_is_refused_naming_it() {
+    let mut bytes = encode(&sample()).expect("encode");
+    bytes[8..12].copy_from_slice(&7u32.to_le_bytes());
+    let e = decode(&bytes).expect_err("format 7").to_string();
+    assert_eq!(
+        e,
+        format!("snapshot format version 7; this Osprey ({OSPREY_VERSION}) reads version 1")
+    );
+    let mut older = sample();
+    older.osprey_version = "0.0.9".into();
+    let e = decode(&encode(&older).expect("encode"))
+        .expect_err("another version")
+        .to_string();
+    assert!(e.starts_with("snapshot written by Osprey 0.0.9; "), "{e}");
+    let e = decode(b"#!/bin/sh\necho not a snapshot at all\n").expect_err("magic");
+    assert!(matches!(e, StateFileError::BadMagic), "{e}");
+}
+
+#[test]
+fn write_then_read_through_a_file() {
+    let path = std::env::temp_dir().join(format!("osprey-state-{}.snap", std::process::id()));
+    write(&path, &sample()).expect("write");
+    let back = read(&path).expect("read");
+    assert_eq!(back.mem_size_bytes, 256 << 20);
+    std::fs::remove_file(&path).expect("remove");
+    let e = read(&path).expect_err("missing").to_string();
+    assert!(e.contains("No such file"), "{e}");
+}
+
+/// `OSPREY_BLESS=1` writes the fuzz target's seeds (a good file, whole and as a body; the
+/// target's first byte is its mode) into its corpus.
+#[test]
+fn fuzz_seeds_hold_a_good_file() {
+    let corpus =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/snapshot_file");
+    let bytes = encode(&sample()).expect("encode");
+    if std::env::var_os("OSPREY_BLESS").is_some() {
+        std::fs::create_dir_all(&corpus).expect("corpus folder");
+        let whole = [&[0u8][..], &bytes].concat();
+        let body = [&[1u8][..], &bytes[HEADER_LEN..]].concat();
+        std::fs::write(corpus.join("whole-good-2vcpu"), whole).expect("write a seed");
+        std::fs::write(corpus.join("body-good-2vcpu"), body).expect("write a seed");
+        std::fs::write(
+            corpus.join("truncated"),
+            [&[0u8][..], &bytes[..200]].concat(),
+        )
+        .expect("write a seed");
+    }
+    let kept = std::fs::read(corpus.join("whole-good-2vcpu")).expect("the seed");
+    // The seed decodes with this version and this format (regenerate the seeds with
+    // OSPREY_BLESS=1 when either changes).
+    decode(&kept[1..]).expect("the seed decodes");
+}

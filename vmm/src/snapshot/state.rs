@@ -1,0 +1,131 @@
+//! What a snapshot holds ([`SnapshotState`], the state file's body) and the checks of it against
+//! the host before a restore builds anything: each drive's file still there with the size it had.
+
+use std::io::{Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::kvm_state::{VcpuState, VmState};
+
+/// The whole saved VM, apart from guest memory (its own file).
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct SnapshotState {
+    /// The Osprey that wrote it (`CARGO_PKG_VERSION`); the first field, so a reader can check it
+    /// before anything else (`file::decode`).
+    pub osprey_version: String,
+    /// The VM's configuration (`VmConfig`, as its JSON file): the restore rebuilds the VM and
+    /// its devices from it. JSON because the config's serde shape (optional and renamed
+    /// sections) is a self-describing one.
+    pub config_json: String,
+    /// Guest memory size; the memory file must be this long.
+    pub mem_size_bytes: u64,
+    /// Each vCPU, in index order.
+    pub vcpus: Vec<VcpuState>,
+    /// The in-kernel irqchip, PIT and kvmclock.
+    pub vm: VmState,
+    /// Each drive's backing file as it was.
+    pub drives: Vec<DriveState>,
+}
+
+/// A drive's backing file at the snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DriveState {
+    /// The drive's id.
+    pub drive_id: String,
+    /// Its backing file.
+    pub path: PathBuf,
+    /// The file's size in bytes.
+    pub size_bytes: u64,
+}
+
+/// A drive's file does not match the snapshot.
+#[derive(Debug, thiserror::Error)]
+pub enum DriveCheckError {
+    /// The file cannot be opened (missing, or no permission).
+    #[error("drive {drive_id}: {}: {source}", path.display())]
+    Unreadable {
+        /// The drive.
+        drive_id: String,
+        /// Its file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file's size changed since the snapshot.
+    #[error("drive {drive_id}: {} is {now} bytes; the snapshot's was {saved}", path.display())]
+    SizeChanged {
+        /// The drive.
+        drive_id: String,
+        /// Its file.
+        path: PathBuf,
+        /// Its size at the snapshot.
+        saved: u64,
+        /// Its size now.
+        now: u64,
+    },
+}
+
+/// The size of the file (or block device) at `path`.
+pub fn file_size(path: &Path) -> std::io::Result<u64> {
+    // Seeking to the end sizes regular files and block devices alike.
+    std::fs::File::open(path)?.seek(SeekFrom::End(0))
+}
+
+impl DriveState {
+    /// Checks that the file is there with the saved size.
+    pub fn check(&self) -> Result<(), DriveCheckError> {
+        let now = file_size(&self.path).map_err(|source| DriveCheckError::Unreadable {
+            drive_id: self.drive_id.clone(),
+            path: self.path.clone(),
+            source,
+        })?;
+        if now != self.size_bytes {
+            return Err(DriveCheckError::SizeChanged {
+                drive_id: self.drive_id.clone(),
+                path: self.path.clone(),
+                saved: self.size_bytes,
+                now,
+            });
+        }
+        Ok(())
+    }
+}
+
+impl SnapshotState {
+    /// Checks every drive's file against the snapshot.
+    pub fn check_drives(&self) -> Result<(), DriveCheckError> {
+        self.drives.iter().try_for_each(DriveState::check)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_or_resized_drive_is_refused_naming_it() {
+        let dir = std::env::temp_dir().join(format!("osprey-snap-drive-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("disk.img");
+        std::fs::write(&path, vec![0u8; 8192]).expect("write");
+        let drive = DriveState {
+            drive_id: "data".into(),
+            path: path.clone(),
+            size_bytes: 8192,
+        };
+        drive.check().expect("unchanged");
+        std::fs::write(&path, vec![0u8; 4096]).expect("shrink");
+        let e = drive.check().expect_err("resized");
+        assert!(
+            e.to_string()
+                .contains("is 4096 bytes; the snapshot's was 8192"),
+            "{e}"
+        );
+        std::fs::remove_file(&path).expect("remove");
+        let e = drive.check().expect_err("missing");
+        assert!(e.to_string().starts_with("drive data: "), "{e}");
+        assert!(e.to_string().contains("No such file"), "{e}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}
