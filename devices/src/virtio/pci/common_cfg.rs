@@ -10,29 +10,29 @@ use std::sync::Arc;
 use super::interrupt::VirtioPciInterrupt;
 use crate::virtio::status;
 
-const DEVICE_FEATURE_SELECT: u64 = 0x00;
-const DEVICE_FEATURE: u64 = 0x04;
-const DRIVER_FEATURE_SELECT: u64 = 0x08;
-const DRIVER_FEATURE: u64 = 0x0c;
-const CONFIG_MSIX_VECTOR: u64 = 0x10;
-const NUM_QUEUES: u64 = 0x12;
-const DEVICE_STATUS: u64 = 0x14;
+pub(super) const DEVICE_FEATURE_SELECT: u64 = 0x00;
+pub(super) const DEVICE_FEATURE: u64 = 0x04;
+pub(super) const DRIVER_FEATURE_SELECT: u64 = 0x08;
+pub(super) const DRIVER_FEATURE: u64 = 0x0c;
+pub(super) const CONFIG_MSIX_VECTOR: u64 = 0x10;
+pub(super) const NUM_QUEUES: u64 = 0x12;
+pub(super) const DEVICE_STATUS: u64 = 0x14;
 
 /// Whether a register access at `offset` of `len` bytes includes `device_status`.
 pub(super) fn covers_status(offset: u64, len: u64) -> bool {
     offset <= DEVICE_STATUS && DEVICE_STATUS < offset.saturating_add(len)
 }
-const CONFIG_GENERATION: u64 = 0x15;
-const QUEUE_SELECT: u64 = 0x16;
-const QUEUE_SIZE: u64 = 0x18;
-const QUEUE_MSIX_VECTOR: u64 = 0x1a;
-const QUEUE_ENABLE: u64 = 0x1c;
-const QUEUE_NOTIFY_OFF: u64 = 0x1e;
-const QUEUE_DESC: u64 = 0x20;
-const QUEUE_DRIVER: u64 = 0x28;
-const QUEUE_DEVICE: u64 = 0x30;
+pub(super) const CONFIG_GENERATION: u64 = 0x15;
+pub(super) const QUEUE_SELECT: u64 = 0x16;
+pub(super) const QUEUE_SIZE: u64 = 0x18;
+pub(super) const QUEUE_MSIX_VECTOR: u64 = 0x1a;
+pub(super) const QUEUE_ENABLE: u64 = 0x1c;
+pub(super) const QUEUE_NOTIFY_OFF: u64 = 0x1e;
+pub(super) const QUEUE_DESC: u64 = 0x20;
+pub(super) const QUEUE_DRIVER: u64 = 0x28;
+pub(super) const QUEUE_DEVICE: u64 = 0x30;
 /// Last byte of `queue_device`.
-const QUEUE_DEVICE_END: u64 = 0x37;
+pub(super) const QUEUE_DEVICE_END: u64 = 0x37;
 
 /// One queue's registers as the driver programs them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -57,6 +57,11 @@ impl VirtioPciInterrupt {
         self.config_generation.load(Ordering::SeqCst)
     }
 
+    /// Sets the config generation (a restored snapshot's).
+    pub(super) fn set_config_generation(&self, generation: u8) {
+        self.config_generation.store(generation, Ordering::SeqCst);
+    }
+
     pub(super) fn config_vector(&self) -> u16 {
         self.config_vector.load(Ordering::Relaxed)
     }

@@ -25,6 +25,7 @@ use crate::virtio::{
 mod common_cfg;
 pub mod interrupt;
 pub mod layout;
+pub mod state;
 
 use common_cfg::CommonConfig;
 pub use interrupt::{VirtioPciInterrupt, NO_VECTOR};
@@ -79,6 +80,9 @@ pub struct VirtioPciDevice {
     /// A reset the device has not finished (in-flight I/O): when it was last tried. Until it
     /// is done, `device_status` reads back its old value and other status writes are ignored.
     reset_pending: Option<Instant>,
+    /// A snapshot's ring positions, per queue, for the activation that restores it
+    /// (`state.rs`); taken by that activation.
+    resume_at: Option<Vec<u16>>,
 }
 
 /// How often a driver polling `device_status` during a pending reset makes the transport ask the
@@ -159,6 +163,7 @@ impl VirtioPciDevice {
             registered_at: None,
             pci_cfg,
             reset_pending: None,
+            resume_at: None,
         })
     }
 
@@ -215,6 +220,7 @@ impl VirtioPciDevice {
     /// Moves every enabled queue into the device.
     fn activate(&mut self) -> Result<(), ActivateError> {
         let event_idx = self.common.driver_features & VIRTIO_RING_F_EVENT_IDX != 0;
+        let resume_at = self.resume_at.take();
         let mut queues = Vec::new();
         for (index, regs) in self.common.queues.iter().enumerate() {
             if !regs.enabled {
@@ -235,6 +241,13 @@ impl VirtioPciDevice {
                 .try_set_used_ring_address(GuestAddress(regs.device))
                 .map_err(|e| bad(&e.to_string()))?;
             queue.set_event_idx(event_idx);
+            if let Some(&at) = resume_at.as_ref().and_then(|r| r.get(index)) {
+                // A restored snapshot: every request the guest had made available up to `at`
+                // was completed before it was taken (the pause drains), so both indices resume
+                // at the used ring's index.
+                queue.set_next_avail(at);
+                queue.set_next_used(at);
+            }
             queue.set_ready(true);
             if !queue.is_valid(&self.mem) {
                 return Err(bad("rings outside guest memory"));

@@ -244,3 +244,4 @@ impl Driver {
 }
 
 mod driver;
+mod state;

@@ -1,0 +1,299 @@
+//! A virtio-pci function's state for a snapshot ([`VirtioPciState`]): its configuration space,
+//! MSI-X table and pending bits, the common configuration (features, status, vectors, each
+//! queue's size, enable and ring addresses) and where each queue's rings stand.
+//!
+//! Restoring replays what a driver did, through the same register paths a guest uses, on a
+//! freshly built device: [`VirtioPciState::config_writes`] through the PCI root (so its MMIO
+//! routes follow the BARs), then [`VirtioPciDevice::restore_state`] (MSI-X table, features,
+//! queues, status; `DRIVER_OK` activates the device with each queue resuming where it stood).
+//!
+//! The queue positions assume a drained device: when the state is saved, every request the
+//! guest made available has been completed and its used entry written (the VMM's pause drains
+//! the iothreads first), so each queue resumes with both `next_avail` and `next_used` at the
+//! used ring's index, which is read from guest memory at save time.
+
+use serde::{Deserialize, Serialize};
+use vm_memory::{Bytes, GuestAddress};
+
+use super::common_cfg::{
+    CONFIG_MSIX_VECTOR, DRIVER_FEATURE, DRIVER_FEATURE_SELECT, QUEUE_DESC, QUEUE_DEVICE,
+    QUEUE_DRIVER, QUEUE_ENABLE, QUEUE_MSIX_VECTOR, QUEUE_SELECT, QUEUE_SIZE,
+};
+use super::VirtioPciDevice;
+use crate::pci::config_space::{reg, CONFIG_SPACE_SIZE};
+use crate::pci::msix::{MSIX_CAP_ID, MSIX_ENTRY_SIZE};
+use crate::virtio::status;
+
+/// One queue's registers and ring position.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueState {
+    /// Size the driver chose.
+    pub size: u16,
+    /// `queue_enable`.
+    pub enabled: bool,
+    /// Descriptor table address.
+    pub desc: u64,
+    /// Driver (avail) ring address.
+    pub driver: u64,
+    /// Device (used) ring address.
+    pub device: u64,
+    /// MSI-X vector.
+    pub vector: u16,
+    /// The used ring's `idx` at the snapshot (0 for a queue not enabled).
+    pub used_idx: u16,
+}
+
+/// A virtio-pci function's state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VirtioPciState {
+    /// The 256-byte configuration space, as dwords.
+    pub config_space: Vec<u32>,
+    /// Each MSI-X table entry: address low, address high, data, vector control.
+    pub msix_table: Vec<[u32; 4]>,
+    /// The vectors whose pending bit is set.
+    pub msix_pending: Vec<u16>,
+    /// The features the driver accepted.
+    pub driver_features: u64,
+    /// `device_status`.
+    pub status: u8,
+    /// `config_generation`.
+    pub config_generation: u8,
+    /// `config_msix_vector`.
+    pub config_vector: u16,
+    /// Each queue.
+    pub queues: Vec<QueueState>,
+}
+
+/// Why a state cannot be saved or restored.
+#[derive(Debug, thiserror::Error)]
+pub enum VirtioPciStateError {
+    /// The state is of a device with another shape.
+    #[error("virtio-pci state has {saved} {what}; this device has {here}")]
+    Shape {
+        /// Queues or MSI-X vectors.
+        what: &'static str,
+        /// In the state.
+        saved: usize,
+        /// On this device.
+        here: usize,
+    },
+    /// The device is in the middle of a reset (I/O still in flight).
+    #[error("virtio-pci device is resetting (requests in flight); pause and retry")]
+    Resetting,
+    /// A queue's used ring is outside guest memory.
+    #[error("virtio-pci queue {queue}: used ring at {addr:#x} is outside guest memory")]
+    UsedRing {
+        /// The queue.
+        queue: usize,
+        /// The ring's address.
+        addr: u64,
+    },
+    /// Replaying the state did not bring the device back to its saved status.
+    #[error("virtio-pci restore: status {got:#x} where the snapshot had {saved:#x}")]
+    Status {
+        /// The saved status.
+        saved: u8,
+        /// The status after the replay.
+        got: u8,
+    },
+}
+
+impl VirtioPciState {
+    /// The configuration writes that restore the function's decoding, for the VMM to send
+    /// through the PCI root (which then moves its MMIO routes): the BARs, the interrupt line,
+    /// the MSI-X capability's message control, then the command register. Read-only bits are
+    /// ignored by the device as for any guest write; the virtio PCI-config window is left
+    /// alone (a driver programs it before each use).
+    pub fn config_writes(&self) -> Vec<(usize, u32)> {
+        let dword = |offset: usize| self.config_space.get(offset / 4).copied().unwrap_or(0);
+        let mut out: Vec<(usize, u32)> = (0..6)
+            .map(|i| reg::BAR0 + 4 * i)
+            .map(|o| (o, dword(o)))
+            .collect();
+        out.push((0x3c, dword(0x3c)));
+        if let Some(cap) = self.find_capability(MSIX_CAP_ID) {
+            out.push((cap, dword(cap)));
+        }
+        out.push((reg::COMMAND & !3, dword(reg::COMMAND & !3)));
+        out
+    }
+
+    /// The offset of the first capability with `id`, walking the saved list (bounded).
+    fn find_capability(&self, id: u8) -> Option<usize> {
+        let byte = |offset: usize| {
+            let d = self.config_space.get(offset / 4).copied().unwrap_or(0);
+            (d >> (8 * (offset % 4))) as u8
+        };
+        let mut ptr = usize::from(byte(0x34)) & !3;
+        for _ in 0..48 {
+            if !(0x40..CONFIG_SPACE_SIZE).contains(&ptr) {
+                return None;
+            }
+            if byte(ptr) == id {
+                return Some(ptr);
+            }
+            ptr = usize::from(byte(ptr + 1)) & !3;
+        }
+        None
+    }
+}
+
+impl VirtioPciDevice {
+    /// The function's state. Call it with the vCPUs paused and the device drained (no request
+    /// in flight): the queue positions are read from the used rings.
+    pub fn save_state(&self) -> Result<VirtioPciState, VirtioPciStateError> {
+        if self.reset_pending.is_some() {
+            return Err(VirtioPciStateError::Resetting);
+        }
+        let config_space = (0..CONFIG_SPACE_SIZE / 4)
+            .map(|i| self.cfg.read_u32(4 * i))
+            .collect();
+        let vectors = self.msix.interrupts().len();
+        let msix_table = (0..vectors as u64)
+            .map(|v| {
+                let mut entry = [0u32; 4];
+                for (w, word) in entry.iter_mut().enumerate() {
+                    let mut b = [0u8; 4];
+                    self.msix
+                        .read_table(v * MSIX_ENTRY_SIZE + 4 * w as u64, &mut b);
+                    *word = u32::from_le_bytes(b);
+                }
+                entry
+            })
+            .collect();
+        let msix_pending = (0..vectors as u16)
+            .filter(|&v| self.msix.interrupts().is_pending(v))
+            .collect();
+        let queues = self
+            .common
+            .queues
+            .iter()
+            .enumerate()
+            .map(|(index, q)| {
+                let used_idx = if q.enabled {
+                    let addr = q
+                        .device
+                        .checked_add(2)
+                        .ok_or(VirtioPciStateError::UsedRing {
+                            queue: index,
+                            addr: q.device,
+                        })?;
+                    self.mem.read_obj::<u16>(GuestAddress(addr)).map_err(|_| {
+                        VirtioPciStateError::UsedRing {
+                            queue: index,
+                            addr: q.device,
+                        }
+                    })?
+                } else {
+                    0
+                };
+                Ok(QueueState {
+                    size: q.size,
+                    enabled: q.enabled,
+                    desc: q.desc,
+                    driver: q.driver,
+                    device: q.device,
+                    vector: self.irq.queue_vector(index),
+                    used_idx: u16::from_le(used_idx),
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(VirtioPciState {
+            config_space,
+            msix_table,
+            msix_pending,
+            driver_features: self.common.driver_features,
+            status: self.irq.status(),
+            config_generation: self.irq.config_generation(),
+            config_vector: self.irq.config_vector(),
+            queues,
+        })
+    }
+
+    /// Replays `state` on this freshly built device, after its
+    /// [`VirtioPciState::config_writes`] went through the PCI root. With `DRIVER_OK` saved, the
+    /// device is activated, each queue resuming at its saved used index.
+    pub fn restore_state(&mut self, state: &VirtioPciState) -> Result<(), VirtioPciStateError> {
+        let shape = |what, saved: usize, here: usize| {
+            (saved != here).then_some(VirtioPciStateError::Shape { what, saved, here })
+        };
+        let vectors = self.msix.interrupts().len();
+        if let Some(e) = shape("queues", state.queues.len(), self.common.queues.len())
+            .or_else(|| shape("MSI-X vectors", state.msix_table.len(), vectors))
+        {
+            return Err(e);
+        }
+        for (v, entry) in state.msix_table.iter().enumerate() {
+            for (w, word) in entry.iter().enumerate() {
+                self.msix.write_table(
+                    v as u64 * MSIX_ENTRY_SIZE + 4 * w as u64,
+                    &word.to_le_bytes(),
+                );
+            }
+        }
+        let steps = [status::ACKNOWLEDGE, status::ACKNOWLEDGE | status::DRIVER];
+        for s in steps.into_iter().filter(|s| state.status & s == *s) {
+            self.write_status(s);
+        }
+        for half in 0..2u32 {
+            self.common
+                .write(DRIVER_FEATURE_SELECT, &half.to_le_bytes());
+            let bits = (state.driver_features >> (32 * half)) as u32;
+            self.common.write(DRIVER_FEATURE, &bits.to_le_bytes());
+        }
+        let negotiated = status::ACKNOWLEDGE | status::DRIVER | status::FEATURES_OK;
+        if state.status & negotiated == negotiated {
+            self.write_status(negotiated);
+        }
+        for (index, q) in state.queues.iter().enumerate() {
+            self.common
+                .write(QUEUE_SELECT, &(index as u16).to_le_bytes());
+            self.common.write(QUEUE_SIZE, &q.size.to_le_bytes());
+            self.common
+                .write(QUEUE_MSIX_VECTOR, &q.vector.to_le_bytes());
+            for (offset, addr) in [
+                (QUEUE_DESC, q.desc),
+                (QUEUE_DRIVER, q.driver),
+                (QUEUE_DEVICE, q.device),
+            ] {
+                self.common.write(offset, &addr.to_le_bytes());
+            }
+            if q.enabled {
+                self.common.write(QUEUE_ENABLE, &1u16.to_le_bytes());
+            }
+        }
+        self.common.write(QUEUE_SELECT, &0u16.to_le_bytes());
+        self.common
+            .write(CONFIG_MSIX_VECTOR, &state.config_vector.to_le_bytes());
+        self.irq.set_config_generation(state.config_generation);
+        // DEVICE_NEEDS_RESET and FAILED are the device's and the driver's verdicts, not steps:
+        // a device that needed a reset is restored to need it.
+        let last = state.status & !(status::DEVICE_NEEDS_RESET | status::FAILED);
+        if last != self.irq.status() {
+            self.resume_at = Some(state.queues.iter().map(|q| q.used_idx).collect());
+            self.write_status(last);
+            self.resume_at = None;
+        }
+        if state.status & status::DEVICE_NEEDS_RESET != 0 {
+            crate::virtio::VirtioInterrupt::set_needs_reset(self.irq.as_ref());
+        }
+        if state.status & status::FAILED != 0 {
+            self.irq.set_status(self.irq.status() | status::FAILED);
+        }
+        let got = self.irq.status();
+        if got != state.status {
+            return Err(VirtioPciStateError::Status {
+                saved: state.status,
+                got,
+            });
+        }
+        for &v in &state.msix_pending {
+            // Masked (as it was when it became pending): sets the pending bit again. Unmasked
+            // since: delivered, as the guest's unmask would have.
+            if let Err(e) = self.msix.interrupts().trigger(v) {
+                log::warn!("virtio-pci restore: re-raising vector {v} failed: {e}");
+            }
+        }
+        Ok(())
+    }
+}
