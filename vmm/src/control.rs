@@ -142,6 +142,13 @@ impl Controller<'_> {
                 Effect::None,
             ),
             ApiCommand::SetVmState(r) => self.set_state(r.state),
+            // The running VM takes snapshots itself (it holds the KVM fds and memory).
+            ApiCommand::SnapshotCreate(_) => (
+                Err(ApiError::BadRequest(
+                    "PUT /snapshot/create: this VM cannot take snapshots".into(),
+                )),
+                Effect::None,
+            ),
             ApiCommand::GetConfig => (
                 Ok(Reply::Config(Box::new(ConfigReply {
                     config: self.config.clone(),

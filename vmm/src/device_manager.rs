@@ -121,6 +121,8 @@ pub struct DriveHandle {
     pub swap: DriveSwap,
     /// Where a swapped-in file may come from.
     pub swap_folder: crate::swap_folder::SwapFolder,
+    /// Its virtio-pci function (a snapshot saves and restores its state).
+    pub transport: Arc<Mutex<VirtioPciDevice>>,
 }
 
 impl DriveHandle {
@@ -421,11 +423,12 @@ impl PciWiring<'_> {
             self.ioevents.clone(),
         )
         .map_err(|source| DeviceError::VirtioPci { index: i, source })?;
+        let transport = Arc::new(Mutex::new(dev));
         let slot = self
             .pci
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .add_device(Arc::new(Mutex::new(dev)))
+            .add_device(transport.clone())
             .map_err(|source| DeviceError::PciSlot { index: i, source })?;
         log::info!(
             "drives[{i}] {}: virtio-blk at 00:{slot:02x}.0, {} sectors, {} queue(s) of {}, engine {:?}, iothread {thread_id}{}",
@@ -445,6 +448,7 @@ impl PciWiring<'_> {
             iothread: thread,
             swap,
             swap_folder: crate::swap_folder::SwapFolder::resolve(&d.path_on_host),
+            transport,
         })
     }
 }

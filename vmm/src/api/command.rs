@@ -65,6 +65,27 @@ pub enum ApiCommand {
     PutLogger(LoggerConfig),
     /// `PUT /metrics`: the metrics file (before `InstanceStart`).
     PutMetrics(MetricsConfig),
+    /// `PUT /snapshot/create`: the paused VM to files (docs/snapshot.md).
+    SnapshotCreate(SnapshotCreateRequest),
+}
+
+/// `PUT /snapshot/create` body (Firecracker's `SnapshotCreateParams`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SnapshotCreateRequest {
+    /// `Full` (the only kind Osprey takes; Firecracker's `Diff` is refused).
+    #[serde(default = "full_snapshot")]
+    pub snapshot_type: String,
+    /// Where the state file goes.
+    #[schema(value_type = String)]
+    pub snapshot_path: std::path::PathBuf,
+    /// Where guest memory goes.
+    #[schema(value_type = String)]
+    pub mem_file_path: std::path::PathBuf,
+}
+
+fn full_snapshot() -> String {
+    "Full".into()
 }
 
 impl ApiCommand {

@@ -26,6 +26,7 @@ pub mod replies;
 pub mod reply;
 pub mod routes;
 pub mod server;
+pub mod snapshot;
 pub mod socket;
 pub mod unsupported;
 

@@ -87,6 +87,7 @@ pub fn documented() -> OpenApiRouter<ApiState> {
         .routes(routes!(get_group, configure::put_group, patch_group))
         .routes(routes!(metrics, configure::put_metrics))
         .routes(routes!(action))
+        .routes(routes!(super::snapshot::create))
 }
 
 /// The router: the [`documented`] routes, Firecracker's unsupported routes (400), a JSON 404

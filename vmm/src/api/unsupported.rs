@@ -36,7 +36,6 @@ pub const UNSUPPORTED: &[(&str, &str, &str)] = &[
     ("PUT", "/hotplug/memory", HOTPLUG),
     ("PATCH", "/hotplug/memory", HOTPLUG),
     ("PUT", "/cpu-config", CPU_CONFIG),
-    ("PUT", "/snapshot/create", SNAPSHOT),
     ("PUT", "/snapshot/load", SNAPSHOT),
     ("DELETE", "/drives/{id}", DRIVE_UNPLUG),
 ];

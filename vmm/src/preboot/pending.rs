@@ -200,6 +200,7 @@ impl PendingVm {
             ApiCommand::GetMetrics => Err(not_started("GET /metrics")),
             ApiCommand::SetVmState(_) => Err(not_started("PATCH /vm")),
             ApiCommand::Action(a) => Err(not_started(&format!("{a:?}"))),
+            ApiCommand::SnapshotCreate(_) => Err(not_started("PUT /snapshot/create")),
         }
     }
 

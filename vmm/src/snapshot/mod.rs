@@ -2,6 +2,7 @@
 //! (`kvm_state.rs`), what a snapshot holds and its checks against the host (`state.rs`), the
 //! state file's format and checks (`file.rs`).
 
+pub mod create;
 pub mod file;
 pub mod kvm_state;
 pub mod state;

@@ -24,8 +24,10 @@ pub struct SnapshotState {
     pub vcpus: Vec<VcpuState>,
     /// The in-kernel irqchip, PIT and kvmclock.
     pub vm: VmState,
-    /// Each drive's backing file as it was.
+    /// Each drive's backing file as it was, in config order.
     pub drives: Vec<DriveState>,
+    /// Each drive's virtio-pci function, in config order.
+    pub transports: Vec<devices::virtio::pci::state::VirtioPciState>,
 }
 
 /// A drive's backing file at the snapshot.

@@ -17,6 +17,9 @@ pub enum VmError {
         /// The ioctl's error.
         source: kvm_ioctls::Error,
     },
+    /// Listing the MSRs a snapshot saves failed.
+    #[error("snapshot set-up: {0}")]
+    SnapshotSetUp(crate::snapshot::kvm_state::KvmStateError),
     /// Allocating guest memory failed.
     #[error("Allocating {mib} MiB of guest memory failed: {reason}")]
     Memory {

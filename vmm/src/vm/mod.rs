@@ -92,7 +92,8 @@ pub fn start(
     register_signal_handlers()?;
     let stop = Arc::new(AtomicBool::new(false));
     let pause = Arc::new(PauseState::default());
-    let vcpus = spawn_vcpus(
+    let (vcpus, snapshot_msrs) = spawn_vcpus(
+        &kvm,
         &vm,
         &mem,
         &supported,
@@ -133,8 +134,9 @@ pub fn start(
         config: config.clone(),
         started,
         devices,
-        _vm: vm,
-        _mem: mem,
+        snapshot_msrs,
+        vm,
+        mem,
     })
 }
 
@@ -217,22 +219,27 @@ struct VcpuShared<'a> {
     sandbox: &'a Arc<Sandbox>,
 }
 
-/// Creates and configures `count` vCPUs and starts a thread for each.
+/// Creates and configures `count` vCPUs and starts a thread for each. Also returns the MSRs a
+/// snapshot saves (`snapshot::kvm_state::saveable_msrs`, probed on vCPU 0 before it runs).
 fn spawn_vcpus(
+    kvm: &kvm_ioctls::Kvm,
     vm: &VmFd,
     mem: &GuestMemoryMmap,
     supported: &kvm_bindings::CpuId,
     entry: BootEntry,
     count: u8,
     shared: &VcpuShared<'_>,
-) -> Result<Vec<JoinHandle<()>>, VmError> {
+) -> Result<(Vec<JoinHandle<()>>, Vec<u32>), VmError> {
     let mut vcpus = Vec::with_capacity(count.into());
+    let mut snapshot_msrs = Vec::new();
     for id in 0..count {
         let fd = vm
             .create_vcpu(u64::from(id))
             .map_err(kvm_err("creating a vCPU"))?;
         kvm::configure_vcpu(&fd, mem, supported, id, count, entry)?;
         if id == 0 {
+            snapshot_msrs = crate::snapshot::kvm_state::saveable_msrs(kvm, &fd)
+                .map_err(VmError::SnapshotSetUp)?;
             match fd.get_tsc_khz() {
                 Ok(khz) => log::info!("vCPU TSC frequency: {khz} kHz"),
                 Err(e) => log::warn!("KVM_GET_TSC_KHZ failed: {e}"),
@@ -260,7 +267,7 @@ fn spawn_vcpus(
             })?;
         vcpus.push(handle);
     }
-    Ok(vcpus)
+    Ok((vcpus, snapshot_msrs))
 }
 
 /// A vCPU's start hook: one nice step light first (with dynamic thread weights), then the

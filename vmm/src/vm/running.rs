@@ -12,12 +12,15 @@ use vm_memory::GuestMemoryMmap;
 use vmm_sys_util::signal::{register_signal_handler, Killable, SIGRTMIN};
 
 use super::error::VmError;
+use crate::api::command::{ApiCommand, ApiError, ApiReply, SnapshotCreateRequest};
+use crate::api::replies::Reply;
 use crate::config::VmConfig;
 use crate::control::{Controller, Effect};
 use crate::control_loop::ControlLoop;
 use crate::device_manager::Devices;
 use crate::events::{ControlEvent, ControlSender, PauseState};
 use crate::sandbox::Sandbox;
+use crate::snapshot::create::LiveVm;
 use crate::stop::StopReason;
 
 /// Set by the SIGINT/SIGTERM handler; read by the control loop.
@@ -72,9 +75,11 @@ pub struct RunningVm {
     /// The process exits once `wait` returns ([`run`]): the engines' Linux AIO contexts are left
     /// to the exit instead of one `io_destroy` each (32 ms per queue on the dev machine).
     pub(super) process_exits_after: bool,
-    // Kept alive for the VM's lifetime.
-    pub(super) _vm: Arc<VmFd>,
-    pub(super) _mem: GuestMemoryMmap,
+    /// The MSRs a snapshot saves (found at start-up, before the sandbox).
+    pub(super) snapshot_msrs: Vec<u32>,
+    // Kept alive for the VM's lifetime; a snapshot reads them.
+    pub(super) vm: Arc<VmFd>,
+    pub(super) mem: GuestMemoryMmap,
 }
 
 impl std::fmt::Debug for RunningVm {
@@ -106,6 +111,11 @@ impl RunningVm {
                 match event {
                     ControlEvent::Stop(reason) => break 'run reason,
                     ControlEvent::Api(req) => {
+                        if let ApiCommand::SnapshotCreate(body) = &req.command {
+                            let reply = self.create_snapshot(body);
+                            let _ = req.reply.send(reply);
+                            continue;
+                        }
                         let (reply, effect) = self.controller().execute(req.command);
                         if effect == Effect::Pause {
                             self.pause_vcpus();
@@ -173,6 +183,28 @@ impl RunningVm {
             pause: &self.pause,
             started: self.started,
         }
+    }
+
+    /// `PUT /snapshot/create` (`snapshot::create`): 204, or 400 with the reason.
+    fn create_snapshot(&self, body: &SnapshotCreateRequest) -> ApiReply {
+        let live = LiveVm {
+            vm: &self.vm,
+            mem: &self.mem,
+            devices: &self.devices,
+            pause: &self.pause,
+            vcpu_count: self.config.machine.vcpu_count,
+            msrs: &self.snapshot_msrs,
+            config: &self.config,
+            sandboxed: self._sandbox.is_on(),
+        };
+        crate::snapshot::create::create(
+            &live,
+            &body.snapshot_type,
+            &body.snapshot_path,
+            &body.mem_file_path,
+        )
+        .map(|_| Reply::Done)
+        .map_err(|e| ApiError::BadRequest(format!("PUT /snapshot/create: {e}")))
     }
 
     /// A sender for API requests (the API server's `submit`).

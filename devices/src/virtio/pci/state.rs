@@ -80,8 +80,8 @@ pub enum VirtioPciStateError {
     /// The device is in the middle of a reset (I/O still in flight).
     #[error("virtio-pci device is resetting (requests in flight); pause and retry")]
     Resetting,
-    /// A queue's used ring is outside guest memory.
-    #[error("virtio-pci queue {queue}: used ring at {addr:#x} is outside guest memory")]
+    /// A queue's ring is outside guest memory.
+    #[error("virtio-pci queue {queue}: ring at {addr:#x} is outside guest memory")]
     UsedRing {
         /// The queue.
         queue: usize,
@@ -139,6 +139,36 @@ impl VirtioPciState {
 }
 
 impl VirtioPciDevice {
+    /// Whether every request the driver made available has been completed: each enabled
+    /// queue's used ring index equals its avail ring index (both read from guest memory). With
+    /// the vCPUs paused no request can be added, so once this holds the device is drained.
+    pub fn rings_settled(&self) -> Result<bool, VirtioPciStateError> {
+        if self.irq.status() & status::DRIVER_OK == 0 {
+            return Ok(true);
+        }
+        for (queue, q) in self.common.queues.iter().enumerate() {
+            if !q.enabled {
+                continue;
+            }
+            let avail = self.ring_index(queue, q.driver)?;
+            let used = self.ring_index(queue, q.device)?;
+            if avail != used {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// The `idx` field (at offset 2) of the ring at `ring`.
+    fn ring_index(&self, queue: usize, ring: u64) -> Result<u16, VirtioPciStateError> {
+        let bad = VirtioPciStateError::UsedRing { queue, addr: ring };
+        let addr = ring.checked_add(2).ok_or(bad)?;
+        self.mem
+            .read_obj::<u16>(GuestAddress(addr))
+            .map(u16::from_le)
+            .map_err(|_| VirtioPciStateError::UsedRing { queue, addr: ring })
+    }
+
     /// The function's state. Call it with the vCPUs paused and the device drained (no request
     /// in flight): the queue positions are read from the used rings.
     pub fn save_state(&self) -> Result<VirtioPciState, VirtioPciStateError> {
@@ -194,7 +224,7 @@ impl VirtioPciDevice {
                     driver: q.driver,
                     device: q.device,
                     vector: self.irq.queue_vector(index),
-                    used_idx: u16::from_le(used_idx),
+                    used_idx,
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -286,6 +316,20 @@ impl VirtioPciDevice {
                 saved: state.status,
                 got,
             });
+        }
+        if got & status::DRIVER_OK != 0 {
+            // The snapshot may have been taken between a used-ring update and its interrupt:
+            // each active queue signals once (a driver finding nothing new ignores it).
+            for (index, q) in state.queues.iter().enumerate() {
+                if q.enabled && q.vector != super::NO_VECTOR {
+                    if let Err(e) = crate::virtio::VirtioInterrupt::notify_queue(
+                        self.irq.as_ref(),
+                        index as u16,
+                    ) {
+                        log::warn!("virtio-pci restore: queue {index} interrupt failed: {e}");
+                    }
+                }
+            }
         }
         for &v in &state.msix_pending {
             // Masked (as it was when it became pending): sets the pending bit again. Unmasked

@@ -70,6 +70,11 @@ fn a_saved_state_restores_into_a_fresh_device() {
         .collect();
     assert_eq!(resumed, vec![(7, 7), (65535, 65535)]);
     drop(s);
+    assert_eq!(
+        count(&fresh.irqfds[1]),
+        1,
+        "queue 0 signalled once after the restore"
+    );
     assert_eq!(fresh.read(0x5000, 8), 0b100, "vector 2 still pending");
     assert_eq!(count(&fresh.irqfds[2]), 0, "and not delivered while masked");
     fresh.write(0x4000 + 2 * 16 + 12, 0, 4);
@@ -113,4 +118,27 @@ fn an_unconfigured_device_round_trips_without_activation() {
         .expect("restore");
     assert!(fresh.state.lock().expect("lock").activations.is_empty());
     assert_eq!(fresh.status(), 0);
+}
+
+/// Sets a ring's `idx` at `ring + 2`.
+fn set_ring_idx(d: &Driver, ring: u64, idx: u16) {
+    let dev = d.dev.lock().expect("lock");
+    dev.mem
+        .write_obj(idx.to_le(), GuestAddress(ring + 2))
+        .expect("ring idx");
+}
+
+#[test]
+fn rings_are_settled_once_every_available_request_is_used() {
+    let d = driver();
+    assert!(d.dev.lock().expect("lock").rings_settled().expect("check"));
+    d.bring_up();
+    let settled = || d.dev.lock().expect("lock").rings_settled().expect("check");
+    assert!(settled(), "nothing made available");
+    set_ring_idx(&d, 0x2_1000, 5);
+    assert!(!settled(), "queue 1: 5 available, none used");
+    set_ring_idx(&d, 0x2_2000, 4);
+    assert!(!settled());
+    set_ring_idx(&d, 0x2_2000, 5);
+    assert!(settled());
 }

@@ -1,0 +1,268 @@
+//! Taking a snapshot of a paused VM (`PUT /snapshot/create`), on the control thread: wait until
+//! the iothreads have completed every request the guest made available (the drain), read each
+//! vCPU's state on its own thread, the VM's in-kernel state, each drive's virtio-pci function,
+//! then write guest memory and the state file.
+//!
+//! Drain, not record: with the vCPUs paused the guest adds no request, and the iothreads keep
+//! running, so every request the guest made available completes, its used entry written and
+//! its interrupt sent (or left pending in the MSI-X PBA, which is saved). A restored VM then
+//! has nothing in flight and resumes each queue at its used index.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use kvm_ioctls::VmFd;
+use vm_memory::{GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
+
+use super::file::{self, StateFileError, OSPREY_VERSION};
+use super::kvm_state::{xsave_support, KvmStateError, VcpuState, VmState};
+use super::state::{file_size, DriveState, SnapshotState};
+use crate::config::VmConfig;
+use crate::device_manager::Devices;
+use crate::events::PauseState;
+
+/// How long the drain may take before the snapshot gives up (a throttled drive completes its
+/// queued requests at its rate limit, so this is generous).
+const DRAIN_LIMIT: Duration = Duration::from_secs(30);
+/// How long the parked vCPUs may take to report their state.
+const VCPU_LIMIT: Duration = Duration::from_secs(5);
+
+/// Why a snapshot was not taken (the API answers 400 with the message).
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotCreateError {
+    /// The sandbox is on: its seccomp filters and Landlock rules let the control thread create
+    /// no file (a denied system call would end the process).
+    #[error(
+        "snapshots need the sandbox off for now (--sandbox off): it lets Osprey create no files"
+    )]
+    Sandboxed,
+    /// The VM runs.
+    #[error("the VM is running; pause it first (PATCH /vm {{\"state\": \"Paused\"}})")]
+    NotPaused,
+    /// `snapshot_type` other than `Full`.
+    #[error("snapshot_type {0:?}: Osprey takes Full snapshots only")]
+    Type(String),
+    /// The drain did not finish.
+    #[error("drive {drive}: requests still in flight after {}s", DRAIN_LIMIT.as_secs())]
+    Drain {
+        /// The drive.
+        drive: String,
+    },
+    /// A vCPU did not report.
+    #[error("{missing} vCPU(s) did not report their state within {}s", VCPU_LIMIT.as_secs())]
+    VcpuTimeout {
+        /// How many.
+        missing: usize,
+    },
+    /// KVM refused a state ioctl.
+    #[error(transparent)]
+    Kvm(#[from] KvmStateError),
+    /// A device's state cannot be saved.
+    #[error("drive {drive}: {source}")]
+    Device {
+        /// The drive.
+        drive: String,
+        /// Why.
+        source: devices::virtio::pci::state::VirtioPciStateError,
+    },
+    /// Reading a drive's size, or writing the memory file, failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Writing the state file failed.
+    #[error(transparent)]
+    StateFile(#[from] StateFileError),
+}
+
+/// What a snapshot reads from the running VM.
+#[derive(Debug)]
+pub struct LiveVm<'a> {
+    /// The KVM VM.
+    pub vm: &'a VmFd,
+    /// Guest memory.
+    pub mem: &'a GuestMemoryMmap,
+    /// The devices.
+    pub devices: &'a Devices,
+    /// The vCPUs' pause (they run the state job parked).
+    pub pause: &'a PauseState,
+    /// How many vCPUs there are.
+    pub vcpu_count: u8,
+    /// The MSRs to save (`kvm_state::saveable_msrs`, found at start-up).
+    pub msrs: &'a [u32],
+    /// The configuration in force.
+    pub config: &'a VmConfig,
+    /// Whether the sandbox is on (snapshots are then refused).
+    pub sandboxed: bool,
+}
+
+/// How long each step took (logged; the timing benchmark reads it).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct CreateTimes {
+    /// Waiting for the iothreads.
+    pub drain: Duration,
+    /// vCPU, VM and device state.
+    pub state: Duration,
+    /// Writing guest memory.
+    pub memory: Duration,
+    /// The whole snapshot.
+    pub total: Duration,
+}
+
+/// Takes the snapshot: the state file at `snapshot_path`, guest memory at `mem_file_path`.
+pub fn create(
+    live: &LiveVm<'_>,
+    snapshot_type: &str,
+    snapshot_path: &Path,
+    mem_file_path: &Path,
+) -> Result<CreateTimes, SnapshotCreateError> {
+    let started = Instant::now();
+    if live.sandboxed {
+        return Err(SnapshotCreateError::Sandboxed);
+    }
+    if !live.pause.is_paused() {
+        return Err(SnapshotCreateError::NotPaused);
+    }
+    if snapshot_type != "Full" {
+        return Err(SnapshotCreateError::Type(snapshot_type.into()));
+    }
+    drain(live.devices)?;
+    let mut times = CreateTimes {
+        drain: started.elapsed(),
+        ..Default::default()
+    };
+    let vcpus = vcpu_states(live)?;
+    let vm = VmState::save(live.vm)?;
+    let mut transports = Vec::with_capacity(live.devices.drives.len());
+    for d in &live.devices.drives {
+        let t = d.transport.lock().unwrap_or_else(|p| p.into_inner());
+        transports.push(
+            t.save_state()
+                .map_err(|source| SnapshotCreateError::Device {
+                    drive: d.id.clone(),
+                    source,
+                })?,
+        );
+    }
+    let mut drives = Vec::with_capacity(live.config.drives.len());
+    for d in &live.config.drives {
+        let size_bytes = file_size(&d.path_on_host).map_err(|source| SnapshotCreateError::Io {
+            path: d.path_on_host.clone(),
+            source,
+        })?;
+        drives.push(DriveState {
+            drive_id: d.drive_id.clone(),
+            path: d.path_on_host.clone(),
+            size_bytes,
+        });
+    }
+    times.state = started.elapsed() - times.drain;
+    let memory_started = Instant::now();
+    let mem_size_bytes = write_memory(live.mem, mem_file_path)?;
+    times.memory = memory_started.elapsed();
+    let state = SnapshotState {
+        osprey_version: OSPREY_VERSION.into(),
+        // VmConfig serialises to JSON (its own serde shape); this cannot fail.
+        config_json: serde_json::to_string(live.config).unwrap_or_default(),
+        mem_size_bytes,
+        vcpus,
+        vm,
+        drives,
+        transports,
+    };
+    file::write(snapshot_path, &state)?;
+    times.total = started.elapsed();
+    log::info!(
+        "Snapshot {} (memory {}) in {:.1} ms: drain {:.1} ms, state {:.1} ms, memory {:.1} ms",
+        snapshot_path.display(),
+        mem_file_path.display(),
+        times.total.as_secs_f64() * 1e3,
+        times.drain.as_secs_f64() * 1e3,
+        times.state.as_secs_f64() * 1e3,
+        times.memory.as_secs_f64() * 1e3,
+    );
+    Ok(times)
+}
+
+/// Waits until every drive's rings are settled (each available request used).
+fn drain(devices: &Devices) -> Result<(), SnapshotCreateError> {
+    let deadline = Instant::now() + DRAIN_LIMIT;
+    for d in &devices.drives {
+        loop {
+            let settled = d
+                .transport
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .rings_settled()
+                .map_err(|source| SnapshotCreateError::Device {
+                    drive: d.id.clone(),
+                    source,
+                })?;
+            if settled {
+                break;
+            }
+            if Instant::now() >= deadline {
+                return Err(SnapshotCreateError::Drain {
+                    drive: d.id.clone(),
+                });
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+    Ok(())
+}
+
+/// Each vCPU's state, read by its own (parked) thread, in index order.
+fn vcpu_states(live: &LiveVm<'_>) -> Result<Vec<VcpuState>, SnapshotCreateError> {
+    let has_xsave = xsave_support(live.vm)?;
+    let (tx, rx) = mpsc::channel();
+    let msrs = live.msrs.to_vec();
+    let tx = std::sync::Mutex::new(tx);
+    live.pause
+        .run_on_parked(std::sync::Arc::new(move |id, fd: &kvm_ioctls::VcpuFd| {
+            let state = VcpuState::save(id, fd, &msrs, has_xsave);
+            let _ = tx.lock().unwrap_or_else(|p| p.into_inner()).send(state);
+        }));
+    let deadline = Instant::now() + VCPU_LIMIT;
+    let mut states = Vec::with_capacity(live.vcpu_count.into());
+    while states.len() < usize::from(live.vcpu_count) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(state) => states.push(state?),
+            Err(_) => {
+                return Err(SnapshotCreateError::VcpuTimeout {
+                    missing: usize::from(live.vcpu_count) - states.len(),
+                })
+            }
+        }
+    }
+    states.sort_by_key(|s| s.id);
+    Ok(states)
+}
+
+/// Writes every RAM region, in guest-physical order, back to back; returns the bytes written.
+fn write_memory(mem: &GuestMemoryMmap, path: &Path) -> Result<u64, SnapshotCreateError> {
+    use vm_memory::WriteVolatile;
+    let io = |source| SnapshotCreateError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut f = std::fs::File::create(path).map_err(io)?;
+    let mut total = 0u64;
+    for region in mem.iter() {
+        // The whole region (its mapping is `len` bytes).
+        let slice = region
+            .as_volatile_slice()
+            .map_err(|e| io(std::io::Error::other(e.to_string())))?;
+        f.write_all_volatile(&slice)
+            .map_err(|e| io(std::io::Error::other(e.to_string())))?;
+        total += region.len();
+    }
+    f.flush().map_err(io)?;
+    Ok(total)
+}
