@@ -71,6 +71,13 @@ pub struct Cli {
     #[arg(long, value_name = "MIB", allow_negative_numbers = true, value_parser = memory_in_range)]
     pub memory: Option<u64>,
 
+    /// Restore the snapshot in DIR (its state.snap and mem.snap, as docs/snapshot.md names
+    /// them) and run it, instead of booting: the VM is rebuilt from the snapshot's own
+    /// configuration. A refused snapshot (truncated, corrupted, of another version, a drive or
+    /// memory file missing or resized) exits 2 before any vCPU runs.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["config", "kernel"])]
+    pub restore: Option<PathBuf>,
+
     /// Serve the REST API on this Unix socket; overrides api.socket. Without --config and
     /// --kernel, Osprey starts with no VM, takes its config over the API (Firecracker's PUT
     /// /machine-config, /boot-source, /drives/{id}, /logger, /metrics; docs/api/README.md) and
@@ -276,6 +283,7 @@ impl Cli {
     pub fn waits_for_api(&self) -> bool {
         self.config.is_none()
             && self.kernel.is_none()
+            && self.restore.is_none()
             && self.api_sock.is_some()
             && !self.check_config
     }

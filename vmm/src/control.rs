@@ -142,6 +142,13 @@ impl Controller<'_> {
                 Effect::None,
             ),
             ApiCommand::SetVmState(r) => self.set_state(r.state),
+            // Refused above (pre-boot only).
+            ApiCommand::SnapshotLoad(_) => (
+                Err(ApiError::BadRequest(
+                    "PUT /snapshot/load: the VM runs already".into(),
+                )),
+                Effect::None,
+            ),
             // The running VM takes snapshots itself (it holds the KVM fds and memory).
             ApiCommand::SnapshotCreate(_) => (
                 Err(ApiError::BadRequest(

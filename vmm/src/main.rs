@@ -40,6 +40,23 @@ fn serve_preboot(cli: &Cli) -> ! {
     exit_with(vmm::preboot::serve(&socket, config))
 }
 
+/// `--restore DIR`: checks the snapshot in DIR (exit 2 when refused), restores and runs it.
+fn restore(dir: &std::path::Path) -> ! {
+    let files = vmm::snapshot::restore::SnapshotFiles::in_folder(dir);
+    let checked = match vmm::snapshot::restore::load(&files.state, &files.memory) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("osprey: error: --restore {}: {e}", dir.display());
+            std::process::exit(EXIT_CONFIG);
+        }
+    };
+    let result = vmm::vm::restore(checked, true, None).map(|mut vm| {
+        vm.set_process_exits_after();
+        vm.wait()
+    });
+    exit_with(result)
+}
+
 /// Exits with the status for how the VM stopped, or for why it could not run.
 fn exit_with(result: Result<vmm::stop::StopReason, vmm::vm::VmError>) -> ! {
     match result {
@@ -90,6 +107,9 @@ fn main() {
     }
     if cli.waits_for_api() {
         serve_preboot(&cli);
+    }
+    if let Some(dir) = &cli.restore {
+        restore(dir);
     }
 
     let (config, drives) = match effective_config(&cli) {

@@ -67,6 +67,68 @@ pub enum ApiCommand {
     PutMetrics(MetricsConfig),
     /// `PUT /snapshot/create`: the paused VM to files (docs/snapshot.md).
     SnapshotCreate(SnapshotCreateRequest),
+    /// `PUT /snapshot/load` (before `InstanceStart`): a VM restored from files.
+    SnapshotLoad(SnapshotLoadRequest),
+}
+
+/// `PUT /snapshot/load` body (Firecracker's `SnapshotLoadParams`, the fields Osprey takes).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SnapshotLoadRequest {
+    /// The state file.
+    #[schema(value_type = String)]
+    pub snapshot_path: std::path::PathBuf,
+    /// Where guest memory comes from.
+    #[serde(default)]
+    pub mem_backend: Option<MemBackend>,
+    /// Deprecated by Firecracker for `mem_backend`: the memory file.
+    #[serde(default)]
+    #[schema(value_type = Option<String>)]
+    pub mem_file_path: Option<std::path::PathBuf>,
+    /// Run the VM once restored (else it stays paused until `PATCH /vm`).
+    #[serde(default)]
+    pub resume_vm: bool,
+    /// Firecracker's dirty-page tracking for diff snapshots: Osprey takes full snapshots only,
+    /// so only `false` is accepted.
+    #[serde(default)]
+    pub enable_diff_snapshots: bool,
+    /// As `enable_diff_snapshots`, its newer name.
+    #[serde(default)]
+    pub track_dirty_pages: bool,
+}
+
+/// Firecracker's `MemoryBackend`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MemBackend {
+    /// `File` (Firecracker's `Uffd` is refused).
+    pub backend_type: String,
+    /// The memory file.
+    #[schema(value_type = String)]
+    pub backend_path: std::path::PathBuf,
+}
+
+impl SnapshotLoadRequest {
+    /// The memory file: `mem_backend` (type `File`) or `mem_file_path`, exactly one.
+    pub fn mem_path(&self) -> Result<&std::path::Path, ApiError> {
+        if self.enable_diff_snapshots || self.track_dirty_pages {
+            return Err(ApiError::BadRequest(
+                "PUT /snapshot/load: Osprey takes full snapshots only (no dirty-page tracking)"
+                    .into(),
+            ));
+        }
+        match (&self.mem_backend, &self.mem_file_path) {
+            (Some(b), None) if b.backend_type == "File" => Ok(&b.backend_path),
+            (Some(b), None) => Err(ApiError::BadRequest(format!(
+                "PUT /snapshot/load: mem_backend.backend_type {:?}: Osprey takes File only",
+                b.backend_type
+            ))),
+            (None, Some(p)) => Ok(p),
+            _ => Err(ApiError::BadRequest(
+                "PUT /snapshot/load: give either mem_backend or mem_file_path".into(),
+            )),
+        }
+    }
 }
 
 /// `PUT /snapshot/create` body (Firecracker's `SnapshotCreateParams`).
@@ -100,6 +162,7 @@ impl ApiCommand {
             ApiCommand::PutRateLimitGroup(..) => "PUT /rate-limit-groups",
             ApiCommand::PutLogger(_) => "PUT /logger",
             ApiCommand::PutMetrics(_) => "PUT /metrics",
+            ApiCommand::SnapshotLoad(_) => "PUT /snapshot/load",
             _ => return None,
         })
     }

@@ -88,6 +88,7 @@ pub fn documented() -> OpenApiRouter<ApiState> {
         .routes(routes!(metrics, configure::put_metrics))
         .routes(routes!(action))
         .routes(routes!(super::snapshot::create))
+        .routes(routes!(super::snapshot::load))
 }
 
 /// The router: the [`documented`] routes, Firecracker's unsupported routes (400), a JSON 404

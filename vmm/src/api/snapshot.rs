@@ -1,11 +1,12 @@
-//! Firecracker's snapshot routes that Osprey serves: `PUT /snapshot/create` (a paused VM to a
-//! state file and a memory file; docs/snapshot.md). The control thread takes the snapshot.
+//! Firecracker's snapshot routes: `PUT /snapshot/create` (a paused VM to a state file and a
+//! memory file; the control thread takes it) and `PUT /snapshot/load` (before `InstanceStart`:
+//! the pre-boot loop restores a VM from them). docs/snapshot.md.
 
 use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
 
 use super::body;
-use super::command::{ApiCommand, SnapshotCreateRequest};
+use super::command::{ApiCommand, SnapshotCreateRequest, SnapshotLoadRequest};
 use super::fault::FaultBody;
 use super::reply::{send_change, ApiState};
 #[allow(unused_imports)] // `json!` is used by the examples in the `#[utoipa::path]`s.
@@ -21,6 +22,20 @@ use serde_json::json;
 pub async fn create(State(s): State<ApiState>, request: Request) -> Response {
     match body::parse_json::<SnapshotCreateRequest>(request, s.max_body).await {
         Ok(r) => send_change(&s, ApiCommand::SnapshotCreate(r)).await,
+        Err(f) => f.into_response(),
+    }
+}
+
+/// `PUT /snapshot/load`: a VM restored from a snapshot's files, before `InstanceStart`.
+#[utoipa::path(put, path = "/snapshot/load", tag = "pre-boot",
+    request_body(content = SnapshotLoadRequest, examples(
+        ("file" = (summary = "Restore and run",
+            value = json!({"snapshot_path": "/srv/vm/state.snap", "mem_backend": {"backend_type": "File", "backend_path": "/srv/vm/mem.snap"}, "resume_vm": true}))))),
+    responses((status = 204, description = "Restored (running with resume_vm, else paused)."),
+        (status = 400, description = "A bad body; a state file that is truncated, corrupted, of another version, or whose drive or memory file is missing or changed (named); or the VM runs already.", body = FaultBody)))]
+pub async fn load(State(s): State<ApiState>, request: Request) -> Response {
+    match body::parse_json::<SnapshotLoadRequest>(request, s.max_body).await {
+        Ok(r) => send_change(&s, ApiCommand::SnapshotLoad(r)).await,
         Err(f) => f.into_response(),
     }
 }

@@ -36,7 +36,6 @@ pub const UNSUPPORTED: &[(&str, &str, &str)] = &[
     ("PUT", "/hotplug/memory", HOTPLUG),
     ("PATCH", "/hotplug/memory", HOTPLUG),
     ("PUT", "/cpu-config", CPU_CONFIG),
-    ("PUT", "/snapshot/load", SNAPSHOT),
     ("DELETE", "/drives/{id}", DRIVE_UNPLUG),
 ];
 
@@ -51,7 +50,6 @@ const SERIAL: &str = "configuring the serial console is not supported by Osprey:
 const PMEM: &str = "pmem devices are not supported by Osprey";
 const HOTPLUG: &str = "memory hot-plug is not supported by Osprey";
 const CPU_CONFIG: &str = "custom CPU templates are not supported by Osprey";
-const SNAPSHOT: &str = "snapshots are not supported by Osprey yet";
 const DRIVE_UNPLUG: &str = "removing a drive from a running VM is not supported by Osprey";
 
 /// `router` with every [`UNSUPPORTED`] route added (paths Osprey also serves keep their other

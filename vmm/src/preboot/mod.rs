@@ -60,16 +60,28 @@ pub fn serve(socket: &Path, mut base: VmConfig) -> Result<StopReason, VmError> {
             Err(RecvTimeoutError::Timeout) => continue,
             Err(RecvTimeoutError::Disconnected) => return Err(VmError::ApiStopped),
         };
-        if request.command != ApiCommand::Action(VmAction::InstanceStart) {
-            let reply = pending.execute(request.command);
-            let _ = request.reply.send(reply);
-            continue;
-        }
         let serving = ServingApi {
             server: server.clone(),
             switch: switch.clone(),
         };
-        match start(&pending, serving) {
+        let started = match &request.command {
+            ApiCommand::Action(VmAction::InstanceStart) => start(&pending, serving),
+            ApiCommand::SnapshotLoad(load) => match restore(load, serving) {
+                Ok(vm) => Ok(vm),
+                Err(e) => {
+                    switch.set(to_preboot.clone());
+                    log::error!("{e}");
+                    let _ = request.reply.send(Err(e));
+                    continue;
+                }
+            },
+            _ => {
+                let reply = pending.execute(request.command);
+                let _ = request.reply.send(reply);
+                continue;
+            }
+        };
+        match started {
             Ok(vm) => {
                 let _ = request.reply.send(Ok(crate::api::command::Reply::Done));
                 // Requests that reached the pre-boot loop while the VM was starting.
@@ -89,6 +101,26 @@ pub fn serve(socket: &Path, mut base: VmConfig) -> Result<StopReason, VmError> {
             }
         }
     }
+}
+
+/// `PUT /snapshot/load`: checks the snapshot's files, then restores the VM on the serving API.
+fn restore(
+    load: &crate::api::command::SnapshotLoadRequest,
+    serving: ServingApi,
+) -> Result<RunningVm, ApiError> {
+    let started = std::time::Instant::now();
+    let fail = |e: &dyn std::fmt::Display| ApiError::BadRequest(format!("PUT /snapshot/load: {e}"));
+    let mem_path = load.mem_path()?;
+    let checked =
+        crate::snapshot::restore::load(&load.snapshot_path, mem_path).map_err(|e| fail(&e))?;
+    let mut vm =
+        crate::vm::restore(checked, load.resume_vm, Some(serving)).map_err(|e| fail(&e))?;
+    vm.set_process_exits_after();
+    log::info!(
+        "PUT /snapshot/load: restored in {:.1} ms",
+        started.elapsed().as_secs_f64() * 1e3
+    );
+    Ok(vm)
 }
 
 /// Why `InstanceStart` failed: the config, or building the VM.

@@ -201,6 +201,10 @@ impl PendingVm {
             ApiCommand::SetVmState(_) => Err(not_started("PATCH /vm")),
             ApiCommand::Action(a) => Err(not_started(&format!("{a:?}"))),
             ApiCommand::SnapshotCreate(_) => Err(not_started("PUT /snapshot/create")),
+            // The pre-boot loop restores (`preboot::serve`); never handed here.
+            ApiCommand::SnapshotLoad(_) => Err(ApiError::BadRequest(
+                "PUT /snapshot/load: not in this phase".into(),
+            )),
         }
     }
 

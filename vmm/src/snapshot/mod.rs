@@ -5,4 +5,5 @@
 pub mod create;
 pub mod file;
 pub mod kvm_state;
+pub mod restore;
 pub mod state;

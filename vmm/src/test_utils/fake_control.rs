@@ -171,6 +171,9 @@ pub fn answer(command: &ApiCommand) -> ApiReply {
         ApiCommand::GetMetrics => Ok(Reply::Metrics(Box::new(metrics_report()))),
         ApiCommand::Action(VmAction::Resume) => Err(ApiError::Conflict("VM is running".into())),
         ApiCommand::Action(_) => Ok(Reply::Done),
+        ApiCommand::SnapshotLoad(_) => Err(ApiError::BadRequest(
+            "PUT /snapshot/load: only allowed before InstanceStart; the VM is running".into(),
+        )),
         ApiCommand::SnapshotCreate(_) => Err(ApiError::BadRequest(
             "PUT /snapshot/create: the VM is running; pause it first".into(),
         )),

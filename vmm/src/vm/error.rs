@@ -17,6 +17,9 @@ pub enum VmError {
         /// The ioctl's error.
         source: kvm_ioctls::Error,
     },
+    /// A snapshot's state could not be restored.
+    #[error("restoring the snapshot: {0}")]
+    Restore(#[from] crate::snapshot::restore::RestoreError),
     /// Listing the MSRs a snapshot saves failed.
     #[error("snapshot set-up: {0}")]
     SnapshotSetUp(crate::snapshot::kvm_state::KvmStateError),

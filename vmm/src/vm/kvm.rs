@@ -12,9 +12,12 @@ use crate::host::KvmFlavor;
 use crate::layout::ram_regions;
 use crate::{cpuid, msr, regs};
 
-/// Opens KVM, checks the vCPU count against it, and creates the VM with its TSS, guest memory,
-/// in-kernel irqchip and PIT.
-pub(super) fn create_vm(config: &VmConfig) -> Result<(Kvm, VmFd, GuestMemoryMmap), VmError> {
+/// Opens KVM, checks the vCPU count against it, and creates the VM with its TSS, guest memory
+/// (zeroed, or mapped privately from a snapshot's `mem_file`), in-kernel irqchip and PIT.
+pub(super) fn create_vm(
+    config: &VmConfig,
+    mem_file: Option<&std::fs::File>,
+) -> Result<(Kvm, VmFd, GuestMemoryMmap), VmError> {
     let flavor = KvmFlavor::detect();
     log::info!("KVM: {}", flavor.describe());
     let kvm = Kvm::new().map_err(kvm_err("opening /dev/kvm"))?;
@@ -32,6 +35,7 @@ pub(super) fn create_vm(config: &VmConfig) -> Result<(Kvm, VmFd, GuestMemoryMmap
         &vm,
         config.machine.mem_size_mib << 20,
         config.machine.mem_size_mib,
+        mem_file,
     )?;
     crate::boot_timing::mark(crate::boot_timing::Step::MemorySetUp);
     vm.create_irq_chip()
@@ -44,13 +48,39 @@ pub(super) fn create_vm(config: &VmConfig) -> Result<(Kvm, VmFd, GuestMemoryMmap
     Ok((kvm, vm, mem))
 }
 
-/// Guest memory for `mem_bytes`, each RAM region a KVM memory slot.
-fn create_memory(vm: &VmFd, mem_bytes: u64, mib: u64) -> Result<GuestMemoryMmap, VmError> {
-    let mem =
-        GuestMemoryMmap::from_ranges(&ram_regions(mem_bytes)).map_err(|e| VmError::Memory {
-            mib,
-            reason: e.to_string(),
-        })?;
+/// Guest memory for `mem_bytes`, each RAM region a KVM memory slot: anonymous, or `mem_file`
+/// mapped `MAP_PRIVATE` (pages load from the file on first touch; the guest's writes stay in
+/// this process), its regions back to back in guest-physical order as a snapshot writes them.
+fn create_memory(
+    vm: &VmFd,
+    mem_bytes: u64,
+    mib: u64,
+    mem_file: Option<&std::fs::File>,
+) -> Result<GuestMemoryMmap, VmError> {
+    let fail = |reason: String| VmError::Memory { mib, reason };
+    let mem = match mem_file {
+        None => GuestMemoryMmap::from_ranges(&ram_regions(mem_bytes))
+            .map_err(|e| fail(e.to_string()))?,
+        Some(file) => {
+            let mut regions = Vec::new();
+            let mut offset = 0u64;
+            for (start, len) in ram_regions(mem_bytes) {
+                let file = file.try_clone().map_err(|e| fail(e.to_string()))?;
+                let mapping = vm_memory::mmap::MmapRegionBuilder::new(len)
+                    .with_mmap_prot(libc::PROT_READ | libc::PROT_WRITE)
+                    .with_mmap_flags(libc::MAP_PRIVATE | libc::MAP_NORESERVE)
+                    .with_file_offset(vm_memory::FileOffset::new(file, offset))
+                    .build()
+                    .map_err(|e| fail(e.to_string()))?;
+                regions.push(
+                    vm_memory::GuestRegionMmap::new(mapping, start)
+                        .ok_or_else(|| fail("region overflows".into()))?,
+                );
+                offset += len as u64;
+            }
+            GuestMemoryMmap::from_regions(regions).map_err(|e| fail(e.to_string()))?
+        }
+    };
     for (slot, region) in mem.iter().enumerate() {
         let host = region
             .get_host_address(MemoryRegionAddress(0))

@@ -29,6 +29,8 @@ use crate::drive::OpenedDrive;
 use crate::events::{ControlEvent, ControlSender, PauseState};
 use crate::sandbox::{Sandbox, ThreadHook};
 use crate::seccomp::ThreadKind;
+use crate::snapshot::restore::{CheckedSnapshot, RestoreError};
+use crate::snapshot::state::SnapshotState;
 use crate::stop::StopReason;
 use crate::vcpu::VcpuRunner;
 use crate::{acpi, mptable};
@@ -56,6 +58,20 @@ pub struct ServingApi {
     pub switch: SubmitSwitch,
 }
 
+/// Where a VM's state comes from: a boot, or a snapshot (docs/snapshot.md).
+#[derive(Debug, Clone, Copy)]
+enum Origin<'a> {
+    /// Boot the kernel.
+    Boot,
+    /// Restore a checked snapshot: guest memory mapped privately from `mem_file`, the KVM and
+    /// device state written back; the vCPUs start paused unless `resume`.
+    Snapshot {
+        state: &'a SnapshotState,
+        mem_file: &'a std::fs::File,
+        resume: bool,
+    },
+}
+
 /// Builds the VM described by `config` (its values checked, its defaults filled in by
 /// `VmConfig::fill_defaults`) on the drive files start-up's preflight opened (in `drives`
 /// order), and starts its vCPUs. With `serving`, the API is that server, and the caller has
@@ -65,13 +81,57 @@ pub fn start(
     drive_files: Vec<OpenedDrive>,
     serving: Option<ServingApi>,
 ) -> Result<RunningVm, VmError> {
+    start_from(config, drive_files, serving, Origin::Boot)
+}
+
+/// Restores the snapshot `checked` (`snapshot::restore::load` checked it and opened its files):
+/// the VM rebuilt from its configuration, memory mapped from its memory file, the saved state
+/// written back before any vCPU runs; the vCPUs run at once with `resume`, else it stays
+/// paused. `serving` as for [`start`].
+pub fn restore(
+    checked: CheckedSnapshot,
+    resume: bool,
+    serving: Option<ServingApi>,
+) -> Result<RunningVm, VmError> {
+    let CheckedSnapshot {
+        state,
+        mut config,
+        mem_file,
+        drives,
+    } = checked;
+    // The saved API socket was the snapshotted process's: the restoring process serves the
+    // API on its own socket, or none.
+    config.api = serving.as_ref().map(|s| crate::config::ApiConfig {
+        socket: s.server.socket().to_path_buf(),
+    });
+    let origin = Origin::Snapshot {
+        state: &state,
+        mem_file: &mem_file,
+        resume,
+    };
+    start_from(&config, drives, serving, origin)
+}
+
+fn start_from(
+    config: &VmConfig,
+    drive_files: Vec<OpenedDrive>,
+    serving: Option<ServingApi>,
+    origin: Origin<'_>,
+) -> Result<RunningVm, VmError> {
     let started = Instant::now();
     if serving.is_none() {
         // Alone on the main thread still: namespaces (when asked) and no_new_privs for every
         // thread.
         Sandbox::enter_early(&config.sandbox)?;
     }
-    let (kvm, vm, mem) = kvm::create_vm(config)?;
+    let mem_file = match origin {
+        Origin::Snapshot { mem_file, .. } => Some(mem_file),
+        Origin::Boot => None,
+    };
+    let (kvm, vm, mem) = kvm::create_vm(config, mem_file)?;
+    if let Origin::Snapshot { state, .. } = origin {
+        state.vm.restore(&vm).map_err(RestoreError::from)?;
+    }
     let metrics_every = config
         .metrics
         .as_ref()
@@ -85,19 +145,29 @@ pub fn start(
     let (sandbox, light_vcpus) = prepare_sandbox(config)?;
     let devices = device_manager::build(config, drive_files, &vm, &mem, exit, light_vcpus)?;
     confine_iothreads(&devices, &sandbox)?;
-    let entry = load_guest(config, &mem)?;
+    let boot = match origin {
+        Origin::Boot => VcpuBoot::Entry(load_guest(config, &mem)?),
+        Origin::Snapshot { state, .. } => {
+            restore_devices(&devices, state)?;
+            VcpuBoot::Restore(&state.vcpus)
+        }
+    };
     let supported = kvm
         .get_supported_cpuid(KVM_MAX_CPUID_ENTRIES)
         .map_err(kvm_err("KVM_GET_SUPPORTED_CPUID"))?;
     register_signal_handlers()?;
     let stop = Arc::new(AtomicBool::new(false));
     let pause = Arc::new(PauseState::default());
+    if let Origin::Snapshot { resume: false, .. } = origin {
+        // The vCPUs park before their first KVM_RUN; `PATCH /vm` resumes them.
+        pause.set(true);
+    }
     let (vcpus, snapshot_msrs) = spawn_vcpus(
         &kvm,
         &vm,
         &mem,
         &supported,
-        entry,
+        boot,
         config.machine.vcpu_count,
         &VcpuShared {
             devices: &devices,
@@ -114,13 +184,22 @@ pub fn start(
         None => start_api(config, &tx, &sandbox)?,
     };
     enter_control_sandbox(&sandbox)?;
-    log::info!(
-        "Started {} vCPU(s), {} MiB in {:.1} ms; boot timings {}",
-        config.machine.vcpu_count,
-        config.machine.mem_size_mib,
-        started.elapsed().as_secs_f64() * 1e3,
-        crate::boot_timing::json()
-    );
+    match origin {
+        Origin::Boot => log::info!(
+            "Started {} vCPU(s), {} MiB in {:.1} ms; boot timings {}",
+            config.machine.vcpu_count,
+            config.machine.mem_size_mib,
+            started.elapsed().as_secs_f64() * 1e3,
+            crate::boot_timing::json()
+        ),
+        Origin::Snapshot { resume, .. } => log::info!(
+            "Restored {} vCPU(s), {} MiB in {:.1} ms ({})",
+            config.machine.vcpu_count,
+            config.machine.mem_size_mib,
+            started.elapsed().as_secs_f64() * 1e3,
+            if resume { "running" } else { "paused" }
+        ),
+    }
     Ok(RunningVm {
         process_exits_after: false,
         vcpus,
@@ -208,6 +287,39 @@ fn load_guest(config: &VmConfig, mem: &GuestMemoryMmap) -> Result<BootEntry, VmE
     Ok(entry)
 }
 
+/// Replays each drive's saved virtio-pci state on its freshly built function: the config
+/// writes through the PCI root (which moves its MMIO routes), then the function's registers
+/// (`DRIVER_OK` activates it on its iothread).
+fn restore_devices(devices: &Devices, state: &SnapshotState) -> Result<(), VmError> {
+    for (drive, saved) in devices.drives.iter().zip(&state.transports) {
+        {
+            let mut root = devices.pci.lock().unwrap_or_else(|p| p.into_inner());
+            for (offset, value) in saved.config_writes() {
+                root.config_write(0, drive.slot, 0, offset, &value.to_le_bytes());
+            }
+        }
+        drive
+            .transport
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .restore_state(saved)
+            .map_err(|source| RestoreError::Device {
+                drive: drive.id.clone(),
+                source,
+            })?;
+    }
+    Ok(())
+}
+
+/// How a vCPU gets its first state.
+#[derive(Debug, Clone, Copy)]
+enum VcpuBoot<'a> {
+    /// The boot state for the kernel's entry.
+    Entry(BootEntry),
+    /// A snapshot's state, one per vCPU in index order.
+    Restore(&'a [crate::snapshot::kvm_state::VcpuState]),
+}
+
 /// What every vCPU thread shares.
 struct VcpuShared<'a> {
     devices: &'a Devices,
@@ -226,7 +338,7 @@ fn spawn_vcpus(
     vm: &VmFd,
     mem: &GuestMemoryMmap,
     supported: &kvm_bindings::CpuId,
-    entry: BootEntry,
+    boot: VcpuBoot<'_>,
     count: u8,
     shared: &VcpuShared<'_>,
 ) -> Result<(Vec<JoinHandle<()>>, Vec<u32>), VmError> {
@@ -236,7 +348,17 @@ fn spawn_vcpus(
         let fd = vm
             .create_vcpu(u64::from(id))
             .map_err(kvm_err("creating a vCPU"))?;
-        kvm::configure_vcpu(&fd, mem, supported, id, count, entry)?;
+        match boot {
+            VcpuBoot::Entry(entry) => kvm::configure_vcpu(&fd, mem, supported, id, count, entry)?,
+            VcpuBoot::Restore(states) => {
+                let saved = states.get(usize::from(id)).ok_or(RestoreError::Shape {
+                    what: "vCPUs",
+                    saved: states.len(),
+                    configured: usize::from(count),
+                })?;
+                saved.restore(&fd).map_err(RestoreError::from)?;
+            }
+        }
         if id == 0 {
             snapshot_msrs = crate::snapshot::kvm_state::saveable_msrs(kvm, &fd)
                 .map_err(VmError::SnapshotSetUp)?;

@@ -1,0 +1,151 @@
+//! What a restore checks before it builds anything ([`load`]): the state file (`file.rs`'s
+//! checks), the configuration it holds, its shape against that configuration, each drive's file
+//! (there, same size), and the memory file (there, the saved size). Every refusal is a
+//! [`RestoreError`] that names the file and the reason; none leaves a VM half built.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use super::file::{self, StateFileError};
+use super::kvm_state::KvmStateError;
+use super::state::{file_size, DriveCheckError, SnapshotState};
+use crate::config::VmConfig;
+use crate::drive::{DriveOpenError, OpenedDrive};
+
+/// Why a snapshot cannot be restored.
+#[derive(Debug, thiserror::Error)]
+pub enum RestoreError {
+    /// The state file is refused.
+    #[error(transparent)]
+    StateFile(#[from] StateFileError),
+    /// The saved configuration does not parse (a writer's bug: the checksum held).
+    #[error("snapshot configuration: {0}")]
+    Config(String),
+    /// The saved parts do not fit the saved configuration.
+    #[error("snapshot has {saved} {what}; its configuration has {configured}")]
+    Shape {
+        /// vCPUs, drives or device states.
+        what: &'static str,
+        /// In the state.
+        saved: usize,
+        /// In the configuration.
+        configured: usize,
+    },
+    /// A drive's file is missing or changed.
+    #[error(transparent)]
+    Drive(#[from] DriveCheckError),
+    /// A drive's file cannot be opened as the configuration asks.
+    #[error(transparent)]
+    DriveOpen(#[from] DriveOpenError),
+    /// The memory file cannot be opened or sized.
+    #[error("memory file {}: {source}", path.display())]
+    MemFile {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The memory file has another size than the snapshot's memory.
+    #[error("memory file {} is {found} bytes; the snapshot's memory is {expected}", path.display())]
+    MemSize {
+        /// The file.
+        path: PathBuf,
+        /// The snapshot's memory size.
+        expected: u64,
+        /// The file's size.
+        found: u64,
+    },
+    /// KVM refused a saved state.
+    #[error(transparent)]
+    Kvm(#[from] KvmStateError),
+    /// A device's state does not replay.
+    #[error("drive {drive}: {source}")]
+    Device {
+        /// The drive.
+        drive: String,
+        /// Why.
+        source: devices::virtio::pci::state::VirtioPciStateError,
+    },
+}
+
+/// The files of a snapshot kept in a folder (what `osprey --restore DIR` reads).
+#[derive(Debug, Clone)]
+pub struct SnapshotFiles {
+    /// `DIR/state.snap`.
+    pub state: PathBuf,
+    /// `DIR/mem.snap`.
+    pub memory: PathBuf,
+}
+
+impl SnapshotFiles {
+    /// The state and memory files in `dir`.
+    pub fn in_folder(dir: &Path) -> Self {
+        SnapshotFiles {
+            state: dir.join("state.snap"),
+            memory: dir.join("mem.snap"),
+        }
+    }
+}
+
+/// A snapshot checked and ready to restore.
+#[derive(Debug)]
+pub struct CheckedSnapshot {
+    /// The state.
+    pub state: SnapshotState,
+    /// The configuration it holds.
+    pub config: VmConfig,
+    /// The memory file, opened for a private mapping.
+    pub mem_file: File,
+    /// Each drive's file, opened as the configuration asks.
+    pub drives: Vec<OpenedDrive>,
+}
+
+/// Reads the state file at `snapshot_path` and checks it, the drives and the memory file at
+/// `mem_path`.
+pub fn load(snapshot_path: &Path, mem_path: &Path) -> Result<CheckedSnapshot, RestoreError> {
+    let state = file::read(snapshot_path)?;
+    let config: VmConfig = serde_json::from_str(&state.config_json)
+        .map_err(|e| RestoreError::Config(e.to_string()))?;
+    let shape = |what, saved: usize, configured: usize| {
+        (saved != configured).then_some(RestoreError::Shape {
+            what,
+            saved,
+            configured,
+        })
+    };
+    if let Some(e) = shape(
+        "vCPUs",
+        state.vcpus.len(),
+        usize::from(config.machine.vcpu_count),
+    )
+    .or_else(|| shape("drives", state.drives.len(), config.drives.len()))
+    .or_else(|| shape("device states", state.transports.len(), config.drives.len()))
+    {
+        return Err(e);
+    }
+    state.check_drives()?;
+    let mem_err = |source| RestoreError::MemFile {
+        path: mem_path.to_path_buf(),
+        source,
+    };
+    let found = file_size(mem_path).map_err(mem_err)?;
+    if found != state.mem_size_bytes {
+        return Err(RestoreError::MemSize {
+            path: mem_path.to_path_buf(),
+            expected: state.mem_size_bytes,
+            found,
+        });
+    }
+    let mem_file = File::open(mem_path).map_err(mem_err)?;
+    let drives = config
+        .drives
+        .iter()
+        .map(|d| crate::drive::open(&d.path_on_host, d.is_read_only, d.direct))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(CheckedSnapshot {
+        state,
+        config,
+        mem_file,
+        drives,
+    })
+}
