@@ -4,7 +4,7 @@ CARGO ?= cargo
 GUEST := guest-images/build/test-guest.elf
 DISK := guest-images/build/disk.img
 
-.PHONY: all build guest kernel kit run test test-linux test-unit test-guest-check lint fmt clean help
+.PHONY: all build guest kernel kit run test test-linux test-unit test-guest-check test-snapshot-long lint fmt clean help
 
 help:
 	@echo "make run     build everything and boot examples/test-guest.json: a disk workload (the main job)"
@@ -15,6 +15,7 @@ help:
 	@echo "make kit     build the Linux kit (initramfs with busybox + fio, ext4 root disk) next to it"
 	@echo "make test-linux  the Linux guest tests alone (fio runs only on vmx/svm hosts; elsewhere: NOT RUN)"
 	@echo "make fuzz-smoke  run each fuzz target (fuzz/) for about 30 s; needs cargo-fuzz"
+	@echo "make test-snapshot-long  snapshot, kill, restore mid-I/O 20 times in a row (make test: 3)"
 
 all: build guest
 
@@ -54,6 +55,10 @@ test-guest-check: guest
 test: guest test-guest-check build
 	$(CARGO) test --workspace -- --test-threads=2
 
+# The issue-43 acceptance run: 20 snapshot/kill/restore rounds, each paused at its own point.
+test-snapshot-long: guest
+	OSPREY_SNAPSHOT_ROUNDS=20 $(CARGO) test -p vmm --test snapshot restored_in_a_new_process -- --nocapture
+
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
@@ -63,7 +68,7 @@ clean:
 	$(MAKE) -C guest-images clean
 
 # Fuzzing (fuzz/ is its own cargo project, outside the workspace; see fuzz/README.md).
-FUZZ_TARGETS := blk_request blk_queue virtio_pci vm_config api_router bzimage_header
+FUZZ_TARGETS := blk_request blk_queue virtio_pci vm_config api_router bzimage_header snapshot_file
 FUZZ_SECONDS ?= 30
 
 .PHONY: fuzz-smoke

@@ -77,12 +77,19 @@ fn pause_and_snapshot(vmm: &Vmm, sock: &Path, pause: Duration, dir: &Path) -> St
                       "mem_file_path": dir.join("mem.snap")});
     let (status, v) = call(sock, "PUT", "/snapshot/create", Some(&body.to_string()));
     assert_eq!(status, 204, "{v}\n{}", vmm.log_text());
-    let log = vmm.log_text();
-    log.lines()
-        .rev()
-        .find(|l| l.contains("Snapshot "))
-        .expect("the snapshot's log line")
-        .to_string()
+    // The log line reaches the pipe reader shortly after the reply.
+    let t0 = Instant::now();
+    loop {
+        let log = vmm.log_text();
+        if let Some(line) = log.lines().rev().find(|l| l.contains("Snapshot ")) {
+            return line.to_string();
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "no snapshot log line:\n{log}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 /// Requests the guest had completed when the snapshot in `dir` was taken (the used ring
@@ -187,4 +194,205 @@ fn restored_in_a_new_process_the_guest_finishes_its_io() {
             report["runs"][0]["requests"]
         );
     }
+}
+
+/// The first `key` anywhere in `v`.
+fn find_key<'a>(v: &'a Value, key: &str) -> Option<&'a Value> {
+    match v {
+        Value::Object(m) => m
+            .get(key)
+            .or_else(|| m.values().find_map(|x| find_key(x, key))),
+        Value::Array(a) => a.iter().find_map(|x| find_key(x, key)),
+        _ => None,
+    }
+}
+
+#[test]
+fn bad_snapshots_are_refused_before_any_vcpu_runs_and_clones_run_on_their_own_drives() {
+    let disk = Disk::new("snapshot-bad-and-clones", DISK_BYTES);
+    let (first, sock) = boot(&disk, json!({}));
+    pause_and_snapshot(&first, &sock, random_pause(7), &disk.dir);
+    drop(first);
+    let dir = &disk.dir;
+    let good = std::fs::read(dir.join("state.snap")).expect("state file");
+
+    // Each bad variant in a folder of its own, beside the good memory file.
+    let variant = |name: &str, bytes: &[u8]| -> PathBuf {
+        let d = dir.join(name);
+        std::fs::create_dir_all(&d).expect("folder");
+        std::fs::write(d.join("state.snap"), bytes).expect("state");
+        std::fs::hard_link(dir.join("mem.snap"), d.join("mem.snap")).expect("memory");
+        d
+    };
+    let mut flipped = good.clone();
+    let middle = good.len() / 2;
+    flipped[middle] ^= 0x40;
+    let mut other_format = good.clone();
+    other_format[8..12].copy_from_slice(&99u32.to_le_bytes());
+    let cases = [
+        (variant("truncated", &good[..good.len() - 100]), "truncated"),
+        (variant("flipped", &flipped), "corrupted"),
+        (variant("other-format", &other_format), "format version 99"),
+    ];
+    // Over the API: each is a 400, and the process stays in its pre-boot phase.
+    let api_sock = dir.join("bad.sock");
+    let mut loader = Vmm::spawn(["--api-sock".as_ref(), api_sock.as_os_str()]);
+    wait_for_socket(&api_sock);
+    let load = |d: &Path, overrides: Value| {
+        let body = json!({"snapshot_path": d.join("state.snap"),
+                          "mem_file_path": d.join("mem.snap"),
+                          "resume_vm": true, "drive_overrides": overrides});
+        call(&api_sock, "PUT", "/snapshot/load", Some(&body.to_string()))
+    };
+    for (d, words) in &cases {
+        let (status, v) = load(d, json!([]));
+        assert_eq!(status, 400, "{}: {v}", d.display());
+        let message = v["fault_message"].as_str().unwrap_or_default();
+        assert!(message.contains(words), "{}: {message}", d.display());
+    }
+    let missing = dir.join("no-such-disk.img");
+    let (status, v) = load(dir, json!([{"drive_id": "disk0", "path_on_host": missing}]));
+    assert_eq!(status, 400, "{v}");
+    assert!(
+        v["fault_message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("No such file"),
+        "{v}"
+    );
+    let small = Disk::new("snapshot-small-copy", DISK_BYTES / 2);
+    let (status, v) = load(
+        dir,
+        json!([{"drive_id": "disk0", "path_on_host": small.path}]),
+    );
+    assert_eq!(status, 400, "{v}");
+    assert!(
+        v["fault_message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("the snapshot's was"),
+        "{v}"
+    );
+    let no_memory = variant("no-memory", &good);
+    std::fs::remove_file(no_memory.join("mem.snap")).expect("remove");
+    let (status, v) = load(&no_memory, json!([]));
+    assert_eq!(status, 400, "{v}");
+    assert!(
+        v["fault_message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("memory file"),
+        "{v}"
+    );
+    let (status, v) = call(&api_sock, "GET", "/", None);
+    assert_eq!(
+        (status, v["state"].as_str()),
+        (200, Some("Not started")),
+        "{v}"
+    );
+    assert!(
+        !loader.log_text().contains("Restored"),
+        "{}",
+        loader.log_text()
+    );
+    loader.signal(libc::SIGTERM);
+    loader.wait_exit(Duration::from_secs(10));
+
+    // From the command line: exit 2, no vCPU.
+    let mut cli = Vmm::spawn(["--restore".as_ref(), cases[1].0.as_os_str()]);
+    let exit = cli.wait_exit(Duration::from_secs(30));
+    assert_eq!(exit.code(), Some(2), "{}", cli.log_text());
+    assert!(cli.log_text().contains("corrupted"), "{}", cli.log_text());
+    assert!(!cli.log_text().contains("Restored"), "{}", cli.log_text());
+
+    // Two clones of the good snapshot, each on its own copy of the drive, run at once.
+    let mut clones = Vec::new();
+    for name in ["clone-a", "clone-b"] {
+        let copy = dir.join(format!("{name}.img"));
+        std::fs::copy(&disk.path, &copy).expect("copy the drive");
+        let arg = format!("disk0={}", copy.display());
+        let vmm = Vmm::spawn([
+            "--restore".as_ref(),
+            dir.as_os_str(),
+            "--restore-drive".as_ref(),
+            arg.as_ref(),
+        ]);
+        clones.push((name, copy, vmm));
+    }
+    let before = std::fs::read(&disk.path).expect("original drive");
+    for (name, _copy, vmm) in &mut clones {
+        assert_verified(vmm, name);
+    }
+
+    assert_eq!(
+        std::fs::read(&disk.path).expect("original drive"),
+        before,
+        "the clones left the snapshot's drive alone"
+    );
+}
+
+#[test]
+fn a_rate_limit_holds_across_a_restore_with_its_bucket_level() {
+    let disk = Disk::new("snapshot-rate-limit", DISK_BYTES);
+    // 200 IOPS as 200 per second; the verify run below is 1,000 requests.
+    let limit = json!({"rate_limiter": {"ops": {"size": 200, "refill_time": 1000}}});
+    let sock = disk.dir.join("api.sock");
+    let cfg = json!({
+        "machine-config": {"vcpu_count": 2, "mem_size_mib": 128},
+        "boot-source": {"kernel_image_path": test_guest(),
+                        "boot_args": "mode=blk rw=verify bs=4096 qd=16 queues=2 count=1000"},
+        "drives": [{"drive_id": "disk0", "path_on_host": disk.path, "iothread": "io0",
+                    "num_queues": 2, "rate_limiter": limit["rate_limiter"]}],
+        "iothreads": [{"id": "io0"}],
+        "api": {"socket": sock},
+        "sandbox": {"mode": "off"},
+    });
+    let cfg_path = disk.dir.join("vm.json");
+    std::fs::write(&cfg_path, cfg.to_string()).expect("config");
+    let mut first = Vmm::spawn(["--config".as_ref(), cfg_path.as_os_str()]);
+    let ready = first.wait_console(Duration::from_secs(30), |l| l == "osprey-test-guest: ready");
+    assert!(ready.is_some(), "guest not ready:\n{}", first.log_text());
+    wait_for_socket(&sock);
+    pause_and_snapshot(&first, &sock, Duration::from_millis(300), &disk.dir);
+    first.signal(libc::SIGKILL);
+    first.wait_exit(Duration::from_secs(10));
+    let done = completed_at_snapshot(&disk.dir);
+    assert!(
+        done > 0 && done < 4000,
+        "paused outside the I/O: {done} requests done"
+    );
+    let state = vmm::snapshot::file::read(&disk.dir.join("state.snap")).expect("read back");
+    let saved = state.rate_limits[0].ops.expect("the ops bucket's level");
+    // The bucket's budget is in token·ns, a token being 1000 ms of refill.
+    let saved_tokens = (saved.budget.max(0) / 1_000_000_000) as u64;
+    assert!(saved_tokens < 200, "the guest spent tokens: {saved:?}");
+
+    let (mut second, status, v, _) = load_over_api(&disk.dir, false, "limited");
+    assert_eq!(status, 204, "{v}\n{}", second.log_text());
+    let restored_sock = disk.dir.join("limited.sock");
+    let (_, metrics) = call(&restored_sock, "GET", "/metrics", None);
+    let tokens = find_key(&metrics, "ops_tokens").and_then(Value::as_u64);
+    // At its saved level, plus what the few milliseconds since the restore refilled (0.2 per
+    // ms): not a fresh, full bucket.
+    let tokens = tokens.expect("ops_tokens");
+    assert!(
+        tokens >= saved_tokens && tokens < 150,
+        "the bucket resumes at its level ({saved_tokens} saved): {tokens}"
+    );
+    let (status, v) = call(
+        &restored_sock,
+        "PATCH",
+        "/vm",
+        Some(r#"{"state": "Resumed"}"#),
+    );
+    assert_eq!(status, 204, "{v}");
+    assert_verified(&mut second, "the restored limited VM");
+    let stats = common::blk::drive_stats(&second.log_text());
+    assert!(
+        find_key(&stats, "throttled_events")
+            .and_then(Value::as_u64)
+            .unwrap_or(0)
+            > 0,
+        "the limit throttled the restored guest: {stats}"
+    );
 }

@@ -78,6 +78,11 @@ pub struct Cli {
     #[arg(long, value_name = "DIR", conflicts_with_all = ["config", "kernel"])]
     pub restore: Option<PathBuf>,
 
+    /// With --restore: drive ID on the file PATH instead of the snapshot's (a clone's own copy,
+    /// of the saved size). Repeatable.
+    #[arg(long, value_name = "ID=PATH", requires = "restore", value_parser = drive_override)]
+    pub restore_drive: Vec<(String, PathBuf)>,
+
     /// Serve the REST API on this Unix socket; overrides api.socket. Without --config and
     /// --kernel, Osprey starts with no VM, takes its config over the API (Firecracker's PUT
     /// /machine-config, /boot-source, /drives/{id}, /logger, /metrics; docs/api/README.md) and
@@ -373,6 +378,16 @@ impl Cli {
         }
         config.resolve_paths(std::path::Path::new(""));
         Ok((config, warnings))
+    }
+}
+
+/// `ID=PATH` of `--restore-drive`.
+fn drive_override(text: &str) -> Result<(String, PathBuf), String> {
+    match text.split_once('=') {
+        Some((id, path)) if !id.is_empty() && !path.is_empty() => {
+            Ok((id.to_string(), PathBuf::from(path)))
+        }
+        _ => Err(format!("{text:?}: expected ID=PATH")),
     }
 }
 

@@ -40,10 +40,11 @@ fn serve_preboot(cli: &Cli) -> ! {
     exit_with(vmm::preboot::serve(&socket, config))
 }
 
-/// `--restore DIR`: checks the snapshot in DIR (exit 2 when refused), restores and runs it.
-fn restore(dir: &std::path::Path) -> ! {
+/// `--restore DIR` (and `--restore-drive`s): checks the snapshot in DIR (exit 2 when refused),
+/// restores and runs it.
+fn restore(dir: &std::path::Path, overrides: &[vmm::snapshot::restore::DriveOverride]) -> ! {
     let files = vmm::snapshot::restore::SnapshotFiles::in_folder(dir);
-    let checked = match vmm::snapshot::restore::load(&files.state, &files.memory) {
+    let checked = match vmm::snapshot::restore::load(&files.state, &files.memory, overrides) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("osprey: error: --restore {}: {e}", dir.display());
@@ -109,7 +110,7 @@ fn main() {
         serve_preboot(&cli);
     }
     if let Some(dir) = &cli.restore {
-        restore(dir);
+        restore(dir, &cli.restore_drive);
     }
 
     let (config, drives) = match effective_config(&cli) {

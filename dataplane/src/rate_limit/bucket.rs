@@ -28,6 +28,16 @@ impl BucketConfig {
     }
 }
 
+/// A bucket's fill, as a snapshot saves it: the budget in token·ns (negative while in debt) and
+/// what is left of the one-time burst.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BucketLevel {
+    /// Tokens × `refill_time` in ns.
+    pub budget: i128,
+    /// One-time burst tokens left.
+    pub burst: u64,
+}
+
 /// A token bucket (see the module documentation).
 #[derive(Debug, Clone)]
 pub struct TokenBucket {
@@ -122,6 +132,23 @@ impl TokenBucket {
         i128::try_from(u128::from(tokens).saturating_mul(self.refill_ns)).unwrap_or(i128::MAX)
     }
 
+    /// The bucket's level at `now_ns` (refilled to then), for a snapshot.
+    pub fn level(&mut self, now_ns: u64) -> BucketLevel {
+        self.refill(now_ns);
+        BucketLevel {
+            budget: self.budget,
+            burst: self.burst,
+        }
+    }
+
+    /// Sets the level a snapshot saved, as of `now_ns`: the time between the snapshot and now
+    /// refills nothing (the guest did not run). Clamped to the bucket's capacity and burst.
+    pub fn set_level(&mut self, level: BucketLevel, now_ns: u64) {
+        self.budget = level.budget.min(self.capacity);
+        self.burst = level.burst.min(self.config.one_time_burst);
+        self.last_ns = now_ns;
+    }
+
     /// Tokens available at the last update (burst included; 0 while in debt).
     pub fn tokens(&self) -> u64 {
         let whole = (self.budget.max(0) as u128) / self.refill_ns;
@@ -136,6 +163,23 @@ mod tests {
     use super::*;
 
     const MS: u64 = 1_000_000;
+
+    #[test]
+    fn a_saved_level_carries_over_without_refilling_the_gap() {
+        let mut b = bucket(100, 10, 1000);
+        b.take(60, 0).expect("burst then bucket");
+        let level = b.level(0);
+        assert_eq!(b.tokens(), 50);
+        // A new bucket, much later (the restore): the same 50 tokens, not a full bucket.
+        let mut restored = bucket(100, 10, 1000);
+        restored.set_level(level, 5_000 * MS);
+        assert_eq!(restored.tokens(), 50);
+        assert_eq!(restored.take(51, 5_000 * MS), Err(10 * MS));
+        // A level above this bucket's capacity (another config) is clamped.
+        let mut small = bucket(10, 0, 1000);
+        small.set_level(level, 0);
+        assert_eq!(small.tokens(), 10);
+    }
 
     fn bucket(size: u64, burst: u64, refill_ms: u64) -> TokenBucket {
         TokenBucket::new(

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-pub use bucket::{BucketConfig, TokenBucket};
+pub use bucket::{BucketConfig, BucketLevel, TokenBucket};
 
 /// The limits of one limiter: either bucket may be absent.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -124,6 +124,30 @@ impl RateLimiter {
         self.active
             .store(b.ops.is_some() || b.bandwidth.is_some(), Ordering::Release);
         *self.config.lock().unwrap_or_else(|p| p.into_inner()) = config;
+    }
+
+    /// Each bucket's level now (ops, bandwidth; `None` for a bucket that limits nothing), for
+    /// a snapshot.
+    pub fn levels(&self) -> (Option<BucketLevel>, Option<BucketLevel>) {
+        let now = self.now_ns(Instant::now());
+        let mut b = self.lock();
+        (
+            b.ops.as_mut().map(|t| t.level(now)),
+            b.bandwidth.as_mut().map(|t| t.level(now)),
+        )
+    }
+
+    /// Sets the levels a snapshot saved (as [`RateLimiter::levels`] gives them) on the buckets
+    /// of the same limits; a bucket this limiter lacks ignores its level.
+    pub fn set_levels(&self, ops: Option<BucketLevel>, bandwidth: Option<BucketLevel>) {
+        let now = self.now_ns(Instant::now());
+        let mut b = self.lock();
+        if let (Some(t), Some(l)) = (b.ops.as_mut(), ops) {
+            t.set_level(l, now);
+        }
+        if let (Some(t), Some(l)) = (b.bandwidth.as_mut(), bandwidth) {
+            t.set_level(l, now);
+        }
     }
 
     /// The limits in force.

@@ -95,6 +95,21 @@ pub struct SnapshotLoadRequest {
     /// As `enable_diff_snapshots`, its newer name.
     #[serde(default)]
     pub track_dirty_pages: bool,
+    /// Osprey's: other backing files for some drives (a clone's own copies; each of the saved
+    /// size), as Firecracker's `network_overrides` does for tap devices.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub drive_overrides: Vec<DriveOverride>,
+}
+
+/// A drive of the snapshot on another backing file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DriveOverride {
+    /// The drive.
+    pub drive_id: String,
+    /// Its file for this restore.
+    #[schema(value_type = String)]
+    pub path_on_host: std::path::PathBuf,
 }
 
 /// Firecracker's `MemoryBackend`.

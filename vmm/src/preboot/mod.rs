@@ -111,8 +111,13 @@ fn restore(
     let started = std::time::Instant::now();
     let fail = |e: &dyn std::fmt::Display| ApiError::BadRequest(format!("PUT /snapshot/load: {e}"));
     let mem_path = load.mem_path()?;
-    let checked =
-        crate::snapshot::restore::load(&load.snapshot_path, mem_path).map_err(|e| fail(&e))?;
+    let overrides: Vec<_> = load
+        .drive_overrides
+        .iter()
+        .map(|o| (o.drive_id.clone(), o.path_on_host.clone()))
+        .collect();
+    let checked = crate::snapshot::restore::load(&load.snapshot_path, mem_path, &overrides)
+        .map_err(|e| fail(&e))?;
     let mut vm =
         crate::vm::restore(checked, load.resume_vm, Some(serving)).map_err(|e| fail(&e))?;
     vm.set_process_exits_after();

@@ -1,7 +1,7 @@
 //! Taking a snapshot of a paused VM (`PUT /snapshot/create`), on the control thread: wait until
 //! the iothreads have completed every request the guest made available (the drain), read each
-//! vCPU's state on its own thread, the VM's in-kernel state, each drive's virtio-pci function,
-//! then write guest memory and the state file.
+//! vCPU's state on its own thread, the VM's in-kernel state, each drive's virtio-pci function
+//! and the rate limiters' bucket levels, then write guest memory and the state file.
 //!
 //! Drain, not record: with the vCPUs paused the guest adds no request, and the iothreads keep
 //! running, so every request the guest made available completes, its used entry written and
@@ -18,7 +18,7 @@ use vm_memory::{GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
 
 use super::file::{self, StateFileError, OSPREY_VERSION};
 use super::kvm_state::{xsave_support, KvmStateError, VcpuState, VmState};
-use super::state::{file_size, DriveState, SnapshotState};
+use super::state::{file_size, DriveState, LimiterLevels, LimiterOwner, SnapshotState};
 use crate::config::VmConfig;
 use crate::device_manager::Devices;
 use crate::events::PauseState;
@@ -161,6 +161,18 @@ pub fn create(
             size_bytes,
         });
     }
+    let mut rate_limits: Vec<LimiterLevels> = live
+        .devices
+        .drives
+        .iter()
+        .map(|d| LimiterLevels::of(LimiterOwner::Drive(d.id.clone()), &d.rate_limits.drive))
+        .collect();
+    rate_limits.extend(
+        live.devices
+            .rate_limit_groups
+            .iter()
+            .map(|(id, g)| LimiterLevels::of(LimiterOwner::Group(id.clone()), g)),
+    );
     times.state = started.elapsed() - times.drain;
     let memory_started = Instant::now();
     let mem_size_bytes = write_memory(live.mem, mem_file_path)?;
@@ -174,6 +186,7 @@ pub fn create(
         vm,
         drives,
         transports,
+        rate_limits,
     };
     file::write(snapshot_path, &state)?;
     times.total = started.elapsed();

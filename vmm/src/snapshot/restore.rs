@@ -34,6 +34,9 @@ pub enum RestoreError {
     /// A drive's file is missing or changed.
     #[error(transparent)]
     Drive(#[from] DriveCheckError),
+    /// A drive override names no drive of the snapshot.
+    #[error("drive override {0:?}: the snapshot has no such drive")]
+    UnknownDrive(String),
     /// A drive's file cannot be opened as the configuration asks.
     #[error(transparent)]
     DriveOpen(#[from] DriveOpenError),
@@ -100,12 +103,29 @@ pub struct CheckedSnapshot {
     pub drives: Vec<OpenedDrive>,
 }
 
-/// Reads the state file at `snapshot_path` and checks it, the drives and the memory file at
+/// Another backing file for a drive of the snapshot (a clone's own copy): `(drive id, path)`.
+pub type DriveOverride = (String, PathBuf);
+
+/// Reads the state file at `snapshot_path` and checks it, the drives (each at its override's
+/// path when `overrides` names it; the file must have the saved size) and the memory file at
 /// `mem_path`.
-pub fn load(snapshot_path: &Path, mem_path: &Path) -> Result<CheckedSnapshot, RestoreError> {
-    let state = file::read(snapshot_path)?;
-    let config: VmConfig = serde_json::from_str(&state.config_json)
+pub fn load(
+    snapshot_path: &Path,
+    mem_path: &Path,
+    overrides: &[DriveOverride],
+) -> Result<CheckedSnapshot, RestoreError> {
+    let mut state = file::read(snapshot_path)?;
+    let mut config: VmConfig = serde_json::from_str(&state.config_json)
         .map_err(|e| RestoreError::Config(e.to_string()))?;
+    for (id, path) in overrides {
+        let saved = state.drives.iter_mut().find(|d| &d.drive_id == id);
+        let configured = config.drives.iter_mut().find(|d| &d.drive_id == id);
+        let (Some(saved), Some(configured)) = (saved, configured) else {
+            return Err(RestoreError::UnknownDrive(id.clone()));
+        };
+        saved.path = path.clone();
+        configured.path_on_host = path.clone();
+    }
     let shape = |what, saved: usize, configured: usize| {
         (saved != configured).then_some(RestoreError::Shape {
             what,

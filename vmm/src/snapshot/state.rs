@@ -28,6 +28,72 @@ pub struct SnapshotState {
     pub drives: Vec<DriveState>,
     /// Each drive's virtio-pci function, in config order.
     pub transports: Vec<devices::virtio::pci::state::VirtioPciState>,
+    /// The rate limiters' bucket levels: each drive's own, then each group's.
+    pub rate_limits: Vec<LimiterLevels>,
+}
+
+/// Whose rate limiter a [`LimiterLevels`] is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LimiterOwner {
+    /// A drive's own `rate_limiter`, by drive id.
+    Drive(String),
+    /// A `rate-limit-groups` entry, by group id.
+    Group(String),
+}
+
+/// One bucket's fill (`dataplane::rate_limit::BucketLevel`): token·ns budget, burst left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SavedBucket {
+    /// Tokens × refill time in ns (negative while in debt).
+    pub budget: i128,
+    /// One-time burst tokens left.
+    pub burst: u64,
+}
+
+impl From<dataplane::rate_limit::BucketLevel> for SavedBucket {
+    fn from(l: dataplane::rate_limit::BucketLevel) -> Self {
+        SavedBucket {
+            budget: l.budget,
+            burst: l.burst,
+        }
+    }
+}
+
+impl From<SavedBucket> for dataplane::rate_limit::BucketLevel {
+    fn from(s: SavedBucket) -> Self {
+        dataplane::rate_limit::BucketLevel {
+            budget: s.budget,
+            burst: s.burst,
+        }
+    }
+}
+
+/// A rate limiter's bucket levels at the snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LimiterLevels {
+    /// Whose limiter.
+    pub owner: LimiterOwner,
+    /// The ops bucket (`None`: none limits).
+    pub ops: Option<SavedBucket>,
+    /// The bandwidth bucket.
+    pub bandwidth: Option<SavedBucket>,
+}
+
+impl LimiterLevels {
+    /// `limiter`'s levels now.
+    pub fn of(owner: LimiterOwner, limiter: &dataplane::rate_limit::RateLimiter) -> Self {
+        let (ops, bandwidth) = limiter.levels();
+        LimiterLevels {
+            owner,
+            ops: ops.map(Into::into),
+            bandwidth: bandwidth.map(Into::into),
+        }
+    }
+
+    /// Sets the levels on `limiter` (of the same limits, rebuilt from the saved config).
+    pub fn apply(&self, limiter: &dataplane::rate_limit::RateLimiter) {
+        limiter.set_levels(self.ops.map(Into::into), self.bandwidth.map(Into::into));
+    }
 }
 
 /// A drive's backing file at the snapshot.

@@ -30,7 +30,7 @@ use crate::events::{ControlEvent, ControlSender, PauseState};
 use crate::sandbox::{Sandbox, ThreadHook};
 use crate::seccomp::ThreadKind;
 use crate::snapshot::restore::{CheckedSnapshot, RestoreError};
-use crate::snapshot::state::SnapshotState;
+use crate::snapshot::state::{LimiterOwner, SnapshotState};
 use crate::stop::StopReason;
 use crate::vcpu::VcpuRunner;
 use crate::{acpi, mptable};
@@ -289,7 +289,7 @@ fn load_guest(config: &VmConfig, mem: &GuestMemoryMmap) -> Result<BootEntry, VmE
 
 /// Replays each drive's saved virtio-pci state on its freshly built function: the config
 /// writes through the PCI root (which moves its MMIO routes), then the function's registers
-/// (`DRIVER_OK` activates it on its iothread).
+/// (`DRIVER_OK` activates it on its iothread); then the rate limiters' bucket levels.
 fn restore_devices(devices: &Devices, state: &SnapshotState) -> Result<(), VmError> {
     for (drive, saved) in devices.drives.iter().zip(&state.transports) {
         {
@@ -307,6 +307,20 @@ fn restore_devices(devices: &Devices, state: &SnapshotState) -> Result<(), VmErr
                 drive: drive.id.clone(),
                 source,
             })?;
+    }
+    // The buckets as they were: a restore does not hand the guest a fresh burst.
+    for levels in &state.rate_limits {
+        let limiter = match &levels.owner {
+            LimiterOwner::Drive(id) => devices
+                .drives
+                .iter()
+                .find(|d| &d.id == id)
+                .map(|d| &d.rate_limits.drive),
+            LimiterOwner::Group(id) => devices.rate_limit_groups.get(id),
+        };
+        if let Some(limiter) = limiter {
+            levels.apply(limiter);
+        }
     }
     Ok(())
 }
