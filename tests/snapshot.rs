@@ -35,8 +35,9 @@ fn random_pause(round: u64) -> Duration {
 }
 
 fn wait_for_socket(sock: &Path) {
+    // The file appears at bind; wait until the server accepts too.
     let t0 = Instant::now();
-    while !sock.exists() {
+    while std::os::unix::net::UnixStream::connect(sock).is_err() {
         assert!(t0.elapsed() < Duration::from_secs(10), "no API socket");
         std::thread::sleep(Duration::from_millis(2));
     }
@@ -395,4 +396,93 @@ fn a_rate_limit_holds_across_a_restore_with_its_bucket_level() {
             > 0,
         "the limit throttled the restored guest: {stats}"
     );
+}
+
+/// Requests the restored drive has completed (GET /metrics), or 0.
+fn drive_requests(sock: &Path) -> u64 {
+    let (_, m) = call(sock, "GET", "/metrics", None);
+    m["drives"][0]["requests"].as_u64().unwrap_or(0)
+}
+
+/// A measurement, not a test (it asserts nothing about time): boot time, snapshot create time,
+/// and `PUT /snapshot/load` with `resume_vm` until its answer and until the restored guest's
+/// first completed request, for a 1-vCPU 256 MiB guest doing QD1 reads and a 2-vCPU 1 GiB guest
+/// doing QD16 reads on 2 queues. docs/snapshot.md records the numbers.
+///
+/// `cargo test --release -p vmm --test snapshot timing -- --ignored --nocapture`
+#[test]
+#[ignore = "a measurement; run it in release with --ignored --nocapture"]
+fn timing_of_create_and_load_beside_boot() {
+    let guests = [
+        (
+            1,
+            256,
+            "rw=randread bs=4096 qd=1 queues=1",
+            "1 vCPU, 256 MiB, QD1 reads",
+        ),
+        (
+            2,
+            1024,
+            "rw=randread bs=4096 qd=16 queues=2",
+            "2 vCPUs, 1 GiB, QD16 reads",
+        ),
+    ];
+    let mut rows = Vec::new();
+    for (vcpus, mib, io, label) in guests {
+        let disk = Disk::new(&format!("snapshot-timing-{mib}"), 256 << 20);
+        let sock = disk.dir.join("api.sock");
+        let cfg = json!({
+            "machine-config": {"vcpu_count": vcpus, "mem_size_mib": mib},
+            "boot-source": {"kernel_image_path": test_guest(),
+                            "boot_args": format!("mode=blk {io} count=100000000")},
+            "drives": [{"drive_id": "disk0", "path_on_host": disk.path, "iothread": "io0",
+                        "num_queues": 2}],
+            "iothreads": [{"id": "io0"}],
+            "api": {"socket": sock},
+            "sandbox": {"mode": "off"},
+        });
+        let cfg_path = disk.dir.join("vm.json");
+        std::fs::write(&cfg_path, cfg.to_string()).expect("config");
+        let mut first = Vmm::spawn(["--config".as_ref(), cfg_path.as_os_str()]);
+        let ready = first
+            .wait_console(Duration::from_secs(30), |l| l == "osprey-test-guest: ready")
+            .expect("guest ready");
+        let boot_ms = ready.at.as_secs_f64() * 1e3;
+        wait_for_socket(&sock);
+        std::thread::sleep(Duration::from_millis(500));
+        let (status, _) = call(&sock, "PATCH", "/vm", Some(r#"{"state": "Paused"}"#));
+        assert_eq!(status, 204);
+        let body = json!({"snapshot_type": "Full", "snapshot_path": disk.dir.join("state.snap"),
+                          "mem_file_path": disk.dir.join("mem.snap")});
+        let t0 = Instant::now();
+        let (status, v) = call(&sock, "PUT", "/snapshot/create", Some(&body.to_string()));
+        let create_ms = t0.elapsed().as_secs_f64() * 1e3;
+        assert_eq!(status, 204, "{v}");
+        first.signal(libc::SIGKILL);
+        first.wait_exit(Duration::from_secs(10));
+        for attempt in 0..3 {
+            let name = format!("load{attempt}");
+            let (mut restored, status, v, load_ms) = load_over_api(&disk.dir, true, &name);
+            let t_answer = Instant::now();
+            assert_eq!(status, 204, "{v}");
+            let restored_sock = disk.dir.join(format!("{name}.sock"));
+            while drive_requests(&restored_sock) == 0 {
+                assert!(
+                    t_answer.elapsed() < Duration::from_secs(10),
+                    "the guest does not run"
+                );
+            }
+            let runs_ms = load_ms + t_answer.elapsed().as_secs_f64() * 1e3;
+            rows.push(format!(
+                "| {label} | {boot_ms:.0} | {create_ms:.0} | {load_ms:.1} | {runs_ms:.1} |"
+            ));
+            restored.signal(libc::SIGKILL);
+            restored.wait_exit(Duration::from_secs(10));
+        }
+    }
+    println!("| guest | boot to the guest's ready line (ms) | create (ms) | load, answered (ms) | load until the guest's first request (ms) |");
+    println!("|---|---|---|---|---|");
+    for r in rows {
+        println!("{r}");
+    }
 }

@@ -45,7 +45,7 @@ impl ControlSender {
 
 /// Work the control thread hands to every parked vCPU thread, which runs it with its vCPU's
 /// index and fd (a snapshot reads each vCPU's state on the thread that owns the fd).
-pub type ParkedJob = Arc<dyn Fn(u8, &kvm_ioctls::VcpuFd) + Send + Sync>;
+pub type ParkedJob = Arc<dyn Fn(u8, &mut kvm_ioctls::VcpuFd) + Send + Sync>;
 
 /// Pausing the vCPUs: the control thread sets `paused` and kicks the vCPU threads out of
 /// `KVM_RUN`; each parks on the condvar until resumed or stopped, running the
@@ -105,7 +105,7 @@ impl PauseState {
 
     /// Parks the calling vCPU thread while a pause is requested and `stop` is not set, running
     /// each job posted while it is parked with `id` and `fd`.
-    pub fn park_while_paused(&self, stop: &AtomicBool, id: u8, fd: &kvm_ioctls::VcpuFd) {
+    pub fn park_while_paused(&self, stop: &AtomicBool, id: u8, fd: &mut kvm_ioctls::VcpuFd) {
         let mut paused = self.paused.lock().unwrap_or_else(|p| p.into_inner());
         if !*paused {
             return;

@@ -53,7 +53,8 @@ impl VcpuRunner {
             crate::boot_timing::mark(crate::boot_timing::Step::FirstVcpuEntry);
         }
         while !self.stop.load(Ordering::Acquire) {
-            self.pause.park_while_paused(&self.stop, self.id, &self.fd);
+            self.pause
+                .park_while_paused(&self.stop, self.id, &mut self.fd);
             if self.stop.load(Ordering::Acquire) {
                 break;
             }

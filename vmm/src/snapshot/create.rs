@@ -236,11 +236,13 @@ fn vcpu_states(live: &LiveVm<'_>) -> Result<Vec<VcpuState>, SnapshotCreateError>
     let (tx, rx) = mpsc::channel();
     let msrs = live.msrs.to_vec();
     let tx = std::sync::Mutex::new(tx);
-    live.pause
-        .run_on_parked(std::sync::Arc::new(move |id, fd: &kvm_ioctls::VcpuFd| {
-            let state = VcpuState::save(id, fd, &msrs, has_xsave);
+    live.pause.run_on_parked(std::sync::Arc::new(
+        move |id, fd: &mut kvm_ioctls::VcpuFd| {
+            let state =
+                complete_pending_exit(fd).and_then(|()| VcpuState::save(id, fd, &msrs, has_xsave));
             let _ = tx.lock().unwrap_or_else(|p| p.into_inner()).send(state);
-        }));
+        },
+    ));
     let deadline = Instant::now() + VCPU_LIMIT;
     let mut states = Vec::with_capacity(live.vcpu_count.into());
     while states.len() < usize::from(live.vcpu_count) {
@@ -256,6 +258,23 @@ fn vcpu_states(live: &LiveVm<'_>) -> Result<Vec<VcpuState>, SnapshotCreateError>
     }
     states.sort_by_key(|s| s.id);
     Ok(states)
+}
+
+/// Lets KVM finish the instruction of the vCPU's last exit (an MMIO or port read completes
+/// only when `KVM_RUN` is entered again) without running the guest: `KVM_RUN` with
+/// `immediate_exit` set, as KVM's documentation asks before the state is read.
+fn complete_pending_exit(fd: &mut kvm_ioctls::VcpuFd) -> Result<(), KvmStateError> {
+    fd.set_kvm_immediate_exit(1);
+    let outcome = fd.run().map(|_| ());
+    fd.set_kvm_immediate_exit(0);
+    match outcome {
+        Err(e) if e.errno() == libc::EINTR => Ok(()),
+        Ok(()) => Ok(()),
+        Err(source) => Err(KvmStateError::Ioctl {
+            what: "KVM_RUN (immediate exit, to complete the last exit)",
+            source,
+        }),
+    }
 }
 
 /// Writes every RAM region, in guest-physical order, back to back; returns the bytes written.
