@@ -7,7 +7,8 @@
 //! - Snapshot, kill, restore in a new process (`PUT /snapshot/load` with `resume_vm`), the guest
 //!   finishes with 0 errors and 0 mismatches: `OSPREY_SNAPSHOT_ROUNDS` times in a row, each with
 //!   its own pause point (3 by default; `make test-snapshot-long` runs the 20).
-//! - Two clones restored from one snapshot, each on its own copy of the drive (`--restore`).
+//! - Two clones restored from one snapshot, each on its own copy of the drive (`--restore`;
+//!   one serves the API on `--api-sock`).
 //! - Bad snapshots (truncated, a flipped byte, another version, a missing or resized drive, a
 //!   missing memory file) are refused with exit 2 / HTTP 400 before any vCPU runs.
 
@@ -312,12 +313,23 @@ fn bad_snapshots_are_refused_before_any_vcpu_runs_and_clones_run_on_their_own_dr
         let copy = dir.join(format!("{name}.img"));
         std::fs::copy(&disk.path, &copy).expect("copy the drive");
         let arg = format!("disk0={}", copy.display());
-        let vmm = Vmm::spawn([
-            "--restore".as_ref(),
-            dir.as_os_str(),
-            "--restore-drive".as_ref(),
-            arg.as_ref(),
-        ]);
+        let mut args = vec![
+            "--restore".into(),
+            dir.clone().into_os_string(),
+            "--restore-drive".into(),
+            arg.into(),
+        ];
+        // clone-b also serves the API on a socket of its own.
+        let clone_sock = dir.join(format!("{name}.sock"));
+        if name == "clone-b" {
+            args.extend(["--api-sock".into(), clone_sock.clone().into_os_string()]);
+        }
+        let vmm = Vmm::spawn(args);
+        if name == "clone-b" {
+            wait_for_socket(&clone_sock);
+            let (status, v) = call(&clone_sock, "GET", "/", None);
+            assert_eq!((status, v["state"].as_str()), (200, Some("Running")), "{v}");
+        }
         clones.push((name, copy, vmm));
     }
     let before = std::fs::read(&disk.path).expect("original drive");

@@ -73,8 +73,9 @@ pub struct Cli {
 
     /// Restore the snapshot in DIR (its state.snap and mem.snap, as docs/snapshot.md names
     /// them) and run it, instead of booting: the VM is rebuilt from the snapshot's own
-    /// configuration. A refused snapshot (truncated, corrupted, of another version, a drive or
-    /// memory file missing or resized) exits 2 before any vCPU runs.
+    /// configuration, with the API on --api-sock if given (else none). A refused snapshot
+    /// (truncated, corrupted, of another version, a drive or memory file missing or resized)
+    /// exits 2 before any vCPU runs.
     #[arg(long, value_name = "DIR", conflicts_with_all = ["config", "kernel"])]
     pub restore: Option<PathBuf>,
 

@@ -40,9 +40,13 @@ fn serve_preboot(cli: &Cli) -> ! {
     exit_with(vmm::preboot::serve(&socket, config))
 }
 
-/// `--restore DIR` (and `--restore-drive`s): checks the snapshot in DIR (exit 2 when refused),
-/// restores and runs it.
-fn restore(dir: &std::path::Path, overrides: &[vmm::snapshot::restore::DriveOverride]) -> ! {
+/// `--restore DIR` (and `--restore-drive`s, `--api-sock`): checks the snapshot in DIR (exit 2
+/// when refused), restores and runs it, serving the API on `api_socket` when given.
+fn restore(
+    dir: &std::path::Path,
+    overrides: &[vmm::snapshot::restore::DriveOverride],
+    api_socket: Option<&std::path::Path>,
+) -> ! {
     let files = vmm::snapshot::restore::SnapshotFiles::in_folder(dir);
     let checked = match vmm::snapshot::restore::load(&files.state, &files.memory, overrides) {
         Ok(c) => c,
@@ -51,7 +55,7 @@ fn restore(dir: &std::path::Path, overrides: &[vmm::snapshot::restore::DriveOver
             std::process::exit(EXIT_CONFIG);
         }
     };
-    let result = vmm::vm::restore(checked, true, None).map(|mut vm| {
+    let result = vmm::vm::restore(checked, true, None, api_socket).map(|mut vm| {
         vm.set_process_exits_after();
         vm.wait()
     });
@@ -110,7 +114,7 @@ fn main() {
         serve_preboot(&cli);
     }
     if let Some(dir) = &cli.restore {
-        restore(dir, &cli.restore_drive);
+        restore(dir, &cli.restore_drive, cli.api_sock.as_deref());
     }
 
     let (config, drives) = match effective_config(&cli) {

@@ -119,7 +119,7 @@ fn restore(
     let checked = crate::snapshot::restore::load(&load.snapshot_path, mem_path, &overrides)
         .map_err(|e| fail(&e))?;
     let mut vm =
-        crate::vm::restore(checked, load.resume_vm, Some(serving)).map_err(|e| fail(&e))?;
+        crate::vm::restore(checked, load.resume_vm, Some(serving), None).map_err(|e| fail(&e))?;
     vm.set_process_exits_after();
     log::info!(
         "PUT /snapshot/load: restored in {:.1} ms",

@@ -87,11 +87,12 @@ pub fn start(
 /// Restores the snapshot `checked` (`snapshot::restore::load` checked it and opened its files):
 /// the VM rebuilt from its configuration, memory mapped from its memory file, the saved state
 /// written back before any vCPU runs; the vCPUs run at once with `resume`, else it stays
-/// paused. `serving` as for [`start`].
+/// paused. `serving` as for [`start`]; without it, the API is served on `api_socket`, if any.
 pub fn restore(
     checked: CheckedSnapshot,
     resume: bool,
     serving: Option<ServingApi>,
+    api_socket: Option<&std::path::Path>,
 ) -> Result<RunningVm, VmError> {
     let CheckedSnapshot {
         state,
@@ -100,10 +101,12 @@ pub fn restore(
         drives,
     } = checked;
     // The saved API socket was the snapshotted process's: the restoring process serves the
-    // API on its own socket, or none.
-    config.api = serving.as_ref().map(|s| crate::config::ApiConfig {
-        socket: s.server.socket().to_path_buf(),
-    });
+    // API on its own socket (the serving one, or `api_socket`), or none.
+    let socket = match &serving {
+        Some(s) => Some(s.server.socket().to_path_buf()),
+        None => api_socket.map(std::path::Path::to_path_buf),
+    };
+    config.api = socket.map(|socket| crate::config::ApiConfig { socket });
     let origin = Origin::Snapshot {
         state: &state,
         mem_file: &mem_file,
