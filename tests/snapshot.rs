@@ -6,7 +6,8 @@
 //!   and the VM resumed after the snapshot finishes with 0 errors and 0 mismatches.
 //! - Snapshot, kill, restore in a new process (`PUT /snapshot/load` with `resume_vm`), the guest
 //!   finishes with 0 errors and 0 mismatches: `OSPREY_SNAPSHOT_ROUNDS` times in a row, each with
-//!   its own pause point (3 by default; `make test-snapshot-long` runs the issue's 20).
+//!   its own pause point, a random count of completed requests (3 by default; `make
+//!   test-snapshot-long` runs the issue's 20).
 //! - Two clones restored from one snapshot, each on its own copy of the drive (`--restore`;
 //!   one serves the API on `--api-sock`).
 //! - Bad snapshots (truncated, a flipped byte, another version, a missing or resized drive, a
@@ -26,13 +27,15 @@ const WORKLOAD: &str = "mode=blk rw=verify bs=4096 qd=16 queues=2 count=80000";
 const DISK_BYTES: u64 = 128 << 20;
 const REQUESTS: u64 = 65536;
 
-/// A pause point in 20..220 ms after the guest is ready, different from call to call.
-fn random_pause(round: u64) -> Duration {
+/// A pause point: a number of completed requests in 2,000..62,000 (of the workload's 65,536),
+/// different from call to call. Counting requests rather than time keeps the pause inside the
+/// I/O on a fast host and on a loaded one alike.
+fn random_point(round: u64) -> u64 {
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
         .unwrap_or(0);
-    Duration::from_millis(20 + (u64::from(nanos) + round * 37) % 200)
+    2_000 + (u64::from(nanos) + round * 7_919) % 60_000
 }
 
 fn wait_for_socket(sock: &Path) {
@@ -70,9 +73,18 @@ fn boot(disk: &Disk, extra_drive: Value) -> (Vmm, PathBuf) {
     (vmm, sock)
 }
 
-/// Pauses after `pause`, snapshots into `dir` (state.snap, mem.snap), returns the log line.
-fn pause_and_snapshot(vmm: &Vmm, sock: &Path, pause: Duration, dir: &Path) -> String {
-    std::thread::sleep(pause);
+/// Pauses once the drive has completed `after_requests` requests (polled through GET /metrics),
+/// snapshots into `dir` (state.snap, mem.snap), returns the log line.
+fn pause_and_snapshot(vmm: &Vmm, sock: &Path, after_requests: u64, dir: &Path) -> String {
+    let t0 = Instant::now();
+    while drive_requests(sock) < after_requests {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "the guest did not reach {after_requests} requests:\n{}",
+            vmm.log_text()
+        );
+        std::thread::sleep(Duration::from_micros(500));
+    }
     let (status, v) = call(sock, "PATCH", "/vm", Some(r#"{"state": "Paused"}"#));
     assert_eq!(status, 204, "{v}");
     let body = json!({"snapshot_type": "Full", "snapshot_path": dir.join("state.snap"),
@@ -146,7 +158,7 @@ fn a_paused_vm_mid_io_is_saved_and_runs_on() {
             .is_some_and(|m| m.contains("pause it first")),
         "{v}"
     );
-    let line = pause_and_snapshot(&vmm, &sock, random_pause(0), &disk.dir);
+    let line = pause_and_snapshot(&vmm, &sock, random_point(0), &disk.dir);
     eprintln!("{line}");
 
     let state = vmm::snapshot::file::read(&disk.dir.join("state.snap")).expect("read back");
@@ -177,21 +189,21 @@ fn restored_in_a_new_process_the_guest_finishes_its_io() {
     for round in 0..rounds {
         let disk = Disk::new(&format!("snapshot-restore-{round}"), DISK_BYTES);
         let (mut first, sock) = boot(&disk, json!({}));
-        let pause = random_pause(round);
-        let line = pause_and_snapshot(&first, &sock, pause, &disk.dir);
+        let point = random_point(round);
+        let line = pause_and_snapshot(&first, &sock, point, &disk.dir);
         first.signal(libc::SIGKILL);
         first.wait_exit(Duration::from_secs(10));
         let done = completed_at_snapshot(&disk.dir);
         assert!(
             done > 0 && done < REQUESTS,
-            "round {round}: paused after {pause:?}, outside the I/O ({done} requests done)"
+            "round {round}: paused at {point}, outside the I/O ({done} requests done)"
         );
 
         let (mut second, status, v, load_ms) = load_over_api(&disk.dir, true, "restored");
         assert_eq!(status, 204, "round {round}: {v}\n{}", second.log_text());
         let report = assert_verified(&mut second, &format!("round {round}"));
         eprintln!(
-            "round {round}: paused after {pause:?} with {done} of {REQUESTS} requests done; \
+            "round {round}: paused at {point} with {done} of {REQUESTS} requests done; \
              {line}; load answered in {load_ms:.1} ms; guest {} requests",
             report["runs"][0]["requests"]
         );
@@ -213,7 +225,7 @@ fn find_key<'a>(v: &'a Value, key: &str) -> Option<&'a Value> {
 fn bad_snapshots_are_refused_before_any_vcpu_runs_and_clones_run_on_their_own_drives() {
     let disk = Disk::new("snapshot-bad-and-clones", DISK_BYTES);
     let (first, sock) = boot(&disk, json!({}));
-    pause_and_snapshot(&first, &sock, random_pause(7), &disk.dir);
+    pause_and_snapshot(&first, &sock, random_point(7), &disk.dir);
     drop(first);
     let dir = &disk.dir;
     let good = std::fs::read(dir.join("state.snap")).expect("state file");
@@ -366,7 +378,7 @@ fn a_rate_limit_holds_across_a_restore_with_its_bucket_level() {
     let ready = first.wait_console(Duration::from_secs(30), |l| l == "osprey-test-guest: ready");
     assert!(ready.is_some(), "guest not ready:\n{}", first.log_text());
     wait_for_socket(&sock);
-    pause_and_snapshot(&first, &sock, Duration::from_millis(300), &disk.dir);
+    pause_and_snapshot(&first, &sock, 300, &disk.dir);
     first.signal(libc::SIGKILL);
     first.wait_exit(Duration::from_secs(10));
     let done = completed_at_snapshot(&disk.dir);
