@@ -15,7 +15,7 @@ help:
 	@echo "make kit     build the Linux kit (initramfs with busybox + fio, ext4 root disk) next to it"
 	@echo "make test-linux  the Linux guest tests alone (fio runs only on vmx/svm hosts; elsewhere: NOT RUN)"
 	@echo "make fuzz-smoke  run each fuzz target (fuzz/) for about 30 s; needs cargo-fuzz"
-	@echo "make test-snapshot-long  snapshot, kill, restore mid-I/O 20 times in a row (make test: 3)"
+	@echo "make test-snapshot-long  snapshot, kill, restore mid-I/O 100 times in a row (make test: 20)"
 
 all: build guest
 
@@ -57,7 +57,7 @@ test: guest test-guest-check build
 
 # The issue-43 acceptance run: 20 snapshot/kill/restore rounds, each paused at its own point.
 test-snapshot-long: guest
-	OSPREY_SNAPSHOT_ROUNDS=20 $(CARGO) test -p vmm --test snapshot restored_in_a_new_process -- --nocapture
+	OSPREY_SNAPSHOT_ROUNDS=100 $(CARGO) test -p vmm --test snapshot restored_in_a_new_process -- --nocapture
 
 lint:
 	$(CARGO) fmt --all -- --check
