@@ -14,12 +14,11 @@ use crate::api::command::{
 use crate::api::replies::{
     ConfigReply, DriveReport, DriveView, GroupView, IoThreadView, MetricsReport,
 };
-use crate::config::{IoThreadConfig, PollPolicyKind, VmConfig};
+use crate::config::VmConfig;
 use crate::device_manager::{iothread_report, Devices};
 use crate::events::PauseState;
 use crate::instance::InstanceState;
-use crate::metrics::report::{ThreadReport, VmReport};
-use crate::patch;
+use crate::metrics::report::VmReport;
 use crate::rate_limit::GroupReport;
 
 /// What a command asks of the control loop beyond its reply.
@@ -302,47 +301,14 @@ impl Controller<'_> {
             .iothreads
             .get(id)
             .ok_or_else(|| not_found("iothread", id))?;
-        let defaults = IoThreadConfig::with_id(id);
-        let mut params = thread.poll_params();
-        let mut policy = PollPolicyKind::from(params.policy);
-        patch::apply(&u.poll_max_ns, &mut params.max_ns, defaults.poll_max_ns);
-        patch::apply(&u.poll_grow, &mut params.grow, defaults.poll_grow);
-        patch::apply(&u.poll_shrink, &mut params.shrink, defaults.poll_shrink);
-        patch::apply(&u.poll_policy, &mut policy, defaults.poll_policy);
-        patch::apply(&u.poll_weight, &mut params.weight, defaults.poll_weight);
-        params.policy = policy.into();
-        params
-            .validate()
-            .map_err(|e| ApiError::BadRequest(e.to_string()))?;
-        let mut max_batch = thread.max_batch() as u32;
-        patch::apply(&u.max_batch, &mut max_batch, defaults.max_batch);
-        if max_batch as usize > dataplane::iothread::MAX_MAX_BATCH {
-            return Err(ApiError::BadRequest(format!(
-                "max_batch: must be at most {} (0 means the default, {}), got {max_batch}",
-                dataplane::iothread::MAX_MAX_BATCH,
-                dataplane::iothread::DEFAULT_MAX_BATCH
-            )));
-        }
-        // Everything is valid: apply.
-        let effective = thread
-            .set_poll(params)
-            .map_err(|e| ApiError::Internal(e.to_string()))?;
-        if u.max_batch.is_some() {
-            thread.set_max_batch(max_batch as usize);
-        }
+        let in_force = crate::live_tuning::patch_iothread(thread, id, u)?;
         let entry = self
             .config
             .iothreads
             .iter_mut()
             .find(|t| t.id == id)
             .ok_or_else(|| ApiError::Internal(format!("iothread {id} has no config")))?;
-        entry.poll_max_ns = effective.max_ns;
-        entry.poll_grow = effective.grow;
-        entry.poll_shrink = effective.shrink;
-        entry.poll_weight = effective.weight;
-        entry.poll_policy = effective.policy.into();
-        entry.max_batch = thread.max_batch() as u32;
-        log::info!("iothread {id}: parameters changed by the API: {}", json!(u));
+        in_force.write_to(entry);
         Ok(Reply::Done)
     }
 
@@ -407,23 +373,7 @@ impl Controller<'_> {
             .iter_mut()
             .find(|g| g.id == id)
             .ok_or_else(|| ApiError::Internal(format!("group {id} has no config")))?;
-        let mut next = cfg.clone();
-        if let Some(b) = u.bandwidth {
-            next.bandwidth = b;
-        }
-        if let Some(o) = u.ops {
-            next.ops = o;
-        }
-        next.limits()
-            .check("")
-            .map_err(|e| ApiError::BadRequest(e.to_string()))?;
-        limiter.set(next.limits().to_dataplane());
-        *cfg = next;
-        for t in self.devices.iothreads.values() {
-            t.wake_throttled()
-                .map_err(|e| ApiError::Internal(e.to_string()))?;
-        }
-        log::info!("rate limit group {id}: changed by the API: {}", json!(u));
+        crate::live_tuning::patch_group(limiter, cfg, self.devices.iothreads.values(), id, u)?;
         Ok(Reply::Done)
     }
 
@@ -468,7 +418,6 @@ impl Controller<'_> {
             vcpus: u64::from(self.config.machine.vcpu_count),
             running: !self.pause.is_paused(),
         };
-        let threads = crate::cpu_usage::by_thread();
         MetricsReport {
             vm: VmReport {
                 state: self.state().to_string(),
@@ -482,16 +431,7 @@ impl Controller<'_> {
                 .collect(),
             drives: self.devices.drives.iter().map(|d| d.counters()).collect(),
             rate_limit_groups: self.group_reports(),
-            threads: threads
-                .iter()
-                .map(|(name, u)| {
-                    let cpu = crate::metrics::ThreadCpu {
-                        cpu_ns: u.cpu_ns,
-                        kind: u.kind.as_str().into(),
-                    };
-                    ThreadReport::new(name, &cpu)
-                })
-                .collect(),
+            threads: crate::live_tuning::thread_reports(),
         }
     }
 }

@@ -23,6 +23,7 @@ pub mod interrupts;
 pub mod kernel_image;
 pub mod launch;
 pub mod layout;
+pub mod live_tuning;
 pub mod logger;
 pub mod metrics;
 #[cfg(test)]

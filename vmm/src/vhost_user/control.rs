@@ -23,11 +23,9 @@ use crate::api::command::{
 use crate::api::replies::{
     ConfigReply, DriveReport, DriveView, GroupView, IoThreadView, MetricsReport, Reply,
 };
-use crate::config::{IoThreadConfig, PollPolicyKind};
 use crate::device_manager::iothread_report;
 use crate::instance::InstanceState;
-use crate::metrics::report::{DriveCounters, ThreadReport, VmReport};
-use crate::patch;
+use crate::metrics::report::{DriveCounters, VmReport};
 use crate::rate_limit::GroupReport;
 
 /// A served drive's live handles.
@@ -126,41 +124,10 @@ impl BackendController {
             .iothreads
             .get(id)
             .ok_or_else(|| not_found("iothread", id))?;
-        let defaults = IoThreadConfig::with_id(id);
-        let mut params = thread.poll_params();
-        let mut policy = PollPolicyKind::from(params.policy);
-        patch::apply(&u.poll_max_ns, &mut params.max_ns, defaults.poll_max_ns);
-        patch::apply(&u.poll_grow, &mut params.grow, defaults.poll_grow);
-        patch::apply(&u.poll_shrink, &mut params.shrink, defaults.poll_shrink);
-        patch::apply(&u.poll_policy, &mut policy, defaults.poll_policy);
-        patch::apply(&u.poll_weight, &mut params.weight, defaults.poll_weight);
-        params.policy = policy.into();
-        params
-            .validate()
-            .map_err(|e| ApiError::BadRequest(e.to_string()))?;
-        let mut max_batch = thread.max_batch() as u32;
-        patch::apply(&u.max_batch, &mut max_batch, defaults.max_batch);
-        if max_batch as usize > dataplane::iothread::MAX_MAX_BATCH {
-            return Err(ApiError::BadRequest(format!(
-                "max_batch: must be at most {}, got {max_batch}",
-                dataplane::iothread::MAX_MAX_BATCH
-            )));
-        }
-        let effective = thread
-            .set_poll(params)
-            .map_err(|e| ApiError::Internal(e.to_string()))?;
-        if u.max_batch.is_some() {
-            thread.set_max_batch(max_batch as usize);
-        }
+        let in_force = crate::live_tuning::patch_iothread(thread, id, u)?;
         if let Some(entry) = self.config.iothreads.iter_mut().find(|t| t.id == id) {
-            entry.poll_max_ns = effective.max_ns;
-            entry.poll_grow = effective.grow;
-            entry.poll_shrink = effective.shrink;
-            entry.poll_weight = effective.weight;
-            entry.poll_policy = effective.policy.into();
-            entry.max_batch = thread.max_batch() as u32;
+            in_force.write_to(entry);
         }
-        log::info!("iothread {id}: parameters changed by the API: {}", json!(u));
         Ok(Reply::Done)
     }
 
@@ -225,23 +192,7 @@ impl BackendController {
             .iter_mut()
             .find(|g| g.id == id)
             .ok_or_else(|| ApiError::Internal(format!("group {id} has no config")))?;
-        let mut next = cfg.clone();
-        if let Some(b) = u.bandwidth {
-            next.bandwidth = b;
-        }
-        if let Some(o) = u.ops {
-            next.ops = o;
-        }
-        next.limits()
-            .check("")
-            .map_err(|e| ApiError::BadRequest(e.to_string()))?;
-        limiter.set(next.limits().to_dataplane());
-        *cfg = next;
-        for t in self.iothreads.values() {
-            t.wake_throttled()
-                .map_err(|e| ApiError::Internal(e.to_string()))?;
-        }
-        log::info!("rate limit group {id}: changed by the API: {}", json!(u));
+        crate::live_tuning::patch_group(limiter, cfg, self.iothreads.values(), id, u)?;
         Ok(Reply::Done)
     }
 
@@ -289,7 +240,6 @@ impl BackendController {
             vcpus: 0,
             running: true,
         };
-        let threads = crate::cpu_usage::by_thread();
         MetricsReport {
             vm: VmReport {
                 state: "Running".to_string(),
@@ -302,16 +252,7 @@ impl BackendController {
                 .collect(),
             drives: self.drives.iter().map(Self::counters).collect(),
             rate_limit_groups: self.group_reports(),
-            threads: threads
-                .iter()
-                .map(|(name, u)| {
-                    let cpu = crate::metrics::ThreadCpu {
-                        cpu_ns: u.cpu_ns,
-                        kind: u.kind.as_str().into(),
-                    };
-                    ThreadReport::new(name, &cpu)
-                })
-                .collect(),
+            threads: crate::live_tuning::thread_reports(),
         }
     }
 }
