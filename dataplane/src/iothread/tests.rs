@@ -53,8 +53,9 @@ fn detach(t: &IoThread, owner: u64) -> Vec<Box<dyn Handler>> {
     }
 }
 
+/// Waits up to about a second for `cond` (also used by the swap tests).
 #[track_caller]
-fn wait_for(cond: impl Fn() -> bool) {
+pub(crate) fn wait_for(cond: impl Fn() -> bool) {
     for _ in 0..500 {
         if cond() {
             return;

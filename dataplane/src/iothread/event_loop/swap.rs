@@ -240,6 +240,7 @@ mod tests {
     use vmm_sys_util::eventfd::EventFd;
 
     use crate::handler::{AttachError, Handler};
+    use crate::iothread::tests::wait_for;
     use crate::iothread::{IoThread, IoThreadError, SwapOutcome, ThreadTurn};
 
     /// What a test sees of a [`Swappable`] handler.
@@ -347,17 +348,6 @@ mod tests {
             .expect("create");
         std::fs::remove_file(&path).ok();
         f
-    }
-
-    #[track_caller]
-    fn wait_for(cond: impl Fn() -> bool) {
-        for _ in 0..500 {
-            if cond() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        panic!("condition not reached");
     }
 
     #[test]
