@@ -50,6 +50,11 @@ fn wait_for_socket(sock: &Path) {
 /// Boots the test guest on `disk` with the verify workload and an API socket, sandbox off
 /// (snapshots need it off for now); returns once the guest is ready.
 fn boot(disk: &Disk, extra_drive: Value) -> (Vmm, PathBuf) {
+    boot_running(disk, extra_drive, WORKLOAD)
+}
+
+/// [`boot`] with the guest's command line `boot_args`.
+fn boot_running(disk: &Disk, extra_drive: Value, boot_args: &str) -> (Vmm, PathBuf) {
     let sock = disk.dir.join("api.sock");
     let mut drive = json!({"drive_id": "disk0", "path_on_host": disk.path, "iothread": "io0",
                            "num_queues": 2});
@@ -58,7 +63,7 @@ fn boot(disk: &Disk, extra_drive: Value) -> (Vmm, PathBuf) {
     }
     let cfg = json!({
         "machine-config": {"vcpu_count": 2, "mem_size_mib": 128},
-        "boot-source": {"kernel_image_path": test_guest(), "boot_args": WORKLOAD},
+        "boot-source": {"kernel_image_path": test_guest(), "boot_args": boot_args},
         "drives": [drive],
         "iothreads": [{"id": "io0"}],
         "api": {"socket": sock},
@@ -361,23 +366,11 @@ fn a_rate_limit_holds_across_a_restore_with_its_bucket_level() {
     let disk = Disk::new("snapshot-rate-limit", DISK_BYTES);
     // 200 IOPS as 200 per second; the verify run below is 1,000 requests.
     let limit = json!({"rate_limiter": {"ops": {"size": 200, "refill_time": 1000}}});
-    let sock = disk.dir.join("api.sock");
-    let cfg = json!({
-        "machine-config": {"vcpu_count": 2, "mem_size_mib": 128},
-        "boot-source": {"kernel_image_path": test_guest(),
-                        "boot_args": "mode=blk rw=verify bs=4096 qd=16 queues=2 count=1000"},
-        "drives": [{"drive_id": "disk0", "path_on_host": disk.path, "iothread": "io0",
-                    "num_queues": 2, "rate_limiter": limit["rate_limiter"]}],
-        "iothreads": [{"id": "io0"}],
-        "api": {"socket": sock},
-        "sandbox": {"mode": "off"},
-    });
-    let cfg_path = disk.dir.join("vm.json");
-    std::fs::write(&cfg_path, cfg.to_string()).expect("config");
-    let mut first = Vmm::spawn(["--config".as_ref(), cfg_path.as_os_str()]);
-    let ready = first.wait_console(Duration::from_secs(30), |l| l == "osprey-test-guest: ready");
-    assert!(ready.is_some(), "guest not ready:\n{}", first.log_text());
-    wait_for_socket(&sock);
+    let (mut first, sock) = boot_running(
+        &disk,
+        json!({"rate_limiter": limit["rate_limiter"]}),
+        "mode=blk rw=verify bs=4096 qd=16 queues=2 count=1000",
+    );
     pause_and_snapshot(&first, &sock, 300, &disk.dir);
     first.signal(libc::SIGKILL);
     first.wait_exit(Duration::from_secs(10));
