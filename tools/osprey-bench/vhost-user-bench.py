@@ -10,7 +10,9 @@ repeated:
 
 For each run: the guest's IOPS and mean latency (its BLK line), and the backend's CPU time per
 I/O from /proc/PID/task/*/schedstat (the whole backend process; for QEMU's built-in device, its
-iothread `IO iot0`). The guest idles after its report (`hang=2`), so the CPU is read before
+iothread `IO iot0` and the io_uring workers `iou-wrk-TID` that run the reads it submits when the
+file system cannot do them without blocking — on tmpfs every read — whose CPU the table also
+shows without them). The guest idles after its report (`hang=2`), so the CPU is read before
 QEMU goes away. Prints a markdown table of medians and writes every run to --csv.
 
   tools/osprey-bench/vhost-user-bench.py --osprey target/release/osprey --repeats 3
@@ -33,20 +35,46 @@ MEM_MIB = 256
 
 
 def task_cpu_ns(pid, comm=None):
-    """CPU ns of process `pid`'s threads (only those named `comm`, if given)."""
-    total = 0
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        base = f"/proc/{pid}/task/{tid}"
+    """CPU ns of process `pid`'s threads (only those named `comm`, if given, and the io_uring
+    workers that thread spawned: `iou-wrk-TID`, which run the requests it hands to io_uring
+    that the file system cannot do without blocking, e.g. every tmpfs read before Linux 6.x)."""
+    tids = os.listdir(f"/proc/{pid}/task")
+    comms = {}
+    for tid in tids:
         try:
-            if comm is not None:
-                with open(f"{base}/comm") as f:
-                    if f.read().strip() != comm:
-                        continue
-            with open(f"{base}/schedstat") as f:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                comms[tid] = f.read().strip()
+        except FileNotFoundError:
+            pass
+    if comm is None:
+        wanted = set(comms)
+    else:
+        owners = {tid for tid, c in comms.items() if c == comm}
+        wanted = owners | {tid for tid, c in comms.items()
+                           if c.startswith("iou-wrk-") and c[len("iou-wrk-"):] in owners}
+    total = 0
+    for tid in wanted:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
                 total += int(f.read().split()[0])
         except FileNotFoundError:
             pass
     return total
+
+
+def thread_cpu_ns(pid):
+    """CPU ns of each thread of process `pid`, summed by thread name."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        base = f"/proc/{pid}/task/{tid}"
+        try:
+            with open(f"{base}/comm") as f:
+                comm = f.read().strip()
+            with open(f"{base}/schedstat") as f:
+                out[comm] = out.get(comm, 0) + int(f.read().split()[0])
+        except FileNotFoundError:
+            pass
+    return out
 
 
 def wait_for(path, timeout=10.0):
@@ -70,20 +98,31 @@ def qemu_argv(guest_args, device_args):
     ] + device_args
 
 
-def run_guest(argv, cpu_of):
-    """Boots QEMU, waits for the BLK line, reads the backend CPU, kills QEMU."""
+def run_guest(argv, cpu_of, backend_pid=None):
+    """Boots QEMU, waits for the BLK line, reads the backend CPU, kills QEMU. Also returns the
+    CPU each thread of QEMU (and of the backend process) spent over the run, by thread name."""
     qemu = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             stdin=subprocess.DEVNULL)
+
+    def threads():
+        out = {f"qemu/{k}": v for k, v in thread_cpu_ns(qemu.pid).items()}
+        if backend_pid is not None:
+            out.update({f"backend/{k}": v for k, v in thread_cpu_ns(backend_pid).items()})
+        return out
+
     cpu0 = None
+    threads0 = {}
     report = None
     try:
         for raw in qemu.stdout:
             line = raw.decode(errors="replace")
             if "osprey-test-guest: ready" in line and cpu0 is None:
                 cpu0 = cpu_of(qemu.pid)
+                threads0 = threads()
             i = line.find("BLK {")
             if i >= 0:
                 cpu1 = cpu_of(qemu.pid)
+                threads1 = threads()
                 report = json.loads(line[i + 4:])
                 break
     finally:
@@ -91,7 +130,8 @@ def run_guest(argv, cpu_of):
         qemu.wait()
     if report is None:
         raise RuntimeError("no BLK line from the guest")
-    return report, (cpu1 - (cpu0 or 0))
+    per_thread = {k: v - threads0.get(k, 0) for k, v in threads1.items()}
+    return report, (cpu1 - (cpu0 or 0)), per_thread
 
 
 def bench_point(kind, args, shm_file, qd, count, osprey, osprey_args=()):
@@ -119,7 +159,8 @@ def bench_point(kind, args, shm_file, qd, count, osprey, osprey_args=()):
                                 f"addr.path={sock},writable=on,num-queues=1,iothread=iot0",
                 ]
             else:
-                cmd = [osprey, "vhost-user-blk", "--socket", sock, "--path", shm_file,
+                binary = args.osprey_alt if kind == "osprey-alt" else osprey
+                cmd = [binary, "vhost-user-blk", "--socket", sock, "--path", shm_file,
                        *osprey_args]
             backend = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             wait_for(sock)
@@ -128,7 +169,8 @@ def bench_point(kind, args, shm_file, qd, count, osprey, osprey_args=()):
                 "-device", "vhost-user-blk-pci,chardev=vu,num-queues=1,disable-legacy=on",
             ]
             cpu_of = lambda _qpid: task_cpu_ns(backend.pid)
-        report, cpu_ns = run_guest(qemu_argv(guest_args, dev), cpu_of)
+        report, cpu_ns, per_thread = run_guest(qemu_argv(guest_args, dev), cpu_of,
+                                               backend.pid if backend else None)
     finally:
         if backend is not None:
             backend.send_signal(signal.SIGKILL)
@@ -143,12 +185,17 @@ def bench_point(kind, args, shm_file, qd, count, osprey, osprey_args=()):
         "backend": kind, "qd": qd, "requests": run["requests"], "iops": run["iops"],
         "mean_lat_us": run["lat_ns"]["mean"] / 1000.0,
         "cpu_ns_per_io": cpu_ns / max(run["requests"], 1),
+        "cpu_ns_per_io_iothread_alone": (per_thread.get("qemu/IO iot0", 0) if kind == "qemu-iothread"
+                                         else cpu_ns) / max(run["requests"], 1),
+        "threads": {k: v / max(run["requests"], 1) for k, v in per_thread.items() if v > 0},
     }
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--osprey", default=os.path.join(REPO, "target", "release", "osprey"))
+    p.add_argument("--osprey-alt", help="a second osprey binary, run as backend `osprey-alt` "
+                   "(compare two builds side by side: --backends osprey,osprey-alt)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--size-mib", type=int, default=128)
     p.add_argument("--count-qd1", type=int, default=20000)
@@ -158,7 +205,9 @@ def main():
                    help="an extra argument for `osprey vhost-user-blk` (repeat for several)")
     p.add_argument("--qd", default="1,32", help="queue depths to run, of 1 and 32")
     p.add_argument("--backends", default="qemu-iothread,qsd,osprey",
-                   help="backends to run, of qemu-iothread, qsd, osprey")
+                   help="backends to run, of qemu-iothread, qsd, osprey, osprey-alt")
+    p.add_argument("--threads", action="store_true",
+                   help="also print each run's CPU per I/O of every QEMU and backend thread")
     p.add_argument("--loop", action="store_true",
                    help="also read through a loop device over the file (losetup; needs root)")
     a = p.parse_args()
@@ -187,16 +236,21 @@ def main():
                         print(f"rep {rep} {store:<4} qd{qd:<2} {kind:<14} {r['iops']:>8} IOPS "
                               f"{r['mean_lat_us']:7.1f} µs {r['cpu_ns_per_io']:8.0f} ns CPU/IO",
                               file=sys.stderr, flush=True)
+                        if a.threads:
+                            for name, ns in sorted(r["threads"].items(), key=lambda t: -t[1]):
+                                print(f"      {name:<32} {ns:8.0f} ns/IO", file=sys.stderr)
     finally:
         if loop:
             subprocess.call(["losetup", "-d", loop])
         os.unlink(shm_file)
     with open(a.csv, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+        w = csv.DictWriter(f, fieldnames=[k for k in rows[0] if k != "threads"],
+                           extrasaction="ignore")
         w.writeheader()
         w.writerows(rows)
-    print("| store | QD | backend | IOPS | mean latency (µs) | backend CPU per I/O (µs) |")
-    print("|---|---|---|---|---|---|")
+    print("| store | QD | backend | IOPS | mean latency (µs) | backend CPU per I/O (µs) "
+          "| without io_uring workers (µs) |")
+    print("|---|---|---|---|---|---|---|")
     for store in dict.fromkeys(r["store"] for r in rows):
         for qd in (1, 32):
             for kind in a.backends.split(","):
@@ -205,7 +259,8 @@ def main():
                     continue
                 med = lambda k: statistics.median(r[k] for r in pts)
                 print(f"| {store} | {qd} | {kind} | {med('iops'):.0f} | {med('mean_lat_us'):.1f} | "
-                      f"{med('cpu_ns_per_io') / 1000:.2f} |")
+                      f"{med('cpu_ns_per_io') / 1000:.2f} | "
+                      f"{med('cpu_ns_per_io_iothread_alone') / 1000:.2f} |")
 
 
 if __name__ == "__main__":
