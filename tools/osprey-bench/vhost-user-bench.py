@@ -77,6 +77,31 @@ def thread_cpu_ns(pid):
     return out
 
 
+def pin_page_cache(path):
+    """Maps `path` (the loop device) shared and locked in a child process, which holds its page
+    cache resident until killed: a host that reclaims idle page cache proactively (DAMON, as
+    this kind of host runs) would otherwise evict the loop device's cache between its runs, and
+    whichever backend ran first after the /dev/shm runs would read a cold cache."""
+    code = (
+        "import ctypes, os, sys, time\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "libc.mmap.restype = ctypes.c_void_p\n"
+        "libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,"
+        " ctypes.c_int, ctypes.c_long]\n"
+        "fd = os.open(sys.argv[1], os.O_RDONLY)\n"
+        "size = os.lseek(fd, 0, os.SEEK_END)\n"
+        "MAP_SHARED, MAP_POPULATE, MAP_LOCKED = 0x01, 0x8000, 0x2000\n"
+        "p = libc.mmap(None, size, 1, MAP_SHARED | MAP_POPULATE | MAP_LOCKED, fd, 0)\n"
+        "if p in (None, ctypes.c_void_p(-1).value): sys.exit(f'mmap: {os.strerror(ctypes.get_errno())}')\n"
+        "print('pinned', flush=True)\n"
+        "time.sleep(1e9)\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code, path], stdout=subprocess.PIPE, text=True)
+    if child.stdout.readline().strip() != "pinned":
+        raise RuntimeError(f"could not pin the page cache of {path}")
+    return child
+
+
 def wait_for(path, timeout=10.0):
     deadline = time.time() + timeout
     while not os.path.exists(path):
@@ -210,6 +235,8 @@ def main():
                    help="also print each run's CPU per I/O of every QEMU and backend thread")
     p.add_argument("--loop", action="store_true",
                    help="also read through a loop device over the file (losetup; needs root)")
+    p.add_argument("--loop-only", action="store_true",
+                   help="read only through the loop device (implies --loop)")
     a = p.parse_args()
     shm_file = f"/dev/shm/vu-bench-{os.getpid()}.img"
     with open(shm_file, "wb") as f:
@@ -218,17 +245,22 @@ def main():
             f.write(block)
     rows = []
     loop = None
+    pinner = None
     try:
-        stores = [("shm", shm_file)]
-        if a.loop:
+        stores = [] if a.loop_only else [("shm", shm_file)]
+        if a.loop or a.loop_only:
             loop = subprocess.check_output(["losetup", "-f", "--show", shm_file], text=True).strip()
+            pinner = pin_page_cache(loop)
             stores.append(("loop", loop))
         for rep in range(a.repeats):
             for store, path in stores:
                 for qd, count in ((1, a.count_qd1), (32, a.count_qd32)):
                     if str(qd) not in a.qd.split(","):
                         continue
-                    for kind in a.backends.split(","):
+                    kinds = a.backends.split(",")
+                    # Each repeat starts with the next backend: none always runs first.
+                    shift = rep % len(kinds)
+                    for kind in kinds[shift:] + kinds[:shift]:
                         r = bench_point(kind, a, path, qd, count, a.osprey, a.osprey_arg)
                         r["store"] = store
                         r["repeat"] = rep
@@ -240,6 +272,9 @@ def main():
                             for name, ns in sorted(r["threads"].items(), key=lambda t: -t[1]):
                                 print(f"      {name:<32} {ns:8.0f} ns/IO", file=sys.stderr)
     finally:
+        if pinner:
+            pinner.kill()
+            pinner.wait()
         if loop:
             subprocess.call(["losetup", "-d", loop])
         os.unlink(shm_file)
