@@ -7,6 +7,9 @@
 //! shows the drive's counters and changes an iothread live. The backend runs in the VMM's
 //! sandbox (its default) throughout.
 //! Without QEMU each test prints `NOT RUN: <reason>` and passes.
+//! The Cloud Hypervisor block at the end boots the same guest in Cloud Hypervisor
+//! (`OSPREY_CLOUD_HYPERVISOR`, else `cloud-hypervisor` on PATH; `NOT RUN` without one): verify
+//! at QD1 and QD16 on two queues, and a frontend killed mid-QD16 then started again.
 
 mod common;
 
@@ -373,4 +376,133 @@ fn a_queue_the_guest_breaks_costs_the_backend_no_cpu() {
         "guest exit 0; console:\n{}",
         vm.console_text()
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cloud Hypervisor as the frontend (issue 42). A block of its own: its helpers are used only
+// by the two tests below.
+// ---------------------------------------------------------------------------------------------
+
+/// Cloud Hypervisor: `OSPREY_CLOUD_HYPERVISOR` when set, else `cloud-hypervisor` on PATH.
+fn cloud_hypervisor() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("OSPREY_CLOUD_HYPERVISOR") {
+        return Some(PathBuf::from(path));
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join("cloud-hypervisor"))
+        .find(|p| p.is_file())
+}
+
+/// The Cloud Hypervisor binary, or `None` after printing why the test does not run.
+fn cloud_hypervisor_or_not_run() -> Option<PathBuf> {
+    if !Path::new("/dev/kvm").exists() {
+        println!("NOT RUN: no /dev/kvm");
+        return None;
+    }
+    let ch = cloud_hypervisor();
+    match &ch {
+        None => println!(
+            "NOT RUN: no Cloud Hypervisor (set OSPREY_CLOUD_HYPERVISOR=/path/to/cloud-hypervisor \
+             or put cloud-hypervisor on PATH; scripts/build-cloud-hypervisor.sh builds one)"
+        ),
+        Some(path) => assert!(
+            path.is_file(),
+            "OSPREY_CLOUD_HYPERVISOR={} is not a file",
+            path.display()
+        ),
+    }
+    ch
+}
+
+/// Boots the test guest in Cloud Hypervisor on the backend's socket with `queues` queues and
+/// `args`: shared memory (the backend maps it), the serial port on stdout, and as many vCPUs as
+/// queues (Cloud Hypervisor refuses more queues than vCPUs; the guest runs on the first).
+fn spawn_cloud_hypervisor(ch: &Path, sock: &Path, queues: u16, args: &str) -> Vmm {
+    let argv: Vec<String> = [
+        "--kernel",
+        &test_guest().display().to_string(),
+        "--cmdline",
+        &format!("mode=blk queues={queues} {args}"),
+        "--cpus",
+        &format!("boot={queues}"),
+        "--memory",
+        &format!("size={MEM_MIB}M,shared=on"),
+        "--disk",
+        &format!(
+            "vhost_user=true,socket={},num_queues={queues},queue_size=256",
+            sock.display()
+        ),
+        "--serial",
+        "tty",
+        "--console",
+        "off",
+        "-v",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    Vmm::spawn_program(ch, argv, Stdio::null())
+}
+
+/// Runs the guest in Cloud Hypervisor to its exit; returns its BLK report. Cloud Hypervisor
+/// has no debug-exit port: the guest powers off through ACPI (Cloud Hypervisor then exits 0)
+/// and its own status is its last serial line.
+fn boot_cloud_hypervisor(ch: &Path, backend: &Backend, queues: u16, args: &str) -> Value {
+    let mut vm = spawn_cloud_hypervisor(ch, &backend.sock, queues, args);
+    let status = vm.wait_exit(Duration::from_secs(120));
+    let console = vm.console_text();
+    assert!(
+        status.success() && console.lines().any(|l| l == "osprey-test-guest: exit 0"),
+        "guest exit 0 and Cloud Hypervisor exit 0 (got {status}) for {args}; console:\n{console}\n\
+         Cloud Hypervisor:\n{}\nbackend:\n{}",
+        vm.log_text(),
+        backend.vmm.log_text()
+    );
+    let report = common::blk::report(&console, args, &backend.vmm.log_text());
+    println!("Cloud Hypervisor, {args}: BLK {report}");
+    report
+}
+
+#[test]
+fn cloud_hypervisor_verify_sees_every_write_at_qd1_and_qd16_on_two_queues() {
+    let Some(ch) = cloud_hypervisor_or_not_run() else {
+        return;
+    };
+    let backend = Backend::start("ch-verify");
+    let one = boot_cloud_hypervisor(&ch, &backend, 1, "rw=verify qd=1 count=1000");
+    assert_verified(&one, 1, 1);
+    let two = boot_cloud_hypervisor(&ch, &backend, 2, "rw=verify qd=16 count=4000");
+    assert_verified(&two, 2, 16);
+    assert_eq!(two["event_idx"], true, "EVENT_IDX negotiated: {two}");
+    assert_eq!(two["flush"], true, "FLUSH negotiated: {two}");
+}
+
+#[test]
+fn cloud_hypervisor_killed_mid_io_and_started_again_verifies() {
+    let Some(ch) = cloud_hypervisor_or_not_run() else {
+        return;
+    };
+    let mut backend = Backend::start("ch-kill");
+    // A long QD16 run on two queues, killed once both rings run and I/O flows.
+    let mut vm = spawn_cloud_hypervisor(&ch, &backend.sock, 2, "rw=verify qd=16 count=10000000");
+    backend.wait_log("rings [0, 1] running", 1);
+    std::thread::sleep(Duration::from_millis(300));
+    let (status, drive) = common::api_call(&backend.api, "GET", "/drives/vhost0", None);
+    assert_eq!(status, 200, "{drive}");
+    let before_kill = drive["requests"].as_u64().expect("requests");
+    assert!(before_kill > 0, "I/O flows before the kill: {drive}");
+    vm.signal(libc::SIGKILL);
+    vm.wait_exit(Duration::from_secs(10));
+    assert!(
+        !vm.console_text().contains("BLK "),
+        "killed before the guest's report:\n{}",
+        vm.console_text()
+    );
+    println!("Cloud Hypervisor killed after {before_kill} requests");
+    // Logged once the device drained every request and the connection's state is gone.
+    backend.wait_log("waiting for a frontend", 1);
+
+    let report = boot_cloud_hypervisor(&ch, &backend, 2, "rw=verify qd=16 count=4000");
+    assert_verified(&report, 2, 16);
 }

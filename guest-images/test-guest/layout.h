@@ -31,6 +31,10 @@
 #define PORT_COM1       0x3f8
 #define PORT_DEBUG_EXIT 0xf4
 #define PORT_I8042_CMD  0x64
+/* Cloud Hypervisor's ACPI sleep-control register (its FADT's SLEEP_CONTROL_REG): writing
+ * SLP_EN (bit 5) with SLP_TYP 5 (S5, bits 2-4) powers the VM off. */
+#define PORT_ACPI_SLEEP_CONTROL 0x600
+#define ACPI_SLEEP_S5           ((5 << 2) | (1 << 5))
 
 /* Exit statuses. */
 #define EXIT_OK         0

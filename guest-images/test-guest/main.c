@@ -21,6 +21,11 @@ NORETURN void guest_exit(u8 status)
     put_u64(status);
     putc_serial('\n');
     outb(PORT_DEBUG_EXIT, status);
+    /* Osprey and QEMU's isa-debug-exit stop the VM on the write above (Osprey's vCPU may
+     * still run the next write, which no Osprey device claims). Cloud Hypervisor has no
+     * debug-exit device: power off through its ACPI sleep-control register; the status is
+     * then only on the serial line above. */
+    outb(PORT_ACPI_SLEEP_CONTROL, ACPI_SLEEP_S5);
     halt_forever();
 }
 

@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """Side by side: the test guest in QEMU reading 4k blocks at random from a /dev/shm file (and,
-with --loop, from a loop device over it) through three block backends, alternating, each point
-repeated:
+with --loop, from a loop device over it) through block backends (--backends), alternating, each
+point repeated:
 
   qemu-iothread  QEMU's built-in virtio-blk-pci with an iothread and aio=io_uring (its adaptive
                  polling at its defaults)
   qsd            QEMU + qemu-storage-daemon's vhost-user-blk export (iothread, aio=io_uring)
   osprey         QEMU + `osprey vhost-user-blk` at its defaults
+  ch-vub         QEMU + Cloud Hypervisor's `vhost_user_block` backend at its defaults (queue
+                 polling on; --ch-vub names the binary: scripts/build-cloud-hypervisor.sh)
 
 For each run: the guest's IOPS and mean latency (its BLK line), and the backend's CPU time per
 I/O from /proc/PID/task/*/schedstat (the whole backend process; for QEMU's built-in device, its
@@ -183,6 +185,9 @@ def bench_point(kind, args, shm_file, qd, count, osprey, osprey_args=()):
                     "--export", f"type=vhost-user-blk,id=exp0,node-name=file0,addr.type=unix,"
                                 f"addr.path={sock},writable=on,num-queues=1,iothread=iot0",
                 ]
+            elif kind == "ch-vub":
+                cmd = [args.ch_vub, "--block-backend",
+                       f"path={shm_file},socket={sock},num_queues=1"]
             else:
                 binary = args.osprey_alt if kind == "osprey-alt" else osprey
                 cmd = [binary, "vhost-user-blk", "--socket", sock, "--path", shm_file,
@@ -219,6 +224,8 @@ def bench_point(kind, args, shm_file, qd, count, osprey, osprey_args=()):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--osprey", default=os.path.join(REPO, "target", "release", "osprey"))
+    p.add_argument("--ch-vub", default="vhost_user_block",
+                   help="Cloud Hypervisor's vhost_user_block binary, for the ch-vub backend")
     p.add_argument("--osprey-alt", help="a second osprey binary, run as backend `osprey-alt` "
                    "(compare two builds side by side: --backends osprey,osprey-alt)")
     p.add_argument("--repeats", type=int, default=3)
@@ -230,7 +237,7 @@ def main():
                    help="an extra argument for `osprey vhost-user-blk` (repeat for several)")
     p.add_argument("--qd", default="1,32", help="queue depths to run, of 1 and 32")
     p.add_argument("--backends", default="qemu-iothread,qsd,osprey",
-                   help="backends to run, of qemu-iothread, qsd, osprey, osprey-alt")
+                   help="backends to run, of qemu-iothread, qsd, osprey, osprey-alt, ch-vub")
     p.add_argument("--threads", action="store_true",
                    help="also print each run's CPU per I/O of every QEMU and backend thread")
     p.add_argument("--loop", action="store_true",
