@@ -4,6 +4,7 @@
 //! a [`Malformed::Broken`] chain that puts the device in `DEVICE_NEEDS_RESET`.
 
 use dataplane::engine::{IoOp, IoVec, IoVecs};
+use smallvec::SmallVec;
 use virtio_queue::desc::split::Descriptor;
 use vm_memory::{Address, Bytes, GuestAddress};
 
@@ -19,6 +20,10 @@ const DISCARD_SEGMENT_LEN: u32 = 16;
 const WRITE_ZEROES_UNMAP: u32 = 1;
 /// Descriptors kept per request: header, data segments, status.
 const MAX_DESCRIPTORS: usize = SEG_MAX as usize + 2;
+/// Descriptors a request keeps without a heap allocation: a header, `IOVECS_INLINE` data
+/// segments and a status. Longer chains (up to [`MAX_DESCRIPTORS`]) spill to the heap; a fixed
+/// array of `MAX_DESCRIPTORS` would be cleared (2 KiB) for every request.
+const INLINE_DESCRIPTORS: usize = dataplane::engine::IOVECS_INLINE + 2;
 
 /// What the disk looks like to the parser.
 #[derive(Debug, Clone)]
@@ -95,12 +100,12 @@ pub fn parse(
     mem: &HostMemory,
     limits: &DiskLimits,
 ) -> Result<BlockRequest, Malformed> {
-    let mut descs: [Option<Descriptor>; MAX_DESCRIPTORS] = [None; MAX_DESCRIPTORS];
+    let mut descs: SmallVec<[Descriptor; INLINE_DESCRIPTORS]> = SmallVec::new();
     let mut count = 0usize;
     let mut last: Option<Descriptor> = None;
     for d in chain {
         if count < MAX_DESCRIPTORS {
-            descs[count] = Some(d);
+            descs.push(d);
         }
         count += 1;
         last = Some(d);
@@ -127,7 +132,7 @@ pub fn parse(
     if count > MAX_DESCRIPTORS {
         return Err(ioerr(status_addr, "more segments than seg_max"));
     }
-    let Some(header) = descs[0] else {
+    let Some(&header) = descs.first() else {
         return Err(ioerr(status_addr, "request without a header"));
     };
     if header.is_write_only() || header.len() < HEADER_LEN {
@@ -144,7 +149,7 @@ pub fn parse(
     let mut sector_bytes = [0u8; 8];
     sector_bytes.copy_from_slice(&raw[8..16]);
     let sector = u64::from_le_bytes(sector_bytes);
-    let data = descs[1..count - 1].iter().flatten();
+    let data = descs[1..count - 1].iter();
 
     let op = match kind {
         request_type::IN | request_type::OUT => {
