@@ -194,7 +194,9 @@ pub(crate) fn explain(e: &io::Error) -> String {
 }
 
 /// The opcodes the engine submits.
-pub(super) const OPCODES: [(u8, &str); 4] = [
+pub(super) const OPCODES: [(u8, &str); 6] = [
+    (opcode::Read::CODE, "READ"),
+    (opcode::Write::CODE, "WRITE"),
     (opcode::Readv::CODE, "READV"),
     (opcode::Writev::CODE, "WRITEV"),
     (opcode::Fsync::CODE, "FSYNC"),

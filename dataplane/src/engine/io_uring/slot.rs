@@ -170,6 +170,25 @@ impl Slot {
                 let cnt = rest.len().min(libc::UIO_MAXIOV as usize) as u32;
                 // Cannot exceed i64::MAX: `fill` checked offset + total.
                 let off = self.offset + self.done as u64;
+                // One buffer (a 4 KiB request, most of them): the plain READ/WRITE opcodes
+                // spare the kernel copying and checking an iovec array.
+                if let [one] = rest {
+                    // A buffer is at most a descriptor's u32 length; a longer one (not from a
+                    // guest) stays vectored.
+                    if let Ok(len) = u32::try_from(one.iov_len) {
+                        let buf = one.iov_base.cast::<u8>();
+                        let entry = if self.kind == Kind::Read {
+                            on_target!(target, t => opcode::Read::new(t, buf, len)
+                                .offset(off)
+                                .build())
+                        } else {
+                            on_target!(target, t => opcode::Write::new(t, buf.cast_const(), len)
+                                .offset(off)
+                                .build())
+                        };
+                        return entry.user_data(user_data);
+                    }
+                }
                 if self.kind == Kind::Read {
                     on_target!(target, t => opcode::Readv::new(t, rest.as_ptr(), cnt)
                         .offset(off)
