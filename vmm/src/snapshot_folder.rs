@@ -4,7 +4,9 @@
 //! Landlock rules let the control thread create files there ([`rule_folders`]), and the API
 //! checks both paths against them before the snapshot starts ([`SnapshotFolders::check`]), so a
 //! path outside is a 400 that names it and the folders, and no file is created. With the
-//! sandbox off any path is taken, and no check is made.
+//! sandbox off any path is taken, and no check is made. `/` and the trees under `/dev`, `/proc`
+//! and `/sys` never take snapshot files ([`is_off_limits`]): `snapshot.folder` there is a
+//! config error, and a socket there gives its folder no such rights.
 
 use std::path::{Path, PathBuf};
 
@@ -13,7 +15,8 @@ use crate::swap_folder::normalize;
 /// One folder where snapshot files may be created, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AllowedFolder {
-    /// The folder, as written in the config (or `.` for a socket named without a folder).
+    /// The folder: the socket's, absolute; `snapshot.folder` as the config has it (absolute once
+    /// a config file's paths are resolved).
     pub path: PathBuf,
     /// Where it comes from: [`SOCKET_FOLDER`] or [`CONFIGURED_FOLDER`].
     pub what: &'static str,
@@ -24,19 +27,34 @@ pub const SOCKET_FOLDER: &str = "API socket's folder";
 /// [`AllowedFolder::what`] of `snapshot.folder`.
 pub const CONFIGURED_FOLDER: &str = "snapshot.folder";
 
+/// Whether `folder` (absolute) may never take snapshot files: the root folder (the whole file
+/// system would become writable) or a folder under `/dev`, `/proc` or `/sys` (devices and the
+/// kernel's interfaces).
+pub fn is_off_limits(folder: &Path) -> bool {
+    folder.parent().is_none()
+        || ["/dev", "/proc", "/sys"]
+            .iter()
+            .any(|d| folder.starts_with(d))
+}
+
 /// The folders where snapshot files may be created: the folder of `api_socket` (when the VM
-/// serves the API) and `configured` (`snapshot.folder`), in that order.
+/// serves the API, made absolute, and unless it is off limits) and `configured`
+/// (`snapshot.folder`, checked when the config was), in that order. Call before the sandbox:
+/// a relative socket path is made absolute with the working directory.
 pub fn rule_folders(api_socket: Option<&Path>, configured: Option<&Path>) -> Vec<AllowedFolder> {
     let mut folders = Vec::new();
     if let Some(socket) = api_socket {
-        let path = match socket.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p,
-            _ => Path::new("."),
-        };
-        folders.push(AllowedFolder {
-            path: path.to_path_buf(),
-            what: SOCKET_FOLDER,
-        });
+        let socket = std::path::absolute(socket).unwrap_or_else(|_| socket.to_path_buf());
+        let folder = normalize(&socket)
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from("/"));
+        if !is_off_limits(&folder) {
+            folders.push(AllowedFolder {
+                path: folder,
+                what: SOCKET_FOLDER,
+            });
+        }
     }
     if let Some(folder) = configured {
         folders.push(AllowedFolder {
@@ -132,7 +150,8 @@ impl SnapshotFolders {
     /// The folders in words, for messages: `/run/vm (API socket's folder)`, or `none`.
     pub fn describe(&self) -> String {
         if self.folders.is_empty() {
-            return "none (the VM serves no API socket and has no snapshot.folder)".into();
+            return "none (no snapshot.folder, and no API socket in a folder that may take them)"
+                .into();
         }
         self.folders
             .iter()
@@ -224,7 +243,8 @@ mod tests {
         let f = folders(&[], "/");
         let e = f.check(Path::new("/tmp/s")).expect_err("no folder");
         assert!(
-            e.to_string().contains("none (the VM serves no API socket"),
+            e.to_string()
+                .contains("none (no snapshot.folder, and no API"),
             "{e}"
         );
     }
@@ -247,14 +267,33 @@ mod tests {
                 },
             ]
         );
+        let cwd = std::env::current_dir().expect("working directory");
         assert_eq!(
             rule_folders(Some(Path::new("api.sock")), None),
             vec![AllowedFolder {
-                path: ".".into(),
+                path: cwd.clone(),
                 what: SOCKET_FOLDER
-            }]
+            }],
+            "a socket named without a folder: the working directory"
+        );
+        assert_eq!(
+            rule_folders(Some(Path::new("run/../api.sock")), None)[0].path,
+            cwd
         );
         assert!(rule_folders(None, None).is_empty());
+        for off_limits in [
+            "/api.sock",
+            "/dev/shm/api.sock",
+            "/proc/x/api.sock",
+            "/sys/api.sock",
+        ] {
+            assert!(
+                rule_folders(Some(Path::new(off_limits)), None).is_empty(),
+                "{off_limits}"
+            );
+        }
+        assert!(!is_off_limits(Path::new("/devices")));
+        assert!(!is_off_limits(Path::new("/srv/dev")));
     }
 
     #[test]

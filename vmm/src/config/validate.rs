@@ -139,11 +139,7 @@ impl VmConfig {
         if folder.as_os_str().is_empty() {
             return Err(invalid("snapshot.folder", "must name a folder"));
         }
-        if folder.parent().is_none()
-            || ["/dev", "/proc", "/sys"]
-                .iter()
-                .any(|d| folder.starts_with(d))
-        {
+        if crate::snapshot_folder::is_off_limits(folder) {
             return Err(invalid(
                 "snapshot.folder",
                 format!(
