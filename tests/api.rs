@@ -597,10 +597,10 @@ fn every_openapi_example_is_accepted() {
                 // The pre-boot routes configure a VM before InstanceStart: this one runs.
                 let preboot = method == "put" || path == "/machine-config";
                 if path == "/snapshot/create" {
-                    // A snapshot of this VM (sandbox on, running) is refused, saying why.
+                    // A snapshot of this VM (running) is refused, saying why.
                     assert_eq!(st, 400, "{concrete} {body}: {reply}");
                     let m = reply["fault_message"].as_str().unwrap_or_default();
-                    assert!(m.contains("sandbox"), "{m}");
+                    assert!(m.contains("pause it first"), "{m}");
                 } else if preboot {
                     assert_eq!(st, 400, "{method} {concrete} {body}: {reply}");
                     let m = reply["fault_message"].as_str().unwrap_or_default();

@@ -555,11 +555,14 @@ fn help_and_version() {
             socket: "/s".into(),
         }),
         metrics: Some(serde_json::from_str(r#"{"path":"/m"}"#).expect("metrics")),
+        snapshot: Some(vmm::config::SnapshotConfig {
+            folder: "/srv/snaps".into(),
+        }),
         ..Default::default()
     };
     let sections = serde_json::to_value(&full).expect("json");
     let sections: Vec<&String> = sections.as_object().expect("object").keys().collect();
-    assert_eq!(sections.len(), 8, "{sections:?}");
+    assert_eq!(sections.len(), 9, "{sections:?}");
     for section in sections {
         assert!(
             stdout.contains(section.as_str()),

@@ -1,5 +1,6 @@
 //! Snapshots (docs/snapshot.md) of a VM running the test guest's verify workload (QD16 on 2
-//! queues, which writes blocks and reads them back):
+//! queues, which writes blocks and reads them back), with the sandbox on (the default) in the
+//! snapshotted process and in the restored one:
 //!
 //! - `PUT /snapshot/create` is refused while the VM runs and taken once it is paused at a random
 //!   moment of the I/O; the state file reads back, the memory file holds all of guest memory,
@@ -12,6 +13,9 @@
 //!   one serves the API on `--api-sock`).
 //! - Bad snapshots (truncated, a flipped byte, another version, a missing or resized drive, a
 //!   missing memory file) are refused with exit 2 / HTTP 400 before any vCPU runs.
+//! - With the sandbox on, a path outside the API socket's folder and `snapshot.folder` is
+//!   refused with 400 naming it and the folders, and creates no file; `snapshot.folder` takes
+//!   the files; with `--sandbox off` any folder does.
 
 mod common;
 
@@ -47,28 +51,40 @@ fn wait_for_socket(sock: &Path) {
     }
 }
 
-/// Boots the test guest on `disk` with the verify workload and an API socket, sandbox off
-/// (snapshots need it off for now); returns once the guest is ready.
+/// Boots the test guest on `disk` with the verify workload and an API socket in the disk's
+/// folder, sandboxed (the default); returns once the guest is ready.
 fn boot(disk: &Disk, extra_drive: Value) -> (Vmm, PathBuf) {
     boot_running(disk, extra_drive, WORKLOAD)
 }
 
 /// [`boot`] with the guest's command line `boot_args`.
 fn boot_running(disk: &Disk, extra_drive: Value, boot_args: &str) -> (Vmm, PathBuf) {
+    boot_configured(disk, extra_drive, boot_args, json!({}))
+}
+
+/// [`boot_running`] with `sections` added to the config's top level.
+fn boot_configured(
+    disk: &Disk,
+    extra_drive: Value,
+    boot_args: &str,
+    sections: Value,
+) -> (Vmm, PathBuf) {
     let sock = disk.dir.join("api.sock");
     let mut drive = json!({"drive_id": "disk0", "path_on_host": disk.path, "iothread": "io0",
                            "num_queues": 2});
     if let (Some(d), Some(extra)) = (drive.as_object_mut(), extra_drive.as_object()) {
         d.extend(extra.clone());
     }
-    let cfg = json!({
+    let mut cfg = json!({
         "machine-config": {"vcpu_count": 2, "mem_size_mib": 128},
         "boot-source": {"kernel_image_path": test_guest(), "boot_args": boot_args},
         "drives": [drive],
         "iothreads": [{"id": "io0"}],
         "api": {"socket": sock},
-        "sandbox": {"mode": "off"},
     });
+    if let (Some(c), Some(extra)) = (cfg.as_object_mut(), sections.as_object()) {
+        c.extend(extra.clone());
+    }
     let cfg_path = disk.dir.join("vm.json");
     std::fs::write(&cfg_path, cfg.to_string()).expect("config");
     let mut vmm = Vmm::spawn(["--config".as_ref(), cfg_path.as_os_str()]);
@@ -76,6 +92,35 @@ fn boot_running(disk: &Disk, extra_drive: Value, boot_args: &str) -> (Vmm, PathB
     assert!(ready.is_some(), "guest not ready:\n{}", vmm.log_text());
     wait_for_socket(&sock);
     (vmm, sock)
+}
+
+/// The last line of `vmm`'s log that contains `needle`, waiting for it up to 5 s (a line
+/// reaches the pipe reader shortly after the API's answer).
+fn log_line(vmm: &Vmm, needle: &str) -> String {
+    let t0 = Instant::now();
+    loop {
+        let log = vmm.log_text();
+        if let Some(line) = log.lines().rev().find(|l| l.contains(needle)) {
+            return line.to_string();
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "no log line with {needle:?}:\n{log}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The process's start-up line says the sandbox is on, with the Landlock rule that lets it
+/// create snapshot files in the API socket's folder.
+fn assert_sandboxed(vmm: &Vmm, what: &str) {
+    let line = log_line(vmm, "sandbox: ");
+    assert!(
+        line.contains("sandbox: on: seccomp on all 5 thread types")
+            && line.contains("create and write files API socket's folder for snapshots"),
+        "{what}: not sandboxed:\n{}",
+        vmm.log_text()
+    );
 }
 
 /// Pauses once the drive has completed `after_requests` requests (polled through GET /metrics),
@@ -96,19 +141,7 @@ fn pause_and_snapshot(vmm: &Vmm, sock: &Path, after_requests: u64, dir: &Path) -
                       "mem_file_path": dir.join("mem.snap")});
     let (status, v) = call(sock, "PUT", "/snapshot/create", Some(&body.to_string()));
     assert_eq!(status, 204, "{v}\n{}", vmm.log_text());
-    // The log line reaches the pipe reader shortly after the reply.
-    let t0 = Instant::now();
-    loop {
-        let log = vmm.log_text();
-        if let Some(line) = log.lines().rev().find(|l| l.contains("Snapshot ")) {
-            return line.to_string();
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(5),
-            "no snapshot log line:\n{log}"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    log_line(vmm, "Snapshot ")
 }
 
 /// Requests the guest had completed when the snapshot in `dir` was taken (the used ring
@@ -153,6 +186,7 @@ fn load_over_api(dir: &Path, resume: bool, name: &str) -> (Vmm, u16, Value, f64)
 fn a_paused_vm_mid_io_is_saved_and_runs_on() {
     let disk = Disk::new("snapshot-create", DISK_BYTES);
     let (mut vmm, sock) = boot(&disk, json!({}));
+    assert_sandboxed(&vmm, "the snapshotted VM");
     let body = json!({"snapshot_type": "Full", "snapshot_path": disk.dir.join("state.snap"),
                       "mem_file_path": disk.dir.join("mem.snap")});
     let (status, v) = call(&sock, "PUT", "/snapshot/create", Some(&body.to_string()));
@@ -186,6 +220,79 @@ fn a_paused_vm_mid_io_is_saved_and_runs_on() {
 }
 
 #[test]
+fn a_path_outside_the_allowed_folders_is_refused_and_creates_nothing() {
+    let disk = Disk::new("snapshot-folders", DISK_BYTES);
+    let configured = disk.dir.join("snaps");
+    std::fs::create_dir_all(&configured).expect("snapshot.folder");
+    let elsewhere = Disk::new("snapshot-elsewhere", 512);
+    let (mut vmm, sock) = boot_configured(
+        &disk,
+        json!({}),
+        WORKLOAD,
+        json!({"snapshot": {"folder": configured}}),
+    );
+    assert_sandboxed(&vmm, "the VM");
+    let (status, v) = call(&sock, "PATCH", "/vm", Some(r#"{"state": "Paused"}"#));
+    assert_eq!(status, 204, "{v}");
+    let create = |state: &Path, mem: &Path| {
+        let body = json!({"snapshot_type": "Full", "snapshot_path": state,
+                          "mem_file_path": mem});
+        call(&sock, "PUT", "/snapshot/create", Some(&body.to_string()))
+    };
+    let (outside_state, outside_mem) = (
+        elsewhere.dir.join("state.snap"),
+        elsewhere.dir.join("mem.snap"),
+    );
+    let (inside_state, inside_mem) = (disk.dir.join("state.snap"), disk.dir.join("mem.snap"));
+    for (state, mem, named) in [
+        (&outside_state, &outside_mem, &outside_state),
+        (&inside_state, &outside_mem, &outside_mem),
+        (&outside_state, &inside_mem, &outside_state),
+    ] {
+        let (status, v) = create(state, mem);
+        assert_eq!(status, 400, "{v}");
+        let message = v["fault_message"].as_str().unwrap_or_default();
+        for words in [
+            format!("{}: outside the folders", named.display()),
+            format!("{} (API socket's folder)", disk.dir.display()),
+            format!("{} (snapshot.folder)", configured.display()),
+        ] {
+            assert!(message.contains(&words), "{words:?} in {message}");
+        }
+        for file in [&outside_state, &outside_mem, &inside_state, &inside_mem] {
+            assert!(!file.exists(), "{} was created", file.display());
+        }
+        let mut tmp = state.as_os_str().to_owned();
+        tmp.push(".tmp");
+        assert!(!Path::new(&tmp).exists(), "{tmp:?} was created");
+    }
+    // snapshot.folder takes them.
+    let (status, v) = create(&configured.join("state.snap"), &configured.join("mem.snap"));
+    assert_eq!(status, 204, "{v}\n{}", vmm.log_text());
+    let state = vmm::snapshot::file::read(&configured.join("state.snap")).expect("read back");
+    assert_eq!(state.mem_size_bytes, 128 << 20);
+    vmm.signal(libc::SIGKILL);
+    vmm.wait_exit(Duration::from_secs(10));
+
+    // With the sandbox off any folder does, as before.
+    let (mut unsandboxed, sock) = boot_configured(
+        &disk,
+        json!({}),
+        WORKLOAD,
+        json!({"sandbox": {"mode": "off"}}),
+    );
+    let (status, v) = call(&sock, "PATCH", "/vm", Some(r#"{"state": "Paused"}"#));
+    assert_eq!(status, 204, "{v}");
+    let body = json!({"snapshot_type": "Full", "snapshot_path": outside_state,
+                      "mem_file_path": outside_mem});
+    let (status, v) = call(&sock, "PUT", "/snapshot/create", Some(&body.to_string()));
+    assert_eq!(status, 204, "{v}\n{}", unsandboxed.log_text());
+    assert!(outside_state.exists() && outside_mem.exists());
+    unsandboxed.signal(libc::SIGKILL);
+    unsandboxed.wait_exit(Duration::from_secs(10));
+}
+
+#[test]
 fn restored_in_a_new_process_the_guest_finishes_its_io() {
     let rounds: u64 = std::env::var("OSPREY_SNAPSHOT_ROUNDS")
         .ok()
@@ -194,6 +301,7 @@ fn restored_in_a_new_process_the_guest_finishes_its_io() {
     for round in 0..rounds {
         let disk = Disk::new(&format!("snapshot-restore-{round}"), DISK_BYTES);
         let (mut first, sock) = boot(&disk, json!({}));
+        assert_sandboxed(&first, &format!("round {round}: the snapshotted VM"));
         let point = random_point(round);
         let line = pause_and_snapshot(&first, &sock, point, &disk.dir);
         first.signal(libc::SIGKILL);
@@ -206,6 +314,7 @@ fn restored_in_a_new_process_the_guest_finishes_its_io() {
 
         let (mut second, status, v, load_ms) = load_over_api(&disk.dir, true, "restored");
         assert_eq!(status, 204, "round {round}: {v}\n{}", second.log_text());
+        assert_sandboxed(&second, &format!("round {round}: the restored VM"));
         let report = assert_verified(&mut second, &format!("round {round}"));
         eprintln!(
             "round {round}: paused at {point} with {done} of {REQUESTS} requests done; \
@@ -230,6 +339,7 @@ fn find_key<'a>(v: &'a Value, key: &str) -> Option<&'a Value> {
 fn bad_snapshots_are_refused_before_any_vcpu_runs_and_clones_run_on_their_own_drives() {
     let disk = Disk::new("snapshot-bad-and-clones", DISK_BYTES);
     let (first, sock) = boot(&disk, json!({}));
+    assert_sandboxed(&first, "the snapshotted VM");
     pause_and_snapshot(&first, &sock, random_point(7), &disk.dir);
     drop(first);
     let dir = &disk.dir;
@@ -346,6 +456,7 @@ fn bad_snapshots_are_refused_before_any_vcpu_runs_and_clones_run_on_their_own_dr
             wait_for_socket(&clone_sock);
             let (status, v) = call(&clone_sock, "GET", "/", None);
             assert_eq!((status, v["state"].as_str()), (200, Some("Running")), "{v}");
+            assert_sandboxed(&vmm, "clone-b, restored by --restore");
         }
         clones.push((name, copy, vmm));
     }
@@ -371,6 +482,7 @@ fn a_rate_limit_holds_across_a_restore_with_its_bucket_level() {
         json!({"rate_limiter": limit["rate_limiter"]}),
         "mode=blk rw=verify bs=4096 qd=16 queues=2 count=1000",
     );
+    assert_sandboxed(&first, "the snapshotted limited VM");
     pause_and_snapshot(&first, &sock, 300, &disk.dir);
     first.signal(libc::SIGKILL);
     first.wait_exit(Duration::from_secs(10));
@@ -387,6 +499,7 @@ fn a_rate_limit_holds_across_a_restore_with_its_bucket_level() {
 
     let (mut second, status, v, _) = load_over_api(&disk.dir, false, "limited");
     assert_eq!(status, 204, "{v}\n{}", second.log_text());
+    assert_sandboxed(&second, "the restored limited VM");
     let restored_sock = disk.dir.join("limited.sock");
     let (_, metrics) = call(&restored_sock, "GET", "/metrics", None);
     let tokens = find_key(&metrics, "ops_tokens").and_then(Value::as_u64);
@@ -424,7 +537,8 @@ fn drive_requests(sock: &Path) -> u64 {
 /// A measurement, not a test (it asserts nothing about time): boot time, snapshot create time,
 /// and `PUT /snapshot/load` with `resume_vm` until its answer and until the restored guest's
 /// first completed request, for a 1-vCPU 256 MiB guest doing QD1 reads and a 2-vCPU 1 GiB guest
-/// doing QD16 reads on 2 queues. docs/snapshot.md records the numbers.
+/// doing QD16 reads on 2 queues, each with the sandbox on (the snapshotted and the restored
+/// processes) and off. docs/snapshot.md records the numbers.
 ///
 /// `cargo test --release -p vmm --test snapshot timing -- --ignored --nocapture`
 #[test]
@@ -446,60 +560,70 @@ fn timing_of_create_and_load_beside_boot() {
     ];
     let mut rows = Vec::new();
     for (vcpus, mib, io, label) in guests {
-        let disk = Disk::new(&format!("snapshot-timing-{mib}"), 256 << 20);
-        let sock = disk.dir.join("api.sock");
-        let cfg = json!({
-            "machine-config": {"vcpu_count": vcpus, "mem_size_mib": mib},
-            "boot-source": {"kernel_image_path": test_guest(),
-                            "boot_args": format!("mode=blk {io} count=100000000")},
-            "drives": [{"drive_id": "disk0", "path_on_host": disk.path, "iothread": "io0",
-                        "num_queues": 2}],
-            "iothreads": [{"id": "io0"}],
-            "api": {"socket": sock},
-            "sandbox": {"mode": "off"},
-        });
-        let cfg_path = disk.dir.join("vm.json");
-        std::fs::write(&cfg_path, cfg.to_string()).expect("config");
-        let mut first = Vmm::spawn(["--config".as_ref(), cfg_path.as_os_str()]);
-        let ready = first
-            .wait_console(Duration::from_secs(30), |l| l == "osprey-test-guest: ready")
-            .expect("guest ready");
-        let boot_ms = ready.at.as_secs_f64() * 1e3;
-        wait_for_socket(&sock);
-        std::thread::sleep(Duration::from_millis(500));
-        let (status, _) = call(&sock, "PATCH", "/vm", Some(r#"{"state": "Paused"}"#));
-        assert_eq!(status, 204);
-        let body = json!({"snapshot_type": "Full", "snapshot_path": disk.dir.join("state.snap"),
-                          "mem_file_path": disk.dir.join("mem.snap")});
-        let t0 = Instant::now();
-        let (status, v) = call(&sock, "PUT", "/snapshot/create", Some(&body.to_string()));
-        let create_ms = t0.elapsed().as_secs_f64() * 1e3;
-        assert_eq!(status, 204, "{v}");
-        first.signal(libc::SIGKILL);
-        first.wait_exit(Duration::from_secs(10));
-        for attempt in 0..3 {
-            let name = format!("load{attempt}");
-            let (mut restored, status, v, load_ms) = load_over_api(&disk.dir, true, &name);
-            let t_answer = Instant::now();
-            assert_eq!(status, 204, "{v}");
-            let restored_sock = disk.dir.join(format!("{name}.sock"));
-            while drive_requests(&restored_sock) == 0 {
-                assert!(
-                    t_answer.elapsed() < Duration::from_secs(10),
-                    "the guest does not run"
-                );
-            }
-            let runs_ms = load_ms + t_answer.elapsed().as_secs_f64() * 1e3;
-            rows.push(format!(
-                "| {label} | {boot_ms:.0} | {create_ms:.0} | {load_ms:.1} | {runs_ms:.1} |"
-            ));
-            restored.signal(libc::SIGKILL);
-            restored.wait_exit(Duration::from_secs(10));
+        for sandbox in ["on", "off"] {
+            rows.extend(time_one_guest(vcpus, mib, io, label, sandbox));
         }
     }
-    println!("| guest | boot to the guest's ready line (ms) | create (ms) | load, answered (ms) | load until the guest's first request (ms) |");
-    println!("|---|---|---|---|---|");
+    println!("| guest | sandbox | boot to the guest's ready line (ms) | create (ms) | load, answered (ms) | load until the guest's first request (ms) |");
+    println!("|---|---|---|---|---|---|");
     for r in rows {
         println!("{r}");
     }
+}
+
+/// One guest of [`timing_of_create_and_load_beside_boot`], sandbox `sandbox`: a table row per
+/// load.
+fn time_one_guest(vcpus: u8, mib: u64, io: &str, label: &str, sandbox: &str) -> Vec<String> {
+    let disk = Disk::new(&format!("snapshot-timing-{mib}-{sandbox}"), 256 << 20);
+    let sock = disk.dir.join("api.sock");
+    let cfg = json!({
+        "machine-config": {"vcpu_count": vcpus, "mem_size_mib": mib},
+        "boot-source": {"kernel_image_path": test_guest(),
+                        "boot_args": format!("mode=blk {io} count=100000000")},
+        "drives": [{"drive_id": "disk0", "path_on_host": disk.path, "iothread": "io0",
+                    "num_queues": 2}],
+        "iothreads": [{"id": "io0"}],
+        "api": {"socket": sock},
+        "sandbox": {"mode": sandbox},
+    });
+    let cfg_path = disk.dir.join("vm.json");
+    std::fs::write(&cfg_path, cfg.to_string()).expect("config");
+    let mut first = Vmm::spawn(["--config".as_ref(), cfg_path.as_os_str()]);
+    let ready = first
+        .wait_console(Duration::from_secs(30), |l| l == "osprey-test-guest: ready")
+        .expect("guest ready");
+    let boot_ms = ready.at.as_secs_f64() * 1e3;
+    wait_for_socket(&sock);
+    std::thread::sleep(Duration::from_millis(500));
+    let (status, _) = call(&sock, "PATCH", "/vm", Some(r#"{"state": "Paused"}"#));
+    assert_eq!(status, 204);
+    let body = json!({"snapshot_type": "Full", "snapshot_path": disk.dir.join("state.snap"),
+                      "mem_file_path": disk.dir.join("mem.snap")});
+    let t0 = Instant::now();
+    let (status, v) = call(&sock, "PUT", "/snapshot/create", Some(&body.to_string()));
+    let create_ms = t0.elapsed().as_secs_f64() * 1e3;
+    assert_eq!(status, 204, "{v}");
+    first.signal(libc::SIGKILL);
+    first.wait_exit(Duration::from_secs(10));
+    let mut rows = Vec::new();
+    for attempt in 0..3 {
+        let name = format!("load{attempt}");
+        let (mut restored, status, v, load_ms) = load_over_api(&disk.dir, true, &name);
+        let t_answer = Instant::now();
+        assert_eq!(status, 204, "{v}");
+        let restored_sock = disk.dir.join(format!("{name}.sock"));
+        while drive_requests(&restored_sock) == 0 {
+            assert!(
+                t_answer.elapsed() < Duration::from_secs(10),
+                "the guest does not run"
+            );
+        }
+        let runs_ms = load_ms + t_answer.elapsed().as_secs_f64() * 1e3;
+        rows.push(format!(
+            "| {label} | {sandbox} | {boot_ms:.0} | {create_ms:.0} | {load_ms:.1} | {runs_ms:.1} |"
+        ));
+        restored.signal(libc::SIGKILL);
+        restored.wait_exit(Duration::from_secs(10));
+    }
+    rows
 }

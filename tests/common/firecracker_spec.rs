@@ -226,16 +226,20 @@ pub enum Phase {
     BeforeBoot,
     /// Only once the VM runs (or is paused); before, 400.
     AfterBoot,
+    /// Only while the VM is paused (`PUT /snapshot/create`); before boot and while it runs, 400.
+    Paused,
     /// In every state.
     Any,
 }
 
 impl Phase {
-    /// Whether the operation is served with the VM booted (`true`) or not yet started.
-    pub fn allows(self, booted: bool) -> bool {
+    /// Whether the operation is served with the VM booted (`true`) or not yet started, and
+    /// paused or not.
+    pub fn allows(self, booted: bool, paused: bool) -> bool {
         match self {
             Phase::BeforeBoot => !booted,
             Phase::AfterBoot => booted,
+            Phase::Paused => paused,
             Phase::Any => true,
         }
     }
@@ -495,10 +499,10 @@ pub const OPERATIONS: &[Operation] = &[
         .body(r#"{"iface_id": "eth0", "rx_rate_limiter": {"ops": {"size": 10, "refill_time": 100}}}"#)
         .phase(AfterBoot)
         .refused(NET_WORDS),
+    // Taken in the API socket's folder ($DIR), where the sandbox lets Osprey create files.
     op("PUT", "/snapshot/create")
         .body(r#"{"mem_file_path": "$DIR/snap.mem", "snapshot_path": "$DIR/snap.vmstate", "snapshot_type": "Full"}"#)
-        .phase(AfterBoot)
-        .refused(SNAPSHOT_WORDS),
+        .phase(Phase::Paused),
     op("PUT", "/snapshot/load")
         .body(r#"{"snapshot_path": "$DIR/snap.vmstate", "mem_backend": {"backend_type": "File", "backend_path": "$DIR/snap.mem"}, "resume_vm": false}"#)
         .phase(BeforeBoot)

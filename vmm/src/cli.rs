@@ -40,8 +40,8 @@ pub struct Cli {
     pub command: Option<Command>,
 
     /// VM config file (JSON) with the sections machine-config, boot-source, drives, iothreads,
-    /// rate-limit-groups, api, metrics and sandbox; relative paths in it are taken from the
-    /// file's folder. See docs/config.md and examples/. `--config-file` is Firecracker's name for it.
+    /// rate-limit-groups, api, metrics, snapshot and sandbox; relative paths in it are taken
+    /// from the file's folder. See docs/config.md and examples/. `--config-file` is Firecracker's name for it.
     #[arg(long, value_name = "FILE", visible_alias = "config-file")]
     pub config: Option<PathBuf>,
 

@@ -38,6 +38,7 @@ pub mod regs;
 pub mod sandbox;
 pub mod seccomp;
 pub mod snapshot;
+pub mod snapshot_folder;
 pub mod stop;
 pub mod swap_folder;
 #[cfg(any(test, feature = "test-utils"))]

@@ -1,10 +1,10 @@
 //! Start-up's preflight: what a config asks of the host, checked and opened before any KVM
 //! resource exists. The kernel is a kernel Osprey can boot and fits in guest memory with its
-//! initrd, the folders of the files Osprey creates exist, the API socket is free, each drive's
-//! engine runs on this kernel, and each drive's backing file opens: the opened files are handed
-//! to start-up ([`Preflight::drives`]), which opens none of them again. `--check-config` runs
-//! the same preflight, so it refuses everything start-up would; what start-up would only warn
-//! about comes back as a [`ConfigWarning`].
+//! initrd, the folders of the files Osprey creates exist (`snapshot.folder` too), the API
+//! socket is free, each drive's engine runs on this kernel, and each drive's backing file
+//! opens: the opened files are handed to start-up ([`Preflight::drives`]), which opens none of
+//! them again. `--check-config` runs the same preflight, so it refuses everything start-up
+//! would; what start-up would only warn about comes back as a [`ConfigWarning`].
 
 use std::path::Path;
 
@@ -96,10 +96,19 @@ fn check_boot_files(config: &VmConfig) -> Result<(), ConfigError> {
         })
 }
 
-/// The metrics file's and the API socket's folders exist, and nothing serves the socket.
+/// The metrics file's, the API socket's and the snapshot folders exist, and nothing serves
+/// the socket.
 fn check_created_paths(config: &VmConfig) -> Result<(), ConfigError> {
     if let Some(m) = &config.metrics {
         check_parent_dir("metrics.metrics_path", &m.path)?;
+    }
+    if let Some(s) = &config.snapshot {
+        if !s.folder.is_dir() {
+            return Err(invalid(
+                "snapshot.folder",
+                format!("{}: not an existing folder", s.folder.display()),
+            ));
+        }
     }
     if let Some(a) = &config.api {
         check_parent_dir("api.socket", &a.socket)?;

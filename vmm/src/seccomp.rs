@@ -10,7 +10,11 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
-use kvm_bindings::{kvm_ioeventfd, kvm_irq_routing, kvm_irqfd, kvm_msi, kvm_regs, kvm_sregs};
+use kvm_bindings::{
+    kvm_clock_data, kvm_cpuid2, kvm_debugregs, kvm_fpu, kvm_ioeventfd, kvm_irq_routing,
+    kvm_irqchip, kvm_irqfd, kvm_lapic_state, kvm_mp_state, kvm_msi, kvm_msrs, kvm_pit_state2,
+    kvm_regs, kvm_sregs, kvm_vcpu_events, kvm_xcrs, kvm_xsave,
+};
 use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
     SeccompRule, TargetArch,
@@ -196,7 +200,9 @@ const REFUSED: &[libc::c_long] = &[libc::SYS_openat];
 /// and the metrics timer, all created before), API commands (which reach devices through
 /// channels and eventfds), the metrics file (opened before), pausing and stopping vCPUs
 /// (`tgkill`), the CPU time of each thread from `/proc/self/task` at the end, removing the API
-/// socket, and tearing down devices (ioeventfds and irqfds deassigned, see [`CONTROL_IOCTLS`]).
+/// socket, tearing down devices (ioeventfds and irqfds deassigned, see [`CONTROL_IOCTLS`]), and
+/// a snapshot's files (`openat` with `O_CREAT`, `write`, then the state file's `fsync` and
+/// `rename` from its temporary name; Landlock limits where: `crate::snapshot_folder`).
 const CONTROL: &[libc::c_long] = &[
     libc::SYS_epoll_wait,
     libc::SYS_epoll_pwait,
@@ -211,6 +217,8 @@ const CONTROL: &[libc::c_long] = &[
     libc::SYS_tgkill,
     libc::SYS_unlink,
     libc::SYS_unlinkat,
+    libc::SYS_fsync,
+    libc::SYS_rename,
 ];
 
 /// vCPU threads: besides `KVM_RUN` (an `ioctl`, see [`VCPU_IOCTLS`]), device activation at
@@ -290,24 +298,48 @@ const fn kvm_ioc(dir: u64, nr: u64, size: usize) -> u64 {
 const IOC_WRITE: u64 = 1;
 const IOC_READ: u64 = 2;
 
-/// The vCPU thread's ioctls: `KVM_RUN`; `KVM_GET_REGS` / `KVM_GET_SREGS` for the guest RIP in a
-/// failure message; and the VM ioctls of device activation and MSI-X programming (irqfds,
-/// ioeventfds, GSI routes, MSIs).
-const VCPU_IOCTLS: [u64; 7] = [
-    kvm_ioc(0, 0x80, 0),                                              // KVM_RUN
-    kvm_ioc(IOC_READ, 0x81, std::mem::size_of::<kvm_regs>()),         // KVM_GET_REGS
-    kvm_ioc(IOC_READ, 0x83, std::mem::size_of::<kvm_sregs>()),        // KVM_GET_SREGS
-    kvm_ioc(IOC_WRITE, 0x76, std::mem::size_of::<kvm_irqfd>()),       // KVM_IRQFD
-    kvm_ioc(IOC_WRITE, 0x79, std::mem::size_of::<kvm_ioeventfd>()),   // KVM_IOEVENTFD
-    kvm_ioc(IOC_WRITE, 0x6a, std::mem::size_of::<kvm_irq_routing>()), // KVM_SET_GSI_ROUTING
-    kvm_ioc(IOC_WRITE, 0xa5, std::mem::size_of::<kvm_msi>()),         // KVM_SIGNAL_MSI
+const IOC_READ_WRITE: u64 = IOC_READ | IOC_WRITE;
+
+/// `size_of::<T>()`, shorter for the tables below.
+const fn size<T>() -> usize {
+    std::mem::size_of::<T>()
+}
+
+/// The vCPU thread's ioctls: `KVM_RUN` (a snapshot's too, with `immediate_exit` set, to complete
+/// the last exit); `KVM_GET_REGS` / `KVM_GET_SREGS` for the guest RIP in a failure message and
+/// for a snapshot; the VM ioctls of device activation and MSI-X programming (irqfds,
+/// ioeventfds, GSI routes, MSIs); and the reads of a snapshot's vCPU state, which each parked
+/// vCPU makes on its own fd (`snapshot::kvm_state::VcpuState::save`; nothing is written back).
+const VCPU_IOCTLS: [u64; 17] = [
+    kvm_ioc(0, 0x80, 0),                                 // KVM_RUN
+    kvm_ioc(IOC_READ, 0x81, size::<kvm_regs>()),         // KVM_GET_REGS
+    kvm_ioc(IOC_READ, 0x83, size::<kvm_sregs>()),        // KVM_GET_SREGS
+    kvm_ioc(IOC_WRITE, 0x76, size::<kvm_irqfd>()),       // KVM_IRQFD
+    kvm_ioc(IOC_WRITE, 0x79, size::<kvm_ioeventfd>()),   // KVM_IOEVENTFD
+    kvm_ioc(IOC_WRITE, 0x6a, size::<kvm_irq_routing>()), // KVM_SET_GSI_ROUTING
+    kvm_ioc(IOC_WRITE, 0xa5, size::<kvm_msi>()),         // KVM_SIGNAL_MSI
+    kvm_ioc(IOC_READ, 0x98, size::<kvm_mp_state>()),     // KVM_GET_MP_STATE
+    kvm_ioc(IOC_READ, 0x8c, size::<kvm_fpu>()),          // KVM_GET_FPU
+    kvm_ioc(IOC_READ, 0xa4, size::<kvm_xsave>()),        // KVM_GET_XSAVE
+    kvm_ioc(IOC_READ, 0xa6, size::<kvm_xcrs>()),         // KVM_GET_XCRS
+    kvm_ioc(IOC_READ, 0xa1, size::<kvm_debugregs>()),    // KVM_GET_DEBUGREGS
+    kvm_ioc(IOC_READ, 0x8e, size::<kvm_lapic_state>()),  // KVM_GET_LAPIC
+    kvm_ioc(0, 0xa3, 0),                                 // KVM_GET_TSC_KHZ
+    kvm_ioc(IOC_READ_WRITE, 0x91, size::<kvm_cpuid2>()), // KVM_GET_CPUID2
+    kvm_ioc(IOC_READ_WRITE, 0x88, size::<kvm_msrs>()),   // KVM_GET_MSRS
+    kvm_ioc(IOC_READ, 0x9f, size::<kvm_vcpu_events>()),  // KVM_GET_VCPU_EVENTS
 ];
 
 /// The control thread's ioctls: device teardown when the VM stops deassigns ioeventfds and
-/// irqfds.
-const CONTROL_IOCTLS: [u64; 2] = [
-    kvm_ioc(IOC_WRITE, 0x79, std::mem::size_of::<kvm_ioeventfd>()), // KVM_IOEVENTFD
-    kvm_ioc(IOC_WRITE, 0x76, std::mem::size_of::<kvm_irqfd>()),     // KVM_IRQFD
+/// irqfds; a snapshot reads the VM's state (`snapshot::kvm_state::VmState::save`) and asks
+/// whether vCPUs have XSAVE state (`KVM_CHECK_EXTENSION` on the VM fd).
+const CONTROL_IOCTLS: [u64; 6] = [
+    kvm_ioc(IOC_WRITE, 0x79, size::<kvm_ioeventfd>()), // KVM_IOEVENTFD
+    kvm_ioc(IOC_WRITE, 0x76, size::<kvm_irqfd>()),     // KVM_IRQFD
+    kvm_ioc(0, 0x03, 0),                               // KVM_CHECK_EXTENSION
+    kvm_ioc(IOC_READ_WRITE, 0x62, size::<kvm_irqchip>()), // KVM_GET_IRQCHIP
+    kvm_ioc(IOC_READ, 0x9f, size::<kvm_pit_state2>()), // KVM_GET_PIT2
+    kvm_ioc(IOC_READ, 0x7c, size::<kvm_clock_data>()), // KVM_GET_CLOCK
 ];
 
 /// A compiled filter.
@@ -533,6 +565,35 @@ mod tests {
     fn kvm_run_is_the_known_number() {
         assert_eq!(VCPU_IOCTLS[0], 0xae80);
         assert_eq!(VCPU_IOCTLS[3], 0x4020_ae76);
+    }
+
+    #[test]
+    fn the_snapshot_reads_are_linux_numbers() {
+        // `<linux/kvm.h>`'s values on x86-64 (as strace and Firecracker's filters print them).
+        assert_eq!(
+            VCPU_IOCTLS[7..],
+            [
+                0x8004_ae98, // KVM_GET_MP_STATE
+                0x81a0_ae8c, // KVM_GET_FPU
+                0x9000_aea4, // KVM_GET_XSAVE
+                0x8188_aea6, // KVM_GET_XCRS
+                0x8080_aea1, // KVM_GET_DEBUGREGS
+                0x8400_ae8e, // KVM_GET_LAPIC
+                0xaea3,      // KVM_GET_TSC_KHZ
+                0xc008_ae91, // KVM_GET_CPUID2
+                0xc008_ae88, // KVM_GET_MSRS
+                0x8040_ae9f, // KVM_GET_VCPU_EVENTS
+            ]
+        );
+        assert_eq!(
+            CONTROL_IOCTLS[2..],
+            [
+                0xae03,      // KVM_CHECK_EXTENSION
+                0xc208_ae62, // KVM_GET_IRQCHIP
+                0x8070_ae9f, // KVM_GET_PIT2
+                0x8030_ae7c, // KVM_GET_CLOCK
+            ]
+        );
     }
 
     #[test]

@@ -87,8 +87,9 @@ impl SwapFolder {
     }
 }
 
-/// `path` with `.` dropped and each `..` removing the name before it (never above `/`).
-fn normalize(path: &Path) -> PathBuf {
+/// `path` with `.` dropped and each `..` removing the name before it (never above `/`); the
+/// snapshot folders' check uses it too.
+pub fn normalize(path: &Path) -> PathBuf {
     let mut out = PathBuf::new();
     for c in path.components() {
         match c {

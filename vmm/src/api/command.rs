@@ -153,10 +153,12 @@ pub struct SnapshotCreateRequest {
     /// `Full` (the only kind Osprey takes; Firecracker's `Diff` is refused).
     #[serde(default = "full_snapshot")]
     pub snapshot_type: String,
-    /// Where the state file goes.
+    /// Where the state file goes. With the sandbox on, in the API socket's folder or
+    /// `snapshot.folder`, or beneath one.
     #[schema(value_type = String)]
     pub snapshot_path: std::path::PathBuf,
-    /// Where guest memory goes.
+    /// Where guest memory goes. With the sandbox on, in the API socket's folder or
+    /// `snapshot.folder`, or beneath one.
     #[schema(value_type = String)]
     pub mem_file_path: std::path::PathBuf,
 }

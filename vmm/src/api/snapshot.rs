@@ -34,7 +34,7 @@ use serde_json::json;
         ("full" = (summary = "A full snapshot",
             value = json!({"snapshot_type": "Full", "snapshot_path": "/srv/vm/state.snap", "mem_file_path": "/srv/vm/mem.snap"}))))),
     responses((status = 204, description = "Taken."),
-        (status = 400, description = "A bad body, the VM is not paused, or a part of its state cannot be saved (named).", body = FaultBody)))]
+        (status = 400, description = "A bad body, the VM is not paused, a path outside the folders the sandbox lets Osprey create files in (the API socket's and snapshot.folder; named, before any file is created), or a part of its state cannot be saved (named).", body = FaultBody)))]
 pub async fn create(State(s): State<ApiState>, request: Request) -> Response {
     match body::parse_json::<SnapshotCreateRequest>(request, s.max_body).await {
         Ok(r) => send_snapshot(&s, ApiCommand::SnapshotCreate(r)).await,

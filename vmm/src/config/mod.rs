@@ -6,7 +6,7 @@
 //! [`effective`] fills in what start-up would choose; [`paths`] gathers the host paths the
 //! sandbox keeps reachable. Field
 //! names follow Firecracker (`machine-config`, `boot-source`, `drives`) and add Osprey's
-//! `iothreads`, `rate-limit-groups`, `metrics` and `sandbox`.
+//! `iothreads`, `rate-limit-groups`, `metrics`, `snapshot` and `sandbox`.
 
 use std::path::PathBuf;
 
@@ -186,6 +186,9 @@ pub struct VmConfig {
     /// Periodic metrics to a file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metrics: Option<MetricsConfig>,
+    /// A folder for snapshot files besides the API socket's (with the sandbox on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<SnapshotConfig>,
     /// The sandbox (seccomp, Landlock, privileges, namespaces).
     #[serde(default)]
     pub sandbox: crate::sandbox::SandboxConfig,
@@ -566,6 +569,16 @@ pub struct ApiConfig {
     /// Path of the Unix socket.
     #[schema(value_type = String)]
     pub socket: PathBuf,
+}
+
+/// `snapshot`: where `PUT /snapshot/create` may create its files with the sandbox on, besides
+/// the API socket's folder (docs/snapshot.md).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SnapshotConfig {
+    /// An existing folder: snapshot files may be created in it or beneath it.
+    #[schema(value_type = String)]
+    pub folder: PathBuf,
 }
 
 #[cfg(test)]

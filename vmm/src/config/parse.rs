@@ -84,6 +84,9 @@ impl VmConfig {
         if let Some(m) = &mut self.metrics {
             fix(&mut m.path);
         }
+        if let Some(s) = &mut self.snapshot {
+            fix(&mut s.folder);
+        }
     }
 }
 
@@ -134,7 +137,8 @@ mod tests {
             &file,
             r#"{"boot-source":{"kernel_image_path":"../k.elf","initrd_path":"i.img"},
                "drives":[{"drive_id":"d","path_on_host":"disks/d.img"}],
-               "api":{"socket":"/run/o.sock"}, "metrics":{"path":"m.jsonl"}}"#,
+               "api":{"socket":"/run/o.sock"}, "metrics":{"path":"m.jsonl"},
+               "snapshot":{"folder":"snaps"}}"#,
         )
         .expect("write");
         let (c, warnings) = VmConfig::from_file(&file).expect("parse");
@@ -146,6 +150,7 @@ mod tests {
         assert_eq!(c.drives[0].path_on_host, dir.join("disks/d.img"));
         assert_eq!(c.api.map(|a| a.socket), Some(PathBuf::from("/run/o.sock")));
         assert_eq!(c.metrics.map(|m| m.path), Some(dir.join("m.jsonl")));
+        assert_eq!(c.snapshot.map(|s| s.folder), Some(dir.join("snaps")));
         std::fs::remove_dir_all(dir).ok();
     }
 

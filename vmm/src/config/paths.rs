@@ -1,12 +1,13 @@
 //! The host paths a config names, gathered for the sandbox ([`VmPaths`]): what must stay
-//! reachable once every thread is set up.
+//! reachable once every thread is set up, and where a snapshot may create files.
 
 use crate::sandbox::{DrivePath, VmPaths};
 
 use super::VmConfig;
 
 impl VmConfig {
-    /// The drives', kernel's, initrd's, metrics file's and API socket's paths.
+    /// The drives', kernel's, initrd's, metrics file's and API socket's paths, and the folders
+    /// where a snapshot may create its files.
     pub fn sandbox_paths(&self) -> VmPaths {
         VmPaths {
             drives: self
@@ -22,6 +23,10 @@ impl VmConfig {
             initrd: self.boot.initrd_path.clone(),
             metrics: self.metrics.as_ref().map(|m| m.path.clone()),
             api_socket: self.api.as_ref().map(|a| a.socket.clone()),
+            snapshot_folders: crate::snapshot_folder::rule_folders(
+                self.api.as_ref().map(|a| a.socket.as_path()),
+                self.snapshot.as_ref().map(|s| s.folder.as_path()),
+            ),
         }
     }
 }

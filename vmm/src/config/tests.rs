@@ -143,6 +143,54 @@ fn validation_names_fields() {
 }
 
 #[test]
+fn the_snapshot_folder_is_checked_by_name() {
+    let kernel = std::env::current_exe().expect("exe");
+    let with_folder = |folder: &str| -> VmConfig {
+        serde_json::from_value(serde_json::json!({
+            "boot-source": {"kernel_image_path": kernel},
+            "snapshot": {"folder": folder},
+        }))
+        .expect("config")
+    };
+    let tmp = std::env::temp_dir();
+    assert!(check(&with_folder(&tmp.display().to_string())).is_ok());
+    let file = kernel.display().to_string();
+    for (folder, error) in [
+        ("", "snapshot.folder: must name a folder".to_string()),
+        (
+            "/",
+            "snapshot.folder: /: not the root folder nor a folder under /dev, /proc or /sys: \
+             Osprey may create and overwrite any file beneath it"
+                .to_string(),
+        ),
+        (
+            "/dev/shm",
+            "snapshot.folder: /dev/shm: not the root folder nor a folder under /dev, /proc or \
+             /sys: Osprey may create and overwrite any file beneath it"
+                .to_string(),
+        ),
+        (
+            "/nonexistent/snaps",
+            "snapshot.folder: /nonexistent/snaps: not an existing folder".to_string(),
+        ),
+        (
+            &file,
+            format!("snapshot.folder: {file}: not an existing folder"),
+        ),
+    ] {
+        let e = check(&with_folder(folder)).expect_err(folder);
+        assert_eq!(e.to_string(), error);
+    }
+    let unknown: Result<VmConfig, _> = parse(
+        r#"{"boot-source":{"kernel_image_path":"/k"},"snapshot":{"folder":"/s","path":"/x"}}"#,
+    );
+    assert!(unknown
+        .expect_err("unknown field")
+        .to_string()
+        .contains("snapshot.path"));
+}
+
+#[test]
 fn drive_errors_name_the_field() {
     let kernel = std::env::current_exe().expect("exe");
     let disk = std::env::temp_dir().join(format!("osprey-cfg-disk-{}", std::process::id()));

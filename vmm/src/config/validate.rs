@@ -19,6 +19,7 @@ impl VmConfig {
         self.check_boot_source()?;
         let iothreads = self.check_iothreads()?;
         self.check_metrics()?;
+        self.check_snapshot()?;
         let groups = self.check_rate_limit_groups()?;
         let mut drive_ids = HashSet::new();
         let mut root: Option<&str> = None;
@@ -125,6 +126,30 @@ impl VmConfig {
             )),
             _ => Ok(()),
         }
+    }
+
+    /// `snapshot`: a folder named, and not one whose files are the host's devices or kernel
+    /// interfaces (nor the whole file system): the sandbox lets Osprey create and overwrite
+    /// files beneath it.
+    pub(crate) fn check_snapshot(&self) -> Result<(), ConfigError> {
+        let Some(snapshot) = &self.snapshot else {
+            return Ok(());
+        };
+        let folder = &snapshot.folder;
+        if folder.as_os_str().is_empty() {
+            return Err(invalid("snapshot.folder", "must name a folder"));
+        }
+        if crate::snapshot_folder::is_off_limits(folder) {
+            return Err(invalid(
+                "snapshot.folder",
+                format!(
+                    "{}: not the root folder nor a folder under /dev, /proc or /sys: Osprey may \
+                     create and overwrite any file beneath it",
+                    folder.display()
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// `rate-limit-groups`: unique ids and buckets in range; returns the ids.

@@ -5,8 +5,12 @@
 //! each drive's folder as that drive may use them (a live swap's new file,
 //! [`crate::swap_folder`]; none for a drive under `/dev`), the kernel and
 //! initrd (read), the metrics file (write), the API socket's directory (remove entries: the
-//! socket at exit) and `/proc/self/task` (read: each thread's CPU time when the VM stops).
-//! Nothing may be executed. Files opened during set-up keep the access they were opened with.
+//! socket at exit), the snapshot folders, the API socket's and `snapshot.folder`
+//! ([`crate::snapshot_folder`]: create regular files, write and truncate them, and remove
+//! entries, which the state file's rename from its temporary name over an older file needs;
+//! no directories, links or other file types, and no rename between folders) and
+//! `/proc/self/task` (read: each thread's CPU time when the VM stops). Nothing may be executed.
+//! Files opened during set-up keep the access they were opened with.
 //!
 //! Landlock applies per thread (kernels before ABI 8 have no way to restrict a whole process at
 //! once), so the ruleset is built once and each thread restricts itself with it in its sandbox
@@ -34,6 +38,10 @@ pub enum FsAccess {
     ReadTree,
     /// Remove files directly in the directory (or beneath it).
     RemoveFiles,
+    /// Create regular files in the directory (or beneath it), write and truncate them, and
+    /// remove files there: a snapshot's memory file, and its state file written under a
+    /// temporary name and renamed (a rename within one folder needs no `Refer`).
+    SnapshotFiles,
 }
 
 impl FsAccess {
@@ -44,6 +52,9 @@ impl FsAccess {
             FsAccess::Write => AccessFs::WriteFile.into(),
             FsAccess::ReadTree => AccessFs::ReadFile | AccessFs::ReadDir,
             FsAccess::RemoveFiles => AccessFs::RemoveFile.into(),
+            FsAccess::SnapshotFiles => {
+                AccessFs::MakeReg | AccessFs::WriteFile | AccessFs::Truncate | AccessFs::RemoveFile
+            }
         }
     }
 
@@ -54,6 +65,7 @@ impl FsAccess {
             FsAccess::Write => "write",
             FsAccess::ReadTree => "read tree",
             FsAccess::RemoveFiles => "remove files",
+            FsAccess::SnapshotFiles => "create and write files",
         }
     }
 }
@@ -96,6 +108,8 @@ pub struct VmPaths {
     pub metrics: Option<PathBuf>,
     /// The API socket, if any.
     pub api_socket: Option<PathBuf>,
+    /// The folders where a snapshot may create its files (none for the vhost-user backend).
+    pub snapshot_folders: Vec<crate::snapshot_folder::AllowedFolder>,
 }
 
 /// The rules for `paths`: nothing else stays reachable.
@@ -149,6 +163,17 @@ pub fn rules_for(paths: &VmPaths) -> Vec<FsRule> {
             FsAccess::RemoveFiles,
             "API socket directory".into(),
             false,
+        );
+    }
+    for folder in &paths.snapshot_folders {
+        // A configured folder that is gone (a restore on another host) has no rule, and the
+        // API's check leaves it out too.
+        let optional = folder.what == crate::snapshot_folder::CONFIGURED_FOLDER;
+        add(
+            &folder.path,
+            FsAccess::SnapshotFiles,
+            format!("{} for snapshots", folder.what),
+            optional,
         );
     }
     add(
@@ -298,6 +323,7 @@ mod tests {
         let c = config(serde_json::json!({
             "api": {"socket": "/run/osprey/api.sock"},
             "metrics": {"path": "/var/log/osprey.metrics"},
+            "snapshot": {"folder": "/srv/snaps"},
         }));
         let got: Vec<(String, FsAccess)> = rules_for(&c)
             .into_iter()
@@ -314,8 +340,20 @@ mod tests {
                 ("/k/initrd".into(), FsAccess::Read),
                 ("/var/log/osprey.metrics".into(), FsAccess::Write),
                 ("/run/osprey".into(), FsAccess::RemoveFiles),
+                ("/run/osprey".into(), FsAccess::SnapshotFiles),
+                ("/srv/snaps".into(), FsAccess::SnapshotFiles),
                 ("/proc/self/task".into(), FsAccess::ReadTree),
             ]
+        );
+        let optional: Vec<bool> = rules_for(&c)
+            .iter()
+            .filter(|r| r.access == FsAccess::SnapshotFiles)
+            .map(|r| r.optional)
+            .collect();
+        assert_eq!(
+            optional,
+            [false, true],
+            "only a configured folder may be gone"
         );
     }
 
@@ -328,18 +366,86 @@ mod tests {
     }
 
     #[test]
-    fn no_rule_gives_execute_or_creation() {
+    fn no_rule_gives_execute_and_only_snapshot_folders_creation_of_regular_files() {
         for a in [
             FsAccess::Read,
             FsAccess::ReadWrite,
             FsAccess::Write,
             FsAccess::ReadTree,
             FsAccess::RemoveFiles,
+            FsAccess::SnapshotFiles,
         ] {
             let r = a.rights();
             assert!(!r.contains(AccessFs::Execute), "{a:?}");
-            assert!(!r.intersects(AccessFs::MakeReg | AccessFs::MakeSock | AccessFs::MakeSym));
+            assert!(
+                !r.intersects(
+                    AccessFs::MakeSock
+                        | AccessFs::MakeSym
+                        | AccessFs::MakeDir
+                        | AccessFs::MakeChar
+                        | AccessFs::MakeBlock
+                        | AccessFs::MakeFifo
+                        | AccessFs::RemoveDir
+                        | AccessFs::Refer
+                ),
+                "{a:?}: {r:?}"
+            );
+            assert_eq!(
+                r.contains(AccessFs::MakeReg),
+                a == FsAccess::SnapshotFiles,
+                "{a:?}"
+            );
         }
+    }
+
+    #[test]
+    fn a_snapshot_folder_takes_new_files_and_a_rename_but_nothing_else() {
+        let dir = std::env::temp_dir().join(format!("osprey-landlock-snap-{}", std::process::id()));
+        let folder = dir.join("snaps");
+        std::fs::create_dir_all(&folder).expect("dir");
+        std::fs::write(folder.join("state.snap"), b"older").expect("an older state file");
+        let sandbox = FsSandbox::build(
+            vec![FsRule {
+                path: folder.clone(),
+                access: FsAccess::SnapshotFiles,
+                what: "snapshot folder".into(),
+                optional: false,
+            }],
+            false,
+        )
+        .expect("ruleset");
+        let errno = |r: std::io::Result<()>| r.map_err(|e| e.raw_os_error());
+        let f = folder.clone();
+        let d = dir.clone();
+        let (created, renamed, read_back, mkdir, outside, status) = std::thread::spawn(move || {
+            let status = describe_status(&sandbox.restrict_thread().expect("restrict"));
+            let tmp = f.join("state.snap.tmp");
+            let created = errno(std::fs::write(f.join("mem.snap"), b"memory"))
+                .and(errno(std::fs::write(&tmp, b"state")))
+                .and(errno(std::fs::write(
+                    f.join("mem.snap"),
+                    b"again, truncated",
+                )));
+            let renamed = errno(std::fs::rename(&tmp, f.join("state.snap")));
+            let read_back = std::fs::read(f.join("state.snap")).map_err(|e| e.raw_os_error());
+            let mkdir = errno(std::fs::create_dir(f.join("sub")));
+            let outside = errno(std::fs::write(d.join("outside.snap"), b"no"));
+            (created, renamed, read_back, mkdir, outside, status)
+        })
+        .join()
+        .expect("join");
+        let state = std::fs::read(folder.join("state.snap"));
+        let _ = std::fs::remove_dir_all(&dir);
+        if status.contains("not enabled") || status.contains("not built") {
+            eprintln!("NOT RUN: {status}");
+            return;
+        }
+        assert_eq!(created, Ok(()), "{status}");
+        assert_eq!(renamed, Ok(()), "{status}: a rename over an older file");
+        assert_eq!(state.ok(), Some(b"state".to_vec()));
+        assert_eq!(read_back, Err(Some(libc::EACCES)), "no reading");
+        assert_eq!(mkdir, Err(Some(libc::EACCES)), "no folders");
+        assert_eq!(outside, Err(Some(libc::EACCES)), "nothing outside");
     }
 
     #[test]

@@ -3,6 +3,10 @@
 //! vCPU's state on its own thread, the VM's in-kernel state, each drive's virtio-pci function
 //! and the rate limiters' bucket levels, then write guest memory and the state file.
 //!
+//! With the sandbox on, both files must lie in a folder where Osprey may create them
+//! ([`crate::snapshot_folder`]: the API socket's, and `snapshot.folder`); the paths are checked
+//! before anything else is done, so a path elsewhere creates no file.
+//!
 //! Drain, not record: with the vCPUs paused the guest adds no request, and the iothreads keep
 //! running, so every request the guest made available completes, its used entry written and
 //! its interrupt sent (or left pending in the MSI-X PBA, which is saved). A restored VM then
@@ -22,6 +26,7 @@ use super::state::{file_size, DriveState, LimiterLevels, LimiterOwner, SnapshotS
 use crate::config::VmConfig;
 use crate::device_manager::Devices;
 use crate::events::PauseState;
+use crate::snapshot_folder::{SnapshotFolderError, SnapshotFolders};
 
 /// How long the drain may take before the snapshot gives up (a throttled drive completes its
 /// queued requests at its rate limit, so this is generous).
@@ -32,12 +37,9 @@ const VCPU_LIMIT: Duration = Duration::from_secs(5);
 /// Why a snapshot was not taken (the API answers 400 with the message).
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotCreateError {
-    /// The sandbox is on: its seccomp filters and Landlock rules let the control thread create
-    /// no file (a denied system call would end the process).
-    #[error(
-        "snapshots need the sandbox off for now (--sandbox off): it lets Osprey create no files"
-    )]
-    Sandboxed,
+    /// The sandbox is on and a path lies outside the folders where it lets Osprey create files.
+    #[error(transparent)]
+    Folder(#[from] SnapshotFolderError),
     /// The VM runs.
     #[error("the VM is running; pause it first (PATCH /vm {{\"state\": \"Paused\"}})")]
     NotPaused,
@@ -97,8 +99,9 @@ pub struct LiveVm<'a> {
     pub msrs: &'a [u32],
     /// The configuration in force.
     pub config: &'a VmConfig,
-    /// Whether the sandbox is on (snapshots are then refused).
-    pub sandboxed: bool,
+    /// Where the files may be created: `Some` with the sandbox on, `None` (any path) with it
+    /// off.
+    pub folders: Option<&'a SnapshotFolders>,
 }
 
 /// How long each step took (logged; the timing benchmark reads it).
@@ -122,15 +125,16 @@ pub fn create(
     mem_file_path: &Path,
 ) -> Result<CreateTimes, SnapshotCreateError> {
     let started = Instant::now();
-    if live.sandboxed {
-        return Err(SnapshotCreateError::Sandboxed);
-    }
     if !live.pause.is_paused() {
         return Err(SnapshotCreateError::NotPaused);
     }
     if snapshot_type != "Full" {
         return Err(SnapshotCreateError::Type(snapshot_type.into()));
     }
+    let (snapshot_path, mem_file_path) = match live.folders {
+        Some(folders) => (folders.check(snapshot_path)?, folders.check(mem_file_path)?),
+        None => (snapshot_path.to_path_buf(), mem_file_path.to_path_buf()),
+    };
     drain(live.devices)?;
     let mut times = CreateTimes {
         drain: started.elapsed(),
@@ -175,7 +179,7 @@ pub fn create(
     );
     times.state = started.elapsed() - times.drain;
     let memory_started = Instant::now();
-    let mem_size_bytes = write_memory(live.mem, mem_file_path)?;
+    let mem_size_bytes = write_memory(live.mem, &mem_file_path)?;
     times.memory = memory_started.elapsed();
     let state = SnapshotState {
         osprey_version: OSPREY_VERSION.into(),
@@ -188,7 +192,7 @@ pub fn create(
         transports,
         rate_limits,
     };
-    file::write(snapshot_path, &state)?;
+    file::write(&snapshot_path, &state)?;
     times.total = started.elapsed();
     log::info!(
         "Snapshot {} (memory {}) in {:.1} ms: drain {:.1} ms, state {:.1} ms, memory {:.1} ms",

@@ -32,6 +32,8 @@ fn paths(config: &VhostUserConfig, api_sock: Option<&Path>) -> VmPaths {
         initrd: None,
         metrics: None,
         api_socket: api_sock.map(Path::to_path_buf),
+        // A backend takes no snapshots.
+        snapshot_folders: Vec::new(),
     }
 }
 

@@ -31,6 +31,7 @@ use crate::sandbox::{Sandbox, ThreadHook};
 use crate::seccomp::ThreadKind;
 use crate::snapshot::restore::{CheckedSnapshot, RestoreError};
 use crate::snapshot::state::{LimiterOwner, SnapshotState};
+use crate::snapshot_folder::SnapshotFolders;
 use crate::stop::StopReason;
 use crate::vcpu::VcpuRunner;
 use crate::{acpi, mptable};
@@ -186,6 +187,11 @@ fn start_from(
         Some(serving) => Some(take_over_api(serving, &tx, &sandbox)?),
         None => start_api(config, &tx, &sandbox)?,
     };
+    // Resolved before the control thread's sandbox (which allows neither symlink resolution nor
+    // reading the working directory).
+    let snapshot_folders = sandbox
+        .is_on()
+        .then(|| SnapshotFolders::resolve(&config.sandbox_paths().snapshot_folders));
     enter_control_sandbox(&sandbox)?;
     match origin {
         Origin::Boot => log::info!(
@@ -217,6 +223,7 @@ fn start_from(
         started,
         devices,
         snapshot_msrs,
+        snapshot_folders,
         vm,
         mem,
     })

@@ -21,6 +21,7 @@ use crate::device_manager::Devices;
 use crate::events::{ControlEvent, ControlSender, PauseState};
 use crate::sandbox::Sandbox;
 use crate::snapshot::create::LiveVm;
+use crate::snapshot_folder::SnapshotFolders;
 use crate::stop::StopReason;
 
 /// Set by the SIGINT/SIGTERM handler; read by the control loop.
@@ -77,6 +78,9 @@ pub struct RunningVm {
     pub(super) process_exits_after: bool,
     /// The MSRs a snapshot saves (found at start-up, before the sandbox).
     pub(super) snapshot_msrs: Vec<u32>,
+    /// Where a snapshot may create its files: `Some` with the sandbox on (resolved at start-up,
+    /// before it), `None` with it off (anywhere).
+    pub(super) snapshot_folders: Option<SnapshotFolders>,
     // Kept alive for the VM's lifetime; a snapshot reads them.
     pub(super) vm: Arc<VmFd>,
     pub(super) mem: GuestMemoryMmap,
@@ -195,7 +199,7 @@ impl RunningVm {
             vcpu_count: self.config.machine.vcpu_count,
             msrs: &self.snapshot_msrs,
             config: &self.config,
-            sandboxed: self._sandbox.is_on(),
+            folders: self.snapshot_folders.as_ref(),
         };
         crate::snapshot::create::create(
             &live,
