@@ -133,6 +133,11 @@ pub struct Cli {
     #[arg(long, value_name = "MODE", value_enum)]
     pub sandbox: Option<crate::sandbox::SandboxMode>,
 
+    /// An existing folder where PUT /snapshot/create may write its files (besides the API
+    /// socket's folder), with the sandbox on. Overrides snapshot.folder. See docs/snapshot.md.
+    #[arg(long, value_name = "DIR")]
+    pub snapshot_folder: Option<PathBuf>,
+
     /// Run as this user once /dev/kvm, the drives and the API socket are open (give --gid too;
     /// e.g. 65534, nobody). Overrides sandbox.uid.
     #[arg(long, value_name = "UID", allow_negative_numbers = true, value_parser = id_in_range)]
@@ -355,6 +360,11 @@ impl Cli {
         if let Some(mode) = self.sandbox {
             config.sandbox.mode = mode;
         }
+        if let Some(folder) = &self.snapshot_folder {
+            config.snapshot = Some(crate::config::SnapshotConfig {
+                folder: folder.clone(),
+            });
+        }
         if let Some(uid) = self.uid {
             config.sandbox.uid = Some(uid);
         }
@@ -561,6 +571,24 @@ mod tests {
             })
         );
         assert!(cli.command.is_none());
+    }
+
+    #[test]
+    fn snapshot_folder_sets_the_snapshot_section() {
+        let cli = Cli::parse_from(["osprey", "--api-sock", "/run/a.sock"]);
+        assert_eq!(cli.vm_config().expect("config").0.snapshot, None);
+        let cli = Cli::parse_from([
+            "osprey",
+            "--api-sock",
+            "/run/a.sock",
+            "--snapshot-folder",
+            "/srv/snaps",
+        ]);
+        let (c, _) = cli.vm_config().expect("config");
+        assert_eq!(
+            c.snapshot.map(|s| s.folder),
+            Some(PathBuf::from("/srv/snaps"))
+        );
     }
 
     #[test]
