@@ -11,6 +11,7 @@ use std::sync::Arc;
 use vmm_sys_util::eventfd::EventFd;
 
 pub mod host_ring;
+pub mod inflight;
 pub mod pci;
 
 /// The guest memory type every device uses.
