@@ -187,6 +187,7 @@ impl QueueRig {
                 index: 0,
                 queue,
                 kick,
+                inflight: None,
             },
             self.mem.clone(),
             self.irq.clone(),

@@ -71,6 +71,9 @@ pub struct ActivatedQueue {
     /// The queue's notification eventfd (already registered as a KVM ioeventfd on its notify
     /// address; a `try_clone` of the transport's fd, so both see the same counter).
     pub kick: EventFd,
+    /// Inflight tracking in memory the frontend keeps (vhost-user with `INFLIGHT_SHMFD`; `None`
+    /// otherwise). The device hands it back with the queue at reset.
+    pub inflight: Option<inflight::InflightQueue>,
 }
 
 /// Why activation failed.
