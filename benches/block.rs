@@ -11,6 +11,7 @@ use devices::block::request::DiskLimits;
 use devices::block::request_type;
 use devices::block::stats::QueueStats;
 use devices::test_utils::queue::{self, disk_limits, engine, FakeInterrupt, QueueRig};
+use devices::virtio::inflight::InflightQueue;
 use devices::virtio::GuestMemory;
 use vm_memory::{Address, Bytes, GuestAddress};
 use vmm_sys_util::eventfd::EventFd;
@@ -122,6 +123,19 @@ pub fn null_handler(
     irq: Arc<FakeInterrupt>,
     stats: Arc<QueueStats>,
 ) -> BlockQueueHandler {
+    tracked_null_handler(ring, mem, kick, irq, stats, None)
+}
+
+/// [`null_handler`] whose ring records its heads in `inflight` (a vhost-user backend with
+/// `INFLIGHT_SHMFD`).
+pub fn tracked_null_handler(
+    ring: &DriverRing,
+    mem: &GuestMemory,
+    kick: EventFd,
+    irq: Arc<FakeInterrupt>,
+    stats: Arc<QueueStats>,
+    inflight: Option<InflightQueue>,
+) -> BlockQueueHandler {
     let rig = QueueRig {
         mem: mem.clone(),
         irq,
@@ -129,11 +143,12 @@ pub fn null_handler(
         limits: limits(),
     };
     let file = std::fs::File::open("/dev/null").expect("open /dev/null");
-    rig.handler(
+    rig.tracked_handler(
         ring.queue(),
         kick,
         file,
         engine(EngineKind::Null, u32::from(ring.size())),
+        inflight,
     )
 }
 

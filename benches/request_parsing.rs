@@ -8,6 +8,8 @@
 //!   writes the status bytes and used entries, publishes the used index once and signals one
 //!   interrupt (an eventfd write, as the real irqfd is). The budget is `MAX_MAX_BATCH`, so the
 //!   turn ends the way a real one does: ring empty, notifications re-enabled and re-checked.
+//! - `handler_turn_inflight/3`: the same turn with the ring recording its heads in an inflight
+//!   region (a vhost-user backend with `INFLIGHT_SHMFD`): what the marks cost per request.
 //!
 //! The requests are writes, so the Null engine does not zero the data buffers: the numbers are
 //! the per-request and per-descriptor cost of the device model, not of a memset.
@@ -22,9 +24,9 @@ use dataplane::{Handler, ThreadTurn};
 use devices::block::request::parse;
 use devices::block::request_type;
 use devices::block::stats::QueueStats;
-use devices::test_utils::queue::FakeInterrupt;
+use devices::test_utils::queue::{inflight_queue, FakeInterrupt};
 use devices::virtio::host_ring::HostMemory;
-use osprey_benches::block::{self, guest_memory, null_handler, ChainSpec, Chains};
+use osprey_benches::block::{self, guest_memory, tracked_null_handler, ChainSpec, Chains};
 use osprey_benches::ring::DriverRing;
 use virtio_queue::QueueOwnedT;
 use vm_memory::GuestAddress;
@@ -83,14 +85,20 @@ fn parse_only(c: &mut Criterion) {
 fn handler_turn(c: &mut Criterion) {
     let mut group = c.benchmark_group("request_parsing");
     group.throughput(Throughput::Elements(BATCH.into()));
-    for n in CHAIN_LENGTHS {
+    let cases = CHAIN_LENGTHS
+        .map(|n| (n, false))
+        .into_iter()
+        .chain([(3, true)]);
+    for (n, tracked) in cases {
         let mem = guest_memory();
         let mut ring = DriverRing::new(mem.clone(), GuestAddress(0), QUEUE_SIZE, false);
         let chains = Chains::write(&ring, &mem, BATCH, spec(n));
         let kick = EventFd::new(libc::EFD_NONBLOCK).expect("eventfd");
         let irq = FakeInterrupt::with_eventfd();
         let stats = Arc::new(QueueStats::default());
-        let mut handler = null_handler(&ring, &mem, kick, irq.clone(), stats.clone());
+        let inflight = tracked.then(|| inflight_queue(QUEUE_SIZE));
+        let mut handler =
+            tracked_null_handler(&ring, &mem, kick, irq.clone(), stats.clone(), inflight);
         handler.attach().expect("the Null engine");
         let turn = ThreadTurn::default();
 
@@ -106,7 +114,12 @@ fn handler_turn(c: &mut Criterion) {
         }
         assert_eq!(used, BATCH, "every request completed in the turn");
 
-        group.bench_function(BenchmarkId::new("handler_turn", n), |b| {
+        let name = if tracked {
+            "handler_turn_inflight"
+        } else {
+            "handler_turn"
+        };
+        group.bench_function(BenchmarkId::new(name, n), |b| {
             b.iter(|| {
                 ring.publish(&chains.heads);
                 black_box(handler.run(MAX_MAX_BATCH, &turn))

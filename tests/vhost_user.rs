@@ -3,9 +3,11 @@
 //! socket and guest memory in a shared memfd. The guest's verify workload must see every block
 //! it wrote (QD1 and QD16, one and two queues); a frontend killed in the middle of QD16 I/O
 //! leaves the backend serving the next one, with no fd or mapping left behind after 20 more
-//! connect/disconnect cycles; a queue the guest breaks costs the backend no CPU; the REST API
-//! shows the drive's counters and changes an iothread live. The backend runs in the VMM's
-//! sandbox (its default) throughout.
+//! connect/disconnect cycles; a backend killed with requests in flight is replaced by a new one
+//! on the same socket, which resubmits them from QEMU's inflight region (`INFLIGHT_SHMFD`) so
+//! the guest loses none; a queue the guest breaks costs the backend no CPU; the REST API shows
+//! the drive's counters and changes an iothread live. The backend runs in the VMM's sandbox (its
+//! default) throughout.
 //! Without QEMU each test prints `NOT RUN: <reason>` and passes.
 //! The Cloud Hypervisor block at the end boots the same guest in Cloud Hypervisor
 //! (`OSPREY_CLOUD_HYPERVISOR`, else `cloud-hypervisor` on PATH; `NOT RUN` without one): verify
@@ -55,7 +57,8 @@ struct Backend {
     vmm: Vmm,
     sock: PathBuf,
     api: PathBuf,
-    _scratch: Scratch,
+    /// The folder of its files, when the backend owns it.
+    _scratch: Option<Scratch>,
 }
 
 impl Backend {
@@ -64,7 +67,7 @@ impl Backend {
         let disk = scratch.sparse("disk.img", 64 << 20);
         let sock = scratch.0.join("vu.sock");
         let api = scratch.0.join("api.sock");
-        let mut vmm = Vmm::spawn([
+        let args = [
             "vhost-user-blk".as_ref(),
             "--socket".as_ref(),
             sock.as_os_str(),
@@ -72,7 +75,27 @@ impl Backend {
             disk.as_os_str(),
             "--api-sock".as_ref(),
             api.as_os_str(),
-        ]);
+        ];
+        let mut backend = Backend::spawn(&args, sock.clone(), api.clone());
+        backend._scratch = Some(scratch);
+        backend
+    }
+
+    /// A backend on `config`, whose drive `vhost0` is on `sock`, with its API on `api`.
+    fn start_config(config: &Path, sock: &Path, api: &Path) -> Backend {
+        let args = [
+            "vhost-user-blk".as_ref(),
+            "--config".as_ref(),
+            config.as_os_str(),
+            "--api-sock".as_ref(),
+            api.as_os_str(),
+        ];
+        Backend::spawn(&args, sock.to_owned(), api.to_owned())
+    }
+
+    /// Runs `osprey` with `args` and waits until its API serves.
+    fn spawn(args: &[&std::ffi::OsStr], sock: PathBuf, api: PathBuf) -> Backend {
+        let mut vmm = Vmm::spawn(args);
         let deadline = Instant::now() + Duration::from_secs(10);
         while !vmm.log_text().contains("vhost-user-blk: API on") {
             assert!(
@@ -86,8 +109,37 @@ impl Backend {
             vmm,
             sock,
             api,
-            _scratch: scratch,
+            _scratch: None,
         }
+    }
+
+    /// Waits until drive `vhost0` has completed exactly `n` requests (the API's counter).
+    fn wait_requests(&mut self, n: u64) {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let (status, drive) = common::api_call(&self.api, "GET", "/drives/vhost0", None);
+            assert_eq!(status, 200, "{drive}");
+            let done = drive["requests"].as_u64().expect("requests");
+            if done == n {
+                return;
+            }
+            assert!(
+                done < n && Instant::now() < deadline && !self.vmm.has_exited(),
+                "drive vhost0 completed {done} requests, waiting for {n}:\n{}",
+                self.vmm.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Requests the backend resubmitted from the inflight region, over all rings (its log).
+    fn resubmitted(&self) -> u64 {
+        self.vmm
+            .log_text()
+            .lines()
+            .filter_map(|l| l.split_once(" requests resubmitted from the inflight region"))
+            .filter_map(|(head, _)| head.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
     }
 
     /// Waits until the backend's log has `n` lines containing `what`.
@@ -124,6 +176,17 @@ impl Backend {
 
 /// Boots the test guest in QEMU on the backend's socket with `queues` queues and `args`.
 fn spawn_qemu(qemu: &Path, sock: &Path, queues: u16, args: &str) -> Vmm {
+    spawn_qemu_chardev(qemu, sock, queues, args, "")
+}
+
+/// `spawn_qemu` with `chardev_opts` added to the socket's `-chardev` (e.g. `,reconnect=1`).
+fn spawn_qemu_chardev(
+    qemu: &Path,
+    sock: &Path,
+    queues: u16,
+    args: &str,
+    chardev_opts: &str,
+) -> Vmm {
     let argv: Vec<String> = [
         "-machine",
         "pc,accel=kvm",
@@ -150,7 +213,7 @@ fn spawn_qemu(qemu: &Path, sock: &Path, queues: u16, args: &str) -> Vmm {
         "-append",
         &format!("mode=blk queues={queues} {args}"),
         "-chardev",
-        &format!("socket,id=vu,path={}", sock.display()),
+        &format!("socket,id=vu,path={}{chardev_opts}", sock.display()),
         "-device",
         &format!("vhost-user-blk-pci,chardev=vu,num-queues={queues},disable-legacy=on"),
     ]
@@ -328,6 +391,87 @@ fn a_frontend_killed_mid_io_leaves_the_backend_ready_and_nothing_leaked() {
 
     let report = boot(&qemu, &backend, 1, "rw=verify qd=16 count=2000");
     assert_verified(&report, 1, 16);
+}
+
+/// A drive config on `sock` for `disk`, with `fault` as its `fault_injection` (JSON) if any.
+fn drive_config(sock: &Path, disk: &Path, fault: Option<&str>) -> String {
+    let fault = fault.map_or(String::new(), |f| format!(r#", "fault_injection": {f}"#));
+    format!(
+        r#"{{"drives": [{{"drive_id": "vhost0", "path_on_host": "{}", "socket": "{}"{fault}}}]}}"#,
+        disk.display(),
+        sock.display()
+    )
+}
+
+/// QEMU reconnects (`reconnect=1`) to backends killed with requests in flight. The first hangs
+/// the writes of 8 blocks in the middle of the write phase, the second the reads of 8 blocks in
+/// the read phase: each is killed once every other request completed, so its 8 hung requests
+/// are in flight out of order (later ones completed), where QEMU's avail base (the used index)
+/// would run completed requests again and never the hung ones. Each new backend resubmits
+/// exactly the 8 from QEMU's inflight region and the guest's verify sees every block, with
+/// each request completed once.
+#[test]
+fn a_backend_killed_mid_io_is_replaced_and_the_guest_loses_nothing() {
+    let Some(qemu) = qemu_or_not_run() else {
+        return;
+    };
+    let scratch = Scratch::new("vhost-restart");
+    // 16384 blocks of 4 KiB: the verify writes them all, then reads them all back.
+    let disk = scratch.sparse("disk.img", 64 << 20);
+    let sock = scratch.0.join("vu.sock");
+    let hang = |op: &str, block: u64| {
+        format!(
+            r#"{{"error": "HANG", "operations": ["{op}"], "sector": {}, "sectors": 64}}"#,
+            block * 8
+        )
+    };
+    let configs = [
+        scratch.file(
+            "hang-writes.json",
+            &drive_config(&sock, &disk, Some(&hang("write", 8192))),
+        ),
+        scratch.file(
+            "hang-reads.json",
+            &drive_config(&sock, &disk, Some(&hang("read", 12288))),
+        ),
+        scratch.file("plain.json", &drive_config(&sock, &disk, None)),
+    ];
+    let api = |n: usize| scratch.0.join(format!("api-{n}.sock"));
+    let mut backend = Backend::start_config(&configs[0], &sock, &api(0));
+    let mut vm = spawn_qemu_chardev(
+        &qemu,
+        &sock,
+        2,
+        "rw=verify qd=16 count=32768 timeout_ms=120000",
+        ",reconnect=1",
+    );
+    // GET_ID and every write but the 8 hung ones.
+    backend.wait_requests(1 + 16384 - 8);
+    backend.vmm.signal(libc::SIGKILL);
+    backend.vmm.wait_exit(Duration::from_secs(10));
+    let mut backend = Backend::start_config(&configs[1], &sock, &api(1));
+    // The 8 writes, and every read but the 8 hung ones.
+    backend.wait_requests(8 + 16384 - 8);
+    assert_eq!(backend.resubmitted(), 8, "{}", backend.vmm.log_text());
+    backend.vmm.signal(libc::SIGKILL);
+    backend.vmm.wait_exit(Duration::from_secs(10));
+    let backend = Backend::start_config(&configs[2], &sock, &api(2));
+    let status = vm.wait_exit(Duration::from_secs(120));
+    let report = common::blk::report(&vm.console_text(), "restart", &backend.vmm.log_text());
+    assert_eq!(backend.resubmitted(), 8, "{}", backend.vmm.log_text());
+    assert_eq!(
+        status.code(),
+        Some(1),
+        "guest exit status; console:\n{}\nQEMU:\n{}",
+        vm.console_text(),
+        vm.log_text()
+    );
+    assert_verified(&report, 2, 16);
+    assert_eq!(
+        common::blk::run(&report, "main")["requests"],
+        32768,
+        "every request completed once: {report}"
+    );
 }
 
 #[test]

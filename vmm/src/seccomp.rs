@@ -274,7 +274,9 @@ fn iothread_setpriority() -> Result<SeccompRule, seccompiler::BackendError> {
 }
 
 /// The API thread: tokio's epoll reactor and timer, accepting on the Unix socket and serving
-/// each connection.
+/// each connection. The vhost-user backend's socket threads take this list too: they also
+/// create, size and seal the inflight memfd (`GET_INFLIGHT_FD`) and check the size of the one
+/// the frontend sends back (`SET_INFLIGHT_FD`).
 const API: &[libc::c_long] = &[
     libc::SYS_epoll_wait,
     libc::SYS_epoll_pwait,
@@ -287,6 +289,10 @@ const API: &[libc::c_long] = &[
     libc::SYS_shutdown,
     libc::SYS_getsockopt,
     libc::SYS_fcntl,
+    libc::SYS_memfd_create,
+    libc::SYS_ftruncate,
+    libc::SYS_fstat,
+    libc::SYS_newfstatat,
 ];
 
 const KVMIO: u64 = 0xAE;

@@ -311,6 +311,7 @@ mod tests {
             index: 0,
             queue: vq.create_queue().expect("queue"),
             kick: EventFd::new(libc::EFD_NONBLOCK).expect("efd"),
+            inflight: None,
         }
     }
 
@@ -431,6 +432,7 @@ mod tests {
             index: 0,
             queue: vq.create_queue().expect("queue"),
             kick: kick.try_clone().expect("dup"),
+            inflight: None,
         };
         let irq = FakeInterrupt::new();
         dev.activate(mem.clone(), irq.clone(), vec![queue])

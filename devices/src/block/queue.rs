@@ -21,6 +21,7 @@ use super::stats::QueueStats;
 use super::status;
 use super::throttle::{DriveRateLimits, QueueThrottle};
 use crate::virtio::host_ring::{HostMemory, HostRing};
+use crate::virtio::inflight::InflightQueue;
 use crate::virtio::{ActivatedQueue, GuestMemory, VirtioInterrupt};
 
 /// A request handed to the engine, waiting for its completion.
@@ -75,6 +76,9 @@ pub struct BlockQueueHandler {
     /// The rings through host pointers (None when they could not be resolved: the queue is
     /// broken from the start).
     ring: Option<HostRing>,
+    /// The queue's inflight tracking while `ring` could not take it (a queue broken from the
+    /// start), handed back with the queue.
+    unused_inflight: Option<InflightQueue>,
     kick: EventFd,
     mem: HostMemory,
     interrupt: Arc<dyn VirtioInterrupt>,
@@ -138,6 +142,7 @@ impl BlockQueueHandler {
             index: q.index,
             queue: q.queue,
             ring: None,
+            unused_inflight: None,
             kick: q.kick,
             mem,
             interrupt,
@@ -160,8 +165,14 @@ impl BlockQueueHandler {
             log_limit: RateLimit::default(),
         };
         match ring {
-            Ok(ring) => handler.ring = Some(ring),
-            Err(e) => handler.fail(&format!("unusable rings: {e}")),
+            Ok(mut ring) => {
+                ring.set_inflight(q.inflight);
+                handler.ring = Some(ring);
+            }
+            Err(e) => {
+                handler.unused_inflight = q.inflight;
+                handler.fail(&format!("unusable rings: {e}"));
+            }
         }
         handler
     }
@@ -196,15 +207,18 @@ impl BlockQueueHandler {
 
     /// Hands the queue back (after `quiesce`).
     pub fn into_queue(mut self) -> ActivatedQueue {
+        let mut inflight = self.unused_inflight.take();
         if let Some(ring) = self.ring.as_mut() {
             // Nothing the device completed stays unpublished (drain already signalled).
             ring.publish_used();
             ring.sync_to(&mut self.queue);
+            inflight = ring.take_inflight();
         }
         ActivatedQueue {
             index: self.index,
             queue: self.queue,
             kick: self.kick,
+            inflight,
         }
     }
 

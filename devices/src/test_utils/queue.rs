@@ -20,6 +20,7 @@ use crate::block::queue::BlockQueueHandler;
 use crate::block::request::DiskLimits;
 use crate::block::stats::QueueStats;
 use crate::block::ID_BYTES;
+use crate::virtio::inflight::{queue_region_bytes, InflightQueue, QueueRegion};
 use crate::virtio::{ActivatedQueue, GuestMemory, VirtioInterrupt};
 
 /// `VRING_DESC_F_NEXT`.
@@ -181,12 +182,26 @@ impl QueueRig {
         file: File,
         engine: EngineOptions,
     ) -> BlockQueueHandler {
+        self.tracked_handler(queue, kick, file, engine, None)
+    }
+
+    /// [`QueueRig::handler`] whose ring records its heads in `inflight` (vhost-user's
+    /// `INFLIGHT_SHMFD`; see [`inflight_queue`]).
+    pub fn tracked_handler(
+        &self,
+        queue: Queue,
+        kick: EventFd,
+        file: File,
+        engine: EngineOptions,
+        inflight: Option<InflightQueue>,
+    ) -> BlockQueueHandler {
         BlockQueueHandler::new(
             crate::block::queue::next_owner_id(),
             ActivatedQueue {
                 index: 0,
                 queue,
                 kick,
+                inflight,
             },
             self.mem.clone(),
             self.irq.clone(),
@@ -195,4 +210,19 @@ impl QueueRig {
             self.stats.clone(),
         )
     }
+}
+
+/// Inflight tracking for a ring of `ring_size` entries over a fresh anonymous region (what a
+/// frontend's `SET_INFLIGHT_FD` maps, without the frontend).
+pub fn inflight_queue(ring_size: u16) -> InflightQueue {
+    let bytes = queue_region_bytes(ring_size) as usize;
+    let mapping = Arc::new(vm_memory::MmapRegion::<()>::new(bytes).expect("anonymous mapping"));
+    let base = std::ptr::NonNull::new(mapping.as_ptr()).expect("mapped");
+    let keep: Arc<dyn std::any::Any + Send + Sync> = mapping;
+    // SAFETY: `base` is the page-aligned start of `bytes` = queue_region_bytes(ring_size) bytes
+    // that `keep` keeps mapped.
+    let region = unsafe { QueueRegion::new(base, ring_size, keep) };
+    InflightQueue::recover(region, ring_size, 0)
+        .expect("a ring as large as its region")
+        .0
 }

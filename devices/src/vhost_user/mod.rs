@@ -3,9 +3,11 @@
 //! and call eventfds. The protocol's framing and fd passing are rust-vmm's `vhost` crate; this
 //! module is the transport between its messages and the device (`docs/ARCHITECTURE.md`,
 //! "vhost-user-blk backend"): the frontend's memory table ([`memory`]), each ring's state
-//! ([`ring`]), the call eventfds as the device's interrupt ([`interrupt`]), the message handler
-//! ([`transport`]) and the socket loop ([`server`]).
+//! ([`ring`]), the call eventfds as the device's interrupt ([`interrupt`]), the inflight region
+//! a restarted backend resubmits from ([`inflight`]), the message handler ([`transport`]) and
+//! the socket loop ([`server`]).
 
+pub mod inflight;
 pub mod interrupt;
 pub mod memory;
 pub mod ring;
@@ -29,6 +31,9 @@ pub enum VhostUserError {
         /// What is wrong with it.
         why: String,
     },
+    /// `GET_INFLIGHT_FD` or `SET_INFLIGHT_FD` cannot be served as asked.
+    #[error("inflight region: {0}")]
+    Inflight(String),
     /// The device refused to start.
     #[error("activation: {0}")]
     Activate(String),

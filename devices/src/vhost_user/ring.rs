@@ -1,5 +1,6 @@
 //! What the frontend told the backend about one ring (`SET_VRING_NUM/ADDR/BASE/KICK/ENABLE`),
-//! kept between messages and turned into a [`virtio_queue::Queue`] when the ring starts.
+//! kept between messages and turned into a [`virtio_queue::Queue`] when the ring starts, and its
+//! inflight tracking while it is stopped.
 
 use std::sync::atomic::Ordering;
 
@@ -8,6 +9,7 @@ use vmm_sys_util::eventfd::EventFd;
 
 use super::memory::MemoryTable;
 use super::VhostUserError;
+use crate::virtio::inflight::InflightQueue;
 
 /// The ring's areas as the frontend's virtual addresses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,6 +35,10 @@ pub struct RingState {
     pub kick: Option<EventFd>,
     /// `SET_VRING_ENABLE` (or every ring, at `SET_FEATURES` without `PROTOCOL_FEATURES`).
     pub enabled: bool,
+    /// The ring's inflight tracking while it is stopped (it goes into the device with the
+    /// queue and comes back at reset); `None` until the ring first starts on an inflight
+    /// region, or after `SET_INFLIGHT_FD` (it is then read from the new region).
+    pub inflight: Option<InflightQueue>,
 }
 
 impl RingState {

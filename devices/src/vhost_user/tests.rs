@@ -9,7 +9,9 @@ use std::sync::{Arc, Mutex};
 
 use dataplane::engine::EngineKind;
 use dataplane::IoThread;
-use vhost::vhost_user::message::{VhostUserHeaderFlag, VhostUserProtocolFeatures};
+use vhost::vhost_user::message::{
+    VhostUserHeaderFlag, VhostUserInflight, VhostUserProtocolFeatures,
+};
 use vhost::vhost_user::{Frontend, VhostUserFrontend};
 use vhost::{VhostBackend, VhostUserMemoryRegionInfo, VringConfigData};
 use virtio_queue::mock::MockSplitQueue;
@@ -100,6 +102,7 @@ impl Rig {
                 | VhostUserProtocolFeatures::MQ
                 | VhostUserProtocolFeatures::REPLY_ACK
                 | VhostUserProtocolFeatures::RESET_DEVICE
+                | VhostUserProtocolFeatures::INFLIGHT_SHMFD
         ));
         f.set_protocol_features(proto)
             .expect("SET_PROTOCOL_FEATURES");
@@ -118,6 +121,16 @@ impl Rig {
 
     /// Configures and starts ring `index` on `vq`; returns its kick and call eventfds.
     fn start_ring(&mut self, index: usize, vq: &MockSplitQueue<GuestMemory>) -> (EventFd, EventFd) {
+        self.start_ring_at(index, vq, 0)
+    }
+
+    /// `start_ring` with `base` as `SET_VRING_BASE`.
+    fn start_ring_at(
+        &mut self,
+        index: usize,
+        vq: &MockSplitQueue<GuestMemory>,
+        base: u16,
+    ) -> (EventFd, EventFd) {
         let f = &mut self.frontend;
         f.set_vring_num(index, 16).expect("SET_VRING_NUM");
         f.set_vring_addr(
@@ -133,7 +146,7 @@ impl Rig {
             },
         )
         .expect("SET_VRING_ADDR");
-        f.set_vring_base(index, 0).expect("SET_VRING_BASE");
+        f.set_vring_base(index, base).expect("SET_VRING_BASE");
         let call = EventFd::new(libc::EFD_NONBLOCK).expect("call");
         let kick = EventFd::new(0).expect("kick");
         f.set_vring_call(index, &call).expect("SET_VRING_CALL");
@@ -301,5 +314,81 @@ fn bad_ring_sizes_and_indexes_are_refused() {
         r.frontend.set_vring_num(0, 512).is_err(),
         "above the maximum"
     );
+    r.finish();
+}
+
+/// A backend that died with a write in flight and a read already completed: the next one, handed
+/// the frontend's inflight region and the used index as the ring's base (what QEMU sends after
+/// a crash), completes the write, without a kick, and does not run the read again.
+#[test]
+fn a_restarted_backend_resubmits_what_the_region_holds_and_nothing_else() {
+    let mut r = rig("inflight", 1);
+    r.negotiate();
+    let ask = VhostUserInflight {
+        mmap_size: 0,
+        mmap_offset: 0,
+        num_queues: 1,
+        queue_size: 16,
+    };
+    let (region, file) = r.frontend.get_inflight_fd(&ask).expect("GET_INFLIGHT_FD");
+    assert_eq!(region.mmap_size, 320, "16 + 16·16 bytes, rounded up to 64");
+    let mem = r.mem.clone();
+    let vq = MockSplitQueue::create(&mem, GuestAddress(0), 16);
+    // Avail: the write (head 0), then the read (head 3). The dead backend completed the read
+    // (its status byte says 0x77) and published used index 1.
+    write_then_read(&r.mem, &vq, 0x10_0000, 4);
+    r.mem
+        .write_obj(0x77u8, GuestAddress(0x10_3010))
+        .expect("status");
+    let used = vq.used_addr().0;
+    r.mem
+        .write_obj([3u32, 513u32], GuestAddress(used + 4))
+        .expect("used[0]");
+    r.mem
+        .write_obj(1u16, GuestAddress(used + 2))
+        .expect("used idx");
+    // Its region (the spec's layout, written by hand): version 1, 16 states, used index 1,
+    // head 0 in flight with counter 5.
+    let view = GuestMemory::from_ranges_with_files(&[(
+        GuestAddress(0),
+        region.mmap_size as usize,
+        Some(FileOffset::new(file.try_clone().expect("dup"), 0)),
+    )])
+    .expect("map the region");
+    view.write_obj(1u16, GuestAddress(8)).expect("version");
+    view.write_obj(16u16, GuestAddress(10)).expect("desc_num");
+    view.write_obj(1u16, GuestAddress(14)).expect("used_idx");
+    view.write_obj(1u8, GuestAddress(16))
+        .expect("desc[0].inflight");
+    view.write_obj(5u64, GuestAddress(24))
+        .expect("desc[0].counter");
+    r.frontend
+        .set_inflight_fd(&region, file.as_raw_fd())
+        .expect("SET_INFLIGHT_FD");
+    let (_kick, call) = r.start_ring_at(0, &vq, 1);
+    wait_for_used(&vq, &call, 2);
+    let used1 = vq.used().ring().ref_at(1).expect("used[1]").load();
+    assert_eq!(used1.id(), 0, "the write came back");
+    assert_eq!(
+        r.mem.read_obj::<u8>(GuestAddress(0x10_3000)).expect("s"),
+        status::OK
+    );
+    assert_eq!(
+        r.mem.read_obj::<u8>(GuestAddress(0x10_3010)).expect("s"),
+        0x77,
+        "the read completed before the restart is not run again"
+    );
+    assert_eq!(
+        view.read_obj::<u8>(GuestAddress(16)).expect("flag"),
+        0,
+        "head 0 is no longer in flight"
+    );
+    assert_eq!(view.read_obj::<u16>(GuestAddress(14)).expect("used_idx"), 2);
+    let mut disk = [0u8; 512];
+    let mut f = File::open(&r.disk).expect("disk");
+    f.seek(SeekFrom::Start(4 * 512)).expect("seek");
+    f.read_exact(&mut disk).expect("read");
+    assert_eq!(disk, [0xa5; 512], "the resubmitted write reached the file");
+    assert_eq!(r.frontend.get_vring_base(0).expect("GET_VRING_BASE"), 2);
     r.finish();
 }

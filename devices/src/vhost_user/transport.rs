@@ -8,6 +8,12 @@
 //! queues at once; so every change of the set of running rings resets the device (its handlers
 //! hand the queues back with their indexes, once their I/O is reaped) and activates it again
 //! with the rings that should run.
+//!
+//! With `INFLIGHT_SHMFD` each ring records its heads in flight in the frontend's region
+//! (`SET_INFLIGHT_FD`); a ring that starts on a region it has not read yet resumes from it: the
+//! heads a backend before this one left in flight are resubmitted first, and the avail ring is
+//! read from the used index plus their count (the frontend's base counts only completions when
+//! the backend died).
 
 use std::fs::File;
 use std::os::unix::io::{FromRawFd, IntoRawFd};
@@ -24,10 +30,12 @@ use vhost::vhost_user::{Error as ProtocolError, GpuBackend, VhostUserBackendReqH
 use vhost::VhostUserMemoryRegionBase;
 use vmm_sys_util::eventfd::EventFd;
 
+use super::inflight::{self, InflightRegion};
 use super::interrupt::CallFds;
 use super::memory::MemoryTable;
 use super::ring::{RingAddrs, RingState};
 use super::VhostUserError;
+use crate::virtio::inflight::InflightQueue;
 use crate::virtio::{
     ActivatedQueue, ResetOutcome, VirtioDevice, VirtioInterrupt, VIRTIO_RING_F_EVENT_IDX,
 };
@@ -47,6 +55,7 @@ pub fn protocol_features() -> VhostUserProtocolFeatures {
         | VhostUserProtocolFeatures::MQ
         | VhostUserProtocolFeatures::REPLY_ACK
         | VhostUserProtocolFeatures::RESET_DEVICE
+        | VhostUserProtocolFeatures::INFLIGHT_SHMFD
 }
 
 /// A virtio device served over vhost-user, one frontend connection at a time.
@@ -56,6 +65,8 @@ pub struct VhostUserDevice {
     acked_features: u64,
     acked_protocol: u64,
     memory: Option<MemoryTable>,
+    /// The frontend's inflight region (`SET_INFLIGHT_FD`).
+    inflight: Option<InflightRegion>,
     rings: Vec<RingState>,
     calls: Arc<CallFds>,
     /// The rings inside the device now (ascending), empty while it is inactive.
@@ -93,6 +104,7 @@ impl VhostUserDevice {
             acked_features: 0,
             acked_protocol: 0,
             memory: None,
+            inflight: None,
             rings: (0..rings).map(|_| RingState::default()).collect(),
             calls: Arc::new(CallFds::new(rings)),
             running: Vec::new(),
@@ -123,6 +135,7 @@ impl VhostUserDevice {
 
     fn forget(&mut self) {
         self.memory = None;
+        self.inflight = None;
         for r in &mut self.rings {
             r.clear();
         }
@@ -150,6 +163,7 @@ impl VhostUserDevice {
                     for q in queues {
                         if let Some(r) = self.rings.get_mut(usize::from(q.index)) {
                             r.base = virtio_queue::QueueT::next_avail(&q.queue);
+                            r.inflight = q.inflight;
                         }
                     }
                     break;
@@ -190,9 +204,24 @@ impl VhostUserDevice {
         let event_idx = self.acked_features & VIRTIO_RING_F_EVENT_IDX != 0;
         let max_sizes = self.device.queue_max_sizes();
         let mut queues = Vec::with_capacity(wanted.len());
+        // Rings with heads to resubmit: nothing else may kick them.
+        let mut resubmitting = Vec::new();
         for &i in &wanted {
             let max = max_sizes.get(i).copied().unwrap_or(0);
-            let (queue, kick) = self.rings[i].to_queue(i, max, event_idx, table)?;
+            let (mut queue, kick) = self.rings[i].to_queue(i, max, event_idx, table)?;
+            let inflight = ring_inflight(
+                &self.name,
+                &mut self.rings[i],
+                self.inflight.as_ref(),
+                i,
+                &mut queue,
+            );
+            if inflight
+                .as_ref()
+                .is_some_and(|t| t.pending_resubmissions() > 0)
+            {
+                resubmitting.push(i);
+            }
             queues.push(ActivatedQueue {
                 index: u16::try_from(i).map_err(|_| VhostUserError::Ring {
                     index: i,
@@ -200,12 +229,19 @@ impl VhostUserDevice {
                 })?,
                 queue,
                 kick,
+                inflight,
             });
         }
         let interrupt: Arc<dyn VirtioInterrupt> = self.calls.clone();
         self.device
             .activate(table.memory().clone(), interrupt, queues)
             .map_err(|e| VhostUserError::Activate(e.to_string()))?;
+        for i in resubmitting {
+            // The guest already kicked for these requests, to the backend that went away.
+            if let Some(Err(e)) = self.rings[i].kick.as_ref().map(|k| k.write(1)) {
+                log::warn!("vhost-user {}: ring {i}: kick: {e}", self.name);
+            }
+        }
         log::info!(
             "vhost-user {}: rings {wanted:?} running (features {:#x})",
             self.name,
@@ -213,6 +249,56 @@ impl VhostUserDevice {
         );
         self.running = wanted;
         Ok(())
+    }
+}
+
+/// Ring `i`'s (`ring`'s) inflight tracking as it starts as `queue`: the tracking it had when it
+/// last stopped, or (the first start on `region`, or the ring resized) what the region says,
+/// which may move `queue`'s next avail index past the heads to resubmit. `None` without a
+/// region, or when the region does not cover the ring (it then runs untracked).
+fn ring_inflight(
+    name: &str,
+    ring: &mut RingState,
+    region: Option<&InflightRegion>,
+    i: usize,
+    queue: &mut virtio_queue::Queue,
+) -> Option<InflightQueue> {
+    use virtio_queue::QueueT;
+    let size = queue.size();
+    if let Some(kept) = ring.inflight.take() {
+        if kept.ring_size() == size {
+            return Some(kept);
+        }
+    }
+    let region = region?;
+    let Some(queue_region) = region.queue(i) else {
+        log::warn!(
+            "vhost-user {name}: ring {i} is not in the inflight region ({} queues): untracked",
+            region.num_queues()
+        );
+        return None;
+    };
+    let used = queue.next_used();
+    match InflightQueue::recover(queue_region, size, used) {
+        Ok((tracking, next_avail, found)) => {
+            if let Some(at) = next_avail {
+                log::info!(
+                    "vhost-user {name}: ring {i}: {} requests resubmitted from the inflight \
+                     region (avail index {at}, the frontend's base {}, used index {used}; {} of \
+                     the last batch and {} bad flags cleared)",
+                    found.resubmitted,
+                    queue.next_avail(),
+                    found.batch_cleared,
+                    found.garbage
+                );
+                queue.set_next_avail(at);
+            }
+            Some(tracking)
+        }
+        Err(e) => {
+            log::warn!("vhost-user {name}: ring {i}: untracked: {e}");
+            None
+        }
     }
 }
 
@@ -395,17 +481,28 @@ impl VhostUserBackendReqHandlerMut for VhostUserDevice {
 
     fn get_inflight_fd(
         &mut self,
-        _inflight: &VhostUserInflight,
+        inflight: &VhostUserInflight,
     ) -> Result<(VhostUserInflight, File)> {
-        Err(ProtocolError::InvalidOperation(
-            "INFLIGHT_SHMFD is not offered",
-        ))
+        inflight::create(inflight, self.rings.len()).map_err(handler_error)
     }
 
-    fn set_inflight_fd(&mut self, _inflight: &VhostUserInflight, _file: File) -> Result<()> {
-        Err(ProtocolError::InvalidOperation(
-            "INFLIGHT_SHMFD is not offered",
-        ))
+    fn set_inflight_fd(&mut self, inflight: &VhostUserInflight, file: File) -> Result<()> {
+        let region =
+            InflightRegion::map(inflight, file, self.rings.len()).map_err(handler_error)?;
+        // Running rings track into the old region: stop them and read every ring afresh from
+        // the new one as it starts.
+        self.stop_device().map_err(handler_error)?;
+        for r in &mut self.rings {
+            r.inflight = None;
+        }
+        log::info!(
+            "vhost-user {}: inflight region of {} queues of {} mapped",
+            self.name,
+            inflight.num_queues,
+            inflight.queue_size
+        );
+        self.inflight = Some(region);
+        self.reconcile(true).map_err(handler_error)
     }
 
     fn get_max_mem_slots(&mut self) -> Result<u64> {

@@ -22,6 +22,7 @@ use virtio_queue::desc::split::Descriptor;
 use virtio_queue::{Queue, QueueT};
 use vm_memory::{Address, GuestMemoryBackend, GuestMemoryRegion, MemoryRegionAddress};
 
+use super::inflight::InflightQueue;
 use super::GuestMemory;
 
 /// The virtio ring's flag bits, as u16 (the bindings declare them u32).
@@ -174,6 +175,10 @@ pub struct HostRing {
     num_added: u16,
     /// The avail index last loaded (chains up to it can be popped without another load).
     avail_known: u16,
+    /// Inflight tracking in memory the frontend keeps (vhost-user's `INFLIGHT_SHMFD`); `None`
+    /// for Osprey's own devices, which then pay one untaken branch per pop, used entry and
+    /// publish.
+    inflight: Option<InflightQueue>,
 }
 
 // SAFETY: the pointers point into guest memory kept mapped by the handler's `HostMemory` (which
@@ -213,7 +218,18 @@ impl HostRing {
             published_used: next_used,
             num_added: 0,
             avail_known: next_avail,
+            inflight: None,
         })
+    }
+
+    /// Tracks the ring's heads in `inflight` from now on (resubmitting its heads first).
+    pub fn set_inflight(&mut self, inflight: Option<InflightQueue>) {
+        self.inflight = inflight;
+    }
+
+    /// Takes the inflight tracking back (the queue goes back to the transport).
+    pub fn take_inflight(&mut self) -> Option<InflightQueue> {
+        self.inflight.take()
     }
 
     /// Writes the indexes back into `queue` (before it goes back to the transport).
@@ -243,9 +259,37 @@ impl HostRing {
         self.avail_idx(Ordering::Acquire) != self.next_avail
     }
 
-    /// Takes the next available chain's head index; `Ok(None)` when the ring is empty.
+    /// Takes the next available chain's head index; `Ok(None)` when the ring is empty. With
+    /// inflight tracking, the heads left to resubmit come first, and each head taken from the
+    /// avail ring is marked in flight.
     #[inline]
     pub fn pop(&mut self) -> Result<Option<u16>, RingError> {
+        if self.inflight.is_none() {
+            return self.pop_avail();
+        }
+        self.pop_tracked()
+    }
+
+    /// `pop` with inflight tracking.
+    #[inline]
+    fn pop_tracked(&mut self) -> Result<Option<u16>, RingError> {
+        if let Some(head) = self
+            .inflight
+            .as_mut()
+            .and_then(InflightQueue::take_resubmit)
+        {
+            return Ok(Some(head));
+        }
+        let popped = self.pop_avail()?;
+        if let (Some(head), Some(inflight)) = (popped, self.inflight.as_mut()) {
+            inflight.mark(head);
+        }
+        Ok(popped)
+    }
+
+    /// The next head from the avail ring.
+    #[inline]
+    fn pop_avail(&mut self) -> Result<Option<u16>, RingError> {
         if self.avail_known == self.next_avail {
             let idx = self.avail_idx(Ordering::Acquire);
             let ahead = idx.wrapping_sub(self.next_avail);
@@ -271,6 +315,10 @@ impl HostRing {
 
     /// Puts the last popped chain back (it is taken again by the next `pop`).
     pub fn undo_pop(&mut self) {
+        if self.inflight.as_mut().is_some_and(InflightQueue::undo_pop) {
+            // A resubmitted head: back on the list, the avail index did not move.
+            return;
+        }
         self.next_avail = self.next_avail.wrapping_sub(1);
     }
 
@@ -295,6 +343,16 @@ impl HostRing {
         if head >= self.size {
             return Err(RingError::Head(head));
         }
+        if let Some(inflight) = self.inflight.as_mut() {
+            if !inflight.put_used(head) {
+                // A ring's worth of entries since the last publish (a guest that repeats
+                // heads): publish those so the batch list stays whole.
+                self.publish_used();
+                if let Some(inflight) = self.inflight.as_mut() {
+                    inflight.put_used(head);
+                }
+            }
+        }
         let slot = u64::from(self.next_used % self.size);
         // SAFETY: the used ring was resolved by `new` to `6 + 8 * size` bytes, 4-aligned, inside
         // one mapped region the handler keeps alive; element `slot < size` lies at
@@ -313,9 +371,15 @@ impl HostRing {
     #[inline]
     pub fn publish_used(&mut self) {
         if self.published_used != self.next_used {
+            if let Some(inflight) = self.inflight.as_ref() {
+                inflight.before_publish();
+            }
             // Release: the elements before the index.
             self.u16_at(self.used, 2)
                 .store(self.next_used.to_le(), Ordering::Release);
+            if let Some(inflight) = self.inflight.as_mut() {
+                inflight.after_publish(self.next_used);
+            }
             self.published_used = self.next_used;
         }
     }
@@ -565,6 +629,52 @@ mod tests {
         m.write_obj(3u16 + 5, GuestAddress(q.avail_ring() + 2))
             .expect("w");
         assert_eq!(ring.pop(), Err(RingError::AvailIndex { ahead: 5, size: 4 }));
+    }
+
+    /// With inflight tracking: avail heads are marked as they are taken; after a restart the
+    /// heads left in flight come first (and can be put back), and published entries are no
+    /// longer in flight.
+    #[test]
+    fn a_tracked_ring_resubmits_first_and_clears_what_it_publishes() {
+        use crate::virtio::inflight::tests::anon_region;
+        use crate::virtio::inflight::InflightQueue;
+        let m = mem();
+        let host = HostMemory::new(&m);
+        let vq = MockSplitQueue::new(&m, 4);
+        vq.add_desc_chains(&[d(0x1000, 1, F_WRITE, 0), d(0x1010, 1, F_WRITE, 0)], 0)
+            .expect("chains");
+        let mut q = vq.create_queue::<Queue>().expect("queue");
+        q.set_used_ring_address(Some(0x100), Some(0));
+        let (region, view) = anon_region(4);
+        let (tracking, _, _) = InflightQueue::recover(region, 4, 0).expect("a fresh region");
+        let mut ring = HostRing::new(&q, &host).expect("ring");
+        ring.set_inflight(Some(tracking));
+        assert_eq!(ring.pop(), Ok(Some(0)));
+        // The backend dies with head 0 in flight; the next one resubmits it, then reads the
+        // avail ring from 1.
+        drop(ring);
+        let (tracking, next_avail, found) =
+            InflightQueue::recover(view.same_mapping(), 4, 0).expect("recover");
+        assert_eq!((found.resubmitted, next_avail), (1, Some(1)));
+        q.set_next_avail(1);
+        let mut ring = HostRing::new(&q, &host).expect("ring");
+        ring.set_inflight(Some(tracking));
+        assert_eq!(ring.pop(), Ok(Some(0)), "the resubmitted head");
+        ring.undo_pop();
+        assert_eq!(ring.pop(), Ok(Some(0)), "put back, taken again");
+        assert_eq!(ring.pop(), Ok(Some(1)), "then the avail ring");
+        assert_eq!(ring.pop(), Ok(None));
+        ring.add_used(1, 1).expect("add");
+        ring.add_used(0, 1).expect("add");
+        ring.publish_used();
+        assert_eq!(m.read_obj::<u16>(GuestAddress(0x102)).expect("r"), 2);
+        let (_, next_avail, found) =
+            InflightQueue::recover(view.same_mapping(), 4, 2).expect("recover");
+        assert_eq!((found.resubmitted, next_avail), (0, Some(2)), "{found:?}");
+        assert!(
+            ring.take_inflight().is_some(),
+            "the tracking goes back with the queue"
+        );
     }
 
     #[test]

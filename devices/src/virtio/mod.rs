@@ -11,6 +11,7 @@ use std::sync::Arc;
 use vmm_sys_util::eventfd::EventFd;
 
 pub mod host_ring;
+pub mod inflight;
 pub mod pci;
 
 /// The guest memory type every device uses.
@@ -70,6 +71,9 @@ pub struct ActivatedQueue {
     /// The queue's notification eventfd (already registered as a KVM ioeventfd on its notify
     /// address; a `try_clone` of the transport's fd, so both see the same counter).
     pub kick: EventFd,
+    /// Inflight tracking in memory the frontend keeps (vhost-user with `INFLIGHT_SHMFD`; `None`
+    /// otherwise). The device hands it back with the queue at reset.
+    pub inflight: Option<inflight::InflightQueue>,
 }
 
 /// Why activation failed.

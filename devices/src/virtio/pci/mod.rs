@@ -259,6 +259,7 @@ impl VirtioPciDevice {
                 index: index as u16,
                 queue,
                 kick,
+                inflight: None,
             });
         }
         let irq: Arc<dyn VirtioInterrupt> = self.irq.clone();
