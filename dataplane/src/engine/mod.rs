@@ -467,12 +467,15 @@ pub(crate) fn run_blocking(fd: RawFd, op: &IoOp) -> i64 {
                 };
                 let cnt = iov.len().min(libc::UIO_MAXIOV as usize) as libc::c_int;
                 // SAFETY: `iov` describes buffers the submitter keeps valid until completion
-                // (module contract); the kernel reads/writes at most their lengths.
+                // (module contract); the kernel reads/writes at most their lengths. One buffer
+                // (a 4 KiB request) goes by pread/pwrite, which spare the kernel importing an
+                // iovec array.
                 let r = unsafe {
-                    if is_read {
-                        libc::preadv(fd, iov.as_ptr(), cnt, off)
-                    } else {
-                        libc::pwritev(fd, iov.as_ptr(), cnt, off)
+                    match (is_read, iov) {
+                        (true, [one]) => libc::pread(fd, one.iov_base, one.iov_len, off),
+                        (false, [one]) => libc::pwrite(fd, one.iov_base, one.iov_len, off),
+                        (true, _) => libc::preadv(fd, iov.as_ptr(), cnt, off),
+                        (false, _) => libc::pwritev(fd, iov.as_ptr(), cnt, off),
                     }
                 };
                 let r = ret(r);

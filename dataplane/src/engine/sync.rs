@@ -1,6 +1,7 @@
-//! The synchronous engine: `commit` runs every queued request with preadv/pwritev/fdatasync/
-//! fallocate on the dataplane thread, and the results come back through `reap` like any other
-//! engine's. Simple and always available; it blocks the thread for the duration of each I/O.
+//! The synchronous engine: `commit` runs every queued request with pread/pwrite (preadv/pwritev
+//! for several buffers), fdatasync or fallocate on the dataplane thread, and the results come
+//! back through `reap` like any other engine's. Simple and always available; it blocks the
+//! thread for the duration of each I/O.
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -120,7 +121,7 @@ impl IoEngine for SyncEngine {
 
     fn describe(&self) -> String {
         if self.for_auto {
-            "auto (Sync: a memory file system, every request inline with preadv/pwritev)".into()
+            "auto (Sync: a memory file system, every request inline with pread/pwrite or preadv/pwritev)".into()
         } else {
             "Sync".into()
         }
