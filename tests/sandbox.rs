@@ -225,7 +225,7 @@ fn each_thread_type_is_refused_other_files_and_killed_on_exec() {
 fn the_iothread_may_lighten_itself_but_not_raise_its_priority() {
     let (code, console, log) = probe("iothread-nice", &[]);
     let thread = "iothread-io0";
-    let light = format!("osprey: sandbox probe: thread {thread}: nice 5: allowed");
+    let light = format!("osprey: sandbox probe: thread {thread}: nice 19: allowed");
     assert!(log.contains(&light), "`{light}` in:\n{log}");
     let killed =
         format!("osprey: seccomp: thread {thread} made forbidden syscall {SYS_SETPRIORITY}");
