@@ -36,46 +36,38 @@ GUEST = os.path.join(REPO, "guest-images", "build", "test-guest.elf")
 MEM_MIB = 256
 
 
-def task_cpu_ns(pid, comm=None):
-    """CPU ns of process `pid`'s threads (only those named `comm`, if given, and the io_uring
-    workers that thread spawned: `iou-wrk-TID`, which run the requests it hands to io_uring
-    that the file system cannot do without blocking, e.g. every tmpfs read before Linux 6.x)."""
-    tids = os.listdir(f"/proc/{pid}/task")
-    comms = {}
-    for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/comm") as f:
-                comms[tid] = f.read().strip()
-        except FileNotFoundError:
-            pass
-    if comm is None:
-        wanted = set(comms)
-    else:
-        owners = {tid for tid, c in comms.items() if c == comm}
-        wanted = owners | {tid for tid, c in comms.items()
-                           if c.startswith("iou-wrk-") and c[len("iou-wrk-"):] in owners}
-    total = 0
-    for tid in wanted:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                total += int(f.read().split()[0])
-        except FileNotFoundError:
-            pass
-    return total
-
-
-def thread_cpu_ns(pid):
-    """CPU ns of each thread of process `pid`, summed by thread name."""
-    out = {}
+def threads_of(pid):
+    """(TID, name, CPU ns) of each thread of process `pid` still there."""
+    out = []
     for tid in os.listdir(f"/proc/{pid}/task"):
         base = f"/proc/{pid}/task/{tid}"
         try:
             with open(f"{base}/comm") as f:
                 comm = f.read().strip()
             with open(f"{base}/schedstat") as f:
-                out[comm] = out.get(comm, 0) + int(f.read().split()[0])
+                out.append((tid, comm, int(f.read().split()[0])))
         except FileNotFoundError:
             pass
+    return out
+
+
+def task_cpu_ns(pid, comm=None):
+    """CPU ns of process `pid`'s threads (only those named `comm`, if given, and the io_uring
+    workers that thread spawned: `iou-wrk-TID`, which run the requests it hands to io_uring
+    that the file system cannot do without blocking, e.g. every tmpfs read before Linux 6.x)."""
+    threads = threads_of(pid)
+    if comm is None:
+        return sum(ns for _, _, ns in threads)
+    owners = {tid for tid, c, _ in threads if c == comm}
+    return sum(ns for tid, c, ns in threads
+               if tid in owners or (c.startswith("iou-wrk-") and c[len("iou-wrk-"):] in owners))
+
+
+def thread_cpu_ns(pid):
+    """CPU ns of each thread of process `pid`, summed by thread name."""
+    out = {}
+    for _, comm, ns in threads_of(pid):
+        out[comm] = out.get(comm, 0) + ns
     return out
 
 
