@@ -466,10 +466,10 @@ pub(crate) fn run_blocking(fd: RawFd, op: &IoOp) -> i64 {
                     return -i64::from(libc::EINVAL);
                 };
                 let cnt = iov.len().min(libc::UIO_MAXIOV as usize) as libc::c_int;
+                // One buffer (a 4 KiB request) goes by pread/pwrite, which spare the kernel
+                // importing an iovec array.
                 // SAFETY: `iov` describes buffers the submitter keeps valid until completion
-                // (module contract); the kernel reads/writes at most their lengths. One buffer
-                // (a 4 KiB request) goes by pread/pwrite, which spare the kernel importing an
-                // iovec array.
+                // (module contract); the kernel reads/writes at most their lengths.
                 let r = unsafe {
                     match (is_read, iov) {
                         (true, [one]) => libc::pread(fd, one.iov_base, one.iov_len, off),
