@@ -5,8 +5,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::json;
-
 use crate::api::command::{
     ApiCommand, ApiError, ApiReply, DriveUpdate, GroupUpdate, IoThreadUpdate, Reply, VmAction,
     VmStateChange,
@@ -342,19 +340,13 @@ impl Controller<'_> {
             cfg.path_on_host = swap_drive_file(drive, path, cfg.is_read_only, cfg.direct)?;
         }
         if let Some(limits) = u.rate_limiter {
-            drive
-                .rate_limits
-                .drive
-                .set(limits.unwrap_or_default().to_dataplane());
-            cfg.rate_limiter = limits;
-            drive
-                .iothread
-                .wake_throttled()
-                .map_err(|e| ApiError::Internal(e.to_string()))?;
-            log::info!(
-                "drive {id}: rate_limiter changed by the API: {}",
-                json!(limits)
-            );
+            crate::live_tuning::patch_drive_limits(
+                &drive.rate_limits,
+                &drive.iothread,
+                &mut cfg.rate_limiter,
+                id,
+                limits,
+            )?;
         }
         Ok(Reply::Done)
     }

@@ -7,13 +7,14 @@ use std::sync::Arc;
 
 use dataplane::rate_limit::RateLimiter;
 use dataplane::IoThread;
+use devices::block::throttle::DriveRateLimits;
 use serde_json::json;
 
 use crate::api::command::{ApiError, GroupUpdate, IoThreadUpdate};
 use crate::config::{IoThreadConfig, PollPolicyKind};
 use crate::metrics::report::ThreadReport;
 use crate::patch;
-use crate::rate_limit::RateLimitGroupConfig;
+use crate::rate_limit::{RateLimitGroupConfig, RateLimiterConfig};
 
 /// An iothread's parameters in force after a PATCH, for its config entry.
 #[derive(Debug, Clone, Copy)]
@@ -74,6 +75,30 @@ pub fn patch_iothread(
         poll,
         max_batch: thread.max_batch() as u32,
     })
+}
+
+/// Puts drive `id`'s own buckets to `limits` (`None`: removed) in its queues' `rate_limits` and
+/// its config entry `slot`, already checked; wakes its `iothread` so that a throttled queue
+/// looks again.
+pub fn patch_drive_limits(
+    rate_limits: &DriveRateLimits,
+    iothread: &IoThread,
+    slot: &mut Option<RateLimiterConfig>,
+    id: &str,
+    limits: Option<RateLimiterConfig>,
+) -> Result<(), ApiError> {
+    rate_limits
+        .drive
+        .set(limits.unwrap_or_default().to_dataplane());
+    *slot = limits;
+    iothread
+        .wake_throttled()
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    log::info!(
+        "drive {id}: rate_limiter changed by the API: {}",
+        json!(limits)
+    );
+    Ok(())
 }
 
 /// Changes group `id`'s buckets (each absent: kept; null: removed) in `limiter` and its config

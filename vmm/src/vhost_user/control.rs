@@ -14,7 +14,6 @@ use dataplane::rate_limit::RateLimiter;
 use dataplane::IoThread;
 use devices::block::stats::QueueStats;
 use devices::block::throttle::DriveRateLimits;
-use serde_json::json;
 
 use super::config::VhostUserConfig;
 use crate::api::command::{
@@ -156,26 +155,25 @@ impl BackendController {
                 r.check("rate_limiter")
                     .map_err(|e| ApiError::BadRequest(e.to_string()))?;
             }
-            drive
-                .rate_limits
-                .drive
-                .set(limits.unwrap_or_default().to_dataplane());
-            if let Some(cfg) = self
+            // Every drive has a config entry (the command line's too); were one missing, the
+            // change would still take effect, unrecorded.
+            let mut unrecorded = None;
+            let slot = match self
                 .config
                 .drives
                 .iter_mut()
                 .find(|c| c.drive.drive_id == id)
             {
-                cfg.drive.rate_limiter = limits;
-            }
-            drive
-                .iothread
-                .wake_throttled()
-                .map_err(|e| ApiError::Internal(e.to_string()))?;
-            log::info!(
-                "drive {id}: rate_limiter changed by the API: {}",
-                json!(limits)
-            );
+                Some(cfg) => &mut cfg.drive.rate_limiter,
+                None => &mut unrecorded,
+            };
+            crate::live_tuning::patch_drive_limits(
+                &drive.rate_limits,
+                &drive.iothread,
+                slot,
+                id,
+                limits,
+            )?;
         }
         Ok(Reply::Done)
     }
