@@ -7,9 +7,8 @@
 
 use kvm_bindings::{
     kvm_clock_data, kvm_cpuid_entry2, kvm_debugregs, kvm_fpu, kvm_irqchip, kvm_lapic_state,
-    kvm_mp_state, kvm_msr_entry, kvm_pit_state2, kvm_regs, kvm_sregs, kvm_vcpu_events, kvm_xcrs,
-    kvm_xsave, CpuId, Msrs, KVM_CLOCK_TSC_STABLE, KVM_IRQCHIP_IOAPIC, KVM_IRQCHIP_PIC_MASTER,
-    KVM_IRQCHIP_PIC_SLAVE,
+    kvm_mp_state, kvm_pit_state2, kvm_regs, kvm_sregs, kvm_vcpu_events, kvm_xcrs, kvm_xsave, CpuId,
+    Msrs, KVM_CLOCK_TSC_STABLE, KVM_IRQCHIP_IOAPIC, KVM_IRQCHIP_PIC_MASTER, KVM_IRQCHIP_PIC_SLAVE,
 };
 use kvm_ioctls::{Cap, Kvm, VcpuFd, VmFd};
 use serde::{Deserialize, Serialize};
@@ -185,15 +184,7 @@ pub fn saveable_msrs(kvm: &Kvm, vcpu: &VcpuFd) -> Result<Vec<u32>, KvmStateError
 }
 
 fn packed_msrs(pairs: &[(u32, u64)]) -> Result<Msrs, KvmStateError> {
-    let entries: Vec<kvm_msr_entry> = pairs
-        .iter()
-        .map(|&(index, data)| kvm_msr_entry {
-            index,
-            data,
-            ..Default::default()
-        })
-        .collect();
-    Msrs::from_entries(&entries).map_err(|_| KvmStateError::Packing { what: "MSR list" })
+    crate::msr::to_kvm(pairs).map_err(|_| KvmStateError::Packing { what: "MSR list" })
 }
 
 /// Reads `msr_indices` in one `KVM_GET_MSRS`; all of them or an error.
