@@ -25,10 +25,11 @@ use devices::ExitRequester;
 use kvm_ioctls::VmFd;
 use vmm_sys_util::eventfd::EventFd;
 
-use crate::config::{DriveConfig, IoUringConfig, VmConfig};
+use crate::config::{DriveConfig, IoThreadConfig, IoUringConfig, VmConfig};
 use crate::drive::OpenedDrive;
 use crate::interrupts::{GsiRouter, KvmIoEvents};
 use crate::layout::{PCI_MMIO_END, PCI_MMIO_START};
+use crate::rate_limit::RateLimitGroupConfig;
 
 /// PCI configuration mechanism #1 ports.
 const PCI_CONFIG_PORT: u64 = 0xcf8;
@@ -201,17 +202,8 @@ pub fn build(
         });
     }
     let legacy = LegacyDevices::build(vm, exit)?;
-    let iothreads = spawn_iothreads(config, dynamic_weights)?;
-    let rate_limit_groups: BTreeMap<String, Arc<RateLimiter>> = config
-        .rate_limit_groups
-        .iter()
-        .map(|g| {
-            (
-                g.id.clone(),
-                Arc::new(RateLimiter::new(g.limits().to_dataplane())),
-            )
-        })
-        .collect();
+    let iothreads = spawn_iothreads(&config.iothreads, dynamic_weights)?;
+    let rate_limit_groups = group_limiters(&config.rate_limit_groups);
     let mut pci_wiring = PciWiring {
         pci: legacy.pci.clone(),
         router: Arc::new(GsiRouter::new(vm.clone())),
@@ -297,14 +289,14 @@ impl LegacyDevices {
     }
 }
 
-/// Starts every iothread of the effective config (`VmConfig::fill_defaults` lists the implicit
-/// `io0`), each pinned to its CPUs.
-fn spawn_iothreads(
-    config: &VmConfig,
+/// Starts every iothread of `configs` (the effective config's: `VmConfig::fill_defaults` lists
+/// the implicit `io0`), each pinned to its CPUs. The vhost-user backend starts its own here too.
+pub(crate) fn spawn_iothreads(
+    configs: &[IoThreadConfig],
     dynamic_weights: bool,
-) -> Result<BTreeMap<String, Arc<IoThread>>, DeviceError> {
+) -> Result<BTreeMap<String, Arc<IoThread>>, IoThreadError> {
     let mut iothreads = BTreeMap::new();
-    for c in &config.iothreads {
+    for c in configs {
         let name = &c.id;
         let t =
             IoThread::spawn_weighted(name, c.max_batch as usize, c.poll_params(), dynamic_weights)?;
@@ -319,6 +311,21 @@ fn spawn_iothreads(
         iothreads.insert(name.clone(), t);
     }
     Ok(iothreads)
+}
+
+/// Each rate-limit group's shared limiter, by group id.
+pub(crate) fn group_limiters(
+    groups: &[RateLimitGroupConfig],
+) -> BTreeMap<String, Arc<RateLimiter>> {
+    groups
+        .iter()
+        .map(|g| {
+            (
+                g.id.clone(),
+                Arc::new(RateLimiter::new(g.limits().to_dataplane())),
+            )
+        })
+        .collect()
 }
 
 /// The iothread serving drive `i`, as the effective config names it (`VmConfig::fill_defaults`

@@ -10,12 +10,10 @@ pub mod config;
 pub mod control;
 pub mod sandbox;
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use dataplane::engine::EngineOptions;
 use dataplane::rate_limit::RateLimiter;
-use dataplane::IoThread;
 use devices::block::throttle::DriveRateLimits;
 use devices::block::{BlockDeviceConfig, VirtioBlock};
 use devices::vhost_user::{VhostUserDevice, VhostUserServer};
@@ -86,26 +84,8 @@ pub struct Backend {
 
 /// Starts the iothreads, opens every drive and binds every socket (nothing is served yet).
 pub fn start(config: &VhostUserConfig) -> Result<Backend, VhostUserBlkError> {
-    let mut iothreads = BTreeMap::new();
-    for t in &config.iothreads {
-        let thread = IoThread::spawn_weighted(&t.id, t.max_batch as usize, t.poll_params(), false)?;
-        if !t.cpu_affinity.is_empty() {
-            let cpus = t.cpu_affinity.clone();
-            let pin = move || crate::affinity::pin_current_thread(&cpus).map_err(Into::into);
-            thread.run_on_thread(Box::new(pin))?;
-        }
-        iothreads.insert(t.id.clone(), thread);
-    }
-    let groups: BTreeMap<String, Arc<RateLimiter>> = config
-        .rate_limit_groups
-        .iter()
-        .map(|g| {
-            (
-                g.id.clone(),
-                Arc::new(RateLimiter::new(g.limits().to_dataplane())),
-            )
-        })
-        .collect();
+    let iothreads = crate::device_manager::spawn_iothreads(&config.iothreads, false)?;
+    let groups = crate::device_manager::group_limiters(&config.rate_limit_groups);
     let mut servers = Vec::new();
     let mut drives = Vec::new();
     for (index, d) in config.drives.iter().enumerate() {
