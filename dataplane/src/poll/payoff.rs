@@ -11,7 +11,7 @@
 //! sleep costs requests until the next trial, a mistaken poll costs requests and CPU). Trials
 //! cost what the wrong mode loses, so the interval between them doubles while the verdict holds
 //! (quadruples after a lopsided one), and an inconclusive trial (under [`MIN_REQUESTS`] per
-//! segment) is retried after [`RETRY_NS`]. Measurements: docs/performance.md, docs/experiments.md.
+//! segment) is retried after [`RETRY_NS`]. Measurements: docs/performance.md.
 
 /// The length of one segment (ns).
 pub const SEGMENT_NS: u64 = 10_000_000;
