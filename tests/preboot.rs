@@ -240,12 +240,36 @@ fn paths_outside_the_allowed_folders_are_refused_before_the_start() {
     let dir = Disk::new("preboot-paths", 1 << 20);
     let other = Disk::new("preboot-other", 1 << 20);
     let allowed = Disk::new("preboot-allowed", 1 << 20);
+
+    // The socket's folder alone: a log file in /etc is refused, naming the field and the folder.
+    let evil = Path::new("/etc/osprey-evil.log");
+    let (mut vmm, s) = spawn(&dir.dir, "pre-3", &[]);
+    let (st, reply) = call(
+        &s,
+        "PUT",
+        "/logger",
+        Some(&json!({"log_path": evil}).to_string()),
+    );
+    let created = evil.exists();
+    if created {
+        let _ = std::fs::remove_file(evil);
+    }
+    assert!(!created, "a file was created in /etc");
+    assert_eq!(st, 400, "{reply}");
+    let m = reply["fault_message"].as_str().unwrap_or_default();
+    let socket_folder = format!("{} (API socket's folder)", dir.dir.display());
+    assert!(
+        m.starts_with("log_path: /etc/osprey-evil.log: outside") && m.contains(&socket_folder),
+        "{m}"
+    );
+    vmm.signal(libc::SIGTERM);
+    vmm.wait_exit(Duration::from_secs(5));
+
+    // With a folder allowed: the message names both; other paths are refused the same way.
     let flags = allow(&[&allowed.dir]);
     let extra: Vec<&std::ffi::OsStr> = flags.iter().map(|a| a.as_os_str()).collect();
     let (mut vmm, s) = spawn(&dir.dir, "pre-3", &extra);
-    let evil = Path::new("/etc/osprey-evil.log");
     let m = fault(&s, "PUT", "/logger", json!({"log_path": evil}));
-    let socket_folder = format!("{} (API socket's folder)", dir.dir.display());
     let operator_folder = format!("{} (--allow-folder)", allowed.dir.display());
     assert!(
         m.starts_with("log_path: /etc/osprey-evil.log: outside")
