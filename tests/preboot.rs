@@ -392,7 +392,7 @@ fn the_api_and_main_threads_are_confined_before_the_start() {
     );
     assert!(vmm
         .log_text()
-        .contains("sandbox: pre-boot: API thread confined"));
+        .contains("pre-boot: sandbox on (API thread confined"));
     vmm.signal(libc::SIGTERM);
     assert_eq!(vmm.wait_exit(Duration::from_secs(5)).code(), Some(0));
 

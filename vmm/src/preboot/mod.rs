@@ -60,11 +60,11 @@ pub fn serve(socket: &Path, mut base: VmConfig) -> Result<StopReason, VmError> {
     crate::sandbox::preboot::confine_main(&base.sandbox)?;
     match &folders {
         Some(f) => log::info!(
-            "sandbox: pre-boot: API thread confined, main thread under its deny-list; the \
-             API's paths must lie in {}",
+            "pre-boot: sandbox on (API thread confined, main thread under its deny-list); \
+             the API's paths must lie in {}",
             f.describe()
         ),
-        None => log::warn!("sandbox: pre-boot: off (--sandbox off): any path, no confinement"),
+        None => log::warn!("pre-boot: sandbox off (--sandbox off): any path, no confinement"),
     }
     log::info!(
         "API listening on {}; the VM starts on PUT /actions {{\"action_type\": \"InstanceStart\"}}",
