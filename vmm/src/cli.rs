@@ -87,7 +87,9 @@ pub struct Cli {
     /// Serve the REST API on this Unix socket; overrides api.socket. Without --config and
     /// --kernel, Osprey starts with no VM, takes its config over the API (Firecracker's PUT
     /// /machine-config, /boot-source, /drives/{id}, /logger, /metrics; docs/api/README.md) and
-    /// boots on PUT /actions {"action_type": "InstanceStart"}.
+    /// boots on PUT /actions {"action_type": "InstanceStart"}. With the sandbox on, that phase
+    /// is confined too, and the paths its requests name must lie in the socket's folder or an
+    /// --allow-folder (docs/security.md).
     #[arg(long, value_name = "PATH")]
     pub api_sock: Option<PathBuf>,
 
