@@ -185,3 +185,62 @@ fn a_file_swapped_under_load_is_read_with_nothing_lost() {
         eprintln!("{l}");
     }
 }
+
+/// Boots the test guest on one drive in `disk`'s folder (the API socket there too) with
+/// `extra` flags, and swaps the drive to `to`: the answer.
+fn swap_with(disk: &Disk, to: &Path, extra: &[&str]) -> (u16, Value) {
+    let sock = disk.dir.join("api.sock");
+    let cfg = json!({
+        "machine-config": {"vcpu_count": 1, "mem_size_mib": 128},
+        "boot-source": {"kernel_image_path": test_guest(),
+                        "boot_args": "mode=blk rw=read count=16 hang=2"},
+        "drives": [{"drive_id": "data", "path_on_host": disk.path}],
+        "api": {"socket": sock},
+    });
+    let cfg_path = disk.dir.join("vm.json");
+    std::fs::write(&cfg_path, cfg.to_string()).expect("config");
+    let mut args = vec!["--config", cfg_path.to_str().expect("utf-8")];
+    args.extend_from_slice(extra);
+    let mut vmm = Vmm::spawn(args);
+    let booted = vmm.wait_console(Duration::from_secs(60), |l| l.starts_with("BLK "));
+    assert!(
+        booted.is_some(),
+        "{extra:?}: no BLK line:\n{}",
+        vmm.log_text()
+    );
+    let answer = patch(&sock, "data", &json!({"path_on_host": to}).to_string());
+    vmm.signal(libc::SIGTERM);
+    vmm.wait_exit(Duration::from_secs(10));
+    answer
+}
+
+#[test]
+fn a_swap_from_another_folder_needs_the_sandbox_off_or_the_folder_allowed() {
+    let disk = Disk::new("swap-own", A_BYTES);
+    let other = Disk::new("swap-other", A_BYTES);
+    let other_dir = other.dir.to_str().expect("utf-8");
+
+    let (status, reply) = swap_with(&disk, &other.path, &[]);
+    assert_eq!(status, 400, "{reply}");
+    let msg = reply["fault_message"].as_str().unwrap_or_default();
+    for want in [
+        "path_on_host",
+        "outside",
+        "--allow-folder",
+        "docs/security.md",
+    ] {
+        assert!(msg.contains(want), "`{msg}` lacks `{want}`");
+    }
+
+    let (status, reply) = swap_with(&disk, &other.path, &["--allow-folder", other_dir]);
+    assert!(
+        matches!(status, 200 | 204),
+        "allowed folder: {status} {reply}"
+    );
+
+    let (status, reply) = swap_with(&disk, &other.path, &["--sandbox", "off"]);
+    assert!(
+        matches!(status, 200 | 204),
+        "--sandbox off: {status} {reply}"
+    );
+}

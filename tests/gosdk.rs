@@ -154,8 +154,12 @@ fn firecracker_go_sdk_boots_pauses_swaps_a_drive_and_stops_osprey() {
     };
     println!("using {version}");
 
-    // The swapped-in file sits beside the first: a swap may only name a file in the folder of
-    // one of the VM's drives (docs/security.md).
+    // Every file in one folder with the API socket, as a jailer's user puts them in the jail:
+    // with the sandbox on, the pre-boot API takes paths in the socket's folder (and the
+    // operator's --allow-folder ones), and the swapped-in file sits beside the drive's first
+    // (docs/security.md). The kernel is copied in.
+    let kernel = scratch.0.join("test-guest.elf");
+    std::fs::copy(test_guest(), &kernel).expect("copy the kernel into the VM's folder");
     let root = scratch.sparse("root.img", 1 << 20);
     let data = scratch.0.join("data-a.img");
     write_stamp_file(&data, TAG_A, A_BYTES);
@@ -165,7 +169,7 @@ fn firecracker_go_sdk_boots_pauses_swaps_a_drive_and_stops_osprey() {
     cmd.arg("-osprey")
         .arg(osprey())
         .arg("-kernel")
-        .arg(test_guest())
+        .arg(&kernel)
         .arg("-root")
         .arg(&root)
         .arg("-data")
@@ -173,7 +177,7 @@ fn firecracker_go_sdk_boots_pauses_swaps_a_drive_and_stops_osprey() {
         .arg("-swap-to")
         .arg(&swap_to)
         .arg("-workdir")
-        .arg(scratch.0.join("run"))
+        .arg(&scratch.0)
         .arg("-kernel-args")
         .arg(guest_args())
         .arg("-report")

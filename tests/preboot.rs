@@ -1,7 +1,9 @@
 //! Firecracker's way to start a VM: `osprey --api-sock S` with no config, configured by PUTs and
 //! booted by `InstanceStart`, on one live test guest (root drive first, `root=` added and
 //! `pci=off` removed, a failed start answered and corrected, pause/resume as Firecracker
-//! answers them, metrics and log files from the API); and a stop signal before any start.
+//! answers them, metrics and log files from the API); a stop signal before any start; and the
+//! pre-boot sandbox: paths outside the socket's folder and `--allow-folder`s refused, the API
+//! and main threads filtered before any start (`--sandbox off` keeps neither).
 
 mod common;
 
@@ -36,23 +38,37 @@ fn fault(sock: &Path, method: &str, path: &str, body: Value) -> String {
         .to_string()
 }
 
-fn spawn(dir: &Path, id: &str) -> (Vmm, PathBuf) {
+fn spawn(dir: &Path, id: &str, extra: &[&std::ffi::OsStr]) -> (Vmm, PathBuf) {
     let sock = dir.join("api.sock");
-    let mut vmm = Vmm::spawn([
+    let mut args = vec![
         "--api-sock".as_ref(),
         sock.as_os_str(),
         "--id".as_ref(),
         id.as_ref(),
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    let mut vmm = Vmm::spawn(args);
     wait_for_socket(&sock, &mut vmm);
     (vmm, sock)
+}
+
+/// `--allow-folder DIR` for each of `dirs`.
+fn allow(dirs: &[&Path]) -> Vec<std::ffi::OsString> {
+    dirs.iter()
+        .flat_map(|d| ["--allow-folder".into(), d.as_os_str().to_owned()])
+        .collect()
 }
 
 #[test]
 fn configured_over_the_api_then_started() {
     let root = Disk::new("preboot-root", 8 << 20);
     let data = Disk::new("preboot-data", 4 << 20);
-    let (mut vmm, s) = spawn(&root.dir, "pre-1");
+    // The kernel and the data disk lie outside the socket's folder: the operator allows them.
+    let guest = test_guest();
+    let kernel_dir = guest.parent().expect("the kernel's folder");
+    let allowed = allow(&[kernel_dir, &data.dir]);
+    let extra: Vec<&std::ffi::OsStr> = allowed.iter().map(|a| a.as_os_str()).collect();
+    let (mut vmm, s) = spawn(&root.dir, "pre-1", &extra);
     let s = s.as_path();
 
     // Before any PUT: Firecracker's defaults, and the state "Not started".
@@ -206,7 +222,7 @@ fn configured_over_the_api_then_started() {
 #[test]
 fn a_stop_signal_before_the_start_ends_osprey_and_removes_the_socket() {
     let dir = Disk::new("preboot-signal", 1 << 20);
-    let (mut vmm, sock) = spawn(&dir.dir, "pre-2");
+    let (mut vmm, sock) = spawn(&dir.dir, "pre-2", &[]);
     assert_eq!(call(&sock, "GET", "/", None).1["state"], "Not started");
     vmm.signal(libc::SIGTERM);
     let status = vmm.wait_exit(Duration::from_secs(5));
@@ -217,4 +233,198 @@ fn a_stop_signal_before_the_start_ends_osprey_and_removes_the_socket() {
         vmm.log_text()
     );
     assert!(!sock.exists(), "socket removed");
+}
+
+#[test]
+fn paths_outside_the_allowed_folders_are_refused_before_the_start() {
+    let dir = Disk::new("preboot-paths", 1 << 20);
+    let other = Disk::new("preboot-other", 1 << 20);
+    let allowed = Disk::new("preboot-allowed", 1 << 20);
+
+    // The socket's folder alone: a log file in /etc is refused, naming the field and the folder.
+    let evil = Path::new("/etc/osprey-evil.log");
+    let (mut vmm, s) = spawn(&dir.dir, "pre-3", &[]);
+    let (st, reply) = call(
+        &s,
+        "PUT",
+        "/logger",
+        Some(&json!({"log_path": evil}).to_string()),
+    );
+    let created = evil.exists();
+    if created {
+        let _ = std::fs::remove_file(evil);
+    }
+    assert!(!created, "a file was created in /etc");
+    assert_eq!(st, 400, "{reply}");
+    let m = reply["fault_message"].as_str().unwrap_or_default();
+    let socket_folder = format!("{} (API socket's folder)", dir.dir.display());
+    assert!(
+        m.starts_with("log_path: /etc/osprey-evil.log: outside") && m.contains(&socket_folder),
+        "{m}"
+    );
+    vmm.signal(libc::SIGTERM);
+    vmm.wait_exit(Duration::from_secs(5));
+
+    // With a folder allowed: the message names both; other paths are refused the same way.
+    let flags = allow(&[&allowed.dir]);
+    let extra: Vec<&std::ffi::OsStr> = flags.iter().map(|a| a.as_os_str()).collect();
+    let (mut vmm, s) = spawn(&dir.dir, "pre-3", &extra);
+    let m = fault(&s, "PUT", "/logger", json!({"log_path": evil}));
+    let operator_folder = format!("{} (--allow-folder)", allowed.dir.display());
+    assert!(
+        m.starts_with("log_path: /etc/osprey-evil.log: outside")
+            && m.contains(&socket_folder)
+            && m.contains(&operator_folder),
+        "{m}"
+    );
+    assert!(!evil.exists(), "nothing created in /etc");
+    for (path, body, field) in [
+        (
+            "/metrics",
+            json!({"metrics_path": "/dev/null"}),
+            "metrics_path",
+        ),
+        (
+            "/metrics",
+            json!({"metrics_path": other.dir.join("m.json")}),
+            "metrics_path",
+        ),
+        (
+            "/boot-source",
+            json!({"kernel_image_path": other.path}),
+            "kernel_image_path",
+        ),
+        (
+            "/drives/rootfs",
+            json!({"drive_id": "rootfs", "path_on_host": other.path, "is_root_device": true,
+                   "is_read_only": false}),
+            "path_on_host",
+        ),
+        (
+            "/snapshot/load",
+            json!({"snapshot_path": other.dir.join("state.snap"),
+                   "mem_file_path": dir.dir.join("mem.snap")}),
+            "snapshot_path",
+        ),
+    ] {
+        let m = fault(&s, "PUT", path, body.clone());
+        assert!(
+            m.contains(&format!("{field}: "))
+                && m.contains("outside")
+                && m.contains(&socket_folder),
+            "PUT {path} {body}: {m}"
+        );
+    }
+    // A symlink in the socket's folder that leads out of it is refused too.
+    let link = dir.dir.join("out");
+    std::os::unix::fs::symlink(&other.dir, &link).expect("symlink");
+    let m = fault(
+        &s,
+        "PUT",
+        "/logger",
+        json!({"log_path": link.join("x.log")}),
+    );
+    assert!(m.starts_with("log_path: "), "{m}");
+    assert!(!other.dir.join("x.log").exists());
+    // In the socket's folder and in an allowed one: taken.
+    put(
+        &s,
+        "/logger",
+        json!({"log_path": dir.dir.join("osprey.log")}),
+    );
+    put(
+        &s,
+        "/metrics",
+        json!({"metrics_path": allowed.dir.join("m.json")}),
+    );
+    put(
+        &s,
+        "/drives/rootfs",
+        json!({"drive_id": "rootfs", "path_on_host": allowed.path, "is_root_device": true,
+               "is_read_only": false}),
+    );
+    vmm.signal(libc::SIGTERM);
+    vmm.wait_exit(Duration::from_secs(5));
+}
+
+/// `Seccomp`, `CapEff` and `NoNewPrivs` of the threads named `api` and of the main thread.
+fn preboot_threads(pid: u32) -> (Vec<String>, Vec<String>) {
+    let fields = |status: &str| -> Vec<String> {
+        status
+            .lines()
+            .filter(|l| {
+                ["Seccomp:", "CapEff:", "NoNewPrivs:"]
+                    .iter()
+                    .any(|f| l.starts_with(f))
+            })
+            .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+            .collect()
+    };
+    let mut api = Vec::new();
+    let mut main = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("tasks")
+        .flatten()
+    {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
+        if comm.trim() == "api" {
+            api = fields(&status);
+        } else if task.file_name().to_string_lossy() == pid.to_string() {
+            main = fields(&status);
+        }
+    }
+    (api, main)
+}
+
+#[test]
+fn the_api_and_main_threads_are_confined_before_the_start() {
+    let dir = Disk::new("preboot-confined", 1 << 20);
+    let (mut vmm, s) = spawn(&dir.dir, "pre-4", &[]);
+    assert_eq!(call(&s, "GET", "/", None).1["state"], "Not started");
+    let (api, main) = preboot_threads(vmm.pid());
+    for want in ["Seccomp: 2", "NoNewPrivs: 1", "CapEff: 0000000000000000"] {
+        assert!(api.iter().any(|f| f == want), "api thread: {api:?}");
+    }
+    assert!(
+        main.iter().any(|f| f == "Seccomp: 2"),
+        "main thread: {main:?}"
+    );
+    assert!(vmm
+        .log_text()
+        .contains("pre-boot: sandbox on (API thread confined"));
+    vmm.signal(libc::SIGTERM);
+    assert_eq!(vmm.wait_exit(Duration::from_secs(5)).code(), Some(0));
+
+    // --sandbox off: today's freedom (any path, no filter).
+    let off = Disk::new("preboot-off", 1 << 20);
+    let elsewhere = Disk::new("preboot-off-log", 1 << 20);
+    let (mut vmm, s) = spawn(&off.dir, "pre-5", &["--sandbox".as_ref(), "off".as_ref()]);
+    assert_eq!(call(&s, "GET", "/", None).1["state"], "Not started");
+    let (api, main) = preboot_threads(vmm.pid());
+    assert!(api.iter().any(|f| f == "Seccomp: 0"), "{api:?}");
+    assert!(main.iter().any(|f| f == "Seccomp: 0"), "{main:?}");
+    let log = elsewhere.dir.join("osprey.log");
+    put(&s, "/logger", json!({"log_path": log}));
+    assert!(log.exists(), "the log file is created anywhere");
+    vmm.signal(libc::SIGTERM);
+    vmm.wait_exit(Duration::from_secs(5));
+}
+
+#[test]
+fn a_forbidden_syscall_before_the_start_ends_osprey_as_at_run_time() {
+    // The tests' sandbox probe (debug builds) makes the thread execve /bin/true.
+    for (probe, thread) in [("api", "api"), ("preboot-main", "main")] {
+        let dir = Disk::new(&format!("preboot-probe-{probe}"), 1 << 20);
+        let mut cmd = std::process::Command::new(common::osprey());
+        cmd.arg("--api-sock")
+            .arg(dir.dir.join("api.sock"))
+            .env("OSPREY_TEST_SANDBOX_PROBE", probe)
+            .stdin(std::process::Stdio::null());
+        let out = common::output_within(cmd, Duration::from_secs(10));
+        let log = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(159), "{probe}: {log}");
+        let expected = format!("osprey: seccomp: thread {thread} made forbidden syscall 59");
+        assert!(log.contains(&expected), "`{expected}` in:\n{log}");
+    }
 }

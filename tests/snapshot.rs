@@ -389,11 +389,12 @@ fn bad_snapshots_are_refused_before_any_vcpu_runs_and_clones_run_on_their_own_dr
             .contains("No such file"),
         "{v}"
     );
-    let small = Disk::new("snapshot-small-copy", DISK_BYTES / 2);
-    let (status, v) = load(
-        dir,
-        json!([{"drive_id": "disk0", "path_on_host": small.path}]),
-    );
+    // In the API socket's folder: the pre-boot API takes paths from there (docs/security.md).
+    let small = dir.join("small-copy.img");
+    std::fs::File::create(&small)
+        .and_then(|f| f.set_len(DISK_BYTES / 2))
+        .expect("a smaller copy");
+    let (status, v) = load(dir, json!([{"drive_id": "disk0", "path_on_host": small}]));
     assert_eq!(status, 400, "{v}");
     assert!(
         v["fault_message"]

@@ -383,11 +383,16 @@ fn every_firecracker_route_answers_as_the_spec_says() {
     let scratch = Scratch::new("swagger-walk");
     let sock = scratch.0.join("api.sock");
     let disk = scratch.sparse("rootfs.img", 8 << 20);
+    // The kernel lies outside the socket's folder: the pre-boot API takes it once allowed.
+    let guest = test_guest();
+    let kernel_dir = guest.parent().expect("the kernel's folder");
     let mut vmm = Vmm::spawn([
         "--api-sock".as_ref(),
         sock.as_os_str(),
         "--id".as_ref(),
         INSTANCE_ID.as_ref(),
+        "--allow-folder".as_ref(),
+        kernel_dir.as_os_str(),
     ]);
     wait_for_api(&sock, &mut vmm);
     let mut walk = Walk {

@@ -87,7 +87,9 @@ pub struct Cli {
     /// Serve the REST API on this Unix socket; overrides api.socket. Without --config and
     /// --kernel, Osprey starts with no VM, takes its config over the API (Firecracker's PUT
     /// /machine-config, /boot-source, /drives/{id}, /logger, /metrics; docs/api/README.md) and
-    /// boots on PUT /actions {"action_type": "InstanceStart"}.
+    /// boots on PUT /actions {"action_type": "InstanceStart"}. With the sandbox on, that phase
+    /// is confined too, and the paths its requests name must lie in the socket's folder or an
+    /// --allow-folder (docs/security.md).
     #[arg(long, value_name = "PATH")]
     pub api_sock: Option<PathBuf>,
 
@@ -137,6 +139,13 @@ pub struct Cli {
     /// socket's folder), with the sandbox on. Overrides snapshot.folder. See docs/snapshot.md.
     #[arg(long, value_name = "DIR")]
     pub snapshot_folder: Option<PathBuf>,
+
+    /// A folder whose files, with the sandbox on, the pre-boot API may name (logger, metrics,
+    /// drives, kernel, initrd, a snapshot to load; besides the API socket's folder) and a live
+    /// drive swap may take (besides the drive's own folder). Repeatable; adds to
+    /// sandbox.allowed_folders. Not /, /dev, nor under /proc or /sys. See docs/security.md.
+    #[arg(long, value_name = "DIR")]
+    pub allow_folder: Vec<PathBuf>,
 
     /// Run as this user once /dev/kvm, the drives and the API socket are open (give --gid too;
     /// e.g. 65534, nobody). Overrides sandbox.uid.
@@ -365,6 +374,10 @@ impl Cli {
                 folder: folder.clone(),
             });
         }
+        config
+            .sandbox
+            .allowed_folders
+            .extend(self.allow_folder.iter().cloned());
         if let Some(uid) = self.uid {
             config.sandbox.uid = Some(uid);
         }
@@ -588,6 +601,24 @@ mod tests {
         assert_eq!(
             c.snapshot.map(|s| s.folder),
             Some(PathBuf::from("/srv/snaps"))
+        );
+    }
+
+    #[test]
+    fn allow_folder_adds_to_the_sandbox_section() {
+        let cli = Cli::parse_from([
+            "osprey",
+            "--api-sock",
+            "/run/a.sock",
+            "--allow-folder",
+            "/srv/images",
+            "--allow-folder",
+            "/dev/mapper",
+        ]);
+        let (c, _) = cli.vm_config().expect("config");
+        assert_eq!(
+            c.sandbox.allowed_folders,
+            [PathBuf::from("/srv/images"), PathBuf::from("/dev/mapper")]
         );
     }
 

@@ -454,7 +454,10 @@ impl PciWiring<'_> {
             rate_limits,
             iothread: thread,
             swap,
-            swap_folder: crate::swap_folder::SwapFolder::resolve(&d.path_on_host),
+            swap_folder: crate::swap_folder::SwapFolder::resolve(
+                &d.path_on_host,
+                config.swap_allowed_folders(),
+            ),
             transport,
         })
     }

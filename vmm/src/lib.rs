@@ -4,6 +4,7 @@
 
 pub mod acpi;
 pub mod affinity;
+pub mod allowed_folders;
 pub mod api;
 pub mod boot;
 pub mod boot_timing;

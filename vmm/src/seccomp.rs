@@ -5,6 +5,8 @@
 //! with [`EXIT_SECCOMP`]. `--seccomp off` turns the filters off for debugging. The lists, their
 //! sizes and the reasons: `docs/seccomp.md`.
 
+pub mod preboot;
+
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -87,6 +87,9 @@ impl VmConfig {
         if let Some(s) = &mut self.snapshot {
             fix(&mut s.folder);
         }
+        for f in &mut self.sandbox.allowed_folders {
+            fix(f);
+        }
     }
 }
 

@@ -1,5 +1,6 @@
 //! The host paths a config names, gathered for the sandbox ([`VmPaths`]): what must stay
-//! reachable once every thread is set up, and where a snapshot may create files.
+//! reachable once every thread is set up, where a snapshot may create files, and the folders
+//! the operator allows beyond the VM's own ([`crate::allowed_folders`]).
 
 use crate::sandbox::{DrivePath, VmPaths};
 
@@ -27,6 +28,30 @@ impl VmConfig {
                 self.api.as_ref().map(|a| a.socket.as_path()),
                 self.snapshot.as_ref().map(|s| s.folder.as_path()),
             ),
+            allowed_folders: self.sandbox.allowed_folders.clone(),
         }
+    }
+
+    /// The folders a live swap may take a file from besides the drive's own (the operator's,
+    /// resolved now: call before the sandbox); `None` with the sandbox off (any path).
+    pub fn swap_allowed_folders(&self) -> Option<crate::allowed_folders::AllowedFolders> {
+        (self.sandbox.mode != crate::sandbox::SandboxMode::Off).then(|| {
+            crate::allowed_folders::AllowedFolders::resolve(
+                &crate::allowed_folders::with_socket_folder(None, &self.sandbox.allowed_folders),
+            )
+        })
+    }
+
+    /// The folders the pre-boot API's paths must lie in (the API socket's folder and the
+    /// operator's, resolved now); `None` with the sandbox off (any path).
+    pub fn preboot_allowed_folders(&self) -> Option<crate::allowed_folders::AllowedFolders> {
+        (self.sandbox.mode != crate::sandbox::SandboxMode::Off).then(|| {
+            crate::allowed_folders::AllowedFolders::resolve(
+                &crate::allowed_folders::with_socket_folder(
+                    self.api.as_ref().map(|a| a.socket.as_path()),
+                    &self.sandbox.allowed_folders,
+                ),
+            )
+        })
     }
 }

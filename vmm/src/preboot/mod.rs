@@ -2,7 +2,10 @@
 //! serves the API at once, builds the VM's config from the PUTs it receives ([`PendingVm`]),
 //! and on `InstanceStart` prepares it as a config file would be ([`crate::launch::prepare`])
 //! and starts the VM on the same server. A failed start is answered with 400 and leaves the
-//! phase as it was, so the client can correct the config and try again.
+//! phase as it was, so the client can correct the config and try again. With the sandbox on,
+//! the phase is confined from its first request (`crate::sandbox::preboot`) and every path a
+//! request names must lie in the API socket's folder or one the operator allows
+//! ([`crate::allowed_folders`]).
 
 mod pending;
 
@@ -12,6 +15,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use pending::PendingVm;
+
+use crate::allowed_folders::AllowedFolders;
 
 use crate::api::command::{ApiCommand, ApiError, ApiRequest, Submit, VmAction};
 use crate::api::server::{ServerLimits, SubmitSwitch};
@@ -34,6 +39,9 @@ pub fn serve(socket: &Path, mut base: VmConfig) -> Result<StopReason, VmError> {
     // Before the API thread exists: namespaces and no_new_privs need a single thread.
     Sandbox::enter_early(&base.sandbox)?;
     crate::vm::register_signal_handlers()?;
+    // Resolved before anything is confined (symlinks, the working directory).
+    let folders = base.preboot_allowed_folders();
+    let api_hook = crate::sandbox::preboot::api_hook(&base.sandbox)?;
     let (tx, rx) = mpsc::channel::<ApiRequest>();
     let to_preboot: Submit = Arc::new(move |request| {
         // The receiver lives as long as this loop; after it, the switch points elsewhere.
@@ -44,11 +52,25 @@ pub fn serve(socket: &Path, mut base: VmConfig) -> Result<StopReason, VmError> {
         crate::api::server::start_hooked(socket, switch.submit(), ServerLimits::default(), None)
             .map_err(VmError::Api)?;
     let server = Arc::new(server);
+    let confined = api_hook.is_some();
+    if let Some(hook) = api_hook {
+        server.run_on_thread(hook).map_err(VmError::ApiSandbox)?;
+    }
+    // The socket is bound: the main thread's deny-list has no `socket`.
+    crate::sandbox::preboot::confine_main(&base.sandbox)?;
+    match &folders {
+        Some(f) => log::info!(
+            "pre-boot: sandbox on (API thread confined, main thread under its deny-list); \
+             the API's paths must lie in {}",
+            f.describe()
+        ),
+        None => log::warn!("pre-boot: sandbox off (--sandbox off): any path, no confinement"),
+    }
     log::info!(
         "API listening on {}; the VM starts on PUT /actions {{\"action_type\": \"InstanceStart\"}}",
         socket.display()
     );
-    let mut pending = PendingVm::new(base);
+    let mut pending = PendingVm::new(base, folders.clone());
     loop {
         let signal = crate::vm::stop_signal();
         if signal != 0 {
@@ -63,10 +85,11 @@ pub fn serve(socket: &Path, mut base: VmConfig) -> Result<StopReason, VmError> {
         let serving = ServingApi {
             server: server.clone(),
             switch: switch.clone(),
+            confined,
         };
         let started = match &request.command {
             ApiCommand::Action(VmAction::InstanceStart) => start(&pending, serving),
-            ApiCommand::SnapshotLoad(load) => match restore(load, serving) {
+            ApiCommand::SnapshotLoad(load) => match restore(load, serving, folders.as_ref()) {
                 Ok(vm) => Ok(vm),
                 Err(e) => {
                     switch.set(to_preboot.clone());
@@ -107,10 +130,23 @@ pub fn serve(socket: &Path, mut base: VmConfig) -> Result<StopReason, VmError> {
 fn restore(
     load: &crate::api::command::SnapshotLoadRequest,
     serving: ServingApi,
+    folders: Option<&AllowedFolders>,
 ) -> Result<RunningVm, ApiError> {
     let started = std::time::Instant::now();
     let fail = |e: &dyn std::fmt::Display| ApiError::BadRequest(format!("PUT /snapshot/load: {e}"));
     let mem_path = load.mem_path()?;
+    if let Some(folders) = folders {
+        let check = |field: &str, path: &Path| {
+            folders
+                .check_real(path)
+                .map_err(|e| fail(&format!("{field}: {e}")))
+        };
+        check("snapshot_path", &load.snapshot_path)?;
+        check("mem_file_path", mem_path)?;
+        for o in &load.drive_overrides {
+            check("drive_overrides.path_on_host", &o.path_on_host)?;
+        }
+    }
     let overrides: Vec<_> = load
         .drive_overrides
         .iter()

@@ -1,8 +1,13 @@
 //! The config a VM is given over the API before `InstanceStart`: each PUT checks its section's
 //! own values at once (the error names the field) and replaces or adds it; what sections say of
 //! each other (an iothread a drive names exists, one root drive) is checked at the start, as a
-//! config file's are.
+//! config file's are. With the sandbox on, each path a PUT names (kernel, initrd, drives, log
+//! and metrics files) must lie in the allowed folders (the API socket's and the operator's),
+//! its symlinks resolved; the 400 names the field and the folders.
 
+use std::path::Path;
+
+use crate::allowed_folders::AllowedFolders;
 use crate::api::command::{ApiCommand, ApiError, ApiReply, Reply};
 use crate::api::replies::{ConfigReply, DriveView, GroupView, IoThreadView};
 use crate::config::{invalid, validate, ConfigError, VmConfig};
@@ -13,6 +18,8 @@ use crate::instance::{InstanceInfo, InstanceState};
 pub struct PendingVm {
     config: VmConfig,
     boot_source_set: bool,
+    /// Where the API's paths may lie; `None` with the sandbox off.
+    folders: Option<AllowedFolders>,
 }
 
 fn bad(e: impl std::fmt::Display) -> ApiError {
@@ -45,12 +52,26 @@ fn upsert<T>(list: &mut Vec<T>, id: &str, entry: T, id_of: fn(&T) -> &str) -> us
 }
 
 impl PendingVm {
-    /// Starts from `base`: the command line's values (vCPUs, memory, sandbox, API socket).
-    pub fn new(base: VmConfig) -> Self {
+    /// Starts from `base`: the command line's values (vCPUs, memory, sandbox, API socket),
+    /// which are the operator's and not checked; the paths of later PUTs must lie in `folders`
+    /// (`None`: the sandbox is off, any path).
+    pub fn new(base: VmConfig, folders: Option<AllowedFolders>) -> Self {
         let boot_source_set = !base.boot.kernel_image_path.as_os_str().is_empty();
         Self {
             config: base,
             boot_source_set,
+            folders,
+        }
+    }
+
+    /// Checks a path a request names against the allowed folders: a 400 naming `field`.
+    fn check_path(&self, field: &str, path: &Path) -> Result<(), ApiError> {
+        match &self.folders {
+            Some(f) => f
+                .check_real(path)
+                .map(drop)
+                .map_err(|e| ApiError::BadRequest(format!("{field}: {e}"))),
+            None => Ok(()),
         }
     }
 
@@ -95,6 +116,10 @@ impl PendingVm {
                 let mut candidate = self.config.clone();
                 candidate.boot = b;
                 candidate.check_boot_source().map_err(bad)?;
+                self.check_path("kernel_image_path", &candidate.boot.kernel_image_path)?;
+                if let Some(initrd) = &candidate.boot.initrd_path {
+                    self.check_path("initrd_path", initrd)?;
+                }
                 self.config = candidate;
                 self.boot_source_set = true;
                 Ok(Reply::Done)
@@ -108,6 +133,7 @@ impl PendingVm {
                     .position(|e| e.drive_id == id)
                     .unwrap_or(self.config.drives.len());
                 validate::check_drive_values(at, &d).map_err(bad)?;
+                self.check_path("path_on_host", &d.path_on_host)?;
                 if d.is_root_device {
                     if let Some(other) = self
                         .config
@@ -140,8 +166,14 @@ impl PendingVm {
                 upsert(&mut self.config.rate_limit_groups, &id, g, |e| &e.id);
                 Ok(Reply::Done)
             }
-            ApiCommand::PutLogger(l) => crate::logger::apply(&l).map(|()| Reply::Done).map_err(bad),
+            ApiCommand::PutLogger(l) => {
+                if let Some(path) = &l.log_path {
+                    self.check_path("log_path", path)?;
+                }
+                crate::logger::apply(&l).map(|()| Reply::Done).map_err(bad)
+            }
             ApiCommand::PutMetrics(m) => {
+                self.check_path("metrics_path", &m.path)?;
                 let mut candidate = self.config.clone();
                 candidate.metrics = Some(m);
                 candidate.check_metrics().map_err(bad)?;
@@ -245,7 +277,7 @@ mod tests {
 
     #[test]
     fn puts_build_the_config_and_bad_sections_change_nothing() {
-        let mut vm = PendingVm::new(VmConfig::default());
+        let mut vm = PendingVm::new(VmConfig::default(), None);
         let info = body(vm.execute(ApiCommand::GetInfo));
         assert_eq!(info["state"], "Not started");
         let m = body(vm.execute(ApiCommand::GetMachineConfig));
@@ -321,8 +353,52 @@ mod tests {
     }
 
     #[test]
+    fn paths_outside_the_allowed_folders_are_refused_naming_the_field() {
+        let dir = std::env::temp_dir().join(format!("osprey-pending-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let folders = AllowedFolders::resolve(&crate::allowed_folders::with_socket_folder(
+            Some(&dir.join("api.sock")),
+            &[],
+        ));
+        let mut vm = PendingVm::new(VmConfig::default(), Some(folders));
+        let logger = crate::logger::LoggerConfig {
+            log_path: Some("/etc/osprey-evil.log".into()),
+            ..Default::default()
+        };
+        let m = fault(vm.execute(ApiCommand::PutLogger(logger)));
+        assert!(
+            m.starts_with("log_path: /etc/osprey-evil.log: outside") && m.contains("(API socket's"),
+            "{m}"
+        );
+        let metrics: crate::config::MetricsConfig =
+            serde_json::from_str(r#"{"metrics_path": "/dev/null"}"#).expect("metrics");
+        assert!(fault(vm.execute(ApiCommand::PutMetrics(metrics))).starts_with("metrics_path: "));
+        let boot = BootSourceConfig {
+            kernel_image_path: "/boot/vmlinuz".into(),
+            ..BootSourceConfig::default()
+        };
+        assert!(
+            fault(vm.execute(ApiCommand::PutBootSource(boot))).starts_with("kernel_image_path: ")
+        );
+        let outside = drive("d", false);
+        assert!(fault(vm.execute(ApiCommand::PutDrive("d".into(), outside)))
+            .starts_with("path_on_host: "));
+        let mut inside = drive("d", false);
+        inside.path_on_host = dir.join("d.img");
+        assert_eq!(
+            vm.execute(ApiCommand::PutDrive("d".into(), inside)),
+            Ok(Reply::Done)
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(
+            !std::path::Path::new("/etc/osprey-evil.log").exists(),
+            "nothing created"
+        );
+    }
+
+    #[test]
     fn what_needs_a_running_vm_is_refused_before_the_start() {
-        let mut vm = PendingVm::new(VmConfig::default());
+        let mut vm = PendingVm::new(VmConfig::default(), None);
         for command in [
             ApiCommand::Action(VmAction::Pause),
             ApiCommand::Action(VmAction::SendCtrlAltDel),

@@ -110,6 +110,8 @@ pub struct VmPaths {
     pub api_socket: Option<PathBuf>,
     /// The folders where a snapshot may create its files (none for the vhost-user backend).
     pub snapshot_folders: Vec<crate::snapshot_folder::AllowedFolder>,
+    /// The folders the operator allows (`sandbox.allowed_folders`): files a swap may use.
+    pub allowed_folders: Vec<PathBuf>,
 }
 
 /// The rules for `paths`: nothing else stays reachable.
@@ -145,6 +147,15 @@ pub fn rules_for(paths: &VmPaths) -> Vec<FsRule> {
                 false,
             );
         }
+    }
+    for folder in &paths.allowed_folders {
+        // A folder that is gone allows nothing (the API's check leaves it out too).
+        add(
+            folder,
+            FsAccess::ReadWrite,
+            "allowed folder (files a swap may use)".into(),
+            true,
+        );
     }
     add(&paths.kernel, FsAccess::Read, "kernel".into(), false);
     if let Some(initrd) = &paths.initrd {

@@ -12,6 +12,7 @@
 pub mod credentials;
 pub mod fs_rules;
 pub mod namespaces;
+pub mod preboot;
 #[cfg(any(debug_assertions, feature = "test-hooks"))]
 mod probe;
 
@@ -65,6 +66,12 @@ pub struct SandboxConfig {
     /// Leave the host's mount, IPC, UTS and network namespaces before set-up (needs root).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub namespaces: bool,
+    /// Folders whose files the pre-boot API may name (besides the API socket's folder) and a
+    /// live drive swap may take (besides the drive's own folder); `--allow-folder` adds to
+    /// them. Not `/`, `/dev`, nor under `/proc` or `/sys`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schema(value_type = Vec<String>)]
+    pub allowed_folders: Vec<std::path::PathBuf>,
 }
 
 /// A `sandbox` section whose fields do not go together; each names the field at fault.
@@ -79,6 +86,12 @@ pub enum SandboxConfigError {
     /// `mode` off with parts that need the sandbox.
     #[error("sandbox.mode: is off, but sandbox.uid/gid or sandbox.namespaces need the sandbox")]
     OffButNeeded,
+    /// An allowed folder that may never be allowed (its index).
+    #[error(
+        "sandbox.allowed_folders[{0}]: /, /dev and anything under /proc or /sys may not be \
+         allowed (name a folder of the VM's own files)"
+    )]
+    FolderOffLimits(usize),
 }
 
 impl SandboxConfigError {
@@ -88,6 +101,7 @@ impl SandboxConfigError {
             Self::GidMissing => "sandbox.gid",
             Self::UidMissing => "sandbox.uid",
             Self::OffButNeeded => "sandbox.mode",
+            Self::FolderOffLimits(_) => "sandbox.allowed_folders",
         }
     }
 }
@@ -102,6 +116,13 @@ impl SandboxConfig {
         }
         if self.mode == SandboxMode::Off && (self.uid.is_some() || self.namespaces) {
             return Err(SandboxConfigError::OffButNeeded);
+        }
+        if let Some(i) = self
+            .allowed_folders
+            .iter()
+            .position(|f| crate::allowed_folders::is_off_limits(f))
+        {
+            return Err(SandboxConfigError::FolderOffLimits(i));
         }
         Ok(())
     }
@@ -127,6 +148,9 @@ pub enum SandboxError {
     /// New namespaces could not be entered.
     #[error(transparent)]
     Namespaces(#[from] NamespaceError),
+    /// The pre-boot main thread's filter could not be built.
+    #[error(transparent)]
+    PrebootFilter(#[from] crate::seccomp::preboot::PrebootFilterError),
     /// `--sandbox strict` and the kernel enforces less than asked.
     #[error("--sandbox strict: {0}")]
     NotStrict(String),
@@ -350,6 +374,14 @@ mod tests {
             off_with_ns.check().map_err(|e| e.field()),
             Err("sandbox.mode")
         );
+        let slash = parse(serde_json::json!({"allowed_folders": ["/srv/vm", "/"]}));
+        assert_eq!(
+            slash.check(),
+            Err(SandboxConfigError::FolderOffLimits(1)),
+            "the whole file system may not be allowed"
+        );
+        let mapper = parse(serde_json::json!({"allowed_folders": ["/dev/mapper"]}));
+        assert_eq!(mapper.check(), Ok(()));
         let bad: Result<SandboxConfig, _> =
             serde_json::from_value(serde_json::json!({"mode": "on", "chroot": "/x"}));
         assert!(bad.is_err(), "unknown fields are refused");

@@ -17,6 +17,16 @@ fn outcome(ret: libc::c_int) -> String {
     }
 }
 
+/// [`PROBE_ENV`]'s value for the main thread before `InstanceStart` (`--api-sock` alone).
+pub const PREBOOT_MAIN: &str = "preboot-main";
+
+/// Runs the probe on the pre-boot main thread if [`PROBE_ENV`] is [`PREBOOT_MAIN`].
+pub fn run_preboot_main() {
+    if std::env::var(PROBE_ENV).ok().as_deref() == Some(PREBOOT_MAIN) {
+        attack("main");
+    }
+}
+
 /// [`PROBE_ENV`]'s value for the iothread's nice probe: its own nice within 0-19 is allowed
 /// (dynamic thread weights), a negative one is a seccomp kill.
 pub const NICE_PROBE: &str = "iothread-nice";
@@ -36,6 +46,11 @@ pub fn run(kind: ThreadKind) {
         nice_probe(&name);
         return;
     }
+    attack(&name);
+}
+
+/// Opens `/etc/hostname`, then executes `/bin/true`, logging what each got.
+fn attack(name: &str) {
     // SAFETY: a NUL-terminated literal path; the fd, if any, is closed right away.
     let fd = unsafe { libc::open(c"/etc/hostname".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
     let open = outcome(fd);

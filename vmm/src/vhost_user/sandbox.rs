@@ -32,8 +32,9 @@ fn paths(config: &VhostUserConfig, api_sock: Option<&Path>) -> VmPaths {
         initrd: None,
         metrics: None,
         api_socket: api_sock.map(Path::to_path_buf),
-        // A backend takes no snapshots.
+        // A backend takes no snapshots, and swaps no file.
         snapshot_folders: Vec::new(),
+        allowed_folders: Vec::new(),
     }
 }
 

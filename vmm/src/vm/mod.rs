@@ -57,6 +57,9 @@ pub struct ServingApi {
     pub server: Arc<ApiServer>,
     /// Where its commands go; the VM points it at its control thread.
     pub switch: SubmitSwitch,
+    /// Its thread entered the sandbox before the VM existed
+    /// ([`crate::sandbox::preboot::api_hook`]): the VM leaves it as it is.
+    pub confined: bool,
 }
 
 /// Where a VM's state comes from: a boot, or a snapshot (docs/snapshot.md).
@@ -481,17 +484,19 @@ fn start_api(
     Ok(Some(Arc::new(server)))
 }
 
-/// The server that served the pre-boot API: its thread enters the sandbox, then its commands
-/// go to the control thread.
+/// The server that served the pre-boot API: its thread enters the sandbox (unless it did
+/// before the VM existed), then its commands go to the control thread.
 fn take_over_api(
     serving: ServingApi,
     tx: &ControlSender,
     sandbox: &Arc<Sandbox>,
 ) -> Result<Arc<ApiServer>, VmError> {
-    serving
-        .server
-        .run_on_thread(sandbox.hook(ThreadKind::Api))
-        .map_err(VmError::ApiSandbox)?;
+    if !serving.confined {
+        serving
+            .server
+            .run_on_thread(sandbox.hook(ThreadKind::Api))
+            .map_err(VmError::ApiSandbox)?;
+    }
     hand_over_socket(sandbox, serving.server.socket());
     serving.switch.set(control_submit(tx));
     Ok(serving.server)
