@@ -8,7 +8,8 @@
 //!   load, and the VM still answers and stops on SIGTERM;
 //! - SIGKILL at 10 random points during a create over an existing snapshot: the folder's
 //!   snapshot loads and runs (the old or the new one) every time;
-//! - 20 failed loads (guest memory zeroed) leave the process's fd count where it was.
+//! - 20 failed loads (guest memory zeroed) leave the process's fd count where it was;
+//! - a restored VM whose memory file is truncated and rewritten finishes its I/O unharmed.
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -412,5 +413,60 @@ fn failed_loads_leave_no_fd_behind() {
         (status, v["state"].as_str()),
         (200, Some("Not started")),
         "{v}"
+    );
+}
+
+#[test]
+fn truncating_the_memory_file_under_a_restored_vm_leaves_it_whole() {
+    let disk = Disk::new("snapshot-truncate", SMALL_DISK);
+    let (vmm, sock) = boot_in_folder(&disk, SHORT_VERIFY, "api.sock");
+    // Paused inside the verify run: blocks written before the snapshot are read back after it.
+    let t0 = Instant::now();
+    while drive_requests(&sock) < 2000 {
+        assert!(t0.elapsed() < Duration::from_secs(20), "{}", vmm.log_text());
+        std::thread::sleep(Duration::from_micros(500));
+    }
+    let (status, v) = call(&sock, "PATCH", "/vm", Some(r#"{"state": "Paused"}"#));
+    assert_eq!(status, 204, "{v}");
+    let (state, mem) = (disk.dir.join("state.snap"), disk.dir.join("mem.snap"));
+    let (status, v) = call(
+        &sock,
+        "PUT",
+        "/snapshot/create",
+        Some(&create_body(&state, &mem)),
+    );
+    assert_eq!(status, 204, "{v}");
+    drop(vmm);
+    // Restored paused, so that no page of guest memory has left the file yet.
+    let load_sock = disk.dir.join("load.sock");
+    let mut restored = Vmm::spawn(["--api-sock".as_ref(), load_sock.as_os_str()]);
+    wait_for_socket(&load_sock);
+    let body = json!({"snapshot_path": state, "mem_file_path": mem, "resume_vm": false});
+    let (status, v) = call(&load_sock, "PUT", "/snapshot/load", Some(&body.to_string()));
+    assert_eq!(status, 204, "{v}\n{}", restored.log_text());
+    // Truncated, then written over with zeros, as a careless operator might.
+    let t0 = Instant::now();
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(&mem)
+        .expect("open to truncate");
+    let held_back = t0.elapsed();
+    f.set_len(128 << 20).expect("zeros");
+    drop(f);
+    assert_eq!(std::fs::metadata(&mem).expect("stat").len(), 128 << 20);
+    let (status, v) = call(&load_sock, "PATCH", "/vm", Some(r#"{"state": "Resumed"}"#));
+    assert_eq!(status, 204, "{v}");
+    assert_verified(&mut restored, "the VM whose memory file was truncated");
+    assert!(
+        restored
+            .log_text()
+            .contains("moved into this process first"),
+        "{}",
+        restored.log_text()
+    );
+    eprintln!(
+        "the truncating open was held back {:.1} ms",
+        held_back.as_secs_f64() * 1e3
     );
 }

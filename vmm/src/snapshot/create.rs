@@ -234,8 +234,9 @@ pub fn create(
     Ok(times)
 }
 
-/// Waits until every drive's rings are settled (each available request used).
-fn drain(devices: &Devices) -> Result<(), SnapshotCreateError> {
+/// Waits until every drive's rings are settled (each available request used); also before a
+/// restored VM's memory moves off its file (`mem_lease.rs`).
+pub(crate) fn drain(devices: &Devices) -> Result<(), SnapshotCreateError> {
     let deadline = Instant::now() + DRAIN_LIMIT;
     for d in &devices.drives {
         loop {
