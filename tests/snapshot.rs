@@ -16,8 +16,11 @@
 //! - With the sandbox on, a path outside the API socket's folder and `snapshot.folder` is
 //!   refused with 400 naming it and the folders, and creates no file; `snapshot.folder` takes
 //!   the files; with `--sandbox off` any folder does.
+//! - What cannot hurt the VM nor lose an older snapshot (`safety.rs`, issue 48).
 
 mod common;
+#[path = "snapshot/safety.rs"]
+mod safety;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -206,7 +209,7 @@ fn a_paused_vm_mid_io_is_saved_and_runs_on() {
     let mem_len = std::fs::metadata(disk.dir.join("mem.snap"))
         .expect("memory file")
         .len();
-    assert_eq!(mem_len, 128 << 20);
+    assert_eq!(mem_len, (128 << 20) + vmm::snapshot::mem_file::TRAILER_LEN);
     assert_eq!(state.drives.len(), 1);
     assert_eq!(state.drives[0].size_bytes, DISK_BYTES);
     let queues = &state.transports[0].queues;

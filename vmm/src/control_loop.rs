@@ -11,7 +11,7 @@
 use std::os::unix::io::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::mpsc::{self, Receiver};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use event_manager::{
@@ -23,8 +23,27 @@ use vmm_sys_util::timerfd::TimerFd;
 
 use crate::events::{ControlEvent, ControlSender};
 
-/// The eventfd the stop-signal handler rings (-1 before the loop exists).
+/// The eventfd the stop-signal handler rings (-1 before the first loop exists).
 static SIGNAL_WAKE: AtomicI32 = AtomicI32::new(-1);
+/// That eventfd, created with the first loop and open for the process's life: each loop
+/// watches a duplicate of it, which closes with the loop. (A loop is built again after a failed
+/// `InstanceStart` or `PUT /snapshot/load`; one fd per loop would leak, and closing the one the
+/// handler rings would race with it.)
+static SIGNAL_EVENT: OnceLock<EventFd> = OnceLock::new();
+
+/// A duplicate of the process's signal eventfd (created on the first call).
+fn signal_eventfd() -> std::io::Result<EventFd> {
+    let event = match SIGNAL_EVENT.get() {
+        Some(e) => e,
+        None => {
+            let fresh = EventFd::new(libc::EFD_NONBLOCK)?;
+            let e = SIGNAL_EVENT.get_or_init(|| fresh);
+            SIGNAL_WAKE.store(e.as_raw_fd(), Ordering::SeqCst);
+            e
+        }
+    };
+    event.try_clone()
+}
 
 /// Rings the loop from a signal handler: only `write(2)`, which is async-signal-safe.
 pub fn wake_from_signal() {
@@ -119,7 +138,8 @@ impl ControlLoop {
     ) -> Result<(ControlLoop, ControlSender), ControlLoopError> {
         let os = |what| move |source| ControlLoopError::Os { what, source };
         let wake = Arc::new(EventFd::new(libc::EFD_NONBLOCK).map_err(os("event eventfd"))?);
-        let signal = EventFd::new(libc::EFD_NONBLOCK).map_err(os("signal eventfd"))?;
+        // The handler may ring it from now on.
+        let signal = signal_eventfd().map_err(os("signal eventfd"))?;
         let metrics = match metrics_every {
             Some(every) => {
                 let timer = |what| {
@@ -135,11 +155,6 @@ impl ControlLoop {
             }
             None => None,
         };
-        // The handler may ring it from now on; the fd stays open for the process's life (the
-        // loop is built once per process).
-        let signal_fd = signal.try_clone().map_err(os("signal eventfd"))?;
-        SIGNAL_WAKE.store(signal_fd.as_raw_fd(), Ordering::SeqCst);
-        std::mem::forget(signal_fd);
         let (tx, events) = mpsc::channel();
         let mut manager = EventManager::new().map_err(ControlLoopError::Manager)?;
         let id = manager.add_subscriber(ControlFds {

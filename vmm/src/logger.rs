@@ -167,6 +167,13 @@ pub fn apply(config: &LoggerConfig) -> Result<(), LoggerError> {
     Ok(())
 }
 
+/// The log file's metadata (`logger.log_path`'s file once applied), or `None` while lines go to
+/// standard error: a snapshot must never replace it (`snapshot::commit`).
+pub fn file_metadata() -> Option<std::fs::Metadata> {
+    let file = SINK.lock().unwrap_or_else(|p| p.into_inner());
+    file.as_ref().and_then(|f| f.metadata().ok())
+}
+
 /// Opens `path` for appending, created if missing, without blocking on a FIFO.
 pub fn open_nonblocking(path: &std::path::Path) -> std::io::Result<File> {
     use std::os::unix::fs::OpenOptionsExt;

@@ -34,7 +34,7 @@ use serde_json::json;
         ("full" = (summary = "A full snapshot",
             value = json!({"snapshot_type": "Full", "snapshot_path": "/srv/vm/state.snap", "mem_file_path": "/srv/vm/mem.snap"}))))),
     responses((status = 204, description = "Taken."),
-        (status = 400, description = "A bad body, the VM is not paused, a path outside the folders the sandbox lets Osprey create files in (the API socket's and snapshot.folder; named, before any file is created), or a part of its state cannot be saved (named).", body = FaultBody)))]
+        (status = 400, description = "A bad body, the VM is not paused, a path outside the folders the sandbox lets Osprey create files in (the API socket's and snapshot.folder), a path (or its temporary) that names a file the VM uses (a drive, the kernel, the initrd, the log or metrics file, the API socket) or the other path, or holds anything but a regular file (named with its field, before any file is written), or a part of its state cannot be saved (named). The files are written under temporary names and renamed into place, so a failure or a crash leaves the older snapshot whole.", body = FaultBody)))]
 pub async fn create(State(s): State<ApiState>, request: Request) -> Response {
     match body::parse_json::<SnapshotCreateRequest>(request, s.max_body).await {
         Ok(r) => send_snapshot(&s, ApiCommand::SnapshotCreate(r)).await,
@@ -48,7 +48,7 @@ pub async fn create(State(s): State<ApiState>, request: Request) -> Response {
         ("file" = (summary = "Restore and run",
             value = json!({"snapshot_path": "/srv/vm/state.snap", "mem_backend": {"backend_type": "File", "backend_path": "/srv/vm/mem.snap"}, "resume_vm": true}))))),
     responses((status = 204, description = "Restored (running with resume_vm, else paused)."),
-        (status = 400, description = "A bad body; a state file that is truncated, corrupted, of another version, or whose drive or memory file is missing or changed (named); or the VM runs already.", body = FaultBody)))]
+        (status = 400, description = "A bad body; a state file that is truncated, corrupted, of another version, or whose drive or memory file is missing, changed, not a regular file, or of another snapshot (named); or the VM runs already.", body = FaultBody)))]
 pub async fn load(State(s): State<ApiState>, request: Request) -> Response {
     match body::parse_json::<SnapshotLoadRequest>(request, s.max_body).await {
         Ok(r) => send_snapshot(&s, ApiCommand::SnapshotLoad(r)).await,

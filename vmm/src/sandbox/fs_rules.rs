@@ -40,7 +40,8 @@ pub enum FsAccess {
     RemoveFiles,
     /// Create regular files in the directory (or beneath it), write and truncate them, and
     /// remove files there: a snapshot's memory file, and its state file written under a
-    /// temporary name and renamed (a rename within one folder needs no `Refer`).
+    /// temporary name and renamed (a rename within one folder needs no `Refer`); and open the
+    /// folders (not the files) for reading, so a create can sync a folder after its renames.
     SnapshotFiles,
 }
 
@@ -53,7 +54,11 @@ impl FsAccess {
             FsAccess::ReadTree => AccessFs::ReadFile | AccessFs::ReadDir,
             FsAccess::RemoveFiles => AccessFs::RemoveFile.into(),
             FsAccess::SnapshotFiles => {
-                AccessFs::MakeReg | AccessFs::WriteFile | AccessFs::Truncate | AccessFs::RemoveFile
+                AccessFs::MakeReg
+                    | AccessFs::WriteFile
+                    | AccessFs::Truncate
+                    | AccessFs::RemoveFile
+                    | AccessFs::ReadDir
             }
         }
     }

@@ -5,7 +5,10 @@
 //!
 //! With the sandbox on, both files must lie in a folder where Osprey may create them
 //! ([`crate::snapshot_folder`]: the API socket's, and `snapshot.folder`); the paths are checked
-//! before anything else is done, so a path elsewhere creates no file.
+//! before anything else is done, so a path elsewhere creates no file. Neither may name (nor its
+//! temporaries) a file the VM uses, by device and inode ([`protected_files`]), nor anything but
+//! a regular file; the files are written under temporary names and renamed into place so that a
+//! crash leaves the old snapshot or the new one whole (`commit.rs`).
 //!
 //! Drain, not record: with the vCPUs paused the guest adds no request, and the iothreads keep
 //! running, so every request the guest made available completes, its used entry written and
@@ -13,6 +16,8 @@
 //! has nothing in flight and resumes each queue at its used index.
 
 use std::io::Write;
+use std::os::fd::AsFd;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -20,8 +25,10 @@ use std::time::{Duration, Instant};
 use kvm_ioctls::VmFd;
 use vm_memory::{GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
 
+use super::commit::{Protected, TargetError, Targets, Which};
 use super::file::{self, StateFileError, OSPREY_VERSION};
 use super::kvm_state::{xsave_support, KvmStateError, VcpuState, VmState};
+use super::mem_file;
 use super::state::{file_size, DriveState, LimiterLevels, LimiterOwner, SnapshotState};
 use crate::config::VmConfig;
 use crate::device_manager::Devices;
@@ -80,6 +87,10 @@ pub enum SnapshotCreateError {
     /// Writing the state file failed.
     #[error(transparent)]
     StateFile(#[from] StateFileError),
+    /// A path names a file the VM uses, the other path, or something not a regular file; or
+    /// putting the files in place failed.
+    #[error(transparent)]
+    Target(#[from] TargetError),
 }
 
 /// What a snapshot reads from the running VM.
@@ -135,6 +146,11 @@ pub fn create(
         Some(folders) => (folders.check(snapshot_path)?, folders.check(mem_file_path)?),
         None => (snapshot_path.to_path_buf(), mem_file_path.to_path_buf()),
     };
+    let targets = Targets::check(
+        &snapshot_path,
+        &mem_file_path,
+        &protected_files(live.config),
+    )?;
     drain(live.devices)?;
     let mut times = CreateTimes {
         drain: started.elapsed(),
@@ -179,20 +195,32 @@ pub fn create(
     );
     times.state = started.elapsed() - times.drain;
     let memory_started = Instant::now();
-    let mem_size_bytes = write_memory(live.mem, &mem_file_path)?;
-    times.memory = memory_started.elapsed();
-    let state = SnapshotState {
+    let mem_id = mem_file::new_id();
+    let mut state = SnapshotState {
         osprey_version: OSPREY_VERSION.into(),
         // VmConfig serialises to JSON (its own serde shape); this cannot fail.
         config_json: serde_json::to_string(live.config).unwrap_or_default(),
-        mem_size_bytes,
+        mem_size_bytes: 0,
+        mem_id,
         vcpus,
         vm,
         drives,
         transports,
         rate_limits,
     };
-    file::write(&snapshot_path, &state)?;
+    targets.recover()?;
+    let written = write_files(
+        live.mem,
+        &targets,
+        &mut state,
+        [&snapshot_path, &mem_file_path],
+    );
+    if let Err(e) = written {
+        targets.abandon();
+        return Err(e);
+    }
+    times.memory = memory_started.elapsed();
+    targets.commit()?;
     times.total = started.elapsed();
     log::info!(
         "Snapshot {} (memory {}) in {:.1} ms: drain {:.1} ms, state {:.1} ms, memory {:.1} ms",
@@ -206,8 +234,9 @@ pub fn create(
     Ok(times)
 }
 
-/// Waits until every drive's rings are settled (each available request used).
-fn drain(devices: &Devices) -> Result<(), SnapshotCreateError> {
+/// Waits until every drive's rings are settled (each available request used); also before a
+/// restored VM's memory moves off its file (`mem_lease.rs`).
+pub(crate) fn drain(devices: &Devices) -> Result<(), SnapshotCreateError> {
     let deadline = Instant::now() + DRAIN_LIMIT;
     for d in &devices.drives {
         loop {
@@ -281,24 +310,91 @@ fn complete_pending_exit(fd: &mut kvm_ioctls::VcpuFd) -> Result<(), KvmStateErro
     }
 }
 
-/// Writes every RAM region, in guest-physical order, back to back; returns the bytes written.
-fn write_memory(mem: &GuestMemoryMmap, path: &Path) -> Result<u64, SnapshotCreateError> {
-    use vm_memory::WriteVolatile;
+/// Writes both files to their temporaries: guest memory and its trailer, then the state file
+/// (with the memory's size), each synced and staged (`commit.rs`).
+fn write_files(
+    mem: &GuestMemoryMmap,
+    targets: &Targets,
+    state: &mut SnapshotState,
+    [state_path, mem_path]: [&Path; 2],
+) -> Result<(), SnapshotCreateError> {
     let io = |source| SnapshotCreateError::Io {
-        path: path.to_path_buf(),
+        path: mem_path.to_path_buf(),
         source,
     };
-    let mut f = std::fs::File::create(path).map_err(io)?;
+    let mut f = targets.create(Which::Memory)?;
+    state.mem_size_bytes = write_memory(mem, &mut f).map_err(io)?;
+    f.write_all(&mem_file::encode(state.mem_size_bytes, &state.mem_id))
+        .map_err(io)?;
+    targets.stage(Which::Memory, f)?;
+    let bytes = file::encode(state)?;
+    let mut f = targets.create(Which::State)?;
+    f.write_all(&bytes).map_err(|source| StateFileError::Io {
+        path: state_path.to_path_buf(),
+        source,
+    })?;
+    targets.stage(Which::State, f)?;
+    Ok(())
+}
+
+/// Writes every RAM region, in guest-physical order, back to back; returns the bytes written.
+fn write_memory(mem: &GuestMemoryMmap, f: &mut std::fs::File) -> std::io::Result<u64> {
+    use vm_memory::WriteVolatile;
     let mut total = 0u64;
     for region in mem.iter() {
         // The whole region (its mapping is `len` bytes).
         let slice = region
             .as_volatile_slice()
-            .map_err(|e| io(std::io::Error::other(e.to_string())))?;
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
         f.write_all_volatile(&slice)
-            .map_err(|e| io(std::io::Error::other(e.to_string())))?;
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
         total += region.len();
     }
-    f.flush().map_err(io)?;
     Ok(total)
+}
+
+/// The files the VM uses, which no snapshot file may replace: each drive's, the kernel and
+/// initrd, the metrics file, the API socket (by path, through symlinks), the log file, and
+/// standard input, output and error when they are files.
+pub fn protected_files(config: &VmConfig) -> Vec<Protected> {
+    let mut named: Vec<(String, &Path)> = config
+        .drives
+        .iter()
+        .map(|d| {
+            (
+                format!("drive {}'s file", d.drive_id),
+                d.path_on_host.as_path(),
+            )
+        })
+        .collect();
+    named.push(("the kernel".into(), &config.boot.kernel_image_path));
+    if let Some(initrd) = &config.boot.initrd_path {
+        named.push(("the initrd".into(), initrd));
+    }
+    if let Some(m) = &config.metrics {
+        named.push(("the metrics file".into(), &m.path));
+    }
+    if let Some(api) = &config.api {
+        named.push(("the API socket".into(), &api.socket));
+    }
+    let mut files: Vec<Protected> = named
+        .into_iter()
+        .filter_map(|(what, path)| Protected::of_path(what, path))
+        .collect();
+    if let Some(m) = crate::logger::file_metadata() {
+        files.push(Protected {
+            what: "the log file".into(),
+            id: (m.dev(), m.ino()),
+        });
+    }
+    files.extend(Protected::of_fd("standard input", std::io::stdin().as_fd()));
+    files.extend(Protected::of_fd(
+        "standard output",
+        std::io::stdout().as_fd(),
+    ));
+    files.extend(Protected::of_fd(
+        "standard error",
+        std::io::stderr().as_fd(),
+    ));
+    files
 }

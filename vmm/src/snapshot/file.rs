@@ -16,7 +16,6 @@
 //! `CARGO_PKG_VERSION` and the same format version). The format version is checked first, so a
 //! file of another layout is named as such rather than failing to decode.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use super::state::SnapshotState;
@@ -24,7 +23,7 @@ use super::state::SnapshotState;
 /// The file's first bytes.
 pub const MAGIC: [u8; 8] = *b"OSPREYSN";
 /// The layout of the header and body this build writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 /// The Osprey version this build writes and accepts.
 pub const OSPREY_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// Header length in bytes.
@@ -161,37 +160,29 @@ pub fn decode(bytes: &[u8]) -> Result<SnapshotState, StateFileError> {
     Ok(state)
 }
 
-/// Writes the file for `state` at `path` (through a temporary file beside it, renamed into
-/// place once synced, so a crash never leaves half a snapshot under the name).
-pub fn write(path: &Path, state: &SnapshotState) -> Result<(), StateFileError> {
-    let bytes = encode(state)?;
-    let io = |source| StateFileError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    let mut tmp_name = path.as_os_str().to_owned();
-    tmp_name.push(".tmp");
-    let tmp = PathBuf::from(tmp_name);
-    let mut f = std::fs::File::create(&tmp).map_err(io)?;
-    f.write_all(&bytes).map_err(io)?;
-    f.sync_all().map_err(io)?;
-    std::fs::rename(&tmp, path).map_err(io)
-}
-
-/// Reads and checks the file at `path`.
+/// Reads and checks the file at `path` (a regular file: opened without blocking, so a FIFO
+/// there is refused at once).
 pub fn read(path: &Path) -> Result<SnapshotState, StateFileError> {
+    use std::io::Read;
     let io = |source| StateFileError::Io {
         path: path.to_path_buf(),
         source,
     };
-    let len = std::fs::metadata(path).map_err(io)?.len();
+    let f = super::open::open_for_reading(path, false).map_err(io)?;
+    let len = f.metadata().map_err(io)?.len();
     if len > MAX_FILE_LEN {
         return Err(StateFileError::TooLarge {
             path: path.to_path_buf(),
             len,
         });
     }
-    decode(&std::fs::read(path).map_err(io)?)
+    let mut bytes = Vec::with_capacity(len as usize);
+    // At most one byte past the limit: a file that grew since its size was read is refused
+    // as too large rather than read whole.
+    f.take(MAX_FILE_LEN + 1)
+        .read_to_end(&mut bytes)
+        .map_err(io)?;
+    decode(&bytes)
 }
 
 #[cfg(test)]

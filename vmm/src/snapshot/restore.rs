@@ -1,14 +1,24 @@
 //! What a restore checks before it builds anything ([`load`]): the state file (`file.rs`'s
-//! checks), the configuration it holds, its shape against that configuration, each drive's file
-//! (there, same size), and the memory file (there, the saved size). Every refusal is a
+//! checks), the memory file (a regular file of the saved size whose trailer carries the state
+//! file's id: `mem_file.rs`), the configuration the state holds, its shape against that
+//! configuration, and each drive's file (there, same size). Every file is opened without
+//! blocking and refused unless regular (a drive may be a block device). Every refusal is a
 //! [`RestoreError`] that names the file and the reason; none leaves a VM half built.
+//!
+//! Rolling forward: a create stopped between renaming its memory file into place and its state
+//! file (`commit.rs`) leaves the new memory file beside the old state file, and the new state
+//! file complete as `snapshot_path` + `.tmp`. When the state file's id is not the memory file's
+//! (or the state file is missing or refused), the load takes that temporary if its id is the
+//! memory file's, and says so in the log; it writes nothing (the next create there finishes
+//! the rename).
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use super::file::{self, StateFileError};
 use super::kvm_state::KvmStateError;
-use super::state::{file_size, DriveCheckError, SnapshotState};
+use super::mem_file::{self, TrailerError, TRAILER_LEN};
+use super::state::{DriveCheckError, SnapshotState};
 use crate::config::VmConfig;
 use crate::drive::{DriveOpenError, OpenedDrive};
 
@@ -48,8 +58,8 @@ pub enum RestoreError {
         /// Why.
         source: std::io::Error,
     },
-    /// The memory file has another size than the snapshot's memory.
-    #[error("memory file {} is {found} bytes; the snapshot's memory is {expected}", path.display())]
+    /// The memory file has another size than the snapshot's memory and its trailer.
+    #[error("memory file {} is {found} bytes; the snapshot's memory and its trailer are {expected}", path.display())]
     MemSize {
         /// The file.
         path: PathBuf,
@@ -57,6 +67,22 @@ pub enum RestoreError {
         expected: u64,
         /// The file's size.
         found: u64,
+    },
+    /// The memory file's trailer is missing or damaged.
+    #[error("memory file {}: {source}", path.display())]
+    MemTrailer {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: TrailerError,
+    },
+    /// The memory file belongs to another snapshot than the state file.
+    #[error("memory file {} belongs to another snapshot than {} (their ids differ: files of two creates, or a create interrupted; docs/snapshot.md)", mem.display(), state.display())]
+    Mismatch {
+        /// The state file.
+        state: PathBuf,
+        /// The memory file.
+        mem: PathBuf,
     },
     /// KVM refused a saved state.
     #[error(transparent)]
@@ -114,7 +140,7 @@ pub fn load(
     mem_path: &Path,
     overrides: &[DriveOverride],
 ) -> Result<CheckedSnapshot, RestoreError> {
-    let mut state = file::read(snapshot_path)?;
+    let (mut state, mem_file) = read_pair(snapshot_path, mem_path)?;
     let mut config: VmConfig = serde_json::from_str(&state.config_json)
         .map_err(|e| RestoreError::Config(e.to_string()))?;
     for (id, path) in overrides {
@@ -144,19 +170,6 @@ pub fn load(
         return Err(e);
     }
     state.check_drives()?;
-    let mem_err = |source| RestoreError::MemFile {
-        path: mem_path.to_path_buf(),
-        source,
-    };
-    let found = file_size(mem_path).map_err(mem_err)?;
-    if found != state.mem_size_bytes {
-        return Err(RestoreError::MemSize {
-            path: mem_path.to_path_buf(),
-            expected: state.mem_size_bytes,
-            found,
-        });
-    }
-    let mem_file = File::open(mem_path).map_err(mem_err)?;
     let drives = config
         .drives
         .iter()
@@ -168,4 +181,73 @@ pub fn load(
         mem_file,
         drives,
     })
+}
+
+/// The state file and the memory file, checked to be a pair (the same id); rolls forward to the
+/// state file's temporary when that one is the memory file's pair (module doc).
+fn read_pair(snapshot_path: &Path, mem_path: &Path) -> Result<(SnapshotState, File), RestoreError> {
+    let mem_file =
+        super::open::open_for_reading(mem_path, false).map_err(|source| RestoreError::MemFile {
+            path: mem_path.to_path_buf(),
+            source,
+        })?;
+    let paired = |state_path: &Path| -> Result<SnapshotState, RestoreError> {
+        let state = file::read(state_path)?;
+        check_memory(&state, state_path, &mem_file, mem_path)?;
+        Ok(state)
+    };
+    let refused = match paired(snapshot_path) {
+        Ok(state) => return Ok((state, mem_file)),
+        Err(e) => e,
+    };
+    let staged = super::commit::staged(snapshot_path);
+    match paired(&staged) {
+        Ok(state) => {
+            log::warn!(
+                "snapshot: rolled forward to {} ({}: {refused}): a create was interrupted \
+                 between its renames",
+                staged.display(),
+                snapshot_path.display()
+            );
+            Ok((state, mem_file))
+        }
+        Err(_) => Err(refused),
+    }
+}
+
+/// Checks that `mem_file` holds `state`'s memory: its size, then its trailer's id.
+fn check_memory(
+    state: &SnapshotState,
+    state_path: &Path,
+    mem_file: &File,
+    mem_path: &Path,
+) -> Result<(), RestoreError> {
+    let found = mem_file
+        .metadata()
+        .map_err(|source| RestoreError::MemFile {
+            path: mem_path.to_path_buf(),
+            source,
+        })?
+        .len();
+    let expected = state.mem_size_bytes.saturating_add(TRAILER_LEN);
+    if found != expected {
+        return Err(RestoreError::MemSize {
+            path: mem_path.to_path_buf(),
+            expected,
+            found,
+        });
+    }
+    let id = mem_file::read_id(mem_file, state.mem_size_bytes).map_err(|source| {
+        RestoreError::MemTrailer {
+            path: mem_path.to_path_buf(),
+            source,
+        }
+    })?;
+    if id != state.mem_id {
+        return Err(RestoreError::Mismatch {
+            state: state_path.to_path_buf(),
+            mem: mem_path.to_path_buf(),
+        });
+    }
+    Ok(())
 }

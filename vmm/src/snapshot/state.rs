@@ -18,8 +18,11 @@ pub struct SnapshotState {
     /// its devices from it. JSON because the config's serde shape (optional and renamed
     /// sections) is a self-describing one.
     pub config_json: String,
-    /// Guest memory size; the memory file must be this long.
+    /// Guest memory size; the memory file holds this many bytes, then its trailer.
     pub mem_size_bytes: u64,
+    /// The snapshot's id, drawn at its create and written into the memory file's trailer too
+    /// (`mem_file.rs`): a restore refuses a memory file of another snapshot.
+    pub mem_id: super::mem_file::SnapshotId,
     /// Each vCPU, in index order.
     pub vcpus: Vec<VcpuState>,
     /// The in-kernel irqchip, PIT and kvmclock.
@@ -134,10 +137,11 @@ pub enum DriveCheckError {
     },
 }
 
-/// The size of the file (or block device) at `path`.
+/// The size of the regular file or block device at `path` (opened without blocking: anything
+/// else, a FIFO above all, is refused at once).
 pub fn file_size(path: &Path) -> std::io::Result<u64> {
     // Seeking to the end sizes regular files and block devices alike.
-    std::fs::File::open(path)?.seek(SeekFrom::End(0))
+    super::open::open_for_reading(path, true)?.seek(SeekFrom::End(0))
 }
 
 impl DriveState {

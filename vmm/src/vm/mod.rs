@@ -136,6 +136,9 @@ fn start_from(
         Origin::Boot => None,
     };
     let (kvm, vm, mem) = kvm::create_vm(config, mem_file)?;
+    // Taken on this thread, the control thread to be: the kernel signals it when another
+    // process opens the file to write or truncate it.
+    let mem_lease = mem_file.and_then(|f| crate::snapshot::mem_lease::MemLease::take(f, &mem));
     if let Origin::Snapshot { state, .. } = origin {
         state.vm.restore(&vm).map_err(RestoreError::from)?;
     }
@@ -227,6 +230,7 @@ fn start_from(
         devices,
         snapshot_msrs,
         snapshot_folders,
+        mem_lease,
         vm,
         mem,
     })

@@ -81,6 +81,8 @@ pub struct RunningVm {
     /// Where a snapshot may create its files: `Some` with the sandbox on (resolved at start-up,
     /// before it), `None` with it off (anywhere).
     pub(super) snapshot_folders: Option<SnapshotFolders>,
+    /// A restored VM's lease on its memory file (`snapshot::mem_lease`).
+    pub(super) mem_lease: Option<crate::snapshot::mem_lease::MemLease>,
     // Kept alive for the VM's lifetime; a snapshot reads them.
     pub(super) vm: Arc<VmFd>,
     pub(super) mem: GuestMemoryMmap,
@@ -111,6 +113,9 @@ impl RunningVm {
                 break StopReason::Signal(sig);
             }
             let woken = self.control.wait();
+            if self.mem_lease.as_ref().is_some_and(|l| l.is_breaking()) {
+                self.move_memory_off_file();
+            }
             while let Some(event) = self.control.next_event() {
                 match event {
                     ControlEvent::Stop(reason) => break 'run reason,
@@ -209,6 +214,39 @@ impl RunningVm {
         )
         .map(|_| Reply::Done)
         .map_err(|e| ApiError::BadRequest(format!("PUT /snapshot/create: {e}")))
+    }
+
+    /// Another process opens the restored VM's memory file to write or truncate it
+    /// (`snapshot::mem_lease`): guest memory moves into this process first, the guest paused
+    /// and the iothreads drained meanwhile, then resumes as it was.
+    fn move_memory_off_file(&mut self) {
+        let started = Instant::now();
+        let was_paused = self.pause.is_paused();
+        if !was_paused {
+            self.pause_vcpus();
+        }
+        if let Err(e) = crate::snapshot::create::drain(&self.devices) {
+            log::warn!("memory file: {e}; moving guest memory anyway");
+        }
+        let Some(lease) = self.mem_lease.as_mut() else {
+            return;
+        };
+        match lease.move_off_file() {
+            Ok(bytes) => log::warn!(
+                "memory file: another process opened it to write or truncate it; the VM's {} \
+                 MiB moved into this process first ({:.1} ms, the guest paused), lease released",
+                bytes >> 20,
+                started.elapsed().as_secs_f64() * 1e3
+            ),
+            Err(e) => log::error!(
+                "memory file: another process opened it to write or truncate it, and moving \
+                 guest memory off it failed ({e}): the guest may lose memory"
+            ),
+        }
+        if !was_paused {
+            self.pause.set(false);
+            log::info!("VM resumed");
+        }
     }
 
     /// A sender for API requests (the API server's `submit`).

@@ -86,7 +86,7 @@ fn another_format_or_osprey_version_is_refused_naming_it() {
     let e = decode(&bytes).expect_err("format 7").to_string();
     assert_eq!(
         e,
-        format!("snapshot format version 7; this Osprey ({OSPREY_VERSION}) reads version 1")
+        format!("snapshot format version 7; this Osprey ({OSPREY_VERSION}) reads version {FORMAT_VERSION}")
     );
     let mut older = sample();
     older.osprey_version = "0.0.9".into();
@@ -101,7 +101,7 @@ fn another_format_or_osprey_version_is_refused_naming_it() {
 #[test]
 fn write_then_read_through_a_file() {
     let path = std::env::temp_dir().join(format!("osprey-state-{}.snap", std::process::id()));
-    write(&path, &sample()).expect("write");
+    std::fs::write(&path, encode(&sample()).expect("encode")).expect("write");
     let back = read(&path).expect("read");
     assert_eq!(back.mem_size_bytes, 256 << 20);
     std::fs::remove_file(&path).expect("remove");
