@@ -28,7 +28,7 @@ use vmm_sys_util::eventfd::EventFd;
 use crate::config::{DriveConfig, IoThreadConfig, IoUringConfig, VmConfig};
 use crate::drive::OpenedDrive;
 use crate::interrupts::{GsiRouter, KvmIoEvents};
-use crate::layout::{PCI_MMIO_END, PCI_MMIO_START};
+use arch::layout::{PCI_MMIO_END, PCI_MMIO_START};
 use crate::rate_limit::RateLimitGroupConfig;
 
 /// PCI configuration mechanism #1 ports.

@@ -2,18 +2,15 @@
 //!
 //! The `osprey` binary (`main.rs`) is a thin shell over [`vm::run`]. Module map: `docs/ARCHITECTURE.md`.
 
-pub mod acpi;
 pub mod affinity;
 pub mod allowed_folders;
 pub mod api;
-pub mod boot;
 pub mod boot_timing;
 pub mod cli;
 pub mod config;
 pub mod control;
 pub mod control_loop;
 pub mod cpu_usage;
-pub mod cpuid;
 pub mod device_manager;
 pub mod drive;
 pub mod events;
@@ -21,21 +18,16 @@ pub mod fault_injection;
 pub mod host;
 pub mod instance;
 pub mod interrupts;
-pub mod kernel_image;
 pub mod launch;
-pub mod layout;
 pub mod live_tuning;
 pub mod logger;
 pub mod metrics;
 #[cfg(test)]
 mod module_cycles;
-pub mod mptable;
-pub mod msr;
 pub mod patch;
 pub mod preboot;
 pub mod preflight;
 pub mod rate_limit;
-pub mod regs;
 pub mod sandbox;
 pub mod seccomp;
 pub mod snapshot;
@@ -45,7 +37,6 @@ pub mod swap_folder;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod test_utils;
 pub mod thread_weights;
-pub mod unpack;
 pub mod vcpu;
 pub mod vhost_user;
 pub mod vm;

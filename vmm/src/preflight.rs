@@ -73,7 +73,7 @@ fn check_boot_files(config: &VmConfig) -> Result<(), ConfigError> {
     let kernel = &config.boot.kernel_image_path;
     check_readable(KERNEL, kernel)?;
     let image =
-        crate::kernel_image::inspect(kernel).map_err(|source| ConfigError::KernelImage {
+        arch::kernel_image::inspect(kernel).map_err(|source| ConfigError::KernelImage {
             field: KERNEL,
             source,
         })?;
@@ -89,7 +89,7 @@ fn check_boot_files(config: &VmConfig) -> Result<(), ConfigError> {
         .check_fit(kernel, mem_bytes, initrd)
         .map_err(|source| ConfigError::KernelImage {
             field: match source {
-                crate::kernel_image::KernelImageError::InitrdTooBig { .. } => INITRD,
+                arch::kernel_image::KernelImageError::InitrdTooBig { .. } => INITRD,
                 _ => KERNEL,
             },
             source,

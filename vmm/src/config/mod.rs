@@ -21,8 +21,7 @@ use serde::{Deserialize, Serialize};
 
 /// Smallest guest memory we boot (MiB).
 pub const MIN_MEM_MIB: u64 = 16;
-/// Largest vCPU count (the MP table and the APIC id space of a single package).
-pub const MAX_VCPUS: u8 = 64;
+pub use arch::layout::MAX_VCPUS;
 /// Most virtqueues per drive.
 pub const MAX_QUEUES: u16 = 16;
 /// Largest virtqueue size.
@@ -80,7 +79,7 @@ pub enum ConfigError {
         /// `boot-source.kernel_image_path` or `boot-source.initrd_path`.
         field: &'static str,
         /// Why.
-        source: crate::kernel_image::KernelImageError,
+        source: arch::kernel_image::KernelImageError,
     },
     /// A drive's I/O engine does not run on this host (start-up's preflight probes it).
     #[error("drives[{index}].io_engine: {source}")]

@@ -115,7 +115,7 @@ fn validation_names_fields() {
         .to_string()
         .starts_with("boot-source.boot_args: only printable ASCII"));
     let mut long = c.clone();
-    long.boot.boot_args = "x".repeat(crate::layout::CMDLINE_MAX_SIZE);
+    long.boot.boot_args = "x".repeat(arch::layout::CMDLINE_MAX_SIZE);
     assert!(check(&long)
         .expect_err("long")
         .to_string()

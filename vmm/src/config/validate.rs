@@ -82,13 +82,13 @@ impl VmConfig {
         if self.boot.kernel_image_path.as_os_str().is_empty() {
             return Err(invalid("boot-source.kernel_image_path", "must name a file"));
         }
-        match crate::boot::kernel_cmdline(&self.boot.boot_args) {
+        match arch::boot::kernel_cmdline(&self.boot.boot_args) {
             Ok(_) => Ok(()),
-            Err(crate::boot::BootError::CmdlineTooLong(n)) => Err(invalid(
+            Err(arch::boot::BootError::CmdlineTooLong(n)) => Err(invalid(
                 "boot-source.boot_args",
                 format!(
                     "{n} bytes is longer than the {}-byte limit",
-                    crate::layout::CMDLINE_MAX_SIZE - 1
+                    arch::layout::CMDLINE_MAX_SIZE - 1
                 ),
             )),
             Err(_) => Err(invalid(

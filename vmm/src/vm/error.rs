@@ -1,10 +1,10 @@
 //! Why a VM could not be built or started ([`VmError`]): one variant per step of start-up.
 
-use crate::boot::BootError;
+use arch::boot::BootError;
 use crate::device_manager::DeviceError;
-use crate::regs::RegsError;
+use arch::regs::RegsError;
 use crate::sandbox::SandboxError;
-use crate::{acpi, mptable};
+use arch::{acpi, mptable};
 
 /// Errors building or starting the VM.
 #[derive(Debug, thiserror::Error)]

@@ -6,6 +6,9 @@
 
 use vm_memory::GuestAddress;
 
+/// Largest vCPU count (the MP table and the APIC id space of a single package).
+pub const MAX_VCPUS: u8 = 64;
+
 /// GDT used by the VMM-built boot state.
 pub const BOOT_GDT_START: u64 = 0x500;
 /// An empty IDT for the 64-bit Linux entry.

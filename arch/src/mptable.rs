@@ -162,7 +162,7 @@ mod tests {
 
     #[test]
     fn fits_in_guest_memory_before_the_one_mib_mark() {
-        let t = build(crate::config::MAX_VCPUS, EBDA_START).expect("build");
+        let t = build(crate::layout::MAX_VCPUS, EBDA_START).expect("build");
         assert!(EBDA_START + t.len() as u64 <= crate::layout::HIMEM_START);
     }
 }

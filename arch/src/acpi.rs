@@ -320,7 +320,7 @@ mod tests {
 
     #[test]
     fn largest_table_set_fits_the_bios_area() {
-        let blob = build(crate::config::MAX_VCPUS, ACPI_START);
+        let blob = build(crate::layout::MAX_VCPUS, ACPI_START);
         assert!(ACPI_START + blob.len() as u64 <= ACPI_END);
         // Still a well-formed chain, DSDT included, and `write` accepts it.
         let t = tables(&blob, ACPI_START);
@@ -330,7 +330,7 @@ mod tests {
         let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), ACPI_END as usize)])
             .expect("guest memory");
         assert_eq!(
-            write(&mem, crate::config::MAX_VCPUS).expect("write"),
+            write(&mem, crate::layout::MAX_VCPUS).expect("write"),
             ACPI_START
         );
         let mut back = vec![0u8; blob.len()];
