@@ -22,8 +22,6 @@ pub mod launch;
 pub mod live_tuning;
 pub mod logger;
 pub mod metrics;
-#[cfg(test)]
-mod module_cycles;
 pub mod patch;
 pub mod preboot;
 pub mod preflight;
