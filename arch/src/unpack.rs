@@ -508,7 +508,7 @@ mod tests {
     }
 
     /// Unpack time per format for the Debian kernel of the Linux kit (its vmlinux compressed here
-    /// with each format): `cargo test --release -p vmm --lib unpack_times -- --ignored --nocapture`.
+    /// with each format): `cargo test --release -p arch --lib unpack_times -- --ignored --nocapture`.
     #[test]
     #[ignore = "needs the Debian kernel (make kernel) and a release build to mean anything"]
     fn unpack_times_of_the_debian_kernel() {

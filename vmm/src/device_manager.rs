@@ -291,7 +291,7 @@ impl LegacyDevices {
 
 /// Starts every iothread of `configs` (the effective config's: `VmConfig::fill_defaults` lists
 /// the implicit `io0`), each pinned to its CPUs. The vhost-user backend starts its own here too.
-pub(crate) fn spawn_iothreads(
+pub fn spawn_iothreads(
     configs: &[IoThreadConfig],
     dynamic_weights: bool,
 ) -> Result<BTreeMap<String, Arc<IoThread>>, IoThreadError> {
@@ -314,7 +314,7 @@ pub(crate) fn spawn_iothreads(
 }
 
 /// Each rate-limit group's shared limiter, by group id.
-pub(crate) fn group_limiters(
+pub fn group_limiters(
     groups: &[RateLimitGroupConfig],
 ) -> BTreeMap<String, Arc<RateLimiter>> {
     groups

@@ -147,7 +147,7 @@ impl std::fmt::Display for ConfigWarning {
 }
 
 /// A value error: `field` (its JSON path) and what is wrong with it.
-pub(crate) fn invalid(field: impl Into<String>, reason: impl Into<String>) -> ConfigError {
+pub fn invalid(field: impl Into<String>, reason: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
         field: field.into(),
         reason: reason.into(),

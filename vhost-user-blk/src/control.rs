@@ -16,16 +16,16 @@ use devices::block::stats::QueueStats;
 use devices::block::throttle::DriveRateLimits;
 
 use super::config::VhostUserConfig;
-use crate::api::command::{
+use vmm::api::command::{
     ApiCommand, ApiError, ApiReply, DriveUpdate, GroupUpdate, IoThreadUpdate,
 };
-use crate::api::replies::{
+use vmm::api::replies::{
     ConfigReply, DriveReport, DriveView, GroupView, IoThreadView, MetricsReport, Reply,
 };
-use crate::device_manager::iothread_report;
-use crate::instance::InstanceState;
-use crate::metrics::report::{DriveCounters, VmReport};
-use crate::rate_limit::GroupReport;
+use vmm::device_manager::iothread_report;
+use vmm::instance::InstanceState;
+use vmm::metrics::report::{DriveCounters, VmReport};
+use vmm::rate_limit::GroupReport;
 
 /// A served drive's live handles.
 #[derive(Debug)]
@@ -63,7 +63,7 @@ impl BackendController {
     /// Carries out `command`.
     pub fn execute(&mut self, command: ApiCommand) -> ApiReply {
         match command {
-            ApiCommand::GetInfo => Ok(Reply::Info(crate::instance::InstanceInfo::new(
+            ApiCommand::GetInfo => Ok(Reply::Info(vmm::instance::InstanceInfo::new(
                 InstanceState::Running,
                 None,
             ))),
@@ -123,7 +123,7 @@ impl BackendController {
             .iothreads
             .get(id)
             .ok_or_else(|| not_found("iothread", id))?;
-        let in_force = crate::live_tuning::patch_iothread(thread, id, u)?;
+        let in_force = vmm::live_tuning::patch_iothread(thread, id, u)?;
         if let Some(entry) = self.config.iothreads.iter_mut().find(|t| t.id == id) {
             in_force.write_to(entry);
         }
@@ -167,7 +167,7 @@ impl BackendController {
                 Some(cfg) => &mut cfg.drive.rate_limiter,
                 None => &mut unrecorded,
             };
-            crate::live_tuning::patch_drive_limits(
+            vmm::live_tuning::patch_drive_limits(
                 &drive.rate_limits,
                 &drive.iothread,
                 slot,
@@ -190,7 +190,7 @@ impl BackendController {
             .iter_mut()
             .find(|g| g.id == id)
             .ok_or_else(|| ApiError::Internal(format!("group {id} has no config")))?;
-        crate::live_tuning::patch_group(limiter, cfg, self.iothreads.values(), id, u)?;
+        vmm::live_tuning::patch_group(limiter, cfg, self.iothreads.values(), id, u)?;
         Ok(Reply::Done)
     }
 
@@ -204,7 +204,7 @@ impl BackendController {
             .map(|d| d.drive.drive_id.as_str())
             .collect();
         let limiter = self.groups.get(id)?;
-        Some(crate::rate_limit::group_report(id, limiter, &drives))
+        Some(vmm::rate_limit::group_report(id, limiter, &drives))
     }
 
     fn group_reports(&self) -> Vec<GroupReport> {
@@ -233,7 +233,7 @@ impl BackendController {
     /// Everything countable, in the VMM's `GET /metrics` shape; `vm` has the backend's uptime
     /// and no vCPU.
     fn metrics(&self) -> MetricsReport {
-        let vm = crate::metrics::VmMetrics {
+        let vm = vmm::metrics::VmMetrics {
             uptime_ms: self.started.elapsed().as_millis() as u64,
             vcpus: 0,
             running: true,
@@ -241,7 +241,7 @@ impl BackendController {
         MetricsReport {
             vm: VmReport {
                 state: "Running".to_string(),
-                metrics: crate::metrics::report::MetricFields::of(&vm),
+                metrics: vmm::metrics::report::MetricFields::of(&vm),
             },
             iothreads: self
                 .iothreads
@@ -250,7 +250,7 @@ impl BackendController {
                 .collect(),
             drives: self.drives.iter().map(Self::counters).collect(),
             rate_limit_groups: self.group_reports(),
-            threads: crate::live_tuning::thread_reports(),
+            threads: vmm::live_tuning::thread_reports(),
         }
     }
 }

@@ -1,8 +1,10 @@
 //! The `osprey` binary: parse the command line, validate the config, run the VM, and turn the
 //! reason it stopped into the exit status; or, for `osprey api …`, make one API request.
 
+mod cli;
+
 use clap::Parser;
-use vmm::cli::{Cli, Command};
+use cli::{Cli, Command};
 use vmm::config::{ConfigError, VmConfig};
 use vmm::drive::OpenedDrive;
 
@@ -91,7 +93,7 @@ fn main() {
         std::process::exit(args.run());
     }
     if let Some(Command::VhostUserBlk(args)) = &cli.command {
-        std::process::exit(vmm::vhost_user::run(args));
+        std::process::exit(vhost_user_blk::run(args));
     }
     if let Some(logger) = cli.logger() {
         if let Err(e) = vmm::logger::apply(&logger) {

@@ -1,7 +1,7 @@
 //! `osprey vhost-user-blk`: Osprey's dataplane as a vhost-user-blk backend for another VMM's
 //! guest (QEMU, Cloud Hypervisor). The command line ([`args`]) or a JSON file with the VMM's
 //! own sections ([`config`]) names the drives and their sockets; each drive is opened as the VMM
-//! opens its drives ([`crate::drive`]), served by its iothread with its engine and rate limits,
+//! opens its drives ([`vmm::drive`]), served by its iothread with its engine and rate limits,
 //! and handed to frontends through `devices::vhost_user`, one thread per socket
 //! (docs/vhost-user.md).
 
@@ -32,14 +32,14 @@ const EXIT_BACKEND: i32 = 1;
 pub enum VhostUserBlkError {
     /// The command line or config file.
     #[error("{0}")]
-    Config(#[from] crate::config::ConfigError),
+    Config(#[from] vmm::config::ConfigError),
     /// A backing file.
     #[error("drives[{index}]: {source}")]
     Drive {
         /// The drive's place in the config.
         index: usize,
         /// What went wrong.
-        source: crate::drive::DriveOpenError,
+        source: vmm::drive::DriveOpenError,
     },
     /// An iothread.
     #[error("iothread: {0}")]
@@ -49,10 +49,10 @@ pub enum VhostUserBlkError {
     Socket(#[from] devices::vhost_user::VhostUserError),
     /// The sandbox.
     #[error("sandbox: {0}")]
-    Sandbox(#[from] crate::sandbox::SandboxError),
+    Sandbox(#[from] vmm::sandbox::SandboxError),
     /// The API socket.
     #[error("--api-sock: {0}")]
-    Api(#[from] crate::api::server::ApiServerError),
+    Api(#[from] vmm::api::server::ApiServerError),
     /// A serving thread.
     #[error("spawning the thread of {socket}: {source}")]
     Thread {
@@ -84,13 +84,13 @@ pub struct Backend {
 
 /// Starts the iothreads, opens every drive and binds every socket (nothing is served yet).
 pub fn start(config: &VhostUserConfig) -> Result<Backend, VhostUserBlkError> {
-    let iothreads = crate::device_manager::spawn_iothreads(&config.iothreads, false)?;
-    let groups = crate::device_manager::group_limiters(&config.rate_limit_groups);
+    let iothreads = vmm::device_manager::spawn_iothreads(&config.iothreads, false)?;
+    let groups = vmm::device_manager::group_limiters(&config.rate_limit_groups);
     let mut servers = Vec::new();
     let mut drives = Vec::new();
     for (index, d) in config.drives.iter().enumerate() {
         let drive = &d.drive;
-        let opened = crate::drive::open(&drive.path_on_host, drive.is_read_only, drive.direct)
+        let opened = vmm::drive::open(&drive.path_on_host, drive.is_read_only, drive.direct)
             .map_err(|source| VhostUserBlkError::Drive { index, source })?;
         // The config check made sure the names resolve; fill_defaults named every iothread.
         let thread_id = drive.iothread.clone().unwrap_or_default();
@@ -98,7 +98,7 @@ pub fn start(config: &VhostUserConfig) -> Result<Backend, VhostUserBlkError> {
             iothreads.get(&thread_id).cloned(),
             config.iothreads.iter().find(|t| t.id == thread_id),
         ) else {
-            return Err(crate::config::invalid(
+            return Err(vmm::config::invalid(
                 format!("drives[{index}].iothread"),
                 format!("no iothread `{thread_id}`"),
             )
@@ -124,7 +124,7 @@ pub fn start(config: &VhostUserConfig) -> Result<Backend, VhostUserBlkError> {
                 engine: EngineOptions {
                     kind: drive.io_engine.to_dataplane(),
                     depth: u32::from(drive.queue_size),
-                    io_uring: crate::config::IoUringConfig::to_dataplane(thread_config.io_uring),
+                    io_uring: vmm::config::IoUringConfig::to_dataplane(thread_config.io_uring),
                     direct: drive.direct,
                     fault: drive.fault_injection.as_ref().map(|f| f.to_plan()),
                 },
@@ -174,9 +174,9 @@ pub fn start(config: &VhostUserConfig) -> Result<Backend, VhostUserBlkError> {
 pub fn serve(
     backend: Backend,
     api_sock: Option<&std::path::Path>,
-    sandbox: &Arc<crate::sandbox::Sandbox>,
+    sandbox: &Arc<vmm::sandbox::Sandbox>,
 ) -> Result<(), VhostUserBlkError> {
-    use crate::seccomp::ThreadKind;
+    use vmm::seccomp::ThreadKind;
     let Backend {
         controller,
         servers,
@@ -188,8 +188,8 @@ pub fn serve(
     let controller = Arc::new(Mutex::new(controller));
     let _api = match api_sock {
         Some(sock) => {
-            let submit: crate::api::command::Submit =
-                Arc::new(move |request: crate::api::command::ApiRequest| {
+            let submit: vmm::api::command::Submit =
+                Arc::new(move |request: vmm::api::command::ApiRequest| {
                     let reply = controller
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
@@ -197,10 +197,10 @@ pub fn serve(
                     // The client may have gone; nothing to do then.
                     let _ = request.reply.send(reply);
                 });
-            let server = crate::api::server::start_hooked(
+            let server = vmm::api::server::start_hooked(
                 sock,
                 submit,
-                crate::api::server::ServerLimits::default(),
+                vmm::api::server::ServerLimits::default(),
                 Some(sandbox.hook(ThreadKind::Api)),
             )?;
             hand_over(sandbox, sock);
@@ -242,7 +242,7 @@ pub fn serve(
 }
 
 /// Gives a socket to the sandbox's user (`--uid`), so that it may still remove it.
-fn hand_over(sandbox: &crate::sandbox::Sandbox, path: &std::path::Path) {
+fn hand_over(sandbox: &vmm::sandbox::Sandbox, path: &std::path::Path) {
     if let Err(e) = sandbox.hand_over(path) {
         log::warn!("sandbox: chown {}: {e}", path.display());
     }
@@ -268,7 +268,7 @@ fn run_backend(args: &VhostUserBlkArgs) -> Result<(), VhostUserBlkError> {
     .with_sandbox_flags(args)?;
     // Alone on the main thread still: namespaces (when asked) and no_new_privs for every
     // thread to come.
-    crate::sandbox::Sandbox::enter_early(&config.sandbox)?;
+    vmm::sandbox::Sandbox::enter_early(&config.sandbox)?;
     let sandbox = sandbox::prepare(&config.sandbox, &config, args.api_sock.as_deref())?;
     let backend = start(&config)?;
     serve(backend, args.api_sock.as_deref(), &sandbox)

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use crate::api::client;
-use crate::config::{ApiConfig, BootSourceConfig, ConfigError, ConfigWarning, VmConfig};
+use vmm::api::client;
+use vmm::config::{ApiConfig, BootSourceConfig, ConfigError, ConfigWarning, VmConfig};
 
 /// Osprey: a small KVM virtual machine monitor with an adaptive-polling block dataplane.
 ///
@@ -112,7 +112,7 @@ pub struct Cli {
     /// Seccomp filters on every thread: on (the default) or off (for debugging; a forbidden
     /// syscall otherwise ends Osprey with a message). See docs/seccomp.md.
     #[arg(long, value_name = "MODE", value_enum, default_value = "on")]
-    pub seccomp: crate::seccomp::SeccompMode,
+    pub seccomp: vmm::seccomp::SeccompMode,
 
     /// The same as `--seccomp off` (Firecracker's flag).
     #[arg(long, conflicts_with = "seccomp")]
@@ -133,7 +133,7 @@ pub struct Cli {
     /// strict (the same, but anything the kernel cannot enforce is an error), off (debugging).
     /// Overrides sandbox.mode. See docs/security.md.
     #[arg(long, value_name = "MODE", value_enum)]
-    pub sandbox: Option<crate::sandbox::SandboxMode>,
+    pub sandbox: Option<vmm::sandbox::SandboxMode>,
 
     /// An existing folder where PUT /snapshot/create may write its files (besides the API
     /// socket's folder), with the sandbox on. Overrides snapshot.folder. See docs/snapshot.md.
@@ -269,12 +269,12 @@ fn instance_id(text: &str) -> Result<String, FlagError> {
 }
 
 fn cpus_in_range(text: &str) -> Result<u8, FlagError> {
-    let max = u64::from(crate::config::MAX_VCPUS);
+    let max = u64::from(vmm::config::MAX_VCPUS);
     whole_number(text, 1, max, "").map(|n| n as u8)
 }
 
 fn memory_in_range(text: &str) -> Result<u64, FlagError> {
-    whole_number(text, crate::config::MIN_MEM_MIB, u64::MAX, " of MiB")
+    whole_number(text, vmm::config::MIN_MEM_MIB, u64::MAX, " of MiB")
 }
 
 fn id_in_range(text: &str) -> Result<u32, FlagError> {
@@ -285,11 +285,11 @@ fn id_in_range(text: &str) -> Result<u32, FlagError> {
 impl Cli {
     /// The logger the flags ask for (`--log-path`, `--show-level`, `--show-log-origin`), if
     /// any, at `--log-level`.
-    pub fn logger(&self) -> Option<crate::logger::LoggerConfig> {
+    pub fn logger(&self) -> Option<vmm::logger::LoggerConfig> {
         if self.log_path.is_none() && !self.show_level && !self.show_log_origin {
             return None;
         }
-        Some(crate::logger::LoggerConfig {
+        Some(vmm::logger::LoggerConfig {
             level: Some(self.log_level.into()),
             log_path: self.log_path.clone(),
             show_level: self.show_level,
@@ -322,8 +322,8 @@ impl Cli {
                 ),
             });
         }
-        crate::seccomp::set_mode(if self.no_seccomp {
-            crate::seccomp::SeccompMode::Off
+        vmm::seccomp::set_mode(if self.no_seccomp {
+            vmm::seccomp::SeccompMode::Off
         } else {
             self.seccomp
         });
@@ -370,7 +370,7 @@ impl Cli {
             config.sandbox.mode = mode;
         }
         if let Some(folder) = &self.snapshot_folder {
-            config.snapshot = Some(crate::config::SnapshotConfig {
+            config.snapshot = Some(vmm::config::SnapshotConfig {
                 folder: folder.clone(),
             });
         }
@@ -388,9 +388,9 @@ impl Cli {
             match &mut config.metrics {
                 Some(m) => m.path = path.clone(),
                 None => {
-                    config.metrics = Some(crate::config::MetricsConfig {
+                    config.metrics = Some(vmm::config::MetricsConfig {
                         path: path.clone(),
-                        interval_ms: crate::config::DEFAULT_METRICS_INTERVAL_MS,
+                        interval_ms: vmm::config::DEFAULT_METRICS_INTERVAL_MS,
                     })
                 }
             }
@@ -446,7 +446,7 @@ pub enum Command {
     /// QEMU: -chardev socket,id=c,path=SOCK -device vhost-user-blk-pci,chardev=c, with guest
     /// memory shared (-object memory-backend-memfd,share=on). Runs until killed; a frontend that
     /// goes away leaves it ready for the next one.
-    VhostUserBlk(crate::vhost_user::VhostUserBlkArgs),
+    VhostUserBlk(vhost_user_blk::VhostUserBlkArgs),
 }
 
 /// `osprey api METHOD PATH [BODY] --api-sock SOCKET`: see [`Command::Api`].
@@ -559,7 +559,7 @@ mod tests {
 
     #[test]
     fn seccomp_is_on_unless_turned_off() {
-        use crate::seccomp::SeccompMode;
+        use vmm::seccomp::SeccompMode;
         let cli = Cli::parse_from(["osprey", "--kernel", "/k"]);
         assert_eq!(cli.seccomp, SeccompMode::On);
         for off in [

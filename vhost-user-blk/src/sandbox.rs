@@ -1,4 +1,4 @@
-//! The backend's sandbox: the VMM's ([`crate::sandbox`]), entered by each thread once set up.
+//! The backend's sandbox: the VMM's ([`vmm::sandbox`]), entered by each thread once set up.
 //! Landlock leaves the drives (already open) and the API socket's folder reachable; privileges
 //! are dropped (to `--uid/--gid` when given); each thread installs a seccomp list: iothreads the
 //! VMM's iothread list, the API thread the API list, each socket's serving thread the API
@@ -9,8 +9,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::sandbox::{DrivePath, Sandbox, SandboxConfig, SandboxError, SandboxMode, VmPaths};
-use crate::seccomp::{Filters, SeccompMode};
+use vmm::sandbox::{DrivePath, Sandbox, SandboxConfig, SandboxError, SandboxMode, VmPaths};
+use vmm::seccomp::{Filters, SeccompMode};
 
 use super::config::VhostUserConfig;
 
@@ -44,7 +44,7 @@ pub fn prepare(
     config: &VhostUserConfig,
     api_sock: Option<&Path>,
 ) -> Result<Arc<Sandbox>, SandboxError> {
-    let filters = match (sandbox.mode, crate::seccomp::mode()) {
+    let filters = match (sandbox.mode, vmm::seccomp::mode()) {
         (SandboxMode::Off, _) | (_, SeccompMode::Off) => None,
         (_, SeccompMode::On) => Some(Filters::build()?),
     };

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use crate::config::IoEngineKind;
+use vmm::config::IoEngineKind;
 
 /// Most queues a frontend may use by default.
 pub const DEFAULT_MAX_QUEUES: u16 = 8;
@@ -63,7 +63,7 @@ pub struct VhostUserBlkArgs {
     /// The sandbox: `on` (default: Landlock, privileges dropped, seccomp per thread), `off` or
     /// `strict` (docs/security.md). Overrides the config's `sandbox.mode`.
     #[arg(long, value_name = "MODE", value_enum)]
-    pub sandbox: Option<crate::sandbox::SandboxMode>,
+    pub sandbox: Option<vmm::sandbox::SandboxMode>,
 
     /// Run as this user once set up (with --gid). Overrides `sandbox.uid`.
     #[arg(long, value_name = "UID", requires = "gid")]
@@ -91,9 +91,30 @@ fn parse_queue_size(s: &str) -> Result<u16, String> {
     Ok(n)
 }
 
+/// The `osprey vhost-user-blk` subcommand alone, for the tests (the `osprey` binary's `Cli`
+/// lives above this crate).
+#[cfg(test)]
+pub(crate) mod test_cli {
+    /// `osprey` with this subcommand only.
+    #[derive(Debug, clap::Parser)]
+    #[command(name = "osprey")]
+    pub struct Cli {
+        /// The subcommand.
+        #[command(subcommand)]
+        pub command: Option<Command>,
+    }
+
+    /// The subcommands this crate owns.
+    #[derive(Debug, clap::Subcommand)]
+    pub enum Command {
+        /// `osprey vhost-user-blk`.
+        VhostUserBlk(super::VhostUserBlkArgs),
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use crate::cli::{Cli, Command};
+    use super::test_cli::{Cli, Command};
     use clap::Parser;
 
     #[test]
@@ -110,7 +131,7 @@ mod tests {
         let Some(Command::VhostUserBlk(a)) = cli.command else {
             panic!("no vhost-user-blk subcommand");
         };
-        assert_eq!(a.io_engine, crate::config::IoEngineKind::Auto);
+        assert_eq!(a.io_engine, vmm::config::IoEngineKind::Auto);
         assert_eq!((a.num_queues, a.queue_size), (8, 1024));
         assert!(!a.readonly && !a.direct);
     }

@@ -10,10 +10,10 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::args::{VhostUserBlkArgs, DEFAULT_MAX_QUEUES, DEFAULT_MAX_QUEUE_SIZE};
-use crate::config::{
+use vmm::config::{
     invalid, BootSourceConfig, ConfigError, DriveConfig, IoThreadConfig, VmConfig,
 };
-use crate::rate_limit::RateLimitGroupConfig;
+use vmm::rate_limit::RateLimitGroupConfig;
 
 /// One served drive: the VMM's drive section and its socket.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -44,7 +44,7 @@ pub struct VhostUserConfig {
     pub rate_limit_groups: Vec<RateLimitGroupConfig>,
     /// The sandbox (the VMM's section; `--sandbox`, `--uid`, `--gid` override it).
     #[serde(default)]
-    pub sandbox: crate::sandbox::SandboxConfig,
+    pub sandbox: vmm::sandbox::SandboxConfig,
 }
 
 impl VhostUserConfig {
@@ -189,7 +189,7 @@ mod tests {
         .expect("parse");
         let (a, b) = (&c.drives[0], &c.drives[1]);
         assert_eq!(a.socket, PathBuf::from("/s/a"));
-        assert_eq!(a.drive.io_engine, crate::config::IoEngineKind::IoUring);
+        assert_eq!(a.drive.io_engine, vmm::config::IoEngineKind::IoUring);
         assert_eq!(
             (a.drive.num_queues, a.drive.queue_size),
             (8, 1024),
@@ -211,8 +211,8 @@ mod tests {
         let json = r#"{"drives": [{"drive_id": "a", "path_on_host": "/a", "socket": "/s"}],
                        "sandbox": {"mode": "strict"}}"#;
         let c = VhostUserConfig::from_json(json).expect("parse");
-        assert_eq!(c.sandbox.mode, crate::sandbox::SandboxMode::Strict);
-        let cli = crate::cli::Cli::try_parse_from([
+        assert_eq!(c.sandbox.mode, vmm::sandbox::SandboxMode::Strict);
+        let cli = crate::args::test_cli::Cli::try_parse_from([
             "osprey",
             "vhost-user-blk",
             "--config",
@@ -221,11 +221,11 @@ mod tests {
             "off",
         ])
         .expect("parse");
-        let Some(crate::cli::Command::VhostUserBlk(args)) = cli.command else {
+        let Some(crate::args::test_cli::Command::VhostUserBlk(args)) = cli.command else {
             panic!("no subcommand");
         };
         let c = c.with_sandbox_flags(&args).expect("flags");
-        assert_eq!(c.sandbox.mode, crate::sandbox::SandboxMode::Off);
+        assert_eq!(c.sandbox.mode, vmm::sandbox::SandboxMode::Off);
         let json = r#"{"drives": [{"drive_id": "a", "path_on_host": "/a", "socket": "/s"}],
                        "sandbox": {"uid": 1000}}"#;
         let e = VhostUserConfig::from_json(json).expect_err("uid without gid");
