@@ -7,7 +7,7 @@
 
 pub mod args;
 pub mod config;
-pub mod control;
+pub mod controller;
 pub mod sandbox;
 
 use std::sync::{Arc, Mutex};
@@ -20,7 +20,7 @@ use devices::vhost_user::{VhostUserDevice, VhostUserServer};
 
 pub use args::VhostUserBlkArgs;
 pub use config::VhostUserConfig;
-pub use control::{BackendController, BackendDrive};
+pub use controller::{BackendController, BackendDrive};
 
 /// Exit status for a bad command line, config or drive.
 const EXIT_CONFIG: i32 = 2;

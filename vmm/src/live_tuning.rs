@@ -1,7 +1,7 @@
-//! Live changes to a running dataplane, shared by the VMM's controller (`control.rs`) and the
-//! vhost-user backend's (`vhost_user/control.rs`): an iothread's poll and batch parameters and a
+//! Live changes to a running dataplane, shared by the VMM's controller (`controller.rs`) and the
+//! vhost-user backend's (the vhost-user-blk crate's): an iothread's poll and batch parameters and a
 //! rate-limit group's buckets, each checked whole before anything changes (the PATCH rule of
-//! [`crate::patch`]), and the per-thread CPU report of `GET /metrics`.
+//! [`crate::field_update`]), and the per-thread CPU report of `GET /metrics`.
 
 use std::sync::Arc;
 
@@ -13,7 +13,7 @@ use serde_json::json;
 use crate::api::command::{ApiError, GroupUpdate, IoThreadUpdate};
 use crate::config::{IoThreadConfig, PollPolicyKind};
 use crate::metrics::report::ThreadReport;
-use crate::patch;
+use crate::field_update;
 use crate::rate_limit::{RateLimitGroupConfig, RateLimiterConfig};
 
 /// An iothread's parameters in force after a PATCH, for its config entry.
@@ -45,17 +45,17 @@ pub fn patch_iothread(
     let defaults = IoThreadConfig::with_id(id);
     let mut params = thread.poll_params();
     let mut policy = PollPolicyKind::from(params.policy);
-    patch::apply(&u.poll_max_ns, &mut params.max_ns, defaults.poll_max_ns);
-    patch::apply(&u.poll_grow, &mut params.grow, defaults.poll_grow);
-    patch::apply(&u.poll_shrink, &mut params.shrink, defaults.poll_shrink);
-    patch::apply(&u.poll_policy, &mut policy, defaults.poll_policy);
-    patch::apply(&u.poll_weight, &mut params.weight, defaults.poll_weight);
+    field_update::apply(&u.poll_max_ns, &mut params.max_ns, defaults.poll_max_ns);
+    field_update::apply(&u.poll_grow, &mut params.grow, defaults.poll_grow);
+    field_update::apply(&u.poll_shrink, &mut params.shrink, defaults.poll_shrink);
+    field_update::apply(&u.poll_policy, &mut policy, defaults.poll_policy);
+    field_update::apply(&u.poll_weight, &mut params.weight, defaults.poll_weight);
     params.policy = policy.into();
     params
         .validate()
         .map_err(|e| ApiError::BadRequest(e.to_string()))?;
     let mut max_batch = thread.max_batch() as u32;
-    patch::apply(&u.max_batch, &mut max_batch, defaults.max_batch);
+    field_update::apply(&u.max_batch, &mut max_batch, defaults.max_batch);
     if max_batch as usize > dataplane::iothread::MAX_MAX_BATCH {
         return Err(ApiError::BadRequest(format!(
             "max_batch: must be at most {} (0 means the default, {}), got {max_batch}",

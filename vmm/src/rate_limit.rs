@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::patch::{not_null, present};
+use crate::field_update::{not_null, present};
 
 use dataplane::rate_limit::{BucketConfig, LimitConfig, LimiterStats};
 

@@ -11,7 +11,7 @@ use crate::config::{
     BootSourceConfig, DriveConfig, IoThreadConfig, MachineConfig, MetricsConfig, PollPolicyKind,
 };
 use crate::logger::LoggerConfig;
-use crate::patch::present;
+use crate::field_update::present;
 use crate::rate_limit::RateLimitGroupConfig;
 pub use crate::rate_limit::{DriveUpdate, GroupUpdate};
 
@@ -203,7 +203,7 @@ pub enum VmStateChange {
 }
 
 /// `PATCH /iothreads/{id}` body: every field optional, unknown fields refused. A field left out
-/// stays as it is; `null` puts it back to its default ([`crate::patch`]).
+/// stays as it is; `null` puts it back to its default ([`crate::field_update`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct IoThreadUpdate {

@@ -11,7 +11,7 @@ use super::command::ApiCommand;
 use super::fault::Fault;
 use super::fault::FaultBody;
 use super::openapi::PathId;
-use super::reply::{path_id, send, send_change, ApiState};
+use super::respond::{path_id, send, send_change, ApiState};
 use crate::config::{BootSourceConfig, DriveConfig, IoThreadConfig, MachineConfig, MetricsConfig};
 use crate::logger::LoggerConfig;
 use crate::rate_limit::RateLimitGroupConfig;

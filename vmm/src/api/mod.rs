@@ -4,7 +4,7 @@
 //! - [`server`]: the thread, the runtime and the connections ([`server::start`]);
 //! - [`socket`]: binding the socket (0600, stale-file replacement);
 //! - [`routes`]: the route table and handlers, [`configure`]: the pre-boot PUTs,
-//!   [`unsupported`]: Firecracker's routes Osprey lacks; [`body`]: request bodies; [`reply`]: waiting
+//!   [`unsupported`]: Firecracker's routes Osprey lacks; [`body`]: request bodies; [`respond`]: waiting
 //!   for the control thread; [`replies`]: the typed answers; [`fault`]: `{"fault_message": …}`
 //!   errors; [`malformed`]: the same body for requests hyper cannot parse;
 //! - [`openapi`]: the OpenAPI document's frame and rendering (docs/api/openapi.json);
@@ -23,7 +23,7 @@ pub mod malformed;
 pub mod openapi;
 pub mod prometheus;
 pub mod replies;
-pub mod reply;
+pub mod respond;
 pub mod routes;
 pub mod server;
 pub mod snapshot;

@@ -25,8 +25,8 @@ use super::openapi::PathId;
 use super::prometheus;
 use super::replies::{DriveView, GroupView, IoThreadView, MetricsReport};
 use super::replies::{Reply, VersionReply};
-pub use super::reply::ApiState;
-use super::reply::{call, path_id, respond, send, send_change};
+pub use super::respond::ApiState;
+use super::respond::{call, path_id, respond, send, send_change};
 use crate::config::VmConfig;
 use crate::instance::InstanceInfo;
 #[allow(unused_imports)] // `json!` is used by the examples in the `#[utoipa::path]`s.

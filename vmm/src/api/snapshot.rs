@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Response};
 use super::body;
 use super::command::{ApiCommand, SnapshotCreateRequest, SnapshotLoadRequest};
 use super::fault::FaultBody;
-use super::reply::{call, ApiState};
+use super::respond::{call, ApiState};
 use axum::http::StatusCode;
 use std::time::Duration;
 

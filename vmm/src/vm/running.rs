@@ -15,7 +15,7 @@ use super::error::VmError;
 use crate::api::command::{ApiCommand, ApiError, ApiReply, SnapshotCreateRequest};
 use crate::api::replies::Reply;
 use crate::config::VmConfig;
-use crate::control::{Controller, Effect};
+use crate::controller::{Controller, Effect};
 use crate::control_loop::ControlLoop;
 use crate::device_manager::Devices;
 use crate::events::{ControlEvent, ControlSender, PauseState};
