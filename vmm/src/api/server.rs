@@ -59,7 +59,24 @@ pub struct ApiServer {
 }
 
 /// A hook and where its result goes.
-type LateHook = (OnStart, std::sync::mpsc::Sender<Result<(), String>>);
+type LateHook = (
+    OnStart,
+    std::sync::mpsc::Sender<Result<(), crate::sandbox::SandboxError>>,
+);
+
+/// Why a hook did not run on the API thread ([`ApiServer::run_on_thread`]).
+#[derive(Debug, thiserror::Error)]
+pub enum ApiHookError {
+    /// The thread is gone: the server stopped.
+    #[error("the API thread has stopped")]
+    Stopped,
+    /// The thread did not answer within the reply timeout.
+    #[error("the API thread did not run the hook")]
+    NoAnswer,
+    /// The hook ran and failed.
+    #[error(transparent)]
+    Failed(crate::sandbox::SandboxError),
+}
 
 /// Where the API thread's commands go, changeable while it serves: a VM configured over the API
 /// hands its commands first to the pre-boot loop, then to the running VM's control thread.
@@ -185,14 +202,15 @@ impl ApiServer {
 
     /// Runs `hook` on the API thread between requests and waits for it (a VM started over the
     /// API puts the thread in its sandbox so). An error if the hook fails or the thread is gone.
-    pub fn run_on_thread(&self, hook: OnStart) -> Result<(), String> {
+    pub fn run_on_thread(&self, hook: OnStart) -> Result<(), ApiHookError> {
         let (done, result) = std::sync::mpsc::channel();
         self.hooks
             .send((hook, done))
-            .map_err(|_| "the API thread has stopped".to_string())?;
+            .map_err(|_| ApiHookError::Stopped)?;
         result
             .recv_timeout(REPLY_TIMEOUT)
-            .map_err(|_| "the API thread did not run the hook".to_string())?
+            .map_err(|_| ApiHookError::NoAnswer)?
+            .map_err(ApiHookError::Failed)
     }
 
     /// Stops accepting, drops open connections and joins the thread. Idempotent.
@@ -241,7 +259,7 @@ async fn serve(
         tokio::select! {
             () = stop.notified() => break,
             Some((hook, done)) = hooks.recv() => {
-                let _ = done.send(hook().map_err(|e| e.to_string()));
+                let _ = done.send(hook());
             }
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {

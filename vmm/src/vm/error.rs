@@ -63,7 +63,7 @@ pub enum VmError {
     Api(#[source] crate::api::ApiServerError),
     /// The API thread that served before the start could not enter the sandbox.
     #[error("entering the sandbox on the API thread: {0}")]
-    ApiSandbox(String),
+    ApiSandbox(#[source] crate::api::server::ApiHookError),
     /// The API thread stopped before the VM was started over it.
     #[error("the API thread stopped before InstanceStart")]
     ApiStopped,

@@ -187,3 +187,22 @@ fn two_hundred_concurrent_requests_are_all_answered() {
     }
     assert_eq!(fake.commands().len(), 200);
 }
+
+#[test]
+fn a_hook_that_fails_on_the_api_thread_hands_back_its_error() {
+    use crate::api::server::ApiHookError;
+    use crate::sandbox::SandboxError;
+    let fake = Fake::start();
+    let r = fake.server.run_on_thread(Box::new(|| Ok(())));
+    assert!(r.is_ok(), "{r:?}");
+    let r = fake
+        .server
+        .run_on_thread(Box::new(|| Err(SandboxError::NotStrict("no".into()))));
+    assert!(
+        matches!(r, Err(ApiHookError::Failed(SandboxError::NotStrict(ref m))) if m == "no"),
+        "{r:?}"
+    );
+    fake.server.shutdown();
+    let r = fake.server.run_on_thread(Box::new(|| Ok(())));
+    assert!(matches!(r, Err(ApiHookError::Stopped)), "{r:?}");
+}
