@@ -15,17 +15,13 @@ use dataplane::IoThread;
 use devices::block::stats::QueueStats;
 use devices::block::throttle::DriveRateLimits;
 
-use super::config::VhostUserConfig;
-use vmm::api::command::{
-    ApiCommand, ApiError, ApiReply, DriveUpdate, GroupUpdate, IoThreadUpdate,
-};
-use vmm::api::replies::{
-    ConfigReply, DriveReport, DriveView, GroupView, IoThreadView, MetricsReport, Reply,
-};
+use super::config::{VhostUserConfig, VhostUserDriveConfig};
+use vmm::api::command::{ApiCommand, ApiError, ApiReply, DriveUpdate};
+use vmm::api::replies::{ConfigReply, DriveReport, DriveView, MetricsReport, Reply};
 use vmm::device_manager::iothread_report;
 use vmm::instance::InstanceState;
+use vmm::live_tuning::{group_reports, not_found, Dataplane};
 use vmm::metrics::report::{DriveCounters, VmReport};
-use vmm::rate_limit::GroupReport;
 
 /// A served drive's live handles.
 #[derive(Debug)]
@@ -55,8 +51,17 @@ pub struct BackendController {
     pub started: std::time::Instant,
 }
 
-fn not_found(kind: &str, id: &str) -> ApiError {
-    ApiError::NotFound(format!("no {kind} with id `{id}`"))
+/// Each drive's id and rate-limit group.
+fn drive_groups(drives: &[VhostUserDriveConfig]) -> Vec<(&str, Option<&str>)> {
+    drives
+        .iter()
+        .map(|d| {
+            (
+                d.drive.drive_id.as_str(),
+                d.drive.rate_limit_group.as_deref(),
+            )
+        })
+        .collect()
 }
 
 impl BackendController {
@@ -71,18 +76,12 @@ impl BackendController {
                 config: self.config.as_vm_config(),
                 has_boot_source: false,
             }))),
-            ApiCommand::ListIoThreads => Ok(Reply::IoThreads(
-                self.iothreads
-                    .iter()
-                    .map(|(id, t)| IoThreadView::Running(iothread_report(id, t)))
-                    .collect(),
-            )),
-            ApiCommand::GetIoThread(id) => self
-                .iothreads
-                .get(&id)
-                .map(|t| Reply::IoThread(Box::new(IoThreadView::Running(iothread_report(&id, t)))))
-                .ok_or_else(|| not_found("iothread", &id)),
-            ApiCommand::PatchIoThread(id, u) => self.patch_iothread(&id, &u),
+            ApiCommand::ListIoThreads
+            | ApiCommand::GetIoThread(_)
+            | ApiCommand::PatchIoThread(..)
+            | ApiCommand::ListRateLimitGroups
+            | ApiCommand::GetRateLimitGroup(_)
+            | ApiCommand::PatchRateLimitGroup(..) => self.dataplane().execute(&command),
             ApiCommand::ListDrives => self
                 .drives
                 .iter()
@@ -97,17 +96,6 @@ impl BackendController {
                 .and_then(|d| self.drive_report(d))
                 .map(|d| Reply::Drive(Box::new(DriveView::Running(d)))),
             ApiCommand::PatchDrive(id, u) => self.patch_drive(&id, &u),
-            ApiCommand::ListRateLimitGroups => Ok(Reply::Groups(
-                self.group_reports()
-                    .into_iter()
-                    .map(GroupView::Running)
-                    .collect(),
-            )),
-            ApiCommand::GetRateLimitGroup(id) => self
-                .group_report(&id)
-                .map(|g| Reply::Group(Box::new(GroupView::Running(g))))
-                .ok_or_else(|| not_found("rate limit group", &id)),
-            ApiCommand::PatchRateLimitGroup(id, u) => self.patch_group(&id, &u),
             ApiCommand::GetMetrics => Ok(Reply::Metrics(Box::new(self.metrics()))),
             other => Err(ApiError::BadRequest(format!(
                 "{} is not available in the vhost-user backend (it runs no VM)",
@@ -116,28 +104,21 @@ impl BackendController {
         }
     }
 
-    /// Validates the whole update against the current values, then applies it: all or nothing
-    /// (the VMM's rules for `PATCH /iothreads/{id}`).
-    fn patch_iothread(&mut self, id: &str, u: &IoThreadUpdate) -> ApiReply {
-        let thread = self
-            .iothreads
-            .get(id)
-            .ok_or_else(|| not_found("iothread", id))?;
-        let in_force = vmm::live_tuning::patch_iothread(thread, id, u)?;
-        if let Some(entry) = self.config.iothreads.iter_mut().find(|t| t.id == id) {
-            in_force.write_to(entry);
+    /// The iothreads and rate-limit groups with their config entries.
+    fn dataplane(&mut self) -> Dataplane<'_> {
+        Dataplane {
+            iothreads: &self.iothreads,
+            iothread_configs: &mut self.config.iothreads,
+            groups: &self.groups,
+            group_configs: &mut self.config.rate_limit_groups,
+            drive_groups: drive_groups(&self.config.drives),
         }
-        Ok(Reply::Done)
     }
 
     /// Sets, changes or removes a drive's own limits; its queues see them at their next request.
     /// A new `path_on_host` (the VMM's live swap) is refused.
     fn patch_drive(&mut self, id: &str, u: &DriveUpdate) -> ApiReply {
-        if let Some(named) = u.drive_id.as_deref().filter(|named| *named != id) {
-            return Err(ApiError::BadRequest(format!(
-                "drive_id: `{named}` differs from the path's id `{id}`"
-            )));
-        }
+        vmm::live_tuning::check_drive_id(u, id)?;
         let drive = self
             .drives
             .iter()
@@ -178,42 +159,6 @@ impl BackendController {
         Ok(Reply::Done)
     }
 
-    /// Changes a group's buckets (absent: kept; null: removed).
-    fn patch_group(&mut self, id: &str, u: &GroupUpdate) -> ApiReply {
-        let limiter = self
-            .groups
-            .get(id)
-            .ok_or_else(|| not_found("rate limit group", id))?;
-        let cfg = self
-            .config
-            .rate_limit_groups
-            .iter_mut()
-            .find(|g| g.id == id)
-            .ok_or_else(|| ApiError::Internal(format!("group {id} has no config")))?;
-        vmm::live_tuning::patch_group(limiter, cfg, self.iothreads.values(), id, u)?;
-        Ok(Reply::Done)
-    }
-
-    /// Group `id`'s report, `None` if there is no such group.
-    fn group_report(&self, id: &str) -> Option<GroupReport> {
-        let drives: Vec<&str> = self
-            .config
-            .drives
-            .iter()
-            .filter(|d| d.drive.rate_limit_group.as_deref() == Some(id))
-            .map(|d| d.drive.drive_id.as_str())
-            .collect();
-        let limiter = self.groups.get(id)?;
-        Some(vmm::rate_limit::group_report(id, limiter, &drives))
-    }
-
-    fn group_reports(&self) -> Vec<GroupReport> {
-        self.groups
-            .keys()
-            .filter_map(|id| self.group_report(id))
-            .collect()
-    }
-
     fn counters(d: &BackendDrive) -> DriveCounters {
         let queues: Vec<&QueueStats> = d.stats.iter().map(|q| q.as_ref()).collect();
         DriveCounters::new(&d.id, &queues, &d.rate_limits.drive.stats())
@@ -249,7 +194,7 @@ impl BackendController {
                 .map(|(id, t)| iothread_report(id, t))
                 .collect(),
             drives: self.drives.iter().map(Self::counters).collect(),
-            rate_limit_groups: self.group_reports(),
+            rate_limit_groups: group_reports(&self.groups, &drive_groups(&self.config.drives)),
             threads: vmm::live_tuning::thread_reports(),
         }
     }

@@ -6,18 +6,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::api::command::{
-    ApiCommand, ApiError, ApiReply, DriveUpdate, GroupUpdate, IoThreadUpdate, Reply, VmAction,
-    VmStateChange,
+    ApiCommand, ApiError, ApiReply, DriveUpdate, Reply, VmAction, VmStateChange,
 };
-use crate::api::replies::{
-    ConfigReply, DriveReport, DriveView, GroupView, IoThreadView, MetricsReport,
-};
-use crate::config::VmConfig;
+use crate::api::replies::{ConfigReply, DriveReport, DriveView, MetricsReport};
+use crate::config::{DriveConfig, VmConfig};
 use crate::device_manager::{iothread_report, Devices};
 use crate::events::PauseState;
 use crate::instance::InstanceState;
+use crate::live_tuning::{group_reports, not_found, Dataplane};
 use crate::metrics::report::VmReport;
-use crate::rate_limit::GroupReport;
 
 /// What a command asks of the control loop beyond its reply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,8 +51,12 @@ impl std::fmt::Debug for Controller<'_> {
 /// the swap is given up (500) and the drive keeps its old file. Below the API's reply timeout.
 const SWAP_DRAIN_WAIT: Duration = Duration::from_secs(2);
 
-fn not_found(kind: &str, id: &str) -> ApiError {
-    ApiError::NotFound(format!("no {kind} with id `{id}`"))
+/// Each drive's id and rate-limit group.
+fn drive_groups(drives: &[DriveConfig]) -> Vec<(&str, Option<&str>)> {
+    drives
+        .iter()
+        .map(|d| (d.drive_id.as_str(), d.rate_limit_group.as_deref()))
+        .collect()
 }
 
 /// Opens `path` as start-up's preflight opens a drive (same checks and messages, the drive's
@@ -160,28 +161,13 @@ impl Controller<'_> {
                 }))),
                 Effect::None,
             ),
-            ApiCommand::ListIoThreads => (
-                Ok(Reply::IoThreads(
-                    self.devices
-                        .iothreads
-                        .iter()
-                        .map(|(id, t)| IoThreadView::Running(iothread_report(id, t)))
-                        .collect(),
-                )),
-                Effect::None,
-            ),
-            ApiCommand::GetIoThread(id) => (
-                self.devices
-                    .iothreads
-                    .get(&id)
-                    .map(|t| {
-                        Reply::IoThread(Box::new(IoThreadView::Running(iothread_report(&id, t))))
-                    })
-                    .ok_or_else(|| not_found("iothread", &id)),
-                Effect::None,
-            ),
-            ApiCommand::PatchIoThread(id, update) => {
-                (self.patch_iothread(&id, &update), Effect::None)
+            ApiCommand::ListIoThreads
+            | ApiCommand::GetIoThread(_)
+            | ApiCommand::PatchIoThread(..)
+            | ApiCommand::ListRateLimitGroups
+            | ApiCommand::GetRateLimitGroup(_)
+            | ApiCommand::PatchRateLimitGroup(..) => {
+                (self.dataplane().execute(&command), Effect::None)
             }
             ApiCommand::ListDrives => (
                 self.devices
@@ -203,24 +189,6 @@ impl Controller<'_> {
                 Effect::None,
             ),
             ApiCommand::PatchDrive(id, update) => (self.patch_drive(&id, &update), Effect::None),
-            ApiCommand::ListRateLimitGroups => (
-                Ok(Reply::Groups(
-                    self.group_reports()
-                        .into_iter()
-                        .map(GroupView::Running)
-                        .collect(),
-                )),
-                Effect::None,
-            ),
-            ApiCommand::GetRateLimitGroup(id) => (
-                self.group_report(&id)
-                    .map(|g| Reply::Group(Box::new(GroupView::Running(g))))
-                    .ok_or_else(|| not_found("rate limit group", &id)),
-                Effect::None,
-            ),
-            ApiCommand::PatchRateLimitGroup(id, update) => {
-                (self.patch_group(&id, &update), Effect::None)
-            }
             ApiCommand::GetMetrics => (Ok(Reply::Metrics(Box::new(self.metrics()))), Effect::None),
             ApiCommand::Action(action) => self.action(action),
             ApiCommand::PutMachineConfig(_)
@@ -292,22 +260,15 @@ impl Controller<'_> {
         }
     }
 
-    /// Validates the whole update against the current values, then applies it: all or nothing.
-    fn patch_iothread(&mut self, id: &str, u: &IoThreadUpdate) -> ApiReply {
-        let thread = self
-            .devices
-            .iothreads
-            .get(id)
-            .ok_or_else(|| not_found("iothread", id))?;
-        let in_force = crate::live_tuning::patch_iothread(thread, id, u)?;
-        let entry = self
-            .config
-            .iothreads
-            .iter_mut()
-            .find(|t| t.id == id)
-            .ok_or_else(|| ApiError::Internal(format!("iothread {id} has no config")))?;
-        in_force.write_to(entry);
-        Ok(Reply::Done)
+    /// The iothreads and rate-limit groups with their config entries.
+    fn dataplane(&mut self) -> Dataplane<'_> {
+        Dataplane {
+            iothreads: &self.devices.iothreads,
+            iothread_configs: &mut self.config.iothreads,
+            groups: &self.devices.rate_limit_groups,
+            group_configs: &mut self.config.rate_limit_groups,
+            drive_groups: drive_groups(&self.config.drives),
+        }
     }
 
     /// Swaps a drive's backing file (`path_on_host`) and sets, changes or removes its own
@@ -315,11 +276,7 @@ impl Controller<'_> {
     /// changes, and a failed swap leaves the limits as they were. The drive's queues see new
     /// limits at their next request (a throttled queue is woken to look).
     fn patch_drive(&mut self, id: &str, u: &DriveUpdate) -> ApiReply {
-        if let Some(named) = u.drive_id.as_deref().filter(|named| *named != id) {
-            return Err(ApiError::BadRequest(format!(
-                "drive_id: `{named}` differs from the path's id `{id}`"
-            )));
-        }
+        crate::live_tuning::check_drive_id(u, id)?;
         let drive = self
             .devices
             .drives
@@ -349,45 +306,6 @@ impl Controller<'_> {
             )?;
         }
         Ok(Reply::Done)
-    }
-
-    /// Changes a group's buckets (each absent: kept; null: removed); every drive of the group
-    /// sees them at its next request.
-    fn patch_group(&mut self, id: &str, u: &GroupUpdate) -> ApiReply {
-        let limiter = self
-            .devices
-            .rate_limit_groups
-            .get(id)
-            .ok_or_else(|| not_found("rate limit group", id))?;
-        let cfg = self
-            .config
-            .rate_limit_groups
-            .iter_mut()
-            .find(|g| g.id == id)
-            .ok_or_else(|| ApiError::Internal(format!("group {id} has no config")))?;
-        crate::live_tuning::patch_group(limiter, cfg, self.devices.iothreads.values(), id, u)?;
-        Ok(Reply::Done)
-    }
-
-    /// Group `id`'s report, `None` if there is no such group.
-    fn group_report(&self, id: &str) -> Option<GroupReport> {
-        let drives: Vec<&str> = self
-            .config
-            .drives
-            .iter()
-            .filter(|d| d.rate_limit_group.as_deref() == Some(id))
-            .map(|d| d.drive_id.as_str())
-            .collect();
-        let limiter = self.devices.rate_limit_groups.get(id)?;
-        Some(crate::rate_limit::group_report(id, limiter, &drives))
-    }
-
-    fn group_reports(&self) -> Vec<GroupReport> {
-        self.devices
-            .rate_limit_groups
-            .keys()
-            .filter_map(|id| self.group_report(id))
-            .collect()
     }
 
     fn drive_report(
@@ -422,7 +340,10 @@ impl Controller<'_> {
                 .map(|(id, t)| iothread_report(id, t))
                 .collect(),
             drives: self.devices.drives.iter().map(|d| d.counters()).collect(),
-            rate_limit_groups: self.group_reports(),
+            rate_limit_groups: group_reports(
+                &self.devices.rate_limit_groups,
+                &drive_groups(&self.config.drives),
+            ),
             threads: crate::live_tuning::thread_reports(),
         }
     }
