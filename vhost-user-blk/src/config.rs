@@ -10,9 +10,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::args::{VhostUserBlkArgs, DEFAULT_MAX_QUEUES, DEFAULT_MAX_QUEUE_SIZE};
-use vmm::config::{
-    invalid, BootSourceConfig, ConfigError, DriveConfig, IoThreadConfig, VmConfig,
-};
+use vmm::config::{invalid, BootSourceConfig, ConfigError, DriveConfig, IoThreadConfig, VmConfig};
 use vmm::rate_limit::RateLimitGroupConfig;
 
 /// One served drive: the VMM's drive section and its socket.

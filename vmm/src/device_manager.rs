@@ -28,8 +28,8 @@ use vmm_sys_util::eventfd::EventFd;
 use crate::config::{DriveConfig, IoThreadConfig, IoUringConfig, VmConfig};
 use crate::drive::OpenedDrive;
 use crate::interrupts::{GsiRouter, KvmIoEvents};
-use arch::layout::{PCI_MMIO_END, PCI_MMIO_START};
 use crate::rate_limit::RateLimitGroupConfig;
+use arch::layout::{PCI_MMIO_END, PCI_MMIO_START};
 
 /// PCI configuration mechanism #1 ports.
 const PCI_CONFIG_PORT: u64 = 0xcf8;
@@ -314,9 +314,7 @@ pub fn spawn_iothreads(
 }
 
 /// Each rate-limit group's shared limiter, by group id.
-pub fn group_limiters(
-    groups: &[RateLimitGroupConfig],
-) -> BTreeMap<String, Arc<RateLimiter>> {
+pub fn group_limiters(groups: &[RateLimitGroupConfig]) -> BTreeMap<String, Arc<RateLimiter>> {
     groups
         .iter()
         .map(|g| {

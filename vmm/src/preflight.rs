@@ -72,11 +72,10 @@ fn check_boot_files(config: &VmConfig) -> Result<(), ConfigError> {
     const INITRD: &str = "boot-source.initrd_path";
     let kernel = &config.boot.kernel_image_path;
     check_readable(KERNEL, kernel)?;
-    let image =
-        arch::kernel_image::inspect(kernel).map_err(|source| ConfigError::KernelImage {
-            field: KERNEL,
-            source,
-        })?;
+    let image = arch::kernel_image::inspect(kernel).map_err(|source| ConfigError::KernelImage {
+        field: KERNEL,
+        source,
+    })?;
     let initrd = match &config.boot.initrd_path {
         Some(path) => {
             let size = check_readable(INITRD, path)?;

@@ -10,8 +10,8 @@ pub use super::replies::Reply;
 use crate::config::{
     BootSourceConfig, DriveConfig, IoThreadConfig, MachineConfig, MetricsConfig, PollPolicyKind,
 };
-use crate::logger::LoggerConfig;
 use crate::field_update::present;
+use crate::logger::LoggerConfig;
 use crate::rate_limit::RateLimitGroupConfig;
 pub use crate::rate_limit::{DriveUpdate, GroupUpdate};
 

@@ -1,9 +1,9 @@
 //! Why a VM could not be built or started ([`VmError`]): one variant per step of start-up.
 
-use arch::boot::BootError;
 use crate::device_manager::DeviceError;
-use arch::regs::RegsError;
 use crate::sandbox::SandboxError;
+use arch::boot::BootError;
+use arch::regs::RegsError;
 use arch::{acpi, mptable};
 
 /// Errors building or starting the VM.

@@ -6,9 +6,9 @@ use kvm_ioctls::{Kvm, VcpuFd, VmFd};
 use vm_memory::{GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion, MemoryRegionAddress};
 
 use super::error::{kvm_err, VmError};
-use arch::boot::BootEntry;
 use crate::config::VmConfig;
 use crate::host::KvmFlavor;
+use arch::boot::BootEntry;
 use arch::layout::ram_regions;
 use arch::{cpuid, msr, regs};
 
