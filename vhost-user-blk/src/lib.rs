@@ -5,10 +5,10 @@
 //! and handed to frontends through `devices::vhost_user`, one thread per socket
 //! (docs/vhost-user.md).
 
-pub mod args;
-pub mod config;
-pub mod controller;
-pub mod sandbox;
+pub(crate) mod args;
+pub(crate) mod config;
+pub(crate) mod controller;
+pub(crate) mod sandbox;
 
 use std::sync::{Arc, Mutex};
 
@@ -19,7 +19,7 @@ use devices::block::{BlockDeviceConfig, VirtioBlock};
 use devices::vhost_user::{VhostUserDevice, VhostUserServer};
 
 pub use args::VhostUserBlkArgs;
-pub use config::VhostUserConfig;
+pub use config::{VhostUserConfig, VhostUserDriveConfig};
 pub use controller::{BackendController, BackendDrive};
 
 /// Exit status for a bad command line, config or drive.
