@@ -10,14 +10,12 @@ use std::sync::{mpsc, Arc, Mutex};
 
 use serde_json::{json, Value};
 
-use crate::api::command::{
+use crate::command::{
     ApiCommand, ApiError, ApiReply, ApiRequest, IoThreadUpdate, Reply, Submit, VmAction,
-};
-use crate::api::replies::{
-    ConfigReply, DriveReport, DriveView, GroupView, IoThreadView, MetricsReport,
 };
 use crate::metrics::report::{DriveCounters, IoThreadReport, MetricFields, ThreadReport, VmReport};
 use crate::rate_limit::GroupReport;
+use crate::replies::{ConfigReply, DriveReport, DriveView, GroupView, IoThreadView, MetricsReport};
 
 /// Iothread `io0` after `update` (the default update: as configured).
 pub fn iothread(update: &IoThreadUpdate) -> IoThreadReport {

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::api::client::{self, Response};
-use crate::api::command::ApiCommand;
-use crate::api::server::{self, ApiServer, ServerLimits};
+use crate::client::{self, Response};
+use crate::command::ApiCommand;
+use crate::server::{self, ApiServer, ServerLimits};
 use crate::test_utils::fake_control;
 pub use crate::test_utils::fake_control::metrics;
 

@@ -11,7 +11,7 @@
 //! - [`prometheus`]: the text-format view of `GET /metrics`;
 //! - [`client`]: the small synchronous client behind `osprey api`.
 //!
-//! `GET /metrics` JSON, produced by the control thread, is [`crate::metrics::report::MetricsReport`].
+//! `GET /metrics` JSON, produced by the control thread, is [`replies::MetricsReport`].
 //! The endpoints are described in `docs/api/openapi.json`.
 
 pub mod body;
@@ -27,11 +27,18 @@ pub mod respond;
 pub mod routes;
 pub mod server;
 pub mod snapshot;
-pub mod socket;
 pub mod unsupported;
 
 pub use server::{start, ApiServer};
 pub use socket::ApiServerError;
+/// The socket file (it lives below, where start-up's preflight checks it too).
+pub use vmm_config::socket;
+
+// The types the API's commands and replies carry, from the crate below (paths as in the VMM).
+pub(crate) use vmm_config::{config, field_update, instance, logger, metrics, rate_limit, sandbox};
+
+#[cfg(any(test, feature = "test-utils"))]
+pub mod test_utils;
 
 #[cfg(test)]
 mod tests;

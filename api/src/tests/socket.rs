@@ -7,9 +7,9 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use super::harness::{body_json, Fake, TempDir};
-use crate::api::command::Submit;
-use crate::api::server::{self, HEADER_READ_TIMEOUT};
-use crate::api::ApiServerError;
+use crate::command::Submit;
+use crate::server::{self, HEADER_READ_TIMEOUT};
+use crate::ApiServerError;
 
 fn unused_submit() -> Submit {
     Arc::new(|_request| {})
@@ -46,7 +46,7 @@ fn a_reply_sent_as_the_server_stops_is_still_delivered() {
     let (replied, on_reply) = std::sync::mpsc::channel();
     // Like the VM: answer Shutdown, then stop the server at once.
     let submit: Submit = Arc::new(move |request| {
-        let _ = request.reply.send(Ok(crate::api::command::Reply::Done));
+        let _ = request.reply.send(Ok(crate::command::Reply::Done));
         let _ = replied.send(());
     });
     let server = server::start(&path, submit).expect("start");
@@ -54,7 +54,7 @@ fn a_reply_sent_as_the_server_stops_is_still_delivered() {
     let client_path = path.clone();
     let client = std::thread::spawn(move || {
         let body = Some(r#"{"action_type": "Shutdown"}"#);
-        crate::api::client::request(&client_path, "PUT", "/actions", body)
+        crate::client::request(&client_path, "PUT", "/actions", body)
     });
     on_reply
         .recv()
@@ -190,8 +190,8 @@ fn two_hundred_concurrent_requests_are_all_answered() {
 
 #[test]
 fn a_hook_that_fails_on_the_api_thread_hands_back_its_error() {
-    use crate::api::server::ApiHookError;
     use crate::sandbox::SandboxError;
+    use crate::server::ApiHookError;
     let fake = Fake::start();
     let r = fake.server.run_on_thread(Box::new(|| Ok(())));
     assert!(r.is_ok(), "{r:?}");

@@ -1,7 +1,7 @@
 //! Every route's success path, and the control thread's errors passed through.
 
 use super::harness::{assert_fault, body_json, short_limits, Fake};
-use crate::api::command::{ApiCommand, IoThreadUpdate, VmAction};
+use crate::command::{ApiCommand, IoThreadUpdate, VmAction};
 use crate::config::PollPolicyKind;
 
 #[test]
@@ -139,7 +139,7 @@ fn metrics_are_json_or_prometheus_text() {
     assert_eq!(r.status, 200);
     assert_eq!(body_json(&r), super::harness::metrics());
 
-    let text_checks = |r: &crate::api::client::Response| {
+    let text_checks = |r: &crate::client::Response| {
         assert_eq!(r.status, 200, "{r:?}");
         assert_eq!(
             r.header("content-type"),

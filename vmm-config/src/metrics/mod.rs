@@ -4,20 +4,20 @@
 //! knows below); this module turns them into the API's JSON ([`to_json`], [`combined_json`]; the typed objects
 //! that hold them are [`report`]),
 //! lists them by scope for the Prometheus view ([`SCOPES`], rendered by
-//! [`crate::api::prometheus`]) and writes the docs table ([`table`], docs/api/metrics.md).
+//! `api::prometheus`) and writes the docs table ([`table`], docs/api/metrics.md).
 
 use osprey_metrics::{Kind, Metric, MetricSet, Reading};
 use serde_json::{Map, Value};
 
 pub mod report;
 pub mod table;
-#[cfg(test)]
+#[cfg(any(test, feature = "test-utils"))]
 mod tests;
 
-/// Test helpers for other modules' tests (the Prometheus view's).
-#[cfg(test)]
-pub(crate) mod tests_support {
-    pub(crate) use super::tests::full_snapshot;
+/// Test helpers for other crates' tests (the API's Prometheus view's).
+#[cfg(any(test, feature = "test-utils"))]
+pub mod tests_support {
+    pub use super::tests::full_snapshot;
 }
 
 osprey_metrics::metric_set! {

@@ -50,7 +50,7 @@ impl VmConfig {
     }
 
     /// `machine-config`: the vCPU count and a memory size the host has.
-    pub(crate) fn check_machine(&self, host_mem_mib: u64) -> Result<(), ConfigError> {
+    pub fn check_machine(&self, host_mem_mib: u64) -> Result<(), ConfigError> {
         let m = &self.machine;
         if m.vcpu_count == 0 || m.vcpu_count > MAX_VCPUS {
             return Err(invalid(
@@ -78,7 +78,7 @@ impl VmConfig {
     }
 
     /// `boot-source`: a kernel is named and the command line is one the guest can take.
-    pub(crate) fn check_boot_source(&self) -> Result<(), ConfigError> {
+    pub fn check_boot_source(&self) -> Result<(), ConfigError> {
         if self.boot.kernel_image_path.as_os_str().is_empty() {
             return Err(invalid("boot-source.kernel_image_path", "must name a file"));
         }
@@ -118,7 +118,7 @@ impl VmConfig {
     }
 
     /// `metrics`: an interval the control loop can keep.
-    pub(crate) fn check_metrics(&self) -> Result<(), ConfigError> {
+    pub fn check_metrics(&self) -> Result<(), ConfigError> {
         match &self.metrics {
             Some(m) if m.interval_ms < 100 => Err(invalid(
                 "metrics.interval_ms",
@@ -236,7 +236,7 @@ fn check_firecracker_machine(m: &super::MachineConfig) -> Result<(), ConfigError
     Ok(())
 }
 
-pub(crate) fn check_iothread(i: usize, t: &IoThreadConfig) -> Result<(), ConfigError> {
+pub fn check_iothread(i: usize, t: &IoThreadConfig) -> Result<(), ConfigError> {
     if let Err(e) = crate::affinity::check(&t.cpu_affinity, &crate::affinity::allowed_cpus()) {
         return Err(invalid(
             format!("iothreads[{i}].cpu_affinity"),
@@ -261,7 +261,7 @@ pub(crate) fn check_iothread(i: usize, t: &IoThreadConfig) -> Result<(), ConfigE
 }
 
 /// `drives[i]`'s id, queues, fault injection and rate limiter, each on its own.
-pub(crate) fn check_drive_values(i: usize, d: &DriveConfig) -> Result<(), ConfigError> {
+pub fn check_drive_values(i: usize, d: &DriveConfig) -> Result<(), ConfigError> {
     let f = |name: &str| format!("drives[{i}].{name}");
     let id_ok = !d.drive_id.is_empty()
         && d.drive_id.len() <= 64

@@ -121,7 +121,7 @@ async fn read_limited(mut body: Body, limit: usize) -> Result<Vec<u8>, Fault> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::command::{ActionRequest, IoThreadUpdate};
+    use crate::command::{ActionRequest, IoThreadUpdate};
 
     fn message<T: DeserializeOwned + std::fmt::Debug>(body: &str) -> String {
         parse_bytes::<T>(body.as_bytes())

@@ -173,7 +173,7 @@ fn check_readable(field: &str, path: &Path) -> Result<u64, ConfigError> {
 /// The API socket path must be one start-up can bind (`api::socket::check_free`, which binding
 /// asks again): nothing there, or a stale socket file whose process is gone.
 fn check_socket_free(field: &str, path: &Path) -> Result<(), ConfigError> {
-    use crate::api::socket::{check_free, ApiServerError};
+    use crate::socket::{check_free, ApiServerError};
     let why = match check_free(path) {
         Ok(_) => return Ok(()),
         Err(ApiServerError::InUse { .. }) => format!(

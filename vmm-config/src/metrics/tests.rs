@@ -150,6 +150,6 @@ fn the_docs_table_is_generated_from_the_declarations() {
     let have = std::fs::read_to_string(path).unwrap_or_default();
     assert!(
         have == want,
-        "docs/api/metrics.md is stale: run `OSPREY_BLESS=1 cargo test -p vmm --lib metrics`"
+        "docs/api/metrics.md is stale: run `OSPREY_BLESS=1 cargo test -p vmm-config --lib metrics`"
     );
 }

@@ -1,5 +1,5 @@
-//! `docs/api/openapi.json` is the generated document ([`crate::api::routes::document`]), kept
-//! current by `OSPREY_BLESS=1 cargo test -p vmm --lib openapi`; the router serves exactly its
+//! `docs/api/openapi.json` is the generated document ([`crate::routes::document`]), kept
+//! current by `OSPREY_BLESS=1 cargo test -p api --lib openapi`; the router serves exactly its
 //! operations, and its request examples are accepted.
 
 use std::collections::BTreeSet;
@@ -7,8 +7,8 @@ use std::collections::BTreeSet;
 use serde_json::Value;
 
 use super::harness::Fake;
-use crate::api::openapi::{operations, render};
-use crate::api::routes::{document, routes};
+use crate::openapi::{operations, render};
+use crate::routes::{document, routes};
 
 const METHODS: [&str; 5] = ["GET", "PUT", "PATCH", "POST", "DELETE"];
 const FILE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/api/openapi.json");
@@ -38,7 +38,7 @@ fn the_openapi_file_is_the_generated_document() {
     let on_disk = std::fs::read_to_string(FILE).unwrap_or_default();
     assert!(
         on_disk == generated,
-        "docs/api/openapi.json is stale: run `OSPREY_BLESS=1 cargo test -p vmm --lib openapi`"
+        "docs/api/openapi.json is stale: run `OSPREY_BLESS=1 cargo test -p api --lib openapi`"
     );
 }
 

@@ -2,7 +2,7 @@
 //! parameter ([`PathId`]), and its rendering ([`render`]). The paths come from the route table's
 //! `#[utoipa::path]` annotations ([`super::routes::document`]) and the schemas from the typed
 //! bodies; `docs/api/openapi.json` is the rendering, rewritten by
-//! `OSPREY_BLESS=1 cargo test -p vmm --lib openapi` and checked by the same test.
+//! `OSPREY_BLESS=1 cargo test -p api --lib openapi` and checked by the same test.
 
 use utoipa::openapi::OpenApi;
 use utoipa::OpenApi as _;

@@ -14,7 +14,7 @@ fn patch_fault(fake: &Fake, body: &str) -> String {
 
 /// What a 404 says after the path: the paths there are.
 fn paths_hint() -> String {
-    format!("; the paths are {}", crate::api::routes::path_list())
+    format!("; the paths are {}", crate::routes::path_list())
 }
 
 #[test]

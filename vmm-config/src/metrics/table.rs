@@ -1,5 +1,5 @@
 //! The docs table of every metric (docs/api/metrics.md), generated from the declarations; a
-//! test fails when the file is stale (`OSPREY_BLESS=1 cargo test -p vmm --lib metrics` rewrites
+//! test fails when the file is stale (`OSPREY_BLESS=1 cargo test -p vmm-config --lib metrics` rewrites
 //! it).
 
 use std::fmt::Write as _;
@@ -12,8 +12,8 @@ use super::SCOPES;
 pub fn table() -> String {
     let mut out = String::from(
         "# Metrics\n\n\
-         <!-- Generated from the metric declarations (vmm/src/metrics): do not edit. After changing a\n\
-         declaration, run `OSPREY_BLESS=1 cargo test -p vmm --lib metrics` to rewrite this file. -->\n\n\
+         <!-- Generated from the metric declarations (vmm-config/src/metrics): do not edit. After changing a\n\
+         declaration, run `OSPREY_BLESS=1 cargo test -p vmm-config --lib metrics` to rewrite this file. -->\n\n\
          Every metric of `GET /metrics`, by scope. The JSON keeps each field in the unit it is\n\
          counted in (integer nanoseconds, milliseconds, per mille); the Prometheus text format\n\
          (`?format=prometheus`) converts to base units: seconds (a float), bytes, ratios from 0\n\
