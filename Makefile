@@ -35,7 +35,7 @@ kit: kernel
 
 # Linux guests: kernel milestones everywhere; fio inside Linux where the host has vmx/svm.
 test-linux: kit build
-	$(CARGO) test --release -p vmm --test linux_fio --test linux_milestones -- --nocapture
+	$(CARGO) test --release -p osprey --test linux_fio --test linux_milestones -- --nocapture
 
 $(DISK):
 	mkdir -p $(dir $@)
@@ -59,11 +59,11 @@ test: guest test-guest-check build
 
 # The issue-43 acceptance run: 20 snapshot/kill/restore rounds, each paused at its own point.
 test-snapshot-long: guest
-	OSPREY_SNAPSHOT_ROUNDS=100 $(CARGO) test -p vmm --test snapshot restored_in_a_new_process -- --nocapture
+	OSPREY_SNAPSHOT_ROUNDS=100 $(CARGO) test -p osprey --test snapshot restored_in_a_new_process -- --nocapture
 
 # Cloud Hypervisor as the vhost-user frontend (ignored by make test: CI has no build of it).
 test-cloud-hypervisor: guest
-	$(CARGO) test -p vmm --test vhost_user cloud_hypervisor -- --ignored --nocapture
+	$(CARGO) test -p osprey --test vhost_user cloud_hypervisor -- --ignored --nocapture
 
 lint:
 	$(CARGO) fmt --all -- --check

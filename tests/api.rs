@@ -753,7 +753,7 @@ fn the_live_tuning_example_stays_up_until_stopped() {
 }
 
 /// `promtool check metrics` (Prometheus' parser and linter) on the live exposition, where
-/// promtool is installed (.ci/run installs it; the unit test in vmm/src/api/prometheus covers
+/// promtool is installed (.ci/run installs it; the unit test in api/src/prometheus covers
 /// every declared metric with a Python fallback).
 fn promtool_finds_nothing(text: &str) {
     use std::io::Write as _;

@@ -544,7 +544,7 @@ fn drive_requests(sock: &Path) -> u64 {
 /// doing QD16 reads on 2 queues, each with the sandbox on (the snapshotted and the restored
 /// processes) and off. docs/snapshot.md records the numbers.
 ///
-/// `cargo test --release -p vmm --test snapshot timing -- --ignored --nocapture`
+/// `cargo test --release -p osprey --test snapshot timing -- --ignored --nocapture`
 #[test]
 #[ignore = "a measurement; run it in release with --ignored --nocapture"]
 fn timing_of_create_and_load_beside_boot() {

@@ -28,8 +28,8 @@ use vmm_sys_util::eventfd::EventFd;
 use crate::config::{DriveConfig, IoThreadConfig, IoUringConfig, VmConfig};
 use crate::drive::OpenedDrive;
 use crate::interrupts::{GsiRouter, KvmIoEvents};
-use crate::layout::{PCI_MMIO_END, PCI_MMIO_START};
 use crate::rate_limit::RateLimitGroupConfig;
+use arch::layout::{PCI_MMIO_END, PCI_MMIO_START};
 
 /// PCI configuration mechanism #1 ports.
 const PCI_CONFIG_PORT: u64 = 0xcf8;
@@ -291,7 +291,7 @@ impl LegacyDevices {
 
 /// Starts every iothread of `configs` (the effective config's: `VmConfig::fill_defaults` lists
 /// the implicit `io0`), each pinned to its CPUs. The vhost-user backend starts its own here too.
-pub(crate) fn spawn_iothreads(
+pub fn spawn_iothreads(
     configs: &[IoThreadConfig],
     dynamic_weights: bool,
 ) -> Result<BTreeMap<String, Arc<IoThread>>, IoThreadError> {
@@ -314,9 +314,7 @@ pub(crate) fn spawn_iothreads(
 }
 
 /// Each rate-limit group's shared limiter, by group id.
-pub(crate) fn group_limiters(
-    groups: &[RateLimitGroupConfig],
-) -> BTreeMap<String, Arc<RateLimiter>> {
+pub fn group_limiters(groups: &[RateLimitGroupConfig]) -> BTreeMap<String, Arc<RateLimiter>> {
     groups
         .iter()
         .map(|g| {

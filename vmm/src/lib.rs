@@ -1,51 +1,28 @@
-//! Osprey's VMM: configuration, KVM set-up, boot, vCPUs and device wiring.
+//! Osprey's VMM: KVM set-up, boot, vCPUs, device wiring, the control loop, snapshots.
 //!
-//! The `osprey` binary (`main.rs`) is a thin shell over [`vm::run`]. Module map: `docs/ARCHITECTURE.md`.
+//! The `osprey` binary (the `osprey` crate) is a thin shell over [`vm::run`]. Module map: `docs/ARCHITECTURE.md`.
 
-pub mod acpi;
-pub mod affinity;
-pub mod allowed_folders;
-pub mod api;
-pub mod boot;
-pub mod boot_timing;
-pub mod cli;
-pub mod config;
-pub mod control;
 pub mod control_loop;
-pub mod cpu_usage;
-pub mod cpuid;
+pub(crate) mod controller;
+pub(crate) mod cpu_usage;
 pub mod device_manager;
-pub mod drive;
 pub mod events;
-pub mod fault_injection;
-pub mod host;
-pub mod instance;
-pub mod interrupts;
-pub mod kernel_image;
+pub(crate) mod interrupts;
 pub mod launch;
-pub mod layout;
 pub mod live_tuning;
-pub mod logger;
-pub mod metrics;
-#[cfg(test)]
-mod module_cycles;
-pub mod mptable;
-pub mod msr;
-pub mod patch;
 pub mod preboot;
-pub mod preflight;
-pub mod rate_limit;
-pub mod regs;
-pub mod sandbox;
-pub mod seccomp;
 pub mod snapshot;
-pub mod snapshot_folder;
 pub mod stop;
-pub mod swap_folder;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod test_utils;
-pub mod thread_weights;
-pub mod unpack;
-pub mod vcpu;
-pub mod vhost_user;
+
+pub(crate) mod vcpu;
 pub mod vm;
+
+// The layers below, at the paths the VMM's modules and its users name them by.
+pub use api;
+pub use vmm_config::{
+    affinity, allowed_folders, boot_timing, config, drive, fault_injection, host, instance, logger,
+    metrics, rate_limit, sandbox, seccomp, snapshot_folder, swap_folder, thread_weights,
+};
+pub(crate) use vmm_config::{field_update, preflight};

@@ -1,8 +1,10 @@
-//! Live changes to a running dataplane, shared by the VMM's controller (`control.rs`) and the
-//! vhost-user backend's (`vhost_user/control.rs`): an iothread's poll and batch parameters and a
+//! Live changes to a running dataplane, shared by the VMM's controller (`controller.rs`) and the
+//! vhost-user backend's (the vhost-user-blk crate's): an iothread's poll and batch parameters and a
 //! rate-limit group's buckets, each checked whole before anything changes (the PATCH rule of
-//! [`crate::patch`]), and the per-thread CPU report of `GET /metrics`.
+//! [`crate::field_update`]), the commands that touch only iothreads and groups ([`Dataplane`]),
+//! and the per-thread CPU report of `GET /metrics`.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use dataplane::rate_limit::RateLimiter;
@@ -10,11 +12,15 @@ use dataplane::IoThread;
 use devices::block::throttle::DriveRateLimits;
 use serde_json::json;
 
-use crate::api::command::{ApiError, GroupUpdate, IoThreadUpdate};
+use crate::api::command::{
+    ApiCommand, ApiError, ApiReply, DriveUpdate, GroupUpdate, IoThreadUpdate, Reply,
+};
+use crate::api::replies::{GroupView, IoThreadView};
 use crate::config::{IoThreadConfig, PollPolicyKind};
+use crate::device_manager::iothread_report;
+use crate::field_update;
 use crate::metrics::report::ThreadReport;
-use crate::patch;
-use crate::rate_limit::{RateLimitGroupConfig, RateLimiterConfig};
+use crate::rate_limit::{GroupReport, RateLimitGroupConfig, RateLimiterConfig};
 
 /// An iothread's parameters in force after a PATCH, for its config entry.
 #[derive(Debug, Clone, Copy)]
@@ -45,17 +51,17 @@ pub fn patch_iothread(
     let defaults = IoThreadConfig::with_id(id);
     let mut params = thread.poll_params();
     let mut policy = PollPolicyKind::from(params.policy);
-    patch::apply(&u.poll_max_ns, &mut params.max_ns, defaults.poll_max_ns);
-    patch::apply(&u.poll_grow, &mut params.grow, defaults.poll_grow);
-    patch::apply(&u.poll_shrink, &mut params.shrink, defaults.poll_shrink);
-    patch::apply(&u.poll_policy, &mut policy, defaults.poll_policy);
-    patch::apply(&u.poll_weight, &mut params.weight, defaults.poll_weight);
+    field_update::apply(&u.poll_max_ns, &mut params.max_ns, defaults.poll_max_ns);
+    field_update::apply(&u.poll_grow, &mut params.grow, defaults.poll_grow);
+    field_update::apply(&u.poll_shrink, &mut params.shrink, defaults.poll_shrink);
+    field_update::apply(&u.poll_policy, &mut policy, defaults.poll_policy);
+    field_update::apply(&u.poll_weight, &mut params.weight, defaults.poll_weight);
     params.policy = policy.into();
     params
         .validate()
         .map_err(|e| ApiError::BadRequest(e.to_string()))?;
     let mut max_batch = thread.max_batch() as u32;
-    patch::apply(&u.max_batch, &mut max_batch, defaults.max_batch);
+    field_update::apply(&u.max_batch, &mut max_batch, defaults.max_batch);
     if max_batch as usize > dataplane::iothread::MAX_MAX_BATCH {
         return Err(ApiError::BadRequest(format!(
             "max_batch: must be at most {} (0 means the default, {}), got {max_batch}",
@@ -128,6 +134,140 @@ pub fn patch_group<'a>(
     }
     log::info!("rate limit group {id}: changed by the API: {}", json!(u));
     Ok(())
+}
+
+/// A `PATCH /drives/{id}` body that names another drive is refused.
+pub fn check_drive_id(u: &DriveUpdate, id: &str) -> Result<(), ApiError> {
+    match u.drive_id.as_deref().filter(|named| *named != id) {
+        Some(named) => Err(ApiError::BadRequest(format!(
+            "drive_id: `{named}` differs from the path's id `{id}`"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// A `404` naming what has no such id.
+pub fn not_found(kind: &str, id: &str) -> ApiError {
+    ApiError::NotFound(format!("no {kind} with id `{id}`"))
+}
+
+/// The running dataplane a controller answers for, the VMM's and the vhost-user backend's
+/// alike: its iothreads and rate-limit groups by id, with their config entries.
+#[derive(Debug)]
+pub struct Dataplane<'a> {
+    /// Iothreads by id.
+    pub iothreads: &'a BTreeMap<String, Arc<IoThread>>,
+    /// Their config entries (kept up to date by PATCH).
+    pub iothread_configs: &'a mut [IoThreadConfig],
+    /// Rate-limit groups by id.
+    pub groups: &'a BTreeMap<String, Arc<RateLimiter>>,
+    /// Their config entries (kept up to date by PATCH).
+    pub group_configs: &'a mut [RateLimitGroupConfig],
+    /// Each drive's id and rate-limit group, for the groups' reports.
+    pub drive_groups: Vec<(&'a str, Option<&'a str>)>,
+}
+
+impl Dataplane<'_> {
+    /// Carries out a command that touches only iothreads and groups (`GET|PATCH
+    /// /iothreads[/{id}]`, `GET|PATCH /rate-limit-groups[/{id}]`); any other is a 500.
+    pub fn execute(&mut self, command: &ApiCommand) -> ApiReply {
+        match command {
+            ApiCommand::ListIoThreads => Ok(Reply::IoThreads(
+                self.iothreads
+                    .iter()
+                    .map(|(id, t)| IoThreadView::Running(iothread_report(id, t)))
+                    .collect(),
+            )),
+            ApiCommand::GetIoThread(id) => self
+                .iothreads
+                .get(id)
+                .map(|t| Reply::IoThread(Box::new(IoThreadView::Running(iothread_report(id, t)))))
+                .ok_or_else(|| not_found("iothread", id)),
+            ApiCommand::PatchIoThread(id, u) => self.patch_iothread(id, u),
+            ApiCommand::ListRateLimitGroups => Ok(Reply::Groups(
+                self.group_reports()
+                    .into_iter()
+                    .map(GroupView::Running)
+                    .collect(),
+            )),
+            ApiCommand::GetRateLimitGroup(id) => self
+                .group_report(id)
+                .map(|g| Reply::Group(Box::new(GroupView::Running(g))))
+                .ok_or_else(|| not_found("rate limit group", id)),
+            ApiCommand::PatchRateLimitGroup(id, u) => self.patch_group(id, u),
+            _ => Err(ApiError::Internal(
+                "not an iothread or rate-limit group command".into(),
+            )),
+        }
+    }
+
+    /// Validates the whole update against the current values, then applies it: all or nothing.
+    fn patch_iothread(&mut self, id: &str, u: &IoThreadUpdate) -> ApiReply {
+        let thread = self
+            .iothreads
+            .get(id)
+            .ok_or_else(|| not_found("iothread", id))?;
+        let in_force = patch_iothread(thread, id, u)?;
+        let entry = self
+            .iothread_configs
+            .iter_mut()
+            .find(|t| t.id == id)
+            .ok_or_else(|| ApiError::Internal(format!("iothread {id} has no config")))?;
+        in_force.write_to(entry);
+        Ok(Reply::Done)
+    }
+
+    /// Changes a group's buckets (each absent: kept; null: removed); every drive of the group
+    /// sees them at its next request.
+    fn patch_group(&mut self, id: &str, u: &GroupUpdate) -> ApiReply {
+        let limiter = self
+            .groups
+            .get(id)
+            .ok_or_else(|| not_found("rate limit group", id))?;
+        let cfg = self
+            .group_configs
+            .iter_mut()
+            .find(|g| g.id == id)
+            .ok_or_else(|| ApiError::Internal(format!("group {id} has no config")))?;
+        patch_group(limiter, cfg, self.iothreads.values(), id, u)?;
+        Ok(Reply::Done)
+    }
+
+    /// Every group's report, by id.
+    pub fn group_reports(&self) -> Vec<GroupReport> {
+        group_reports(self.groups, &self.drive_groups)
+    }
+
+    fn group_report(&self, id: &str) -> Option<GroupReport> {
+        group_report(self.groups, &self.drive_groups, id)
+    }
+}
+
+/// Group `id`'s report, `None` if there is no such group; `drive_groups` holds each drive's id
+/// and group.
+pub fn group_report(
+    groups: &BTreeMap<String, Arc<RateLimiter>>,
+    drive_groups: &[(&str, Option<&str>)],
+    id: &str,
+) -> Option<GroupReport> {
+    let drives: Vec<&str> = drive_groups
+        .iter()
+        .filter(|(_, group)| *group == Some(id))
+        .map(|(drive, _)| *drive)
+        .collect();
+    let limiter = groups.get(id)?;
+    Some(crate::rate_limit::group_report(id, limiter, &drives))
+}
+
+/// Every group's report, by id ([`group_report`]).
+pub fn group_reports(
+    groups: &BTreeMap<String, Arc<RateLimiter>>,
+    drive_groups: &[(&str, Option<&str>)],
+) -> Vec<GroupReport> {
+    groups
+        .keys()
+        .filter_map(|id| group_report(groups, drive_groups, id))
+        .collect()
 }
 
 /// CPU time of every thread of the process, for `GET /metrics`.

@@ -168,7 +168,7 @@ pub fn saveable_msrs(kvm: &Kvm, vcpu: &VcpuFd) -> Result<Vec<u32>, KvmStateError
         .get_msr_index_list()
         .map_err(ioctl("KVM_GET_MSR_INDEX_LIST"))?;
     let mut candidates = listed.as_slice().to_vec();
-    for (index, _) in crate::msr::boot_msrs() {
+    for (index, _) in arch::msr::boot_msrs() {
         if !candidates.contains(&index) {
             candidates.push(index);
         }
@@ -184,7 +184,7 @@ pub fn saveable_msrs(kvm: &Kvm, vcpu: &VcpuFd) -> Result<Vec<u32>, KvmStateError
 }
 
 fn packed_msrs(pairs: &[(u32, u64)]) -> Result<Msrs, KvmStateError> {
-    crate::msr::to_kvm(pairs).map_err(|_| KvmStateError::Packing { what: "MSR list" })
+    arch::msr::to_kvm(pairs).map_err(|_| KvmStateError::Packing { what: "MSR list" })
 }
 
 /// Reads `msr_indices` in one `KVM_GET_MSRS`; all of them or an error.

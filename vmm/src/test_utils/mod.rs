@@ -6,6 +6,6 @@
 //! integration tests (`tests/fuzz_regressions.rs`) and the fuzz targets (`fuzz/`). Not in a `cargo
 //! build` of the `osprey` binary.
 
-pub mod fake_control;
+pub use api::test_utils::fake_control;
 pub mod fuzz;
-pub mod messages;
+pub use vmm_config::test_utils::messages;

@@ -1,10 +1,10 @@
 //! Why a VM could not be built or started ([`VmError`]): one variant per step of start-up.
 
-use crate::boot::BootError;
 use crate::device_manager::DeviceError;
-use crate::regs::RegsError;
 use crate::sandbox::SandboxError;
-use crate::{acpi, mptable};
+use arch::boot::BootError;
+use arch::regs::RegsError;
+use arch::{acpi, mptable};
 
 /// Errors building or starting the VM.
 #[derive(Debug, thiserror::Error)]
@@ -63,7 +63,7 @@ pub enum VmError {
     Api(#[source] crate::api::ApiServerError),
     /// The API thread that served before the start could not enter the sandbox.
     #[error("entering the sandbox on the API thread: {0}")]
-    ApiSandbox(String),
+    ApiSandbox(#[source] crate::api::server::ApiHookError),
     /// The API thread stopped before the VM was started over it.
     #[error("the API thread stopped before InstanceStart")]
     ApiStopped,

@@ -6,11 +6,11 @@ use kvm_ioctls::{Kvm, VcpuFd, VmFd};
 use vm_memory::{GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion, MemoryRegionAddress};
 
 use super::error::{kvm_err, VmError};
-use crate::boot::BootEntry;
 use crate::config::VmConfig;
 use crate::host::KvmFlavor;
-use crate::layout::ram_regions;
-use crate::{cpuid, msr, regs};
+use arch::boot::BootEntry;
+use arch::layout::ram_regions;
+use arch::{cpuid, msr, regs};
 
 /// Opens KVM, checks the vCPU count against it, and creates the VM with its TSS, guest memory
 /// (zeroed, or mapped privately from a snapshot's `mem_file`), in-kernel irqchip and PIT.

@@ -21,7 +21,6 @@ use kvm_ioctls::VmFd;
 use vm_memory::GuestMemoryMmap;
 
 use crate::api::server::{ApiServer, SubmitSwitch};
-use crate::boot::{self, BootEntry, BootSpec};
 use crate::config::VmConfig;
 use crate::control_loop::ControlLoop;
 use crate::device_manager::{self, Devices};
@@ -34,7 +33,8 @@ use crate::snapshot::state::{LimiterOwner, SnapshotState};
 use crate::snapshot_folder::SnapshotFolders;
 use crate::stop::StopReason;
 use crate::vcpu::VcpuRunner;
-use crate::{acpi, mptable};
+use arch::boot::{self, BootEntry, BootSpec};
+use arch::{acpi, mptable};
 use error::kvm_err;
 pub use error::VmError;
 use running::MetricsFile;

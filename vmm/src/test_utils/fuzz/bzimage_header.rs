@@ -1,8 +1,8 @@
-//! `vmm::unpack` on arbitrary bytes: the setup-header parser, the payload bounds, the magic
+//! `arch::unpack` on arbitrary bytes: the setup-header parser, the payload bounds, the magic
 //! sniffing and every decoder, with a 16 MiB output limit so a tiny input cannot make the fuzzer
 //! allocate the production limit. Any outcome but a panic (or a hang) is fine.
 
-use crate::unpack::{decompress, detect, parse_setup, payload};
+use arch::unpack::{decompress, detect, parse_setup, payload};
 
 /// One input.
 pub fn run(data: &[u8]) {

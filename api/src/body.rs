@@ -1,0 +1,174 @@
+//! Request bodies: the Content-Type check, the size limit and JSON parsing whose errors name
+//! the offending field, all before a command is built (a refused body changes nothing).
+
+use std::pin::Pin;
+
+use axum::body::{Body, HttpBody};
+use axum::extract::Request;
+use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
+use axum::http::HeaderMap;
+use serde::de::DeserializeOwned;
+
+use super::fault::Fault;
+
+/// Largest request body accepted (64 KiB); bigger ones get 413.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// Checks the request's Content-Type, reads its body (at most `limit` bytes) and parses it as
+/// `T`; every refusal is a [`Fault`] (400 or 413).
+pub async fn parse_json<T: DeserializeOwned>(request: Request, limit: usize) -> Result<T, Fault> {
+    check_content_type(request.headers())?;
+    check_declared_length(request.headers(), limit)?;
+    let bytes = read_limited(request.into_body(), limit).await?;
+    parse_bytes(&bytes)
+}
+
+/// Parses a JSON object body, naming the field that is wrong
+/// in the JSON's words (`poll_max_ns: invalid value: number -1, expected an integer from 0 to
+/// 18446744073709551615`).
+pub fn parse_bytes<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Fault> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err(Fault::bad_request(
+            "request body is empty: expected a JSON object",
+        ));
+    }
+    let value: serde_json::Value = serde_json::from_slice(bytes)
+        .map_err(|e| Fault::bad_request(format!("malformed JSON: {e}")))?;
+    if !value.is_object() {
+        // serde would read a struct from an array too; the API takes objects only.
+        return Err(Fault::bad_request(format!(
+            "expected a JSON object, not {}",
+            kind(&value)
+        )));
+    }
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        let reason = crate::config::words::in_json_words(&e.into_inner().to_string());
+        if path == "." {
+            Fault::bad_request(reason.to_string())
+        } else {
+            Fault::bad_request(format!("{path}: {reason}"))
+        }
+    })
+}
+
+fn kind(value: &serde_json::Value) -> &'static str {
+    match value {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
+/// Accepts `application/json`, with or without parameters (`; charset=utf-8`).
+fn check_content_type(headers: &HeaderMap) -> Result<(), Fault> {
+    let Some(value) = headers.get(CONTENT_TYPE) else {
+        return Err(Fault::bad_request(
+            "Content-Type must be application/json (the request has none)",
+        ));
+    };
+    let text = value.to_str().unwrap_or("");
+    let media = text.split(';').next().unwrap_or("").trim();
+    if media.eq_ignore_ascii_case("application/json") {
+        Ok(())
+    } else {
+        Err(Fault::bad_request(format!(
+            "Content-Type must be application/json, not {text:?}"
+        )))
+    }
+}
+
+/// Refuses a body whose declared length is already over the limit, without reading it.
+fn check_declared_length(headers: &HeaderMap, limit: usize) -> Result<(), Fault> {
+    let declared = headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    match declared {
+        Some(n) if n > limit as u64 => Err(Fault::too_large(limit)),
+        _ => Ok(()),
+    }
+}
+
+/// Collects the body, stopping with 413 as soon as it passes `limit` bytes (chunked bodies
+/// declare no length).
+async fn read_limited(mut body: Body, limit: usize) -> Result<Vec<u8>, Fault> {
+    let mut bytes = Vec::new();
+    loop {
+        let frame = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await;
+        match frame {
+            None => return Ok(bytes),
+            Some(Err(e)) => {
+                return Err(Fault::bad_request(format!(
+                    "cannot read the request body: {e}"
+                )))
+            }
+            Some(Ok(frame)) => {
+                if let Some(data) = frame.data_ref() {
+                    if bytes.len() + data.len() > limit {
+                        return Err(Fault::too_large(limit));
+                    }
+                    bytes.extend_from_slice(data);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::command::{ActionRequest, IoThreadUpdate};
+
+    fn message<T: DeserializeOwned + std::fmt::Debug>(body: &str) -> String {
+        parse_bytes::<T>(body.as_bytes())
+            .expect_err("must be refused")
+            .message
+    }
+
+    #[test]
+    fn errors_name_the_field_without_a_position() {
+        assert_eq!(
+            message::<IoThreadUpdate>(r#"{"poll_max_ns": -1}"#),
+            "poll_max_ns: invalid value: number -1, expected an integer from 0 to 18446744073709551615"
+        );
+        assert_eq!(
+            message::<IoThreadUpdate>(r#"{"poll_weight": 4294967296}"#),
+            "poll_weight: invalid value: number 4294967296, expected an integer from 0 to 4294967295"
+        );
+        assert_eq!(
+            message::<IoThreadUpdate>(r#"{"poll_policy": "Fast"}"#),
+            "poll_policy: unknown variant `Fast`, expected one of `Classic`, `Weighted`, `Adaptive`"
+        );
+        assert_eq!(
+            message::<ActionRequest>(r#"{"action_type": 3}"#),
+            "action_type: invalid type: number 3, expected a string"
+        );
+    }
+
+    #[test]
+    fn unknown_fields_and_syntax_errors_are_named() {
+        let m = message::<IoThreadUpdate>(r#"{"poll_max": 1}"#);
+        assert!(
+            m.starts_with("poll_max: unknown field `poll_max`, expected one of"),
+            "{m}"
+        );
+        let m = message::<IoThreadUpdate>(r#"{"poll_max_ns": 1"#);
+        assert!(m.starts_with("malformed JSON: EOF while parsing"), "{m}");
+        let m = message::<IoThreadUpdate>("{poll}");
+        assert!(m.starts_with("malformed JSON: key must be a string"), "{m}");
+        assert_eq!(
+            message::<IoThreadUpdate>("  "),
+            "request body is empty: expected a JSON object"
+        );
+        assert_eq!(
+            message::<IoThreadUpdate>("[1]"),
+            "expected a JSON object, not an array"
+        );
+        let m = message::<ActionRequest>("{}");
+        assert_eq!(m, "missing field `action_type`");
+    }
+}

@@ -1,0 +1,315 @@
+//! The API thread: a current-thread tokio runtime serving the router over HTTP/1.1 on the Unix
+//! socket, one task per connection, with a header read timeout so an idle client costs nothing.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use axum::Router;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::{watch, Notify};
+use tokio::task::JoinSet;
+
+use super::body::MAX_BODY_BYTES;
+use super::command::Submit;
+use super::malformed::FaultBodyStream;
+use super::routes::{router, ApiState};
+use super::socket;
+pub use super::socket::ApiServerError;
+
+/// Time a client has to send a request's headers, including the first one.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// Time the control thread has to answer a command.
+pub const REPLY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Timeouts and limits of a server; [`start`] uses the defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerLimits {
+    /// See [`HEADER_READ_TIMEOUT`].
+    pub header_read_timeout: Duration,
+    /// See [`REPLY_TIMEOUT`].
+    pub reply_timeout: Duration,
+    /// See [`MAX_BODY_BYTES`].
+    pub max_body: usize,
+}
+
+impl Default for ServerLimits {
+    fn default() -> Self {
+        Self {
+            header_read_timeout: HEADER_READ_TIMEOUT,
+            reply_timeout: REPLY_TIMEOUT,
+            max_body: MAX_BODY_BYTES,
+        }
+    }
+}
+
+/// A running API server. [`ApiServer::shutdown`] stops its thread; dropping it also removes
+/// the socket file.
+#[derive(Debug)]
+pub struct ApiServer {
+    socket: PathBuf,
+    stop: Arc<Notify>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    /// Hooks for the API thread to run between requests ([`ApiServer::run_on_thread`]).
+    hooks: tokio::sync::mpsc::UnboundedSender<LateHook>,
+}
+
+/// A hook and where its result goes.
+type LateHook = (
+    OnStart,
+    std::sync::mpsc::Sender<Result<(), crate::sandbox::SandboxError>>,
+);
+
+/// Why a hook did not run on the API thread ([`ApiServer::run_on_thread`]).
+#[derive(Debug, thiserror::Error)]
+pub enum ApiHookError {
+    /// The thread is gone: the server stopped.
+    #[error("the API thread has stopped")]
+    Stopped,
+    /// The thread did not answer within the reply timeout.
+    #[error("the API thread did not run the hook")]
+    NoAnswer,
+    /// The hook ran and failed.
+    #[error(transparent)]
+    Failed(crate::sandbox::SandboxError),
+}
+
+/// Where the API thread's commands go, changeable while it serves: a VM configured over the API
+/// hands its commands first to the pre-boot loop, then to the running VM's control thread.
+#[derive(Clone)]
+pub struct SubmitSwitch(Arc<std::sync::RwLock<Submit>>);
+
+impl SubmitSwitch {
+    /// Sends to `to` until [`SubmitSwitch::set`].
+    pub fn new(to: Submit) -> Self {
+        Self(Arc::new(std::sync::RwLock::new(to)))
+    }
+
+    /// Sends to `to` from now on.
+    pub fn set(&self, to: Submit) {
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = to;
+    }
+
+    /// The `submit` to give the server.
+    pub fn submit(&self) -> Submit {
+        let inner = self.0.clone();
+        Arc::new(move |request| {
+            let to = inner.read().unwrap_or_else(|p| p.into_inner()).clone();
+            to(request);
+        })
+    }
+}
+
+impl std::fmt::Debug for SubmitSwitch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SubmitSwitch")
+    }
+}
+
+/// Binds `socket` and serves the API on a thread named `api`, handing commands to `submit`.
+pub fn start(socket: &Path, submit: Submit) -> Result<ApiServer, ApiServerError> {
+    start_with(socket, submit, ServerLimits::default())
+}
+
+/// Code run on the API thread after the socket is bound, before serving (the VMM installs the
+/// API thread's seccomp filter with it). An error stops the thread before it serves.
+pub type OnStart = crate::sandbox::ThreadHook;
+
+/// [`start`] with other timeouts and limits (tests use short ones).
+pub fn start_with(
+    socket: &Path,
+    submit: Submit,
+    limits: ServerLimits,
+) -> Result<ApiServer, ApiServerError> {
+    start_hooked(socket, submit, limits, None)
+}
+
+/// [`start_with`], running `on_start` on the API thread before it serves.
+pub fn start_hooked(
+    socket: &Path,
+    submit: Submit,
+    limits: ServerLimits,
+    on_start: Option<OnStart>,
+) -> Result<ApiServer, ApiServerError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()
+        .map_err(ApiServerError::Thread)?;
+    let std_listener = socket::bind(socket)?;
+    let listener = {
+        let _context = runtime.enter();
+        UnixListener::from_std(std_listener).map_err(|source| ApiServerError::Socket {
+            path: socket.to_path_buf(),
+            source,
+        })
+    };
+    let listener = match listener {
+        Ok(l) => l,
+        Err(e) => {
+            let _ = std::fs::remove_file(socket);
+            return Err(e);
+        }
+    };
+    let app = router(ApiState {
+        submit,
+        reply_timeout: limits.reply_timeout,
+        max_body: limits.max_body,
+    });
+    let stop = Arc::new(Notify::new());
+    let thread_stop = stop.clone();
+    let (hooks, hooks_rx) = tokio::sync::mpsc::unbounded_channel();
+    let spawned = std::thread::Builder::new()
+        .name("api".into())
+        .spawn(move || {
+            if let Some(hook) = on_start {
+                if let Err(e) = hook() {
+                    log::error!("API thread: {e}; not serving");
+                    return;
+                }
+            }
+            runtime.block_on(serve(
+                listener,
+                app,
+                limits.header_read_timeout,
+                thread_stop,
+                hooks_rx,
+            ));
+        });
+    match spawned {
+        Ok(thread) => Ok(ApiServer {
+            socket: socket.to_path_buf(),
+            stop,
+            thread: Mutex::new(Some(thread)),
+            hooks,
+        }),
+        Err(e) => {
+            let _ = std::fs::remove_file(socket);
+            Err(ApiServerError::Thread(e))
+        }
+    }
+}
+
+impl ApiServer {
+    /// The socket path.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// Runs `hook` on the API thread between requests and waits for it (a VM started over the
+    /// API puts the thread in its sandbox so). An error if the hook fails or the thread is gone.
+    pub fn run_on_thread(&self, hook: OnStart) -> Result<(), ApiHookError> {
+        let (done, result) = std::sync::mpsc::channel();
+        self.hooks
+            .send((hook, done))
+            .map_err(|_| ApiHookError::Stopped)?;
+        result
+            .recv_timeout(REPLY_TIMEOUT)
+            .map_err(|_| ApiHookError::NoAnswer)?
+            .map_err(ApiHookError::Failed)
+    }
+
+    /// Stops accepting, drops open connections and joins the thread. Idempotent.
+    pub fn shutdown(&self) {
+        self.stop.notify_one();
+        let thread = match self.thread.lock() {
+            Ok(mut guard) => guard.take(),
+            Err(poisoned) => poisoned.into_inner().take(),
+        };
+        if let Some(thread) = thread {
+            if thread.join().is_err() {
+                log::error!("The API thread panicked");
+            }
+        }
+    }
+}
+
+impl Drop for ApiServer {
+    fn drop(&mut self) {
+        self.shutdown();
+        if let Err(e) = std::fs::remove_file(&self.socket) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                log::warn!("Cannot remove API socket {}: {e}", self.socket.display());
+            }
+        }
+    }
+}
+
+/// How long in-flight requests may take to finish once the server is told to stop (a reply to
+/// `PUT /actions` Shutdown is written while the VM stops).
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
+
+/// Accepts until told to stop, then lets open connections finish their current response (idle
+/// ones close at once) for up to [`SHUTDOWN_GRACE`]; returning drops the runtime and with it
+/// whatever is left.
+async fn serve(
+    listener: UnixListener,
+    app: Router,
+    header_timeout: Duration,
+    stop: Arc<Notify>,
+    mut hooks: tokio::sync::mpsc::UnboundedReceiver<LateHook>,
+) {
+    let (closing_tx, closing) = watch::channel(false);
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            () = stop.notified() => break,
+            Some((hook, done)) = hooks.recv() => {
+                let _ = done.send(hook());
+            }
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    let task = connection(stream, app.clone(), header_timeout, closing.clone());
+                    connections.spawn(task);
+                }
+                Err(e) => {
+                    // Out of file descriptors and the like: back off rather than spin.
+                    log::warn!("API socket accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+        }
+        while connections.try_join_next().is_some() {}
+    }
+    drop(listener);
+    let _ = closing_tx.send(true);
+    let drain = async { while connections.join_next().await.is_some() {} };
+    if tokio::time::timeout(SHUTDOWN_GRACE, drain).await.is_err() {
+        log::debug!("API connections still open at shutdown are dropped");
+    }
+}
+
+async fn connection(
+    stream: UnixStream,
+    app: Router,
+    header_timeout: Duration,
+    mut closing: watch::Receiver<bool>,
+) {
+    let conn = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_timeout)
+        .serve_connection(
+            TokioIo::new(FaultBodyStream::new(stream)),
+            TowerToHyperService::new(app),
+        );
+    tokio::pin!(conn);
+    let served = tokio::select! {
+        served = conn.as_mut() => served,
+        () = closed(&mut closing) => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    if let Err(e) = served {
+        log::debug!("API connection closed: {e}");
+    }
+}
+
+/// Resolves once the server is closing (or gone).
+async fn closed(closing: &mut watch::Receiver<bool>) {
+    let _ = closing.wait_for(|closing| *closing).await;
+}
