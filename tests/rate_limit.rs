@@ -97,9 +97,10 @@ fn a_one_time_burst_is_spent_first_and_once_and_a_group_limit_binds_its_drive() 
     );
     let secs = m["elapsed_ns"].as_f64().expect("elapsed") / 1e9;
     // The limiter allows no faster than 0.99 s; the 2,050 unthrottled requests themselves take a
-    // few tens of ms. Without the burst the run takes 1.39 s; a burst spent twice, 0.59 s.
+    // few tens of ms, more on a busy host (1.08 s seen while builds ran). Without the burst the
+    // run takes 1.39 s; a burst spent twice, 0.59 s: the bounds keep both outside.
     assert!(
-        (0.99 * 0.97..=0.99 + 0.07).contains(&secs),
+        (0.99 * 0.97..=0.99 + 0.2).contains(&secs),
         "burst then 5,000 IOPS: {secs:.3} s"
     );
     let left = stats["ops_tokens"].as_u64().expect("ops tokens");
