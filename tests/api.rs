@@ -351,7 +351,7 @@ fn bad_input_is_answered_without_harming_the_vm() {
         ("unknown field", b"PATCH /iothreads/io0 HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 12\r\nConnection: close\r\n\r\n{\"bogus\": 1}".to_vec()),
         ("negative", b"PATCH /iothreads/io0 HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 19\r\nConnection: close\r\n\r\n{\"poll_max_ns\": -5}".to_vec()),
         ("overflow", b"PATCH /iothreads/io0 HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 37\r\nConnection: close\r\n\r\n{\"poll_max_ns\": 99999999999999999999}".to_vec()),
-        ("content type", b"PATCH /iothreads/io0 HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 18\r\nConnection: close\r\n\r\n{\"poll_max_ns\": 0}".to_vec()),
+        ("not JSON", b"PATCH /iothreads/io0 HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 13\r\nConnection: close\r\n\r\npoll_max_ns=0".to_vec()),
     ];
     let unparsable: Vec<(&str, Vec<u8>)> = vec![
         (
