@@ -9,7 +9,8 @@
 //!   errors; [`malformed`]: the same body for requests hyper cannot parse;
 //! - [`openapi`]: the OpenAPI document's frame and rendering (docs/api/openapi.json);
 //! - [`prometheus`]: the text-format view of `GET /metrics`;
-//! - [`client`]: the small synchronous client behind `osprey api`.
+//! - [`client`]: the small synchronous client behind `osprey api`;
+//! - `conformance` (tests only): answers checked against the OpenAPI document.
 //!
 //! `GET /metrics` JSON, produced by the control thread, is [`crate::metrics::report::MetricsReport`].
 //! The endpoints are described in `docs/api/openapi.json`.
@@ -17,6 +18,8 @@
 pub mod body;
 pub mod client;
 pub mod command;
+#[cfg(any(test, feature = "test-utils"))]
+pub mod conformance;
 pub mod configure;
 pub mod fault;
 pub mod malformed;
