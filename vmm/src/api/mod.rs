@@ -1,7 +1,8 @@
 //! The REST API: HTTP/1.1 with JSON bodies on a Unix socket, served on its own thread, turning
 //! each request into a [`command::ApiCommand`] for the control thread, which owns the devices.
 //!
-//! - [`server`]: the thread, the runtime and the connections ([`server::start`]);
+//! - [`server`]: the thread, the runtime and the connections ([`server::start`]), at most a cap
+//!   of them at once ([`connections`]);
 //! - [`socket`]: binding the socket (0600, stale-file replacement);
 //! - [`routes`]: the route table and handlers, [`configure`]: the pre-boot PUTs,
 //!   [`unsupported`]: Firecracker's routes Osprey lacks; [`body`]: request bodies; [`reply`]: waiting
@@ -21,6 +22,7 @@ pub mod command;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod conformance;
 pub mod configure;
+pub mod connections;
 pub mod fault;
 pub mod malformed;
 pub mod openapi;
