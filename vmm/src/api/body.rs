@@ -44,10 +44,10 @@ where
         let mut bytes = Vec::new();
         let mut over = false;
         let mut drained = 0u64;
-        while let Some(frame) = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
-            let frame = frame.map_err(|e| {
-                Fault::bad_request(format!("cannot read the request body: {e}"))
-            })?;
+        while let Some(frame) = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await
+        {
+            let frame = frame
+                .map_err(|e| Fault::bad_request(format!("cannot read the request body: {e}")))?;
             let Some(data) = frame.data_ref() else {
                 continue;
             };
@@ -76,6 +76,41 @@ where
             "the request body did not arrive within {} ms of the headers",
             timeout.as_millis()
         )))),
+    }
+}
+
+/// A response body that holds something (the connection's [`super::connections::Busy`] mark)
+/// until hyper has written it and drops it.
+#[derive(Debug)]
+pub struct Guarded<T> {
+    inner: Body,
+    _held: T,
+}
+
+impl<T> Guarded<T> {
+    /// `inner`, holding `held` as long as it lives.
+    pub fn new(inner: Body, held: T) -> Self {
+        Self { inner, _held: held }
+    }
+}
+
+impl<T: Unpin> HttpBody for Guarded<T> {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.get_mut().inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
     }
 }
 

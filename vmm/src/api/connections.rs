@@ -1,19 +1,27 @@
 //! The API's open connections, at most a cap at once, so a flood of slow clients cannot take
 //! every file descriptor or grow memory without bound, and a normal client is still served: when
-//! a new connection comes at the cap, the oldest connection that is not being answered (still
-//! sending its headers or body, or idle between requests) is closed to make room. Connections
-//! whose request is being carried out are never closed; if every slot holds one, the server stops
-//! accepting until one finishes (new clients wait in the socket's backlog).
+//! a new connection comes at the cap, the oldest connection that has not been answering for
+//! [`MIN_IDLE`] (still sending its headers or body, or idle between requests) is closed to make
+//! room. A connection whose request is being carried out or whose answer is being written is
+//! never closed; while no connection can be closed, the server stops accepting (new clients wait
+//! in the socket's backlog) until one can.
 //!
-//! Firecracker serves its API one connection at a time (micro-http); Osprey answers from a
-//! handful of clients at once (an orchestrator, a metrics scraper, `osprey api`), so its cap
-//! ([`super::server::MAX_CONNECTIONS`]) is well above what they need and well below the
-//! default descriptor limit of 1,024 the rest of the VMM shares.
+//! Firecracker serves its API one connection at a time (micro-http). Osprey's clients are few (an
+//! orchestrator and its SDK's connection pool, a metrics scraper, `osprey api`) but may come in
+//! bursts (tests send 200 requests at once); its cap ([`super::server::MAX_CONNECTIONS`], 256)
+//! holds such a burst without closing anything, bounds the API's memory to a few MiB and its
+//! descriptors well below the default limit of 1,024 that the rest of the VMM shares.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use tokio::sync::{oneshot, Notify};
+
+/// How long a connection must have been without a request being answered before it may be
+/// closed to make room: a client that connected a moment ago and is about to write its request
+/// is left alone.
+pub const MIN_IDLE: Duration = Duration::from_millis(10);
 
 /// The table of open connections, shared by the accept loop and each connection's task.
 #[derive(Debug)]
@@ -35,8 +43,10 @@ struct Table {
 
 #[derive(Debug)]
 struct Entry {
-    /// A request of it is being carried out.
+    /// A request of it is being carried out, or its answer written.
     busy: bool,
+    /// Since when it has not been busy.
+    idle_since: Instant,
     /// Tells its task to close it.
     close: Option<oneshot::Sender<()>>,
 }
@@ -55,10 +65,23 @@ impl Connections {
         self.table.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Whether one more can be admitted: under the cap, or one open is not busy.
-    pub fn can_admit(&self) -> bool {
+    /// Whether one more can be admitted at `now`: under the cap, or one open has been idle for
+    /// [`MIN_IDLE`].
+    pub fn can_admit(&self, now: Instant) -> bool {
         let table = self.table();
-        table.open.len() < self.cap || table.open.values().any(|e| !e.busy)
+        table.open.len() < self.cap || table.closable(now).is_some()
+    }
+
+    /// When at the cap with nothing closable: the moment the first idle connection becomes
+    /// closable (`None`: none is idle; wait for [`Connections::changed`]).
+    pub fn closable_at(&self) -> Option<Instant> {
+        let table = self.table();
+        table
+            .open
+            .values()
+            .filter(|e| !e.busy)
+            .map(|e| e.idle_since + MIN_IDLE)
+            .min()
     }
 
     /// Resolves when a connection closes or stops being busy.
@@ -66,18 +89,14 @@ impl Connections {
         self.changed.notified().await;
     }
 
-    /// Admits a new connection, closing the oldest one not busy when at the cap; `None` when
-    /// every slot is busy (the caller should not have accepted: see [`Connections::can_admit`]).
-    /// The receiver resolves when the connection is to be closed.
-    pub fn admit(self: &Arc<Self>) -> Option<(Slot, oneshot::Receiver<()>)> {
+    /// Admits a new connection, closing the oldest closable one when at the cap; `None` when
+    /// none is (the caller should not have accepted: see [`Connections::can_admit`]). The
+    /// receiver resolves when the connection is to be closed.
+    pub fn admit(self: &Arc<Self>, now: Instant) -> Option<(Slot, oneshot::Receiver<()>)> {
         let mut table = self.table();
         if table.open.len() >= self.cap {
-            let oldest_idle = table
-                .open
-                .iter()
-                .find(|(_, e)| !e.busy)
-                .map(|(id, _)| *id)?;
-            if let Some(mut evicted) = table.open.remove(&oldest_idle) {
+            let oldest = table.closable(now)?;
+            if let Some(mut evicted) = table.open.remove(&oldest) {
                 if let Some(close) = evicted.close.take() {
                     let _ = close.send(());
                 }
@@ -90,6 +109,7 @@ impl Connections {
             id,
             Entry {
                 busy: false,
+                idle_since: now,
                 close: Some(close),
             },
         );
@@ -119,10 +139,21 @@ impl Connections {
     fn set_busy(&self, id: u64, busy: bool) {
         if let Some(entry) = self.table().open.get_mut(&id) {
             entry.busy = busy;
+            entry.idle_since = Instant::now();
         }
         if !busy {
             self.changed.notify_one();
         }
+    }
+}
+
+impl Table {
+    /// The oldest connection idle for [`MIN_IDLE`] at `now`.
+    fn closable(&self, now: Instant) -> Option<u64> {
+        self.open
+            .iter()
+            .find(|(_, e)| !e.busy && now.saturating_duration_since(e.idle_since) >= MIN_IDLE)
+            .map(|(id, _)| *id)
     }
 }
 
@@ -134,10 +165,14 @@ pub struct Slot {
 }
 
 impl Slot {
-    /// Marks the connection busy until the guard is dropped: a request is being carried out.
-    pub fn busy(&self) -> Busy<'_> {
+    /// Marks the connection busy until the guard is dropped: a request is being carried out
+    /// (the guard goes with the answer's body, [`super::body::Guarded`], until it is written).
+    pub fn busy(&self) -> Busy {
         self.connections.set_busy(self.id, true);
-        Busy(self)
+        Busy {
+            id: self.id,
+            connections: self.connections.clone(),
+        }
     }
 }
 
@@ -150,11 +185,14 @@ impl Drop for Slot {
 
 /// See [`Slot::busy`].
 #[derive(Debug)]
-pub struct Busy<'a>(&'a Slot);
+pub struct Busy {
+    id: u64,
+    connections: Arc<Connections>,
+}
 
-impl Drop for Busy<'_> {
+impl Drop for Busy {
     fn drop(&mut self) {
-        self.0.connections.set_busy(self.0.id, false);
+        self.connections.set_busy(self.id, false);
     }
 }
 
@@ -165,24 +203,32 @@ mod tests {
     #[test]
     fn at_the_cap_the_oldest_idle_connection_is_closed() {
         let c = Connections::new(2);
-        let (a, mut a_closed) = c.admit().expect("a");
-        let (b, mut b_closed) = c.admit().expect("b");
+        let t0 = Instant::now();
+        let (a, mut a_closed) = c.admit(t0).expect("a");
+        let (b, mut b_closed) = c.admit(t0).expect("b");
         let busy_a = a.busy();
-        assert!(c.can_admit());
-        let (_c, _) = c.admit().expect("c");
+        assert!(!c.can_admit(t0), "b connected a moment ago");
+        assert!(c.admit(t0).is_none());
+        let later = Instant::now() + MIN_IDLE;
+        assert!(c.closable_at().is_some_and(|at| at <= later));
+        assert!(c.can_admit(later));
+        let (new, _) = c.admit(later).expect("c");
         assert!(a_closed.try_recv().is_err(), "a is busy: kept");
         assert!(b_closed.try_recv().is_ok(), "b was the oldest idle one");
         assert_eq!(c.open(), 2);
         drop(b);
         assert_eq!(c.open(), 2, "b had already left the table");
-        let _busy_c = _c.busy();
-        assert!(!c.can_admit(), "every slot busy");
-        assert!(c.admit().is_none());
+        let busy_new = new.busy();
+        let much_later = later + MIN_IDLE * 10;
+        assert!(!c.can_admit(much_later), "every slot busy");
+        assert_eq!(c.closable_at(), None);
         drop(busy_a);
-        assert!(c.can_admit());
+        assert!(!c.can_admit(Instant::now()), "a just finished answering");
+        assert!(c.can_admit(Instant::now() + MIN_IDLE));
         drop(a);
         assert_eq!(c.open(), 1);
         assert_eq!(c.take_peak(), 2);
         assert_eq!(c.take_peak(), 1);
+        drop(busy_new);
     }
 }

@@ -19,9 +19,9 @@
 pub mod body;
 pub mod client;
 pub mod command;
+pub mod configure;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod conformance;
-pub mod configure;
 pub mod connections;
 pub mod fault;
 pub mod malformed;

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use hyper::body::Incoming;
@@ -19,8 +19,8 @@ use tokio::sync::{oneshot, watch, Notify};
 use tokio::task::JoinSet;
 
 use super::body::{self, MAX_BODY_BYTES};
-use super::connections::{Connections, Slot};
 use super::command::Submit;
+use super::connections::{Connections, Slot};
 use super::malformed::FaultBodyStream;
 use super::routes::{router, ApiState};
 use super::socket;
@@ -32,8 +32,9 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
 pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// Time the control thread has to answer a command.
 pub const REPLY_TIMEOUT: Duration = Duration::from_secs(5);
-/// Connections served at once; past it the oldest one not being answered is closed.
-pub const MAX_CONNECTIONS: usize = 64;
+/// Connections served at once; past it the oldest one not being answered is closed
+/// ([`super::connections`] says why 256).
+pub const MAX_CONNECTIONS: usize = 256;
 
 /// Timeouts and limits of a server; [`start`] uses the defaults.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -234,6 +235,10 @@ impl Drop for ApiServer {
 /// `PUT /actions` Shutdown is written while the VM stops).
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
 
+/// Connections accepted in a row before the new ones run (at most half the cap, so none of them
+/// is closed to make room before it read its request).
+const ACCEPT_BATCH: usize = 16;
+
 /// After this many connections were open at once, the memory they used is handed back to the
 /// system once they are all closed ([`trim_heap`]).
 const TRIM_AFTER_PEAK: usize = 16;
@@ -252,23 +257,32 @@ async fn serve(
     let mut connections = JoinSet::new();
     let open = Connections::new(limits.max_connections);
     let mut accept_errors = AcceptErrors::default();
+    let mut in_a_row = 0;
     loop {
-        let can_admit = open.can_admit();
+        let can_admit = open.can_admit(Instant::now());
+        // At the cap with nothing closable yet: look again when the first idle one will be.
+        let retry_at = if can_admit { None } else { open.closable_at() };
         tokio::select! {
             () = stop.notified() => break,
             Some((hook, done)) = hooks.recv() => {
                 let _ = done.send(hook().map_err(|e| e.to_string()));
             }
             () = open.changed() => {}
+            () = sleep_until(retry_at), if retry_at.is_some() => {}
             accepted = listener.accept(), if can_admit => match accepted {
                 Ok((stream, _)) => {
-                    if let Some((slot, evicted)) = open.admit() {
+                    if let Some((slot, evicted)) = open.admit(Instant::now()) {
                         let task = connection(stream, app.clone(), limits, slot, evicted, closing.clone());
                         connections.spawn(task);
                     }
-                    // Let the new connection read its request before the next accept: a
-                    // flood of new ones cannot push it out before it had a chance.
-                    tokio::task::yield_now().await;
+                    // Let the new connections read their requests before more are accepted: a
+                    // flood of new ones cannot push one out (a cap's worth of newer ones must
+                    // come first) before it had a chance.
+                    in_a_row += 1;
+                    if in_a_row >= ACCEPT_BATCH.min(limits.max_connections / 2).max(1) {
+                        in_a_row = 0;
+                        tokio::task::yield_now().await;
+                    }
                 }
                 Err(e) => {
                     // Out of file descriptors and the like: back off rather than spin.
@@ -287,6 +301,14 @@ async fn serve(
     let drain = async { while connections.join_next().await.is_some() {} };
     if tokio::time::timeout(SHUTDOWN_GRACE, drain).await.is_err() {
         log::debug!("API connections still open at shutdown are dropped");
+    }
+}
+
+/// Sleeps until `at` (forever for `None`; the select does not poll it then).
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -346,10 +368,12 @@ async fn connection(
             let request =
                 match body::buffered(request, limits.max_body, limits.body_read_timeout).await {
                     Ok(request) => request,
-                    Err(refusal) => return Ok(refusal),
+                    Err(refusal) => return Ok::<_, std::convert::Infallible>(refusal),
                 };
-            let _busy = slot.busy();
-            router.call(request).await
+            // Busy until the answer's body is written (hyper drops it then).
+            let busy = slot.busy();
+            let response = router.call(request).await?;
+            Ok(response.map(|b| axum::body::Body::new(body::Guarded::new(b, busy))))
         }
     });
     let conn = http1::Builder::new()

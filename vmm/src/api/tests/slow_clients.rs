@@ -48,7 +48,8 @@ fn early_answers_reach_a_client_that_sends_its_body_late() {
             ("DELETE", "/iothreads/io0", "405"),
         ] {
             let answer = body_in_a_second_write(&fake.socket, method, path, body);
-            if !answer.starts_with(&format!("HTTP/1.1 {status} ")) || !answer.contains("fault_message")
+            if !answer.starts_with(&format!("HTTP/1.1 {status} "))
+                || !answer.contains("fault_message")
             {
                 wrong.push(format!("round {i}: {method} {path}: {answer}"));
             }
@@ -87,7 +88,10 @@ fn a_body_that_stops_coming_is_cut_after_the_body_timeout() {
     let _ = s.read_to_end(&mut answer);
     let waited = started.elapsed();
     let answer = String::from_utf8_lossy(&answer);
-    assert!(answer.starts_with("HTTP/1.1 408 "), "{answer:?} after {waited:?}");
+    assert!(
+        answer.starts_with("HTTP/1.1 408 "),
+        "{answer:?} after {waited:?}"
+    );
     assert!(answer.contains("request body"), "{answer}");
     assert!(
         waited >= Duration::from_millis(250) && waited < Duration::from_secs(2),
@@ -111,7 +115,11 @@ fn past_the_cap_the_oldest_unfinished_connection_makes_room() {
         let r = fake.get("/iothreads/io0");
         assert_eq!(r.status, 200, "{r:?}");
         assert_eq!(body_json(&r)["max_batch"], 32);
-        assert!(started.elapsed() < Duration::from_secs(1), "{:?}", started.elapsed());
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            started.elapsed()
+        );
     }
     // The server closed all but `cap` of the slow ones, the oldest first.
     let mut closed = Vec::new();
@@ -128,8 +136,8 @@ fn past_the_cap_the_oldest_unfinished_connection_makes_room() {
     }
     assert!(closed.len() >= 2 * cap, "closed: {closed:?}");
     assert_eq!(closed[..2 * cap], (0..2 * cap).collect::<Vec<_>>()[..]);
-    assert!(fake.commands().iter().all(|c| !matches!(
-        c,
-        crate::api::command::ApiCommand::Action(_)
-    )));
+    assert!(fake
+        .commands()
+        .iter()
+        .all(|c| !matches!(c, crate::api::command::ApiCommand::Action(_))));
 }
