@@ -51,9 +51,9 @@ pub fn templates_for(document: &Value, path: &str) -> Vec<String> {
 fn template_matches(template: &str, path: &str) -> bool {
     let (t, p): (Vec<&str>, Vec<&str>) = (template.split('/').collect(), path.split('/').collect());
     t.len() == p.len()
-        && t.iter().zip(&p).all(|(t, p)| {
-            (t.starts_with('{') && t.ends_with('}') && !p.is_empty()) || t == p
-        })
+        && t.iter()
+            .zip(&p)
+            .all(|(t, p)| (t.starts_with('{') && t.ends_with('}') && !p.is_empty()) || t == p)
 }
 
 /// Checks one answer: `method path` (a concrete path, with no query) answered `status` with
@@ -142,7 +142,10 @@ pub fn validate(
     }
     if let Some(choices) = keywords.get("enum").and_then(Value::as_array) {
         if !choices.contains(value) {
-            errors.push(format!("{here}: {} is not one of {choices:?}", short(value)));
+            errors.push(format!(
+                "{here}: {} is not one of {choices:?}",
+                short(value)
+            ));
         }
     }
     check_number(keywords, value, here, errors);

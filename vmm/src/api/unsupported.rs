@@ -124,7 +124,9 @@ fn id_parameter() -> utoipa::openapi::path::Parameter {
         .name("id")
         .parameter_in(ParameterIn::Path)
         .required(Required::True)
-        .description(Some("The device's id, as Firecracker names it (refused all the same)."))
+        .description(Some(
+            "The device's id, as Firecracker names it (refused all the same).",
+        ))
         .schema(Some(ObjectBuilder::new().schema_type(Type::String)))
         .build()
 }

@@ -152,7 +152,10 @@ fn every_schema_reference_resolves_and_errors_are_faults() {
 #[test]
 fn every_path_parameter_is_declared() {
     let missing = conformance::undeclared_path_parameters(&conformance::document_json());
-    assert!(missing.is_empty(), "undeclared path parameters: {missing:#?}");
+    assert!(
+        missing.is_empty(),
+        "undeclared path parameters: {missing:#?}"
+    );
 }
 
 /// Every GET the fake controller answers, and a PUT, a PATCH and a refusal of each kind, conform
