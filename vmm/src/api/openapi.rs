@@ -19,8 +19,8 @@ use utoipa::OpenApi as _;
             Content-Type says: the header is not looked at, as Firecracker does not), an unknown \
             field, a wrong type, an out-of-range value, a route the VM's phase does not allow (before or after InstanceStart) or a Firecracker route Osprey \
             does not implement; 404 for an unknown path or id; 405 for a method the path does not \
-            take; 409 for a Pause or Resume the VM's state does not allow; 413 for a body over \
-            65536 bytes; 500 when the VMM fails or does not answer within 5 s. QMP names: \
+            take; 408 for a body that does not arrive within 5 s of its headers; 409 for a \
+            Pause or Resume the VM's state does not allow; 413 for a body over 65536 bytes; 500 when the VMM fails or does not answer within 5 s. QMP names: \
             poll-max-ns → poll_max_ns, poll-grow → poll_grow, poll-shrink → poll_shrink, \
             poll-weight → poll_weight, aio-max-batch → max_batch.",
     ),
