@@ -36,6 +36,11 @@ impl Fault {
         )
     }
 
+    /// 408 Request Timeout.
+    pub fn timeout(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::REQUEST_TIMEOUT, message)
+    }
+
     /// 500 Internal Server Error.
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, message)

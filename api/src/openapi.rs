@@ -15,12 +15,12 @@ use utoipa::OpenApi as _;
         description = "HTTP/1.1 with JSON bodies on a Unix socket (--api-sock PATH or the config's \
             api.socket; mode 0600, no TCP), following Firecracker v1.16.1's API: a successful PUT \
             or PATCH answers 204 with no body, a GET 200 with JSON. Every error is \
-            {\"fault_message\": \"...\"}: 400 for a malformed body, an unknown field, a wrong \
-            type, an out-of-range value, a Content-Type other than application/json, a route the \
-            VM's phase does not allow (before or after InstanceStart) or a Firecracker route Osprey \
+            {\"fault_message\": \"...\"}: 400 for a body that is not JSON (whatever its \
+            Content-Type says: the header is not looked at, as Firecracker does not), an unknown \
+            field, a wrong type, an out-of-range value, a route the VM's phase does not allow (before or after InstanceStart) or a Firecracker route Osprey \
             does not implement; 404 for an unknown path or id; 405 for a method the path does not \
-            take; 409 for a Pause or Resume the VM's state does not allow; 413 for a body over \
-            65536 bytes; 500 when the VMM fails or does not answer within 5 s. QMP names: \
+            take; 408 for a body that does not arrive within 5 s of its headers; 409 for a \
+            Pause or Resume the VM's state does not allow; 413 for a body over 65536 bytes; 500 when the VMM fails or does not answer within 5 s. QMP names: \
             poll-max-ns → poll_max_ns, poll-grow → poll_grow, poll-shrink → poll_shrink, \
             poll-weight → poll_weight, aio-max-batch → max_batch.",
     ),

@@ -98,6 +98,40 @@ pub struct ConfigReply {
     pub has_boot_source: bool,
 }
 
+/// [`VmConfig`]'s schema, under its name, with `boot-source` optional: before the start it is
+/// absent until given.
+impl utoipa::PartialSchema for ConfigReply {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::Schema;
+        use utoipa::openapi::RefOr;
+        let mut schema = <VmConfig as utoipa::PartialSchema>::schema();
+        if let RefOr::T(Schema::Object(object)) = &mut schema {
+            object.required.retain(|field| field != "boot-source");
+            object.description = Some(
+                "The whole VM: the JSON file's shape, with effective values; before the start, \
+                 the sections given so far (no `boot-source` until one is)."
+                    .into(),
+            );
+        }
+        schema
+    }
+}
+
+impl ToSchema for ConfigReply {
+    fn name() -> std::borrow::Cow<'static, str> {
+        <VmConfig as ToSchema>::name()
+    }
+
+    fn schemas(
+        schemas: &mut Vec<(
+            String,
+            utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>,
+        )>,
+    ) {
+        <VmConfig as ToSchema>::schemas(schemas);
+    }
+}
+
 impl Serialize for ConfigReply {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         if self.has_boot_source {

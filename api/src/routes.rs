@@ -23,11 +23,10 @@ use super::fault::FaultBody;
 use super::fault::{self, Fault};
 use super::openapi::PathId;
 use super::prometheus;
+use super::replies::{ConfigReply, Reply, VersionReply};
 use super::replies::{DriveView, GroupView, IoThreadView, MetricsReport};
-use super::replies::{Reply, VersionReply};
 pub use super::respond::ApiState;
 use super::respond::{call, path_id, respond, send, send_change};
-use crate::config::VmConfig;
 use crate::instance::InstanceInfo;
 #[allow(unused_imports)] // `json!` is used by the examples in the `#[utoipa::path]`s.
 use serde_json::json;
@@ -151,7 +150,7 @@ async fn info(State(s): State<ApiState>) -> Response {
 /// The configuration in the config file's shape, with effective values (before the start: the
 /// sections given so far).
 #[utoipa::path(get, path = "/vm/config", tag = "vm",
-    responses((status = 200, description = "The configuration.", body = VmConfig)))]
+    responses((status = 200, description = "The configuration.", body = ConfigReply)))]
 async fn vm_config(State(s): State<ApiState>) -> Response {
     send(&s, ApiCommand::GetConfig).await
 }

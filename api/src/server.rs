@@ -1,21 +1,26 @@
 //! The API thread: a current-thread tokio runtime serving the router over HTTP/1.1 on the Unix
-//! socket, one task per connection, with a header read timeout so an idle client costs nothing.
+//! socket, one task per connection, at most [`MAX_CONNECTIONS`] at once (the oldest unfinished
+//! one makes room: [`super::connections`]), with header and body read timeouts so a slow or idle
+//! client costs a slot for a few seconds at most, and the heap trimmed after a flood.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::Router;
+use hyper::body::Incoming;
 use hyper::server::conn::http1;
+use hyper::service::Service as _;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::{watch, Notify};
+use tokio::sync::{oneshot, watch, Notify};
 use tokio::task::JoinSet;
 
-use super::body::MAX_BODY_BYTES;
+use super::body::{self, MAX_BODY_BYTES};
 use super::command::Submit;
+use super::connections::{Connections, Slot};
 use super::malformed::FaultBodyStream;
 use super::routes::{router, ApiState};
 use super::socket;
@@ -23,14 +28,23 @@ pub use super::socket::ApiServerError;
 
 /// Time a client has to send a request's headers, including the first one.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// Time a client has to send a request's body once its headers are in.
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// Time the control thread has to answer a command.
 pub const REPLY_TIMEOUT: Duration = Duration::from_secs(5);
+/// Connections served at once; past it the oldest one not being answered is closed
+/// ([`super::connections`] says why 256).
+pub const MAX_CONNECTIONS: usize = 256;
 
 /// Timeouts and limits of a server; [`start`] uses the defaults.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ServerLimits {
     /// See [`HEADER_READ_TIMEOUT`].
     pub header_read_timeout: Duration,
+    /// See [`BODY_READ_TIMEOUT`].
+    pub body_read_timeout: Duration,
+    /// See [`MAX_CONNECTIONS`].
+    pub max_connections: usize,
     /// See [`REPLY_TIMEOUT`].
     pub reply_timeout: Duration,
     /// See [`MAX_BODY_BYTES`].
@@ -41,6 +55,8 @@ impl Default for ServerLimits {
     fn default() -> Self {
         Self {
             header_read_timeout: HEADER_READ_TIMEOUT,
+            body_read_timeout: BODY_READ_TIMEOUT,
+            max_connections: MAX_CONNECTIONS,
             reply_timeout: REPLY_TIMEOUT,
             max_body: MAX_BODY_BYTES,
         }
@@ -172,13 +188,7 @@ pub fn start_hooked(
                     return;
                 }
             }
-            runtime.block_on(serve(
-                listener,
-                app,
-                limits.header_read_timeout,
-                thread_stop,
-                hooks_rx,
-            ));
+            runtime.block_on(serve(listener, app, limits, thread_stop, hooks_rx));
         });
     match spawned {
         Ok(thread) => Ok(ApiServer {
@@ -243,37 +253,66 @@ impl Drop for ApiServer {
 /// `PUT /actions` Shutdown is written while the VM stops).
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
 
-/// Accepts until told to stop, then lets open connections finish their current response (idle
-/// ones close at once) for up to [`SHUTDOWN_GRACE`]; returning drops the runtime and with it
-/// whatever is left.
+/// Connections accepted in a row before the new ones run (at most half the cap, so none of them
+/// is closed to make room before it read its request).
+const ACCEPT_BATCH: usize = 16;
+
+/// After this many connections were open at once, the memory they used is handed back to the
+/// system once they are all closed ([`trim_heap`]).
+const TRIM_AFTER_PEAK: usize = 16;
+
+/// Accepts until told to stop, at most `limits.max_connections` at once ([`Connections`]), then
+/// lets open connections finish their current response (idle ones close at once) for up to
+/// [`SHUTDOWN_GRACE`]; returning drops the runtime and with it whatever is left.
 async fn serve(
     listener: UnixListener,
     app: Router,
-    header_timeout: Duration,
+    limits: ServerLimits,
     stop: Arc<Notify>,
     mut hooks: tokio::sync::mpsc::UnboundedReceiver<LateHook>,
 ) {
     let (closing_tx, closing) = watch::channel(false);
     let mut connections = JoinSet::new();
+    let open = Connections::new(limits.max_connections);
+    let mut accept_errors = AcceptErrors::default();
+    let mut in_a_row = 0;
     loop {
+        let can_admit = open.can_admit(Instant::now());
+        // At the cap with nothing closable yet: look again when the first idle one will be.
+        let retry_at = if can_admit { None } else { open.closable_at() };
         tokio::select! {
             () = stop.notified() => break,
             Some((hook, done)) = hooks.recv() => {
                 let _ = done.send(hook());
             }
-            accepted = listener.accept() => match accepted {
+            () = open.changed() => {}
+            () = sleep_until(retry_at), if retry_at.is_some() => {}
+            accepted = listener.accept(), if can_admit => match accepted {
                 Ok((stream, _)) => {
-                    let task = connection(stream, app.clone(), header_timeout, closing.clone());
-                    connections.spawn(task);
+                    if let Some((slot, evicted)) = open.admit(Instant::now()) {
+                        let task = connection(stream, app.clone(), limits, slot, evicted, closing.clone());
+                        connections.spawn(task);
+                    }
+                    // Let the new connections read their requests before more are accepted: a
+                    // flood of new ones cannot push one out (a cap's worth of newer ones must
+                    // come first) before it had a chance.
+                    in_a_row += 1;
+                    if in_a_row >= ACCEPT_BATCH.min(limits.max_connections / 2).max(1) {
+                        in_a_row = 0;
+                        tokio::task::yield_now().await;
+                    }
                 }
                 Err(e) => {
                     // Out of file descriptors and the like: back off rather than spin.
-                    log::warn!("API socket accept failed: {e}");
+                    accept_errors.note(&e);
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             },
         }
         while connections.try_join_next().is_some() {}
+        if open.open() == 0 && open.take_peak() >= TRIM_AFTER_PEAK {
+            trim_heap();
+        }
     }
     drop(listener);
     let _ = closing_tx.send(true);
@@ -283,22 +322,90 @@ async fn serve(
     }
 }
 
+/// Sleeps until `at` (forever for `None`; the select does not poll it then).
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Failed accepts, logged once a second at most with how many there were.
+#[derive(Debug, Default)]
+struct AcceptErrors {
+    last_log: Option<std::time::Instant>,
+    unlogged: u64,
+}
+
+impl AcceptErrors {
+    fn note(&mut self, e: &std::io::Error) {
+        self.unlogged += 1;
+        let now = std::time::Instant::now();
+        if self
+            .last_log
+            .is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1))
+        {
+            log::warn!(
+                "API socket accept failed: {e} ({} time(s) since the last report)",
+                self.unlogged
+            );
+            self.last_log = Some(now);
+            self.unlogged = 0;
+        }
+    }
+}
+
+/// Hands the heap memory freed by closed connections back to the system: glibc keeps freed
+/// memory of a thread's arena for reuse, so after a flood of connections the process would
+/// otherwise stay at its peak.
+fn trim_heap() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only walks and shrinks the allocator's own arenas under their locks;
+    // it takes no pointer and leaves every live allocation in place.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// Serves one connection until the client closes it, it is evicted ([`Connections`]) or the
+/// server closes. Each request's body is read whole first ([`body::buffered`]), within the body
+/// timeout, then the router answers it.
 async fn connection(
     stream: UnixStream,
     app: Router,
-    header_timeout: Duration,
+    limits: ServerLimits,
+    slot: Slot,
+    evicted: oneshot::Receiver<()>,
     mut closing: watch::Receiver<bool>,
 ) {
+    let slot = Arc::new(slot);
+    let router = TowerToHyperService::new(app);
+    let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
+        let (router, slot) = (router.clone(), slot.clone());
+        async move {
+            let request =
+                match body::buffered(request, limits.max_body, limits.body_read_timeout).await {
+                    Ok(request) => request,
+                    Err(refusal) => return Ok::<_, std::convert::Infallible>(refusal),
+                };
+            // Busy until the answer's body is written (hyper drops it then).
+            let busy = slot.busy();
+            let response = router.call(request).await?;
+            Ok(response.map(|b| axum::body::Body::new(body::Guarded::new(b, busy))))
+        }
+    });
     let conn = http1::Builder::new()
         .timer(TokioTimer::new())
-        .header_read_timeout(header_timeout)
-        .serve_connection(
-            TokioIo::new(FaultBodyStream::new(stream)),
-            TowerToHyperService::new(app),
-        );
+        .header_read_timeout(limits.header_read_timeout)
+        .max_buf_size(MAX_HEAD_BUFFER)
+        .serve_connection(TokioIo::new(FaultBodyStream::new(stream)), service);
     tokio::pin!(conn);
     let served = tokio::select! {
         served = conn.as_mut() => served,
+        _ = evicted => {
+            log::debug!("API connection closed to make room for a new one");
+            return;
+        }
         () = closed(&mut closing) => {
             conn.as_mut().graceful_shutdown();
             conn.await
@@ -308,6 +415,10 @@ async fn connection(
         log::debug!("API connection closed: {e}");
     }
 }
+
+/// hyper's read buffer per connection, which bounds a request's head (hyper's default is about
+/// 400 KB; Osprey's requests have a few short headers): a bigger head gets 431.
+const MAX_HEAD_BUFFER: usize = 64 * 1024;
 
 /// Resolves once the server is closing (or gone).
 async fn closed(closing: &mut watch::Receiver<bool>) {

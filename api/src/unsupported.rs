@@ -83,7 +83,7 @@ fn refuse(request: &Request, what: &str) -> Response {
 }
 
 /// Adds every [`UNSUPPORTED`] route to the OpenAPI `document`: one operation answering 400, which
-/// says what is missing.
+/// says what is missing (with its `{id}` declared, as every path parameter must be).
 pub fn document(document: &mut utoipa::openapi::OpenApi) {
     use utoipa::openapi::path::{HttpMethod, OperationBuilder};
     use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
@@ -102,12 +102,31 @@ pub fn document(document: &mut utoipa::openapi::OpenApi) {
                     .schema(Some(Ref::from_schema_name("Fault")))
                     .build(),
             );
-        let operation = OperationBuilder::new()
+        let mut operation = OperationBuilder::new()
             .tag("unsupported")
             .summary(Some(format!("Firecracker's route; {what}.")))
             .response("400", refused);
+        if path.contains("{id}") {
+            operation = operation.parameter(id_parameter());
+        }
         document
             .paths
             .add_path_operation(path, vec![method], operation);
     }
+}
+
+/// The `{id}` of an unsupported route's path (Firecracker's `iface_id`, `drive_id`, `id`).
+fn id_parameter() -> utoipa::openapi::path::Parameter {
+    use utoipa::openapi::path::{ParameterBuilder, ParameterIn};
+    use utoipa::openapi::schema::{ObjectBuilder, Type};
+    use utoipa::openapi::Required;
+    ParameterBuilder::new()
+        .name("id")
+        .parameter_in(ParameterIn::Path)
+        .required(Required::True)
+        .description(Some(
+            "The device's id, as Firecracker names it (refused all the same).",
+        ))
+        .schema(Some(ObjectBuilder::new().schema_type(Type::String)))
+        .build()
 }

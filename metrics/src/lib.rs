@@ -139,6 +139,8 @@ pub struct Metric {
     pub bounds_key: &'static str,
     /// A histogram's JSON key for its sum.
     pub sum_key: &'static str,
+    /// Whether the JSON value may be `null` (a field stored as an `Option`; [`Read::NULLABLE`]).
+    pub nullable: bool,
 }
 
 impl Metric {
@@ -154,6 +156,7 @@ impl Metric {
             bounds: &[],
             bounds_key: "",
             sum_key: "",
+            nullable: false,
         }
     }
 
@@ -184,6 +187,12 @@ impl Metric {
     /// With the JSON key of a histogram's bounds.
     pub const fn bounds_key(mut self, key: &'static str) -> Self {
         self.bounds_key = key;
+        self
+    }
+
+    /// Whether the JSON value may be `null`.
+    pub const fn nullable(mut self, nullable: bool) -> Self {
+        self.nullable = nullable;
         self
     }
 
@@ -268,6 +277,10 @@ impl Reading {
 
 /// What a metric field's storage reads as.
 pub trait Read {
+    /// Whether the value may be absent (JSON `null`): [`metric_set!`] marks the field's
+    /// [`Metric::nullable`] from it, and the API's schema says so.
+    const NULLABLE: bool = false;
+
     /// The value now (relaxed loads: counters are read while written).
     fn read(&self) -> Reading;
 }
@@ -291,6 +304,8 @@ impl Read for u32 {
 }
 
 impl Read for Option<u64> {
+    const NULLABLE: bool = true;
+
     fn read(&self) -> Reading {
         Reading::Maybe(*self)
     }

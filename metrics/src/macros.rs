@@ -69,7 +69,8 @@ macro_rules! metric_set {
             const METRICS: &'static [$crate::Metric] = &[
                 $(
                     $crate::metric_set!(@build
-                        $crate::metric_set!(@new $kind, stringify!($field), concat!($($doc, "\n"),*));
+                        $crate::metric_set!(@new $kind, stringify!($field), concat!($($doc, "\n"),*))
+                            .nullable(<$fty as $crate::Read>::NULLABLE);
                         $($($arg)*)?
                     )
                 ),*

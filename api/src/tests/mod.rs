@@ -4,4 +4,5 @@ mod errors;
 mod harness;
 mod openapi;
 mod routes;
+mod slow_clients;
 mod socket;

@@ -1,12 +1,15 @@
 //! `docs/api/openapi.json` is the generated document ([`crate::routes::document`]), kept
 //! current by `OSPREY_BLESS=1 cargo test -p api --lib openapi`; the router serves exactly its
-//! operations, and its request examples are accepted.
+//! operations, its request examples are accepted, every `{id}` is declared, and the answers
+//! conform to it ([`crate::conformance`]; tests/api.rs and tests/preboot.rs check a live
+//! VMM's).
 
 use std::collections::BTreeSet;
 
 use serde_json::Value;
 
 use super::harness::Fake;
+use crate::conformance;
 use crate::openapi::{operations, render};
 use crate::routes::{document, routes};
 
@@ -144,4 +147,50 @@ fn every_schema_reference_resolves_and_errors_are_faults() {
             }
         }
     }
+}
+
+#[test]
+fn every_path_parameter_is_declared() {
+    let missing = conformance::undeclared_path_parameters(&conformance::document_json());
+    assert!(
+        missing.is_empty(),
+        "undeclared path parameters: {missing:#?}"
+    );
+}
+
+/// Every GET the fake controller answers, and a PUT, a PATCH and a refusal of each kind, conform
+/// to the document (the fake's drive has a limiter with no buckets: its tokens are `null`).
+#[test]
+fn the_answers_conform_to_the_document() {
+    let doc = conformance::document_json();
+    let fake = Fake::start();
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    for (method, path) in operations(&document()) {
+        if method != "GET" {
+            continue;
+        }
+        let path = concrete(&path);
+        let r = fake.get(&path);
+        failures.extend(conformance::check_answer(
+            &doc, "GET", &path, r.status, &r.body,
+        ));
+        checked += 1;
+    }
+    for (method, path, body) in [
+        ("PATCH", "/iothreads/io0", r#"{"max_batch": 8}"#),
+        ("PATCH", "/iothreads/io0", r#"{"max_batch": -8}"#),
+        ("PATCH", "/iothreads/io9", r#"{"max_batch": 8}"#),
+        ("PUT", "/actions", r#"{"action_type": "Pause"}"#),
+        ("PUT", "/vsock", r#"{"guest_cid": 3}"#),
+        ("DELETE", "/drives/disk0", ""),
+    ] {
+        let r = fake.json(method, path, body);
+        failures.extend(conformance::check_answer(
+            &doc, method, path, r.status, &r.body,
+        ));
+        checked += 1;
+    }
+    assert!(checked > 15, "{checked}");
+    assert!(failures.is_empty(), "{failures:#?}");
 }

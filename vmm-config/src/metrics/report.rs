@@ -8,7 +8,7 @@ use std::marker::PhantomData;
 use osprey_metrics::{Kind, Metric, MetricSet};
 use serde::Serialize;
 use serde_json::{Map, Value};
-use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, Schema, Type};
+use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, Schema, SchemaType, Type};
 use utoipa::openapi::RefOr;
 use utoipa::ToSchema;
 
@@ -131,6 +131,11 @@ fn short_type_name<S>() -> &'static str {
 fn metric_schema(m: &Metric) -> RefOr<Schema> {
     let doc = Some(m.doc.trim().to_string());
     let schema = match m.kind {
+        // An `Option` field is `null` when absent (a limiter without that bucket).
+        Kind::Counter | Kind::Gauge if m.nullable => ObjectBuilder::new()
+            .schema_type(SchemaType::from_iter([Type::Integer, Type::Null]))
+            .description(doc)
+            .build(),
         Kind::Counter | Kind::Gauge => ObjectBuilder::new()
             .schema_type(Type::Integer)
             .description(doc)
