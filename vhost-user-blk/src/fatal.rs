@@ -1,14 +1,15 @@
-//! How the backend ends. A fatal signal in any thread (`SIGBUS`: memory past the end of a file,
-//! such as guest memory a frontend shrank while its rings ran; `SIGSEGV`, `SIGILL`, `SIGFPE`,
-//! `SIGABRT`) is reported by its name, thread and address, instead of by the seccomp trap the
-//! default handlers' `rt_sigaction` would hit next ("forbidden syscall 13"); `SIGTERM`,
-//! `SIGINT` and `SIGHUP` ask for a clean stop. Either way the main thread, woken through a pipe,
-//! removes the sockets (its seccomp list allows `unlink`, the serving threads' do not) and ends
-//! the process: `128 + signal` after a fatal signal, 0 after a stop request. A serving thread
-//! that panics wakes it the same way.
+//! How the backend ends, and the one fault it survives. A `SIGBUS` in a frontend's memory (the
+//! frontend shrank its file under running rings) is covered by a zero page
+//! ([`devices::vhost_user::fault`]) and the backend goes on. Any other fatal signal (`SIGBUS`
+//! elsewhere, `SIGSEGV`, `SIGILL`, `SIGFPE`, `SIGABRT`) is reported by its name, thread and
+//! address, instead of by the seccomp trap the default handlers' `rt_sigaction` would hit next
+//! ("forbidden syscall 13"); `SIGTERM`, `SIGINT` and `SIGHUP` ask for a clean stop. Either way
+//! the main thread, woken through a pipe, removes the sockets (its seccomp list allows `unlink`,
+//! the serving threads' do not) and ends the process: `128 + signal` after a fatal signal, 0
+//! after a stop request. A serving thread that panics wakes it the same way.
 //!
 //! The handlers only use async-signal-safe calls that every thread's seccomp list allows
-//! (`write`, `nanosleep`, `exit_group`) and never allocate.
+//! (`write`, `mmap`, `nanosleep`, `exit_group`) and never allocate.
 
 use std::cell::Cell;
 use std::ffi::CString;
@@ -38,6 +39,9 @@ const WAIT_ROUNDS: u32 = 50;
 static WAKE: AtomicI32 = AtomicI32::new(-1);
 /// `pthread_self` of the main thread, which cleans up.
 static MAIN: AtomicUsize = AtomicUsize::new(0);
+/// `SIGBUS` faults covered by a zero page so far, and how many of them are reported.
+static COVERED: AtomicUsize = AtomicUsize::new(0);
+const COVERED_REPORTS: usize = 8;
 /// Set by the first fatal signal: a second one (in the cleanup) ends the process at once.
 static DYING: AtomicBool = AtomicBool::new(false);
 /// The socket files to remove, as C strings (set once, before any handler may need them).
@@ -184,7 +188,7 @@ fn wake(code: u8) -> bool {
 
 fn signal_name(sig: libc::c_int) -> &'static [u8] {
     match sig {
-        libc::SIGBUS => b"SIGBUS (memory past the end of a file: guest memory the frontend shrank?)",
+        libc::SIGBUS => b"SIGBUS (memory past the end of a file)",
         libc::SIGSEGV => b"SIGSEGV (invalid memory access)",
         libc::SIGILL => b"SIGILL",
         libc::SIGFPE => b"SIGFPE",
@@ -244,6 +248,28 @@ extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut li
         }
         return;
     }
+    // SAFETY: the kernel passes a valid siginfo_t (or null).
+    let (kernel_sent, addr) = match unsafe { info.as_ref() } {
+        // SAFETY: for the fault signals the kernel fills the address.
+        Some(i) => (i.si_code > 0, unsafe { i.si_addr() } as usize),
+        None => (false, 0),
+    };
+    // A frontend's memory shrunk under its running rings: that page reads as zeros from now
+    // on, the backend goes on (devices::vhost_user::fault).
+    if sig == libc::SIGBUS && kernel_sent && devices::vhost_user::fault::cover(addr) {
+        if COVERED.fetch_add(1, Ordering::Relaxed) < COVERED_REPORTS {
+            let mut line = Line {
+                buf: [0; 256],
+                len: 0,
+            };
+            line.push(b"osprey vhost-user-blk: SIGBUS at ");
+            line.push_hex(addr);
+            line.push(b": a frontend shrank its memory under running rings; that page now reads \
+                as zeros, the backend goes on\n");
+            line.write();
+        }
+        return;
+    }
     if DYING.swap(true, Ordering::AcqRel) {
         // A second fault while the first is handled (the cleanup itself faulted).
         exit_now(128 + sig);
@@ -254,12 +280,11 @@ extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut li
     };
     line.push(b"osprey vhost-user-blk: fatal signal ");
     line.push(signal_name(sig));
-    if !info.is_null() {
-        // SAFETY: the kernel passes a valid siginfo_t; for these signals it carries the
-        // faulting address.
-        let addr = unsafe { (*info).si_addr() } as usize;
+    if kernel_sent {
         line.push(b" at address ");
         line.push_hex(addr);
+    } else {
+        line.push(b" sent by a process");
     }
     line.push(b" in thread ");
     let name = THREAD_NAME.with(|t| t.get());

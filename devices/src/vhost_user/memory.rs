@@ -7,8 +7,8 @@
 //! mapping past the end of a file raises `SIGBUS` on first touch, which would kill the whole
 //! backend), inside the address space, and apart from every other region, in guest-physical and
 //! in the frontend's address space alike. [`MemoryTable::check_files`] looks again before a ring
-//! starts, so a file shrunk since `SET_MEM_TABLE` stops that frontend's rings, not the backend
-//! (a file shrunk while the rings run cannot be caught this way: docs/vhost-user.md).
+//! starts, so a file shrunk since `SET_MEM_TABLE` stops that frontend's rings, not the backend;
+//! a file shrunk while the rings run is caught at the fault ([`super::fault`]).
 
 use std::fs::File;
 use std::os::unix::io::AsRawFd;
@@ -17,7 +17,7 @@ use std::sync::Arc;
 use vhost::vhost_user::message::VhostUserMemoryRegion;
 use vm_memory::{FileOffset, GuestAddress, GuestRegionMmap, MmapRegion};
 
-use super::VhostUserError;
+use super::{fault, VhostUserError};
 use crate::virtio::GuestMemory;
 
 /// Most regions a table may hold (the protocol's fixed message carries at most 8; QEMU's
@@ -84,6 +84,8 @@ struct AddrMapping {
 /// The mapped guest memory of one connection.
 #[derive(Debug)]
 pub struct MemoryTable {
+    /// The mappings as [`fault`] knows them: dropped (unregistered) before `mem` may unmap.
+    _faults: Vec<fault::Registration>,
     mem: GuestMemory,
     mappings: Vec<AddrMapping>,
     backings: Vec<Backing>,
@@ -147,6 +149,7 @@ impl MemoryTable {
             });
         }
         let mut guest_regions = Vec::with_capacity(regions.len());
+        let mut faults = Vec::with_capacity(regions.len());
         for (m, b) in mappings.iter().zip(&backings) {
             let (gpa, len) = (m.gpa, m.len);
             let offset = b.end - len;
@@ -156,6 +159,13 @@ impl MemoryTable {
             let mapped =
                 MmapRegion::<()>::from_file(FileOffset::from_arc(b.file.clone(), offset), size)
                     .map_err(|e| VhostUserError::MemoryTable(format!("mmap of {gpa:#x}: {e}")))?;
+            match fault::register(mapped.as_ptr() as usize, mapped.size()) {
+                Some(r) => faults.push(r),
+                None => log::warn!(
+                    "vhost-user: region at {gpa:#x}: no slot left to guard it against a file \
+                     shrunk under running rings"
+                ),
+            }
             let region = GuestRegionMmap::new(mapped, GuestAddress(gpa)).ok_or_else(|| {
                 VhostUserError::MemoryTable(format!("region at {gpa:#x} wraps the address space"))
             })?;
@@ -164,6 +174,7 @@ impl MemoryTable {
         let mem = GuestMemory::from_regions(guest_regions)
             .map_err(|e| VhostUserError::MemoryTable(e.to_string()))?;
         Ok(Self {
+            _faults: faults,
             mem,
             mappings,
             backings,
