@@ -58,7 +58,10 @@ impl Backend {
     fn start(name: &str) -> Backend {
         let scratch = Scratch::new(&format!("vhost-hostile-{name}"));
         let dir = scratch.0.clone();
-        let (h, o) = (scratch.sparse("h.img", 8 << 20), scratch.sparse("o.img", 8 << 20));
+        let (h, o) = (
+            scratch.sparse("h.img", 8 << 20),
+            scratch.sparse("o.img", 8 << 20),
+        );
         let config = scratch.file(
             "backend.json",
             &format!(
@@ -278,12 +281,16 @@ impl Honest {
     }
 
     fn put(&self, at: u64, bytes: &[u8]) {
-        self.mem.write_all_at(bytes, at).expect("write guest memory");
+        self.mem
+            .write_all_at(bytes, at)
+            .expect("write guest memory");
     }
 
     fn get_u16(&self, at: u64) -> u16 {
         let mut b = [0u8; 2];
-        self.mem.read_exact_at(&mut b, at).expect("read guest memory");
+        self.mem
+            .read_exact_at(&mut b, at)
+            .expect("read guest memory");
         u16::from_le_bytes(b)
     }
 
@@ -400,10 +407,19 @@ fn sessions() -> Vec<Session> {
         offset,
     };
     vec![
-        ("1 MiB region on a 4 KiB memfd", one(1 << 20, 0, 0x1000, 0x8_0000)),
-        ("1 TiB region on a 64 KiB memfd", one(1 << 40, 0, 0x10000, 1 << 30)),
+        (
+            "1 MiB region on a 4 KiB memfd",
+            one(1 << 20, 0, 0x1000, 0x8_0000),
+        ),
+        (
+            "1 TiB region on a 64 KiB memfd",
+            one(1 << 40, 0, 0x10000, 1 << 30),
+        ),
         ("offset 2^62", one(0x10000, 1 << 62, 0x10000, 0)),
-        ("region past the end of its memfd", one(0x10000, 0xf000, 0x10000, 0x4000)),
+        (
+            "region past the end of its memfd",
+            one(0x10000, 0xf000, 0x10000, 0x4000),
+        ),
         ("size 0", one(0, 0, 0x10000, 0)),
         (
             "guest address + size wraps",
@@ -411,7 +427,11 @@ fn sessions() -> Vec<Session> {
         ),
         (
             "frontend address + size wraps",
-            table(vec![r(0, 0x10000, u64::MAX - 0xfff, 0)], 1, u64::MAX - 0xfff),
+            table(
+                vec![r(0, 0x10000, u64::MAX - 0xfff, 0)],
+                1,
+                u64::MAX - 0xfff,
+            ),
         ),
         (
             "overlapping guest addresses",
@@ -432,15 +452,27 @@ fn sessions() -> Vec<Session> {
         (
             "9 regions",
             table(
-                (0..9).map(|i| r(i << 20, 0x10000, VA + (i << 20), 0)).collect(),
+                (0..9)
+                    .map(|i| r(i << 20, 0x10000, VA + (i << 20), 0))
+                    .collect(),
                 9,
                 VA,
             ),
         ),
-        ("2 regions, 1 fd", table(vec![r(0, 0x10000, VA, 0), r(1 << 20, 0x10000, VA + (1 << 20), 0)], 1, VA)),
+        (
+            "2 regions, 1 fd",
+            table(
+                vec![r(0, 0x10000, VA, 0), r(1 << 20, 0x10000, VA + (1 << 20), 0)],
+                1,
+                VA,
+            ),
+        ),
         ("1 region, 2 fds", table(vec![r(0, 0x10000, VA, 0)], 2, VA)),
         // A valid table; the used ring (+0x200, 0x86 bytes) runs past the region's end.
-        ("ring past the end of its region", one(0x10000, 0, 0x10000, 0x10000 - 0x240)),
+        (
+            "ring past the end of its region",
+            one(0x10000, 0, 0x10000, 0x10000 - 0x240),
+        ),
         ("ring in no region", one(0x10000, 0, 0x10000, 0x20000)),
         (
             "memfd shrunk after SET_MEM_TABLE, then a ring kicked in the lost part",
@@ -548,7 +580,10 @@ fn hostile_frontends_lose_their_connection_never_the_backend() {
     ] {
         assert!(log.contains(refused), "no {refused:?} in the log:\n{log}");
     }
-    assert_eq!(after.0, before.0, "open fds before/after the hostile sessions");
+    assert_eq!(
+        after.0, before.0,
+        "open fds before/after the hostile sessions"
+    );
     assert!(
         after.1 <= before.1 + (16 << 10),
         "VmSize grew from {} to {} kB",

@@ -264,8 +264,10 @@ extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut li
             };
             line.push(b"osprey vhost-user-blk: SIGBUS at ");
             line.push_hex(addr);
-            line.push(b": a frontend shrank its memory under running rings; that page now reads \
-                as zeros, the backend goes on\n");
+            line.push(
+                b": a frontend shrank its memory under running rings; that page now reads \
+                as zeros, the backend goes on\n",
+            );
             line.write();
         }
         return;

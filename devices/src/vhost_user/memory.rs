@@ -61,9 +61,7 @@ impl Backing {
         if len < self.end {
             return Err(VhostUserError::MemoryTable(format!(
                 "region at {:#x} needs {:#x} bytes of its file, which has {:#x}",
-                self.gpa,
-                self.end,
-                len
+                self.gpa, self.end, len
             )));
         }
         Ok(())
@@ -277,17 +275,37 @@ mod tests {
                 "{what}: {e:?}"
             );
         };
-        refused(&[region(0, 0x10_0000, 0, 0)], vec![memfd(0x1000)], "1 MiB on 4 KiB");
-        refused(&[region(0, 1 << 40, 0, 0)], vec![memfd(0x1000)], "1 TiB on 4 KiB");
-        refused(&[region(0, 0x1000, 0, 1 << 62)], vec![memfd(0x1000)], "offset 2^62");
-        refused(&[region(0, 0x1000, 0, 0x800)], vec![memfd(0x1000)], "past the end");
+        refused(
+            &[region(0, 0x10_0000, 0, 0)],
+            vec![memfd(0x1000)],
+            "1 MiB on 4 KiB",
+        );
+        refused(
+            &[region(0, 1 << 40, 0, 0)],
+            vec![memfd(0x1000)],
+            "1 TiB on 4 KiB",
+        );
+        refused(
+            &[region(0, 0x1000, 0, 1 << 62)],
+            vec![memfd(0x1000)],
+            "offset 2^62",
+        );
+        refused(
+            &[region(0, 0x1000, 0, 0x800)],
+            vec![memfd(0x1000)],
+            "past the end",
+        );
         refused(
             &[region(0, 0x1000, 0, 0), region(0x1000, 0x1000, 0x800, 0)],
             vec![memfd(0x1000), memfd(0x1000)],
             "frontend addresses overlap",
         );
         let dev_null = File::open("/dev/null").expect("/dev/null");
-        refused(&[region(0, 0x1000, 0, 0)], vec![dev_null], "not a regular file");
+        refused(
+            &[region(0, 0x1000, 0, 0)],
+            vec![dev_null],
+            "not a regular file",
+        );
         // What fits is taken, and a file shrunk afterwards is found out before a ring starts.
         let file = memfd(0x2000);
         let keep = file.try_clone().expect("dup");
