@@ -3,11 +3,13 @@
 //! own sections ([`config`]) names the drives and their sockets; each drive is opened as the VMM
 //! opens its drives ([`vmm::drive`]), served by its iothread with its engine and rate limits,
 //! and handed to frontends through `devices::vhost_user`, one thread per socket
-//! (docs/vhost-user.md).
+//! (docs/vhost-user.md). A fatal signal or a stop request ends it through [`fatal`], which
+//! reports the real cause and removes the sockets.
 
 pub(crate) mod args;
 pub(crate) mod config;
 pub(crate) mod controller;
+pub(crate) mod fatal;
 pub(crate) mod sandbox;
 
 use std::sync::{Arc, Mutex};
@@ -53,6 +55,9 @@ pub enum VhostUserBlkError {
     /// The API socket.
     #[error("--api-sock: {0}")]
     Api(#[from] vmm::api::server::ApiServerError),
+    /// The fatal-signal handlers.
+    #[error("signal handlers: {0}")]
+    Signals(std::io::Error),
     /// A serving thread.
     #[error("spawning the thread of {socket}: {source}")]
     Thread {
@@ -169,20 +174,39 @@ pub fn start(config: &VhostUserConfig) -> Result<Backend, VhostUserBlkError> {
     })
 }
 
+/// `sandbox`'s hook for `kind`, which first records the thread's name for a fatal signal's
+/// report.
+fn named_hook(
+    sandbox: &Arc<vmm::sandbox::Sandbox>,
+    kind: vmm::seccomp::ThreadKind,
+) -> vmm::sandbox::ThreadHook {
+    let hook = sandbox.hook(kind);
+    Box::new(move || {
+        fatal::name_this_thread();
+        hook()
+    })
+}
+
 /// Serves every drive, each socket on a thread of its own (`vhost-user-<n>`), and the REST API
-/// on `api_sock` if given, until the process is killed; every thread enters `sandbox` first.
-pub fn serve(
+/// on `api_sock` if given, until a signal or a serving thread's panic ends it (`watch`); every
+/// thread enters `sandbox` first. The sockets are removed at any of these endings.
+fn serve(
     backend: Backend,
     api_sock: Option<&std::path::Path>,
     sandbox: &Arc<vmm::sandbox::Sandbox>,
-) -> Result<(), VhostUserBlkError> {
+    mut watch: fatal::Watch,
+) -> Result<fatal::Ending, VhostUserBlkError> {
     use vmm::seccomp::ThreadKind;
     let Backend {
         controller,
         servers,
     } = backend;
+    let mut sockets: Vec<std::path::PathBuf> =
+        servers.iter().map(|s| s.path().to_path_buf()).collect();
+    sockets.extend(api_sock.map(std::path::Path::to_path_buf));
+    fatal::remove_at_exit(&sockets);
     for t in controller.iothreads.values() {
-        let hook = sandbox.hook(ThreadKind::IoThread);
+        let hook = named_hook(sandbox, ThreadKind::IoThread);
         t.run_on_thread(Box::new(move || hook().map_err(Into::into)))?;
     }
     let controller = Arc::new(Mutex::new(controller));
@@ -201,7 +225,7 @@ pub fn serve(
                 sock,
                 submit,
                 vmm::api::server::ServerLimits::default(),
-                Some(sandbox.hook(ThreadKind::Api)),
+                Some(named_hook(sandbox, ThreadKind::Api)),
             )?;
             hand_over(sandbox, sock);
             log::info!("vhost-user-blk: API on {}", sock.display());
@@ -209,36 +233,33 @@ pub fn serve(
         }
         None => None,
     };
-    let mut threads = Vec::new();
     for (i, server) in servers.iter().enumerate() {
         hand_over(sandbox, server.path());
         let server = server.clone();
         // A socket server's calls: the API thread's list.
-        let enter = sandbox.hook(ThreadKind::Api);
-        let t = std::thread::Builder::new()
+        let enter = named_hook(sandbox, ThreadKind::Api);
+        std::thread::Builder::new()
             .name(format!("vhost-user-{i}"))
             .spawn(move || {
                 if let Err(e) = enter() {
                     eprintln!("osprey vhost-user-blk: error: sandbox: {e}");
-                    std::process::exit(EXIT_BACKEND);
+                    fatal::report_panic();
+                    return;
                 }
-                server.run()
+                // `run` never returns; a panic wakes the main thread, which ends the process.
+                let run = std::panic::AssertUnwindSafe(|| server.run());
+                if std::panic::catch_unwind(run).is_err() {
+                    fatal::report_panic();
+                }
             })
             .map_err(|source| VhostUserBlkError::Thread {
                 socket: servers[i].path().display().to_string(),
                 source,
             })?;
-        threads.push(t);
     }
     let entered = sandbox.enter(ThreadKind::Control)?;
     log::info!("sandbox: {}", sandbox.describe(&entered));
-    for t in threads {
-        // `run` never returns; a panic in one would end up here.
-        if t.join().is_err() {
-            log::error!("vhost-user: a serving thread panicked");
-        }
-    }
-    Ok(())
+    Ok(watch.wait())
 }
 
 /// Gives a socket to the sandbox's user (`--uid`), so that it may still remove it.
@@ -248,19 +269,31 @@ fn hand_over(sandbox: &vmm::sandbox::Sandbox, path: &std::path::Path) {
     }
 }
 
-/// Runs the backend of the command line until the process is killed; returns an exit status
-/// only when it could not start.
+/// Runs the backend of the command line until a signal ends it; returns the exit status (0
+/// after `SIGTERM`, `SIGINT` or `SIGHUP`).
 pub fn run(args: &VhostUserBlkArgs) -> i32 {
-    match run_backend(args) {
-        Ok(()) => 0,
+    let status = match run_backend(args) {
+        Ok(ending) => {
+            match ending {
+                fatal::Ending::Stop(sig) => {
+                    log::info!("vhost-user-blk: signal {sig}: stopping")
+                }
+                fatal::Ending::Panic => log::error!("vhost-user-blk: a serving thread failed"),
+                // Reported on stderr by the thread that took it.
+                fatal::Ending::Fatal(_) => {}
+            }
+            ending.exit_status()
+        }
         Err(e) => {
             eprintln!("osprey vhost-user-blk: error: {e}");
             e.exit_status()
         }
-    }
+    };
+    fatal::remove_sockets();
+    status
 }
 
-fn run_backend(args: &VhostUserBlkArgs) -> Result<(), VhostUserBlkError> {
+fn run_backend(args: &VhostUserBlkArgs) -> Result<fatal::Ending, VhostUserBlkError> {
     let config = match &args.config {
         Some(path) => VhostUserConfig::from_file(path).map_err(|e| e.in_file(Some(path)))?,
         None => VhostUserConfig::from_args(args)?,
@@ -269,7 +302,9 @@ fn run_backend(args: &VhostUserBlkArgs) -> Result<(), VhostUserBlkError> {
     // Alone on the main thread still: namespaces (when asked) and no_new_privs for every
     // thread to come.
     vmm::sandbox::Sandbox::enter_early(&config.sandbox)?;
+    // Before any other thread: each inherits the handlers and names itself as it starts.
+    let watch = fatal::install().map_err(VhostUserBlkError::Signals)?;
     let sandbox = sandbox::prepare(&config.sandbox, &config, args.api_sock.as_deref())?;
     let backend = start(&config)?;
-    serve(backend, args.api_sock.as_deref(), &sandbox)
+    serve(backend, args.api_sock.as_deref(), &sandbox, watch)
 }

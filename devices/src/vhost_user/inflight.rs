@@ -97,6 +97,9 @@ fn file_len(file: &File) -> std::io::Result<u64> {
 /// A frontend's inflight region, mapped shared (`SET_INFLIGHT_FD`).
 #[derive(Debug)]
 pub struct InflightRegion {
+    /// The mapping as [`super::fault`] knows it (a file shrunk later reads as zeros): dropped
+    /// before `mapping` may unmap.
+    _fault: Option<super::fault::Registration>,
     mapping: Arc<MmapRegion<()>>,
     num_queues: u16,
     queue_size: u16,
@@ -135,7 +138,9 @@ impl InflightRegion {
         // Only the bytes the queues use are mapped (the frontend may have sent more).
         let mapping = MmapRegion::<()>::from_file(FileOffset::new(file, msg.mmap_offset), size)
             .map_err(|e| bad(format!("mmap: {e}")))?;
+        let fault = super::fault::register(mapping.as_ptr() as usize, mapping.size());
         Ok(Self {
+            _fault: fault,
             mapping: Arc::new(mapping),
             num_queues: msg.num_queues,
             queue_size: msg.queue_size,

@@ -4,9 +4,11 @@
 //! module is the transport between its messages and the device (`docs/ARCHITECTURE.md`,
 //! "vhost-user-blk backend"): the frontend's memory table ([`memory`]), each ring's state
 //! ([`ring`]), the call eventfds as the device's interrupt ([`interrupt`]), the inflight region
-//! a restarted backend resubmits from ([`inflight`]), the message handler ([`transport`]) and
-//! the socket loop ([`server`]).
+//! a restarted backend resubmits from ([`inflight`]), the message handler ([`transport`]),
+//! the socket loop ([`server`]) and the zero pages over memory a frontend shrank under running
+//! rings ([`fault`]).
 
+pub mod fault;
 pub mod inflight;
 pub mod interrupt;
 pub mod memory;

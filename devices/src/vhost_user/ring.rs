@@ -55,6 +55,7 @@ impl RingState {
     /// The ring as a ready queue on `table`'s memory: addresses translated to guest-physical,
     /// `next_avail` from the base, `next_used` from the used ring's index in memory (what the
     /// device published before it stopped, or the driver's 0), and its kick eventfd duplicated.
+    /// Fails, touching no memory, when an area is not whole inside one region.
     pub fn to_queue(
         &self,
         index: usize,
@@ -91,6 +92,17 @@ impl RingState {
             .try_set_used_ring_address(vm_memory::GuestAddress(used))
             .map_err(|e| bad(&format!("used ring {used:#x}: {e:?}")))?;
         queue.set_next_avail(self.base);
+        queue.set_ready(true);
+        // Every area whole inside one mapped region before anything reads it (a ring that
+        // starts in a region and runs past its end is refused here, not found out by the
+        // device).
+        if !queue.is_valid(table.memory()) {
+            return Err(bad(&format!(
+                "size {}: descriptor table {desc:#x}, available ring {avail:#x} or used ring \
+                 {used:#x} runs past the end of its memory region",
+                self.size
+            )));
+        }
         // An unreadable used ring leaves 0: the queue handler finds the ring unusable and stops.
         let next_used = queue
             .used_idx(table.memory(), Ordering::Acquire)
@@ -98,7 +110,6 @@ impl RingState {
             .unwrap_or(0);
         queue.set_next_used(next_used);
         queue.set_event_idx(event_idx);
-        queue.set_ready(true);
         let kick = self
             .kick
             .as_ref()

@@ -201,6 +201,8 @@ impl VhostUserDevice {
         if wanted.is_empty() {
             return Ok(());
         }
+        // A file the frontend shrank since SET_MEM_TABLE would raise SIGBUS on first touch.
+        table.check_files()?;
         let event_idx = self.acked_features & VIRTIO_RING_F_EVENT_IDX != 0;
         let max_sizes = self.device.queue_max_sizes();
         let mut queues = Vec::with_capacity(wanted.len());
