@@ -104,7 +104,7 @@ fn handler_turn(c: &mut Criterion) {
 
         ring.publish(&chains.heads);
         assert!(
-            !handler.run(MAX_MAX_BATCH, &turn),
+            !handler.run(MAX_MAX_BATCH, &turn).more,
             "one turn empties the ring"
         );
         let mut used = 0;

@@ -87,24 +87,17 @@ enum Command {
 }
 
 /// The answer to [`IoThread::detach`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Detach {
-    /// Every handler of the owner, out of the thread, their I/O finished.
-    Done(Vec<Box<dyn Handler>>),
+    /// Every handler of the owner (this many) is out of the thread, its I/O finished, and
+    /// handed back what its owner gets back ([`Handler::detach`]).
+    Done(usize),
     /// Requests were still in flight when the wait ended: the handlers stay on the thread,
     /// taking no new work and completing what finishes; ask again later.
     Draining {
         /// Requests still in flight.
         in_flight: usize,
     },
-}
-
-impl std::fmt::Debug for Detach {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Detach::Done(h) => write!(f, "Done({} handlers)", h.len()),
-            Detach::Draining { in_flight } => write!(f, "Draining {{ in_flight: {in_flight} }}"),
-        }
-    }
 }
 
 /// The answer to [`IoThread::swap_file`] when nothing failed.
@@ -321,7 +314,7 @@ impl IoThread {
     /// Moves every handler of `owner` onto `file` without losing a request: they stop taking
     /// new requests, those in flight complete on the old file (the thread serves its other
     /// handlers meanwhile), then each handler's engine is rebuilt on `file`
-    /// ([`Handler::replace_file`]), `on_swapped` runs, and they resume, serving what the guest
+    /// ([`crate::FileBacked::replace_file`]), `on_swapped` runs, and they resume, serving what the guest
     /// queued meanwhile. Waits at most `wait` for the old file's requests; past it the swap is
     /// given up ([`SwapOutcome::TimedOut`]) and the handlers go on with the old file. An owner
     /// with no handler on the thread (its device not active) swaps at once: only the hook runs.
