@@ -716,7 +716,8 @@ impl Loop {
                     self.finish_swaps();
                 }
                 Command::SetPoll(params, reply) => {
-                    self.policy.set_params(params);
+                    let now = self.now_ns();
+                    self.policy.set_params(params, now);
                     let _ = reply.send(self.policy.params());
                 }
                 Command::Run(hook, reply) => {
