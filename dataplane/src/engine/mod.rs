@@ -118,6 +118,19 @@ pub enum EngineError {
         /// Why.
         reason: String,
     },
+    /// The host refused the engine's set-up call (no kernel support, a sysctl, seccomp, the
+    /// AIO events used up): the OS error, and what it means here.
+    #[error("{engine} is not available on this host: {call}: {source}{hint}")]
+    Refused {
+        /// The engine.
+        engine: EngineKind,
+        /// The call refused (with its argument where it matters).
+        call: String,
+        /// The OS error.
+        source: std::io::Error,
+        /// What to do about it, ready to follow the error (" (…)", or empty).
+        hint: String,
+    },
     /// Setting the engine up failed.
     #[error("{engine}: {what}: {source}")]
     Setup {

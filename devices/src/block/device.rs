@@ -149,7 +149,10 @@ impl VirtioBlock {
         let file = self
             .backing
             .dup_file()
-            .map_err(|e| ActivateError::Backend(format!("dup backing file: {e}")))?;
+            .map_err(|source| ActivateError::Os {
+                what: "dup backing file",
+                source,
+            })?;
         Ok((
             file,
             EngineOptions {
@@ -241,9 +244,7 @@ impl VirtioDevice for VirtioBlock {
                 .returning_to(owner_end.clone()),
             ));
         }
-        self.iothread
-            .attach(handlers)
-            .map_err(|e| ActivateError::Backend(e.to_string()))?;
+        self.iothread.attach(handlers)?;
         self.active = true;
         self.returned = Some(returned);
         log::info!(

@@ -66,7 +66,7 @@ impl MemoryTable {
                     ))
                 })?;
             let mapped = MmapRegion::<()>::from_file(FileOffset::new(file, offset), size)
-                .map_err(|e| VhostUserError::MemoryTable(format!("mmap of {gpa:#x}: {e}")))?;
+                .map_err(|source| VhostUserError::MapRegion { gpa, source })?;
             let region = GuestRegionMmap::new(mapped, GuestAddress(gpa)).ok_or_else(|| {
                 VhostUserError::MemoryTable(format!("region at {gpa:#x} wraps the address space"))
             })?;
@@ -77,8 +77,7 @@ impl MemoryTable {
                 len,
             });
         }
-        let mem = GuestMemory::from_regions(guest_regions)
-            .map_err(|e| VhostUserError::MemoryTable(e.to_string()))?;
+        let mem = GuestMemory::from_regions(guest_regions).map_err(VhostUserError::Regions)?;
         Ok(Self { mem, mappings })
     }
 
@@ -153,8 +152,13 @@ mod tests {
             vec![memfd(0x1000), memfd(0x1000)],
         );
         assert!(
-            matches!(e, Err(VhostUserError::MemoryTable(_))),
-            "overlap: {e:?}"
+            matches!(
+                e,
+                Err(VhostUserError::Regions(
+                    vm_memory::GuestRegionCollectionError::MemoryRegionOverlap
+                ))
+            ),
+            "overlap, told apart from the other refusals: {e:?}"
         );
     }
 }

@@ -31,12 +31,52 @@ pub enum VhostUserError {
         /// What is wrong with it.
         why: String,
     },
+    /// A memory region could not be mapped.
+    #[error("memory table: mmap of {gpa:#x}: {source}")]
+    MapRegion {
+        /// The region's guest-physical address.
+        gpa: u64,
+        /// Why.
+        source: vm_memory::mmap::MmapRegionError,
+    },
+    /// The mapped regions do not make one guest memory (they overlap, for one).
+    #[error("memory table: {0}")]
+    Regions(#[source] vm_memory::GuestRegionCollectionError),
+    /// virtio-queue refused a ring's configuration.
+    #[error("ring {index}: {what}: {source}")]
+    RingConfig {
+        /// The ring.
+        index: usize,
+        /// The setting refused (and its value).
+        what: String,
+        /// What virtio-queue said.
+        source: virtio_queue::Error,
+    },
+    /// A ring's kick eventfd could not be duplicated.
+    #[error("ring {index}: dup of the kick eventfd: {source}")]
+    RingKick {
+        /// The ring.
+        index: usize,
+        /// The OS error.
+        source: std::io::Error,
+    },
     /// `GET_INFLIGHT_FD` or `SET_INFLIGHT_FD` cannot be served as asked.
     #[error("inflight region: {0}")]
     Inflight(String),
+    /// An OS call for the inflight region failed.
+    #[error("inflight region: {what}: {source}")]
+    InflightOs {
+        /// The call.
+        what: &'static str,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The inflight region could not be mapped.
+    #[error("inflight region: mmap: {0}")]
+    InflightMap(#[source] vm_memory::mmap::MmapRegionError),
     /// The device refused to start.
     #[error("activation: {0}")]
-    Activate(String),
+    Activate(#[source] crate::virtio::ActivateError),
     /// The device did not finish its in-flight I/O in time to stop.
     #[error("stopping the device: {in_flight} requests still in flight")]
     Draining {

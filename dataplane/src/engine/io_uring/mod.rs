@@ -98,12 +98,7 @@ impl IoUringEngine {
         let requested = SetupFlags::requested(opts.io_uring);
         let (ring, flags) = setup::with_fallback(requested, |f| setup::build_ring(entries, f))
             .map_err(|e| match e.raw_os_error() {
-                Some(libc::ENOSYS) | Some(libc::EPERM) | Some(libc::EACCES) => {
-                    EngineError::Unavailable {
-                        engine: EngineKind::IoUring,
-                        reason: setup::explain(&e),
-                    }
-                }
+                Some(libc::ENOSYS) | Some(libc::EPERM) | Some(libc::EACCES) => setup::refused(e),
                 _ => setup_err("io_uring_setup")(e),
             })?;
         let eventfd = EventFd::new(EFD_NONBLOCK).map_err(setup_err("eventfd"))?;

@@ -72,16 +72,18 @@ pub fn leave_contexts_to_process_exit() {
 fn setup_error(err: std::io::Error, nr: u32) -> EngineError {
     let engine = EngineKind::LinuxAio;
     match err.raw_os_error() {
-        Some(libc::ENOSYS) => EngineError::Unavailable {
+        Some(libc::ENOSYS) => EngineError::Refused {
             engine,
-            reason: format!(
-                "io_setup: {err} (kernel without CONFIG_AIO, or a seccomp filter blocks it)"
-            ),
+            call: "io_setup".into(),
+            source: err,
+            hint: " (kernel without CONFIG_AIO, or a seccomp filter blocks it)".into(),
         },
-        Some(libc::EAGAIN) => EngineError::Unavailable {
+        Some(libc::EAGAIN) => EngineError::Refused {
             engine,
-            reason: format!(
-                "io_setup({nr}): {err}: AIO events exhausted ({}); raise fs.aio-max-nr",
+            call: format!("io_setup({nr})"),
+            source: err,
+            hint: format!(
+                ": AIO events exhausted ({}); raise fs.aio-max-nr",
                 aio_usage()
             ),
         },

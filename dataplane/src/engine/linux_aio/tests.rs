@@ -107,7 +107,7 @@ fn setup_errors_say_why() {
     let e = setup_error(std::io::Error::from_raw_os_error(libc::EAGAIN), 1024);
     let msg = e.to_string();
     assert!(msg.contains("aio-max-nr"), "{msg}");
-    assert!(matches!(e, EngineError::Unavailable { .. }));
+    assert!(matches!(e, EngineError::Refused { .. }));
     let e = setup_error(std::io::Error::from_raw_os_error(libc::ENOSYS), 8);
     assert!(e.to_string().contains("CONFIG_AIO"), "{e}");
     let e = setup_error(std::io::Error::from_raw_os_error(libc::EINVAL), 8);
