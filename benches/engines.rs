@@ -157,7 +157,7 @@ fn engines(c: &mut Criterion) {
             direct: false,
             fault: None,
         };
-        let mut engine = match engine::open(file.open(), &opts) {
+        let mut engine = match engine::open(file.open(), &opts, &engine::AioContextPool::new()) {
             Ok(e) => e,
             Err(e) => {
                 eprintln!("engines: skipping {kind}: {e}");

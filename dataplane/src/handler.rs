@@ -130,7 +130,13 @@ pub trait FileBacked {
     /// fds unwatched: builds an engine on `file` with the handler's options, drops the old one,
     /// and returns the file it replaced (the thread puts it back if another handler of the
     /// owner fails). On an error the old engine stays.
-    fn replace_file(&mut self, file: std::fs::File) -> Result<std::fs::File, AttachError>;
+    /// `turn` is the thread's, for the new engine (its spare Linux AIO contexts:
+    /// [`ThreadTurn::aio_pool`]).
+    fn replace_file(
+        &mut self,
+        file: std::fs::File,
+        turn: &ThreadTurn,
+    ) -> Result<std::fs::File, AttachError>;
 }
 
 /// A unit of work owned by an iothread.
@@ -154,8 +160,9 @@ pub trait Handler: Send {
     fn drain(&mut self, turn: &ThreadTurn) -> usize;
     /// Called once on the iothread when the handler arrives, before [`Handler::wake_fds`]: the
     /// place to create per-thread resources such as the I/O engine (io_uring's SINGLE_ISSUER
-    /// ties a ring to the thread that creates it).
-    fn attach(&mut self) -> Result<(), AttachError> {
+    /// ties a ring to the thread that creates it). `turn` is the thread's, for the engine (its
+    /// spare Linux AIO contexts: [`ThreadTurn::aio_pool`]).
+    fn attach(&mut self, _turn: &ThreadTurn) -> Result<(), AttachError> {
         Ok(())
     }
     /// Called once on the iothread when the handler leaves (drained), with its fds unwatched:

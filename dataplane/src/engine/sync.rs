@@ -329,7 +329,12 @@ mod tests {
             direct: false,
             fault: None,
         };
-        let mut e = crate::engine::open(open(&t.path, true, false), &opts).expect("auto");
+        let mut e = crate::engine::open(
+            open(&t.path, true, false),
+            &opts,
+            &crate::engine::AioContextPool::new(),
+        )
+        .expect("auto");
         assert_eq!(e.kind(), EngineKind::Sync);
         assert!(
             e.describe().contains("memory file system"),
@@ -378,12 +383,18 @@ mod tests {
             .custom_flags(libc::O_DIRECT)
             .open(&t.path)
         {
-            let d = crate::engine::open(f, &direct).expect("auto, O_DIRECT");
+            let d = crate::engine::open(f, &direct, &crate::engine::AioContextPool::new())
+                .expect("auto, O_DIRECT");
             assert_eq!(d.kind(), EngineKind::Sync, "{}", d.describe());
         }
         // Elsewhere Auto is the wrapping engine.
         let disk = store(&std::env::temp_dir(), "auto-disk", 1 << 20);
-        let d = crate::engine::open(open(&disk.path, true, false), &opts).expect("auto");
+        let d = crate::engine::open(
+            open(&disk.path, true, false),
+            &opts,
+            &crate::engine::AioContextPool::new(),
+        )
+        .expect("auto");
         if !crate::engine::auto::in_memory(&open(&disk.path, false, false)) {
             assert_eq!(d.kind(), EngineKind::Auto);
         }

@@ -209,6 +209,11 @@ impl Loop {
         }
     }
 
+    /// The switch that leaves the thread's spare AIO contexts to the process exit.
+    pub(super) fn aio_exit_switch(&self) -> crate::engine::linux_aio::ExitSwitch {
+        self.turn.aio_pool().exit_switch()
+    }
+
     fn now_ns(&self) -> u64 {
         self.epoch.elapsed().as_nanos() as u64
     }
@@ -825,7 +830,7 @@ impl Loop {
 
     /// Attaches one handler and watches its fds; undoes its own registrations on failure.
     fn add(&mut self, mut handler: Box<dyn Handler>) -> Result<usize, AttachError> {
-        handler.attach()?;
+        handler.attach(&self.turn)?;
         let slot = self
             .slots
             .iter()

@@ -17,6 +17,7 @@ use std::time::Duration;
 use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 use vmm_sys_util::eventfd::EventFd;
 
+use crate::engine::linux_aio::ExitSwitch;
 use crate::handler::{AttachError, Handler};
 use crate::poll::{PollParams, PollPolicy};
 use crate::stats::IoThreadStats;
@@ -136,6 +137,8 @@ pub struct IoThread {
     wake: EventFd,
     join: Mutex<Option<JoinHandle<()>>>,
     stats: Arc<IoThreadStats>,
+    /// Leaves the thread's Linux AIO contexts to the process exit.
+    aio_exit: ExitSwitch,
 }
 
 impl std::fmt::Debug for IoThread {
@@ -197,6 +200,7 @@ impl IoThread {
             stats.clone(),
             dynamic_weight,
         );
+        let aio_exit = lp.aio_exit_switch();
         let join = std::thread::Builder::new()
             .name(format!("iothread-{name}"))
             .spawn(move || lp.run())
@@ -209,6 +213,7 @@ impl IoThread {
             wake,
             join: Mutex::new(Some(join)),
             stats,
+            aio_exit,
         }))
     }
 
@@ -341,6 +346,13 @@ impl IoThread {
             }),
             Err(_) => Err(IoThreadError::NotResponding(self.name.clone())),
         }
+    }
+
+    /// The process is about to exit: the Linux AIO contexts of the thread's engines dropped from
+    /// now on, and those it keeps spare, are left to the exit instead of each waiting for
+    /// `io_destroy` ([`ExitSwitch::leave_to_process_exit`]). Not for a device reset.
+    pub fn leave_aio_contexts_to_process_exit(&self) {
+        self.aio_exit.leave_to_process_exit();
     }
 
     /// Stops the thread and waits for it.

@@ -39,7 +39,7 @@ impl Handler for Counter {
     fn owner(&self) -> u64 {
         self.owner
     }
-    fn attach(&mut self) -> Result<(), crate::handler::AttachError> {
+    fn attach(&mut self, _turn: &ThreadTurn) -> Result<(), crate::handler::AttachError> {
         self.attached_on = std::thread::current().name().map(str::to_owned);
         Ok(())
     }

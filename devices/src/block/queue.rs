@@ -210,10 +210,15 @@ impl BlockQueueHandler {
         self
     }
 
-    /// Builds an engine on a duplicate of `file` with the queue's options, on the iothread.
-    fn build_engine(&self, file: &std::fs::File) -> Result<Box<dyn IoEngine>, AttachError> {
+    /// Builds an engine on a duplicate of `file` with the queue's options, on the iothread
+    /// (`turn` is its round, with its spare Linux AIO contexts).
+    fn build_engine(
+        &self,
+        file: &std::fs::File,
+        turn: &ThreadTurn,
+    ) -> Result<Box<dyn IoEngine>, AttachError> {
         let dup = file.try_clone().map_err(AttachError::DupFile)?;
-        let engine = dataplane::engine::open(dup, &self.engine_opts)?;
+        let engine = dataplane::engine::open(dup, &self.engine_opts, turn.aio_pool())?;
         let described = engine.describe();
         log::info!("virtio-blk queue {}: engine {described}", self.index);
         *self.stats.engine.lock().unwrap_or_else(|p| p.into_inner()) = described;
@@ -544,9 +549,9 @@ impl Handler for BlockQueueHandler {
         fds
     }
 
-    fn attach(&mut self) -> Result<(), AttachError> {
+    fn attach(&mut self, turn: &ThreadTurn) -> Result<(), AttachError> {
         if self.engine.is_none() {
-            self.engine = Some(self.build_engine(&self.file)?);
+            self.engine = Some(self.build_engine(&self.file, turn)?);
         }
         Ok(())
     }
@@ -747,9 +752,13 @@ impl Poll for BlockQueueHandler {
 }
 
 impl FileBacked for BlockQueueHandler {
-    fn replace_file(&mut self, file: std::fs::File) -> Result<std::fs::File, AttachError> {
+    fn replace_file(
+        &mut self,
+        file: std::fs::File,
+        turn: &ThreadTurn,
+    ) -> Result<std::fs::File, AttachError> {
         // Drained: the old engine holds nothing; it is dropped here, on its thread.
-        let engine = self.build_engine(&file)?;
+        let engine = self.build_engine(&file, turn)?;
         self.engine = Some(engine);
         Ok(std::mem::replace(&mut self.file, file))
     }
@@ -801,7 +810,7 @@ mod tests {
     fn handler_with(r: &Rig, q: Queue, kind: EngineKind) -> BlockQueueHandler {
         let kick = EventFd::new(libc::EFD_NONBLOCK).expect("efd");
         let mut h = r.handler(q, kick, open_disk(&r.path), engine(kind, 16));
-        h.attach().expect("attach");
+        h.attach(&ThreadTurn::default()).expect("attach");
         h
     }
 
@@ -1105,7 +1114,7 @@ mod tests {
             open_disk(&r.path),
             opts,
         );
-        h.attach().expect("attach");
+        h.attach(&ThreadTurn::default()).expect("attach");
         let end = h.run(32, &ThreadTurn::default());
         assert_eq!(vq.used().idx().load(), 0);
         assert!(end.retry, "refused requests ask for a timer");

@@ -31,6 +31,7 @@ mod tuning;
 use std::fs::File;
 use std::os::unix::io::RawFd;
 
+use super::linux_aio::AioContextPool;
 use super::{
     Completion, EngineKind, EngineStats, IoEngine, IoOp, IoRequest, SubmitError, ThreadTurn,
 };
@@ -137,6 +138,8 @@ pub struct AutoEngine {
     stats: EngineStats,
     /// `stats.inline + stats.deferred` at the last `commit`.
     committed: u64,
+    /// Where the write batches' Linux AIO context comes from (the iothread's spares).
+    aio_pool: AioContextPool,
 }
 
 impl std::fmt::Debug for AutoEngine {
@@ -186,7 +189,15 @@ impl AutoEngine {
             flushes: Vec::new(),
             stats: EngineStats::default(),
             committed: 0,
+            aio_pool: AioContextPool::new(),
         }
+    }
+
+    /// Takes the Linux AIO context of the write batches (opened on first use) from `pool`, the
+    /// iothread's spares, instead of a pool of the engine's own.
+    pub fn with_aio_pool(mut self, pool: &AioContextPool) -> Self {
+        self.aio_pool = pool.clone();
+        self
     }
 
     /// Adds `shallow` (a Linux AIO engine on the same file) beside a wrapped io_uring, for an

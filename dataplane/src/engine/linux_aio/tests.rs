@@ -51,8 +51,21 @@ fn engine(t: &Store, depth: u32, direct: bool) -> LinuxAioEngine {
             direct,
             fault: None,
         },
+        &AioContextPool::new(),
     )
     .expect("aio engine")
+}
+
+/// An O_DIRECT engine of `depth` on `t` whose context comes from, and goes back to, `pool`.
+fn engine_in(t: &Store, depth: u32, pool: &AioContextPool) -> LinuxAioEngine {
+    let opts = EngineOptions {
+        kind: EngineKind::LinuxAio,
+        depth,
+        io_uring: Default::default(),
+        direct: true,
+        fault: None,
+    };
+    LinuxAioEngine::new(open(&t.path, true, true), &opts, pool).expect("aio engine")
 }
 
 fn write(offset: u64, buf: &Aligned, off: usize, len: usize, token: u64) -> IoRequest {
@@ -89,7 +102,19 @@ fn abi_layout_matches_aio_abi_h() {
 
 #[test]
 fn probe_and_context_size() {
-    probe().expect("probe");
+    let pool = AioContextPool::new();
+    probe(&pool).expect("probe");
+    assert_eq!(
+        pool.spares(),
+        1,
+        "the probe's context is kept, not destroyed"
+    );
+    probe(&pool).expect("a probe that finds a spare");
+    assert_eq!(
+        pool.spares(),
+        1,
+        "and a second probe needs no context of its own"
+    );
     let t = store(&shm(), "size", 4096);
     let e = engine(&t, 4, false);
     assert_eq!(e.capacity(), 4);
@@ -187,7 +212,8 @@ fn io_getevents_fallback_reaps_the_same() {
 fn buffered_batches_complete_inside_io_submit_without_signalling() {
     let t = store(&disk(), "batches", 1 << 20);
     let mut e =
-        LinuxAioEngine::for_buffered_batches(open(&t.path, true, false), 8).expect("engine");
+        LinuxAioEngine::for_buffered_batches(open(&t.path, true, false), 8, &AioContextPool::new())
+            .expect("engine");
     let fd = *e.completion_fds().first().expect("fd");
     let buf = Aligned::new(4096);
     for t in 0..4 {
@@ -612,42 +638,50 @@ fn drop_waits_for_requests_in_the_kernel() {
 }
 
 #[test]
-fn a_drained_context_is_kept_for_the_threads_next_engine() {
-    // In a thread of its own: its kept contexts are its own, and go with it.
-    std::thread::spawn(|| {
-        let t = store(&disk(), "spare", 1 << 20);
-        let buf = Aligned::new(4096);
-        let mut e = engine(&t, 12, true);
-        let first = e.ctx.id();
-        e.submit(write(0, &buf, 0, 4096, 1)).expect("submit");
-        assert_eq!(complete(&mut e, 1).len(), 1);
-        assert_eq!(super::abi::spares(), 0);
-        drop(e);
-        assert_eq!(super::abi::spares(), 1, "the drained context was not kept");
-        // The same size: the kept context, which works as a new one.
-        let mut e = engine(&t, 12, true);
-        assert_eq!(super::abi::spares(), 0, "the kept context was not taken");
-        assert_eq!(e.ctx.id(), first);
-        e.submit(write(4096, &buf, 0, 4096, 2)).expect("submit");
-        let done = complete(&mut e, 1);
-        assert_eq!((done[0].token, done[0].result), (2, 4096));
-        // Another size gets a context of its own, while the first is in use.
-        let other = engine(&t, 13, true);
-        assert_ne!(other.ctx.id(), first);
-        assert_eq!(super::abi::spares(), 0);
-        // An engine dropped with a request it never reaped: the context is still drained by the
-        // drop's wait, and kept.
-        e.submit(write(8192, &buf, 0, 4096, 3)).expect("submit");
-        e.commit(&ThreadTurn::default());
-        drop(e);
-        assert_eq!(super::abi::spares(), 1);
-        let e = engine(&t, 12, true);
-        assert_eq!(e.ctx.id(), first);
-        drop((e, other));
-        assert_eq!(super::abi::spares(), 2);
-    })
-    .join()
-    .expect("test thread");
+fn a_drained_context_is_kept_in_its_pool_for_the_next_engine() {
+    // The pool is passed in: two pools (two iothreads) share nothing.
+    let pool = AioContextPool::new();
+    let t = store(&disk(), "spare", 1 << 20);
+    let buf = Aligned::new(4096);
+    let mut e = engine_in(&t, 12, &pool);
+    let first = e.ctx.id();
+    e.submit(write(0, &buf, 0, 4096, 1)).expect("submit");
+    assert_eq!(complete(&mut e, 1).len(), 1);
+    assert_eq!(pool.spares(), 0);
+    drop(e);
+    assert_eq!(pool.spares(), 1, "the drained context was not kept");
+    let elsewhere = engine_in(&t, 12, &AioContextPool::new());
+    assert_ne!(
+        elsewhere.ctx.id(),
+        first,
+        "another pool has its own contexts"
+    );
+    assert_eq!(pool.spares(), 1);
+    // The same size from the same pool: the kept context, which works as a new one.
+    let mut e = engine_in(&t, 12, &pool);
+    assert_eq!(pool.spares(), 0, "the kept context was not taken");
+    assert_eq!(e.ctx.id(), first);
+    e.submit(write(4096, &buf, 0, 4096, 2)).expect("submit");
+    let done = complete(&mut e, 1);
+    assert_eq!((done[0].token, done[0].result), (2, 4096));
+    // Another size gets a context of its own, while the first is in use.
+    let other = engine_in(&t, 13, &pool);
+    assert_ne!(other.ctx.id(), first);
+    assert_eq!(pool.spares(), 0);
+    // An engine dropped with a request it never reaped: the context is still drained by the
+    // drop's wait, and kept.
+    e.submit(write(8192, &buf, 0, 4096, 3)).expect("submit");
+    e.commit(&ThreadTurn::default());
+    drop(e);
+    assert_eq!(pool.spares(), 1);
+    let e = engine_in(&t, 12, &pool);
+    assert_eq!(e.ctx.id(), first);
+    drop((e, other));
+    assert_eq!(pool.spares(), 2);
+    // A process about to exit: what comes back is left to the exit, not kept.
+    pool.exit_switch().leave_to_process_exit();
+    drop(engine_in(&t, 14, &pool));
+    assert_eq!(pool.spares(), 2, "left to the exit, not kept");
 }
 
 #[test]

@@ -118,14 +118,15 @@ impl Loop {
         let mut replaced: Vec<(usize, File)> = Vec::with_capacity(slots.len());
         let mut failure = None;
         for &slot in slots {
-            let Some(s) = self.slot(slot) else {
+            let Some(Some(s)) = self.slots.get_mut(slot) else {
                 continue;
             };
+            let turn = &self.turn;
             let moved = match s.handler.backing() {
                 Some(b) => file
                     .try_clone()
                     .map_err(AttachError::DupFile)
-                    .and_then(|f| b.replace_file(f)),
+                    .and_then(|f| b.replace_file(f, turn)),
                 None => Err(AttachError::NoFile),
             };
             match moved {
@@ -138,10 +139,13 @@ impl Loop {
         }
         if failure.is_some() {
             for (slot, old) in replaced.into_iter().rev() {
+                let turn = &self.turn;
                 let back = self
-                    .slot(slot)
+                    .slots
+                    .get_mut(slot)
+                    .and_then(Option::as_mut)
                     .and_then(|s| s.handler.backing())
-                    .map(|b| b.replace_file(old));
+                    .map(|b| b.replace_file(old, turn));
                 if let Some(Err(e)) = back {
                     log::error!("iothread: handler {slot} lost its file on a failed swap: {e}");
                 }
@@ -325,7 +329,11 @@ mod tests {
     }
 
     impl FileBacked for Swappable {
-        fn replace_file(&mut self, file: std::fs::File) -> Result<std::fs::File, AttachError> {
+        fn replace_file(
+            &mut self,
+            file: std::fs::File,
+            _turn: &ThreadTurn,
+        ) -> Result<std::fs::File, AttachError> {
             if self.seen.refuse.swap(false, Ordering::SeqCst) {
                 return Err(AttachError::NoFile);
             }

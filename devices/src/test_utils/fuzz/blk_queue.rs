@@ -89,7 +89,8 @@ pub fn run(data: &[u8]) {
     let file = std::fs::File::open("/dev/null").expect("/dev/null");
     let kick = EventFd::new(libc::EFD_NONBLOCK).expect("eventfd");
     let mut h = rig.handler(queue, kick, file, engine(EngineKind::Null, depth));
-    h.attach().expect("attach the Null engine");
+    h.attach(&ThreadTurn::default())
+        .expect("attach the Null engine");
 
     let mut avail_idx: u16 = 0;
     let mut used_seen: u16 = 0;

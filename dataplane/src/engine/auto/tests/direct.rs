@@ -185,8 +185,14 @@ fn a_device_completing_in_the_caller_gets_linux_aio_opened_without_a_probe() {
         direct: true,
         fault: None,
     };
-    let engine = crate::engine::open_auto_aio(&file, &opts, "a test's batches", "none")
-        .expect("Linux AIO opens on an O_DIRECT file here");
+    let engine = crate::engine::open_auto_aio(
+        &file,
+        &opts,
+        &crate::engine::AioContextPool::new(),
+        "a test's batches",
+        "none",
+    )
+    .expect("Linux AIO opens on an O_DIRECT file here");
     assert_eq!(engine.kind(), EngineKind::LinuxAio);
     assert_eq!(engine.capacity(), 32, "{}", engine.describe());
     // The caller's file stays usable for the inline path.
@@ -202,7 +208,7 @@ fn a_store_where_inline_fails_stops_trying_then_probes_again() {
     // O_DIRECT on the work tree's file system: RWF_NOWAIT reads are refused or blocking.
     let dir = std::env::current_dir().expect("cwd").join("target");
     let s = store(&dir, "auto-direct", 1 << 20);
-    let kind = crate::engine::auto_async_kind(true);
+    let kind = crate::engine::auto_async_kind(true, &crate::engine::AioContextPool::new());
     let mut e = AutoEngine::new(
         open(&s.path, true, true),
         inner(open(&s.path, true, true), 32, true, kind),
