@@ -164,7 +164,7 @@ fn engines(c: &mut Criterion) {
                 continue;
             }
         };
-        eprintln!("engines: {kind} is {}", engine.describe());
+        eprintln!("engines: {kind} is {}", engine.info());
         let mut next = 0;
         for batch in BATCHES {
             group.throughput(Throughput::Elements(batch as u64));

@@ -441,7 +441,7 @@ fn full_engine_applies_back_pressure_without_loss() {
         stats["engine"]
             .as_str()
             .unwrap_or("")
-            .starts_with("io_uring"),
+            .starts_with("IoUring"),
         "{stats}"
     );
     assert_eq!(m["timed_out"], false, "{m}");

@@ -21,20 +21,22 @@ use std::fs::File;
 use std::os::unix::io::RawFd;
 
 pub use crate::iothread::ThreadTurn;
+pub use info::EngineInfo;
 pub use linux_aio::AioContextPool;
 
 pub mod auto;
 #[cfg(test)]
 pub(crate) mod conformance;
 pub mod fault;
+pub mod info;
 pub mod io_uring;
 pub mod linux_aio;
 pub mod null;
 mod own_signal;
 pub mod sync;
 
-/// Which engine.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// Which engine, spelt as the configuration spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum EngineKind {
     /// Blocking preadv/pwritev/fdatasync on the dataplane thread.
     Sync,
@@ -458,10 +460,9 @@ pub trait IoEngine: Send {
     fn stats(&self) -> EngineStats {
         EngineStats::default()
     }
-    /// What is in force (flags, registered files, fallbacks), for logs and statistics.
-    fn describe(&self) -> String {
-        self.kind().to_string()
-    }
+    /// What the engine is and what is in force (flags, registered files, fallbacks, where
+    /// `Auto` sends requests): typed for programs, one short line as its `Display`.
+    fn info(&self) -> EngineInfo;
 }
 
 /// Runs `op` synchronously on `fd`; returns bytes or a negative errno. Shared by engines that

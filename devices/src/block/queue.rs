@@ -219,9 +219,12 @@ impl BlockQueueHandler {
     ) -> Result<Box<dyn IoEngine>, AttachError> {
         let dup = file.try_clone().map_err(AttachError::DupFile)?;
         let engine = dataplane::engine::open(dup, &self.engine_opts, turn.aio_pool())?;
-        let described = engine.describe();
-        log::info!("virtio-blk queue {}: engine {described}", self.index);
-        *self.stats.engine.lock().unwrap_or_else(|p| p.into_inner()) = described;
+        let info = engine.info();
+        match serde_json::to_string(&info) {
+            Ok(json) => log::info!("virtio-blk queue {}: engine {info}: {json}", self.index),
+            Err(_) => log::info!("virtio-blk queue {}: engine {info}", self.index),
+        }
+        self.stats.engine.set(info);
         Ok(engine)
     }
 

@@ -87,10 +87,10 @@ impl SetupFlags {
         Some((next, name, why))
     }
 
-    /// The flags that stay in force after set-up, `|`-joined (R_DISABLED is transient and shows
-    /// as "restrictions" instead).
-    pub(crate) fn names(&self) -> String {
-        let names: Vec<&str> = [
+    /// The flags that stay in force after set-up (R_DISABLED is transient and shows as the
+    /// engine's `restricted` instead).
+    pub(crate) fn in_force(&self) -> Vec<&'static str> {
+        [
             ("SINGLE_ISSUER", self.single_issuer),
             ("COOP_TASKRUN", self.coop_taskrun),
             ("TASKRUN_FLAG", self.taskrun_flag),
@@ -99,12 +99,7 @@ impl SetupFlags {
         .iter()
         .filter(|(_, on)| *on)
         .map(|(n, _)| *n)
-        .collect();
-        if names.is_empty() {
-            "no setup flags".to_string()
-        } else {
-            names.join("|")
-        }
+        .collect()
     }
 }
 
@@ -249,11 +244,16 @@ mod tests {
         });
         assert!(!f.taskrun_flag && !f.coop_taskrun && f.single_issuer);
         assert!(f.submit_all && f.r_disabled);
-        assert_eq!(f.names(), "SINGLE_ISSUER|SUBMIT_ALL");
+        assert_eq!(f.in_force(), ["SINGLE_ISSUER", "SUBMIT_ALL"]);
         let all = SetupFlags::requested(IoUringFlags::default());
         assert_eq!(
-            all.names(),
-            "SINGLE_ISSUER|COOP_TASKRUN|TASKRUN_FLAG|SUBMIT_ALL"
+            all.in_force(),
+            [
+                "SINGLE_ISSUER",
+                "COOP_TASKRUN",
+                "TASKRUN_FLAG",
+                "SUBMIT_ALL"
+            ]
         );
     }
 
@@ -308,7 +308,7 @@ mod tests {
                 r_disabled: true,
             }
         );
-        assert_eq!(got.names(), "no setup flags");
+        assert!(got.in_force().is_empty());
     }
 
     #[test]

@@ -579,26 +579,13 @@ impl IoEngine for LinuxAioEngine {
         EngineKind::LinuxAio
     }
 
-    fn describe(&self) -> String {
-        format!(
-            "LinuxAio (depth {}, completions from {}, eventfd; {}; flush by {})",
-            self.limit,
-            if self.use_ring {
-                "the mapped ring"
-            } else {
-                "io_getevents"
-            },
-            if self.direct {
-                "O_DIRECT"
-            } else {
-                "buffered: io_submit runs synchronously, set \"direct\": true"
-            },
-            if self.fdsync_refused {
-                "synchronous fdatasync (FDSYNC refused)"
-            } else {
-                "IOCB_CMD_FDSYNC"
-            }
-        )
+    fn info(&self) -> super::EngineInfo {
+        super::EngineInfo::LinuxAio(super::info::LinuxAioInfo {
+            depth: u32::try_from(self.limit).unwrap_or(MAX_EVENTS),
+            mapped_ring: self.use_ring,
+            direct: self.direct,
+            fdsync: !self.fdsync_refused,
+        })
     }
 }
 

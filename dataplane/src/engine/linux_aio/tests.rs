@@ -11,6 +11,8 @@ use std::path::PathBuf;
 use super::abi::{AioRingHeader, IoEvent, Iocb, AIO_RING_MAGIC};
 use super::*;
 use crate::engine::conformance::{complete, open, readable, store, Aligned, EdgeWatch, Store};
+use crate::engine::info::LinuxAioInfo;
+use crate::engine::EngineInfo;
 
 /// Test-only control over io_submit.
 #[derive(Debug, Default)]
@@ -121,9 +123,21 @@ fn probe_and_context_size() {
     let big = engine(&t, 4096, false);
     assert_eq!(big.capacity(), MAX_EVENTS as usize);
     assert!(
-        big.describe().contains("set \"direct\": true"),
-        "{}",
-        big.describe()
+        matches!(
+            big.info(),
+            EngineInfo::LinuxAio(LinuxAioInfo {
+                direct: false,
+                depth: MAX_EVENTS,
+                ..
+            })
+        ),
+        "{:?}",
+        big.info()
+    );
+    assert_eq!(
+        big.info().to_string(),
+        "LinuxAio (buffered)",
+        "the warning, in one line"
     );
 }
 
@@ -190,7 +204,13 @@ fn reaps_from_the_mapped_ring() {
         assert_eq!(h.head, h.tail, "we advanced head to tail");
         assert_ne!(h.head, 0, "the ring was used");
         assert!(!e.has_completions());
-        assert!(e.describe().contains("mapped ring"));
+        assert!(matches!(
+            e.info(),
+            EngineInfo::LinuxAio(LinuxAioInfo {
+                mapped_ring: true,
+                ..
+            })
+        ));
     }
 }
 
@@ -201,7 +221,13 @@ fn io_getevents_fallback_reaps_the_same() {
         let mut e = engine(&t, 16, direct);
         e.use_ring = false;
         round_trip(&mut e);
-        assert!(e.describe().contains("io_getevents"));
+        assert!(matches!(
+            e.info(),
+            EngineInfo::LinuxAio(LinuxAioInfo {
+                mapped_ring: false,
+                ..
+            })
+        ));
         // io_getevents moved the ring's head itself.
         let h = e.ctx.header();
         assert_eq!(h.head, h.tail);
@@ -405,7 +431,14 @@ fn refused_fdsync_falls_back_to_fdatasync() {
         "the refused flush ran synchronously"
     );
     assert!(e.fdsync_refused);
-    assert!(e.describe().contains("FDSYNC refused"), "{}", e.describe());
+    assert!(
+        matches!(
+            e.info(),
+            EngineInfo::LinuxAio(LinuxAioInfo { fdsync: false, .. })
+        ),
+        "{:?}",
+        e.info()
+    );
     let mut c = complete(&mut e, 2);
     c.sort_by_key(|c| c.token);
     assert_eq!(

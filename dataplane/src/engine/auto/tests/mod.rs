@@ -120,8 +120,8 @@ impl IoEngine for CountReaps {
     fn kind(&self) -> EngineKind {
         self.0.kind()
     }
-    fn describe(&self) -> String {
-        self.0.describe()
+    fn info(&self) -> crate::engine::EngineInfo {
+        self.0.info()
     }
 }
 
