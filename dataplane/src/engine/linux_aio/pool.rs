@@ -10,7 +10,7 @@
 
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use super::abi::AioContext;
 
@@ -19,10 +19,19 @@ const SPARES_PER_POOL: usize = 16;
 
 /// The spare AIO contexts of one iothread. Clones share the pool: an engine keeps one, to give
 /// its context back when it is dropped. Dropped with the last clone (the iothread's loop, at
-/// the thread's end): its spares are destroyed then, on that thread.
-#[derive(Debug, Clone, Default)]
+/// the thread's end): its spares are destroyed then, on that thread. A new pool allocates
+/// nothing until it is used (a `ThreadTurn::default()` on a request path stays free).
+#[derive(Debug, Default)]
 pub struct AioContextPool {
-    inner: Arc<Inner>,
+    inner: OnceLock<Arc<Inner>>,
+}
+
+impl Clone for AioContextPool {
+    fn clone(&self) -> Self {
+        Self {
+            inner: OnceLock::from(self.inner().clone()),
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -64,13 +73,17 @@ impl AioContextPool {
     /// first probe's always did, and its `io_destroy` costs no thread a grace period).
     pub fn left_to_process_exit() -> Self {
         let pool = Self::default();
-        pool.inner.left_to_exit.leave_to_process_exit();
+        pool.inner().left_to_exit.leave_to_process_exit();
         pool
     }
 
     /// The switch that leaves this pool's contexts to the process exit.
     pub fn exit_switch(&self) -> ExitSwitch {
-        self.inner.left_to_exit.clone()
+        self.inner().left_to_exit.clone()
+    }
+
+    fn inner(&self) -> &Arc<Inner> {
+        self.inner.get_or_init(Arc::default)
     }
 
     /// A context of `nr_events`: a spare of that size, else a new one (`io_setup`).
@@ -91,7 +104,7 @@ impl AioContextPool {
     /// Takes back a context its engine is done with: kept if it is drained and the pool has
     /// room, left to the exit if the process is ending, else destroyed here.
     pub(super) fn give_back(&self, mut ctx: AioContext) {
-        if self.inner.left_to_exit.on() {
+        if self.inner().left_to_exit.on() {
             ctx.leave_to_exit();
             return;
         }
@@ -118,7 +131,10 @@ impl AioContextPool {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<AioContext>> {
-        self.inner.spares.lock().unwrap_or_else(|p| p.into_inner())
+        self.inner()
+            .spares
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 }
 
