@@ -157,14 +157,14 @@ fn engines(c: &mut Criterion) {
             direct: false,
             fault: None,
         };
-        let mut engine = match engine::open(file.open(), &opts) {
+        let mut engine = match engine::open(file.open(), &opts, &engine::AioContextPool::new()) {
             Ok(e) => e,
             Err(e) => {
                 eprintln!("engines: skipping {kind}: {e}");
                 continue;
             }
         };
-        eprintln!("engines: {kind} is {}", engine.describe());
+        eprintln!("engines: {kind} is {}", engine.info());
         let mut next = 0;
         for batch in BATCHES {
             group.throughput(Throughput::Elements(batch as u64));

@@ -99,12 +99,14 @@ fn handler_turn(c: &mut Criterion) {
         let inflight = tracked.then(|| inflight_queue(QUEUE_SIZE));
         let mut handler =
             tracked_null_handler(&ring, &mem, kick, irq.clone(), stats.clone(), inflight);
-        handler.attach().expect("the Null engine");
+        handler
+            .attach(&ThreadTurn::default())
+            .expect("the Null engine");
         let turn = ThreadTurn::default();
 
         ring.publish(&chains.heads);
         assert!(
-            !handler.run(MAX_MAX_BATCH, &turn),
+            !handler.run(MAX_MAX_BATCH, &turn).more,
             "one turn empties the ring"
         );
         let mut used = 0;

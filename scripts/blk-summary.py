@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Passes Osprey's output through unchanged and, at the end, prints a summary a person reads at a
-glance of each test-guest `BLK {...}` report (the JSON line stays, for scripts): the device, the
-engine Osprey used (from its `drive stats` log line), and per run IOPS, mean and p99 latency,
-errors and kicks per request. Used by `make run`:
+glance of each test-guest `BLK {...}` report (the JSON line stays, for scripts), in at most 100
+columns: the device, the engine Osprey used (its one-line name, from its `drive stats` log
+line), and per run IOPS, mean and p99 latency, errors and kicks per request. Used by `make run`:
 
     osprey --config examples/test-guest.json 2>&1 | scripts/blk-summary.py
 """
@@ -28,10 +28,10 @@ def summary(report, engines):
         requests = run.get("requests") or 0
         lat = run.get("lat_ns") or {}
         kicks = (run.get("kicks") or 0) / requests if requests else 0.0
+        # Two lines per run, so that the summary fits in 100 columns.
         lines.append(
-            "  {name}: {rw} {bs} B QD{qd}: {iops:,} IOPS, latency mean {mean:.1f} µs, "
-            "p99 {p99:.1f} µs, {errors} errors, {mismatches} mismatches, "
-            "{kicks:.3f} kicks/request".format(
+            "  {name}: {rw} {bs} B QD{qd}: {iops:,} IOPS, mean {mean:.1f} µs, "
+            "p99 {p99:.1f} µs".format(
                 name=run.get("name", "?"),
                 rw=run.get("rw", "?"),
                 bs=run.get("bs", "?"),
@@ -39,6 +39,10 @@ def summary(report, engines):
                 iops=run.get("iops") or 0,
                 mean=(lat.get("mean") or 0) / 1000,
                 p99=(lat.get("p99") or 0) / 1000,
+            )
+        )
+        lines.append(
+            "    {errors} errors, {mismatches} mismatches, {kicks:.3f} kicks/request".format(
                 errors=run.get("errors", "?"),
                 mismatches=run.get("mismatches", "?"),
                 kicks=kicks,

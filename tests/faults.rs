@@ -343,10 +343,18 @@ fn injected_eio_fails_its_region_then_io_works_again() {
         t0.elapsed(),
         r["pattern"]
     );
-    assert!(
-        log.contains("with fault injection (Input/output error"),
-        "{log}"
-    );
+    // The queue logs its engine typed: EIO (5) on reads and writes of the region.
+    let engine: Value = log
+        .lines()
+        .find_map(|l| {
+            l.split_once("engine Sync, fault injection: ")
+                .map(|(_, j)| j)
+        })
+        .and_then(|j| serde_json::from_str(j).ok())
+        .unwrap_or_else(|| panic!("no typed engine line in the log:\n{log}"));
+    assert_eq!(engine["kind"], "FaultInjection", "{engine}");
+    assert_eq!(engine["engine"]["kind"], "Sync", "{engine}");
+    assert_eq!(engine["plan"]["action"]["Fail"], libc::EIO, "{engine}");
     assert_eq!(m["timed_out"], false, "{m}");
     assert_eq!(u(&m["requests"]), 4096, "every write completes: {m}");
     assert_eq!(
@@ -441,7 +449,7 @@ fn full_engine_applies_back_pressure_without_loss() {
         stats["engine"]
             .as_str()
             .unwrap_or("")
-            .starts_with("io_uring"),
+            .starts_with("IoUring"),
         "{stats}"
     );
     assert_eq!(m["timed_out"], false, "{m}");

@@ -103,7 +103,7 @@ fn allocations_per_request(kind: EngineKind, rounds: u64) -> f64 {
         file,
         engine(kind, u32::from(QUEUE_SIZE)),
     );
-    h.attach().expect("attach");
+    h.attach(&ThreadTurn::default()).expect("attach");
     let mut posted = DEPTH;
     let serve = |h: &mut BlockQueueHandler, want: u16| {
         for _ in 0..1_000_000 {

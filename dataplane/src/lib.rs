@@ -15,5 +15,5 @@ pub mod stats;
 pub mod thread_weight;
 
 pub use engine::{Completion, EngineKind, IoEngine, IoOp, IoRequest};
-pub use handler::{CompletionState, Handler};
+pub use handler::{CompletionState, FileBacked, Handler, Poll, TurnEnd, Watch};
 pub use iothread::{Detach, IoThread, IoThreadError, SwapOutcome, ThreadTurn};

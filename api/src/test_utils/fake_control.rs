@@ -43,7 +43,7 @@ fn drive_counters() -> DriveCounters {
     for n in [1, 300, 300] {
         queue.record_batch(n);
     }
-    *queue.engine.lock().expect("engine") = "io_uring (4 queues)".into();
+    queue.engine.set(dataplane::engine::EngineInfo::Sync);
     DriveCounters::new(
         "disk0",
         &[&queue],

@@ -481,6 +481,7 @@ fn linux_aio_engine_conforms() {
                         direct,
                         fault: None,
                     },
+                    &super::AioContextPool::new(),
                 )
                 .expect("aio"),
             )

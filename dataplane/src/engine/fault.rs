@@ -11,7 +11,7 @@ use std::os::unix::io::RawFd;
 use super::{Completion, EngineKind, IoEngine, IoOp, IoRequest, SubmitError, ThreadTurn};
 
 /// Operation classes a fault can apply to (a bit set).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct FaultOps(u8);
 
 impl FaultOps {
@@ -48,7 +48,7 @@ impl FaultOps {
 }
 
 /// What happens to a matching request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum FaultAction {
     /// It completes with this errno (positive, e.g. `libc::EIO`) without reaching the file.
     Fail(i32),
@@ -61,7 +61,7 @@ pub enum FaultAction {
 }
 
 /// Which requests fail, and how.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct FaultPlan {
     /// What happens to the requests.
     pub action: FaultAction,
@@ -111,7 +111,7 @@ pub struct FaultInjectingEngine {
 impl std::fmt::Debug for FaultInjectingEngine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FaultInjectingEngine")
-            .field("inner", &self.inner.describe())
+            .field("inner", &self.inner.info())
             .field("plan", &self.plan)
             .field("injected", &self.injected)
             .finish()
@@ -222,22 +222,11 @@ impl IoEngine for FaultInjectingEngine {
         self.inner.kind()
     }
 
-    fn describe(&self) -> String {
-        let p = &self.plan;
-        let what = match p.action {
-            FaultAction::Fail(errno) => std::io::Error::from_raw_os_error(errno).to_string(),
-            FaultAction::Hang => "never completing".to_string(),
-            FaultAction::Refuse => "submissions refused with EAGAIN".to_string(),
-        };
-        format!(
-            "{} with fault injection ({what} on ops {:#x} in bytes {}..{}, at most {} per queue)",
-            self.inner.describe(),
-            p.ops.0,
-            p.start,
-            p.end,
-            p.max_errors
-                .map_or_else(|| "unlimited".to_string(), |m| m.to_string())
-        )
+    fn info(&self) -> super::EngineInfo {
+        super::EngineInfo::FaultInjection {
+            engine: Box::new(self.inner.info()),
+            plan: self.plan,
+        }
     }
 }
 

@@ -21,19 +21,22 @@ use std::fs::File;
 use std::os::unix::io::RawFd;
 
 pub use crate::iothread::ThreadTurn;
+pub use info::EngineInfo;
+pub use linux_aio::AioContextPool;
 
 pub mod auto;
 #[cfg(test)]
 pub(crate) mod conformance;
 pub mod fault;
+pub mod info;
 pub mod io_uring;
 pub mod linux_aio;
 pub mod null;
 mod own_signal;
 pub mod sync;
 
-/// Which engine.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// Which engine, spelt as the configuration spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum EngineKind {
     /// Blocking preadv/pwritev/fdatasync on the dataplane thread.
     Sync,
@@ -118,6 +121,19 @@ pub enum EngineError {
         /// Why.
         reason: String,
     },
+    /// The host refused the engine's set-up call (no kernel support, a sysctl, seccomp, the
+    /// AIO events used up): the OS error, and what it means here.
+    #[error("{engine} is not available on this host: {call}: {source}{hint}")]
+    Refused {
+        /// The engine.
+        engine: EngineKind,
+        /// The call refused (with its argument where it matters).
+        call: String,
+        /// The OS error.
+        source: std::io::Error,
+        /// What to do about it, ready to follow the error (" (…)", or empty).
+        hint: String,
+    },
     /// Setting the engine up failed.
     #[error("{engine}: {what}: {source}")]
     Setup {
@@ -131,8 +147,14 @@ pub enum EngineError {
 }
 
 /// Builds an engine on `file`. Call it on the thread that will use the engine (io_uring's
-/// SINGLE_ISSUER ties the ring to its creator).
-pub fn open(file: File, opts: &EngineOptions) -> Result<Box<dyn IoEngine>, EngineError> {
+/// SINGLE_ISSUER ties the ring to its creator), with that thread's spare Linux AIO contexts
+/// (`pool`: [`ThreadTurn::aio_pool`] on an iothread), which its Linux AIO engines take from and
+/// give back to.
+pub fn open(
+    file: File,
+    opts: &EngineOptions,
+    pool: &AioContextPool,
+) -> Result<Box<dyn IoEngine>, EngineError> {
     let engine: Box<dyn IoEngine> = match opts.kind {
         EngineKind::Auto if auto::in_memory(&file) => {
             // tmpfs, ramfs: every request is a memory copy, done inline; wrapping an
@@ -157,6 +179,7 @@ pub fn open(file: File, opts: &EngineOptions) -> Result<Box<dyn IoEngine>, Engin
                 open_auto_aio(
                     &file,
                     &wrapped_opts(EngineKind::LinuxAio),
+                    pool,
                     "batches of a device that completes reads in the caller's context (zram, a RAM disk)",
                     "they go to the usual engine",
                 )
@@ -166,7 +189,7 @@ pub fn open(file: File, opts: &EngineOptions) -> Result<Box<dyn IoEngine>, Engin
             let (wrapped, shallow) = match in_caller {
                 Some(engine) => (engine, None),
                 None => {
-                    let kind = auto_async_kind(opts.direct);
+                    let kind = auto_async_kind(opts.direct, pool);
                     // O_DIRECT on a device that sleeps for its completions: requests go to
                     // Linux AIO beside the ring while fewer than 4 are in flight.
                     let shallow = (opts.direct && kind == EngineKind::IoUring)
@@ -174,15 +197,16 @@ pub fn open(file: File, opts: &EngineOptions) -> Result<Box<dyn IoEngine>, Engin
                             open_auto_aio(
                                 &file,
                                 &wrapped_opts(EngineKind::LinuxAio),
+                                pool,
                                 "requests on an O_DIRECT file while fewer than 4 are in flight",
                                 "every turn goes to the ring",
                             )
                         })
                         .flatten();
-                    (open(file, &wrapped_opts(kind))?, shallow)
+                    (open(file, &wrapped_opts(kind), pool)?, shallow)
                 }
             };
-            let engine = auto::AutoEngine::new(inline, wrapped);
+            let engine = auto::AutoEngine::new(inline, wrapped).with_aio_pool(pool);
             Box::new(match shallow {
                 Some(shallow) => engine.with_shallow(shallow),
                 None => engine,
@@ -191,7 +215,7 @@ pub fn open(file: File, opts: &EngineOptions) -> Result<Box<dyn IoEngine>, Engin
         EngineKind::Sync => Box::new(sync::SyncEngine::new(file, opts.depth as usize)),
         EngineKind::Null => Box::new(null::NullEngine::new(opts.depth as usize)),
         EngineKind::IoUring => Box::new(self::io_uring::IoUringEngine::new(file, opts)?),
-        EngineKind::LinuxAio => Box::new(linux_aio::LinuxAioEngine::new(file, opts)?),
+        EngineKind::LinuxAio => Box::new(linux_aio::LinuxAioEngine::new(file, opts, pool)?),
     };
     Ok(match opts.fault {
         Some(plan) => Box::new(fault::FaultInjectingEngine::new(engine, plan)),
@@ -207,10 +231,11 @@ pub fn open(file: File, opts: &EngineOptions) -> Result<Box<dyn IoEngine>, Engin
 fn open_auto_aio(
     file: &File,
     opts: &EngineOptions,
+    pool: &AioContextPool,
     role: &str,
     instead: &str,
 ) -> Option<Box<dyn IoEngine>> {
-    let opened = clone_file(file, opts.kind).and_then(|f| open(f, opts));
+    let opened = clone_file(file, opts.kind).and_then(|f| open(f, opts, pool));
     match opened {
         Ok(engine) => {
             log::info!("auto engine: {role} go to Linux AIO");
@@ -233,23 +258,27 @@ pub(crate) fn clone_file(file: &File, kind: EngineKind) -> Result<File, EngineEr
 }
 
 /// The asynchronous engine `Auto` hands what would block to: io_uring where the host has it,
-/// else Linux AIO for O_DIRECT files (asynchronous only with O_DIRECT), else Sync.
-pub fn auto_async_kind(direct: bool) -> EngineKind {
+/// else Linux AIO for O_DIRECT files (asynchronous only with O_DIRECT; probed with `pool`, the
+/// thread's spare contexts), else Sync.
+pub fn auto_async_kind(direct: bool, pool: &AioContextPool) -> EngineKind {
+    // A fact about the host, not state: computed once, never changed.
     static IO_URING: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     if *IO_URING.get_or_init(|| self::io_uring::IoUringEngine::probe().is_ok()) {
         EngineKind::IoUring
-    } else if direct && linux_aio::probe().is_ok() {
+    } else if direct && linux_aio::probe(pool).is_ok() {
         EngineKind::LinuxAio
     } else {
         EngineKind::Sync
     }
 }
 
-/// Checks, before boot, that the host can provide `kind`.
+/// Checks, before boot, that the host can provide `kind`. A Linux AIO probe's context is left to
+/// the process exit (as the first probe's always was: its `io_destroy` would hold the caller for
+/// an RCU grace period); an iothread probes with its own pool ([`linux_aio::probe`]).
 pub fn probe(kind: EngineKind) -> Result<(), EngineError> {
     match kind {
         EngineKind::Sync | EngineKind::Null | EngineKind::Auto => Ok(()),
-        EngineKind::LinuxAio => linux_aio::probe(),
+        EngineKind::LinuxAio => linux_aio::probe(&AioContextPool::left_to_process_exit()),
         EngineKind::IoUring => self::io_uring::IoUringEngine::probe(),
     }
 }
@@ -431,10 +460,9 @@ pub trait IoEngine: Send {
     fn stats(&self) -> EngineStats {
         EngineStats::default()
     }
-    /// What is in force (flags, registered files, fallbacks), for logs and statistics.
-    fn describe(&self) -> String {
-        self.kind().to_string()
-    }
+    /// What the engine is and what is in force (flags, registered files, fallbacks, where
+    /// `Auto` sends requests): typed for programs, one short line as its `Display`.
+    fn info(&self) -> EngineInfo;
 }
 
 /// Runs `op` synchronously on `fd`; returns bytes or a negative errno. Shared by engines that

@@ -87,4 +87,8 @@ impl IoEngine for NullEngine {
     fn kind(&self) -> EngineKind {
         EngineKind::Null
     }
+
+    fn info(&self) -> super::EngineInfo {
+        super::EngineInfo::Null
+    }
 }

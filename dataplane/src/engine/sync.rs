@@ -21,7 +21,7 @@ pub struct SyncEngine {
     queued: VecDeque<IoRequest>,
     done: Vec<Completion>,
     depth: usize,
-    /// `Auto` chose this engine (a file on a memory file system): it says so in `describe`
+    /// `Auto` chose this engine (a file on a memory file system): it says so in `info`
     /// and reports its reads and writes as served inline.
     for_auto: bool,
     /// Reads and writes done (reported only for `Auto`).
@@ -119,11 +119,19 @@ impl IoEngine for SyncEngine {
         }
     }
 
-    fn describe(&self) -> String {
+    fn info(&self) -> super::EngineInfo {
+        use super::info::{AutoInfo, InlinePath};
         if self.for_auto {
-            "auto (Sync: a memory file system, every request inline with pread/pwrite or preadv/pwritev)".into()
+            let tuning = super::auto::AutoTuning::default();
+            super::EngineInfo::Auto(AutoInfo {
+                inline: InlinePath::MemoryFileSystem,
+                wrapped: None,
+                beside: None,
+                fast_call_us: tuning.fast_direct_call_ns / 1000,
+                batch_requests: tuning.batch_requests,
+            })
         } else {
-            "Sync".into()
+            super::EngineInfo::Sync
         }
     }
 }
@@ -329,12 +337,24 @@ mod tests {
             direct: false,
             fault: None,
         };
-        let mut e = crate::engine::open(open(&t.path, true, false), &opts).expect("auto");
+        let mut e = crate::engine::open(
+            open(&t.path, true, false),
+            &opts,
+            &crate::engine::AioContextPool::new(),
+        )
+        .expect("auto");
         assert_eq!(e.kind(), EngineKind::Sync);
         assert!(
-            e.describe().contains("memory file system"),
-            "{}",
-            e.describe()
+            matches!(
+                e.info(),
+                crate::engine::EngineInfo::Auto(crate::engine::info::AutoInfo {
+                    inline: crate::engine::info::InlinePath::MemoryFileSystem,
+                    wrapped: None,
+                    ..
+                })
+            ),
+            "{:?}",
+            e.info()
         );
         assert!(
             e.completion_fds().is_empty(),
@@ -378,12 +398,18 @@ mod tests {
             .custom_flags(libc::O_DIRECT)
             .open(&t.path)
         {
-            let d = crate::engine::open(f, &direct).expect("auto, O_DIRECT");
-            assert_eq!(d.kind(), EngineKind::Sync, "{}", d.describe());
+            let d = crate::engine::open(f, &direct, &crate::engine::AioContextPool::new())
+                .expect("auto, O_DIRECT");
+            assert_eq!(d.kind(), EngineKind::Sync, "{}", d.info());
         }
         // Elsewhere Auto is the wrapping engine.
         let disk = store(&std::env::temp_dir(), "auto-disk", 1 << 20);
-        let d = crate::engine::open(open(&disk.path, true, false), &opts).expect("auto");
+        let d = crate::engine::open(
+            open(&disk.path, true, false),
+            &opts,
+            &crate::engine::AioContextPool::new(),
+        )
+        .expect("auto");
         if !crate::engine::auto::in_memory(&open(&disk.path, false, false)) {
             assert_eq!(d.kind(), EngineKind::Auto);
         }

@@ -21,7 +21,7 @@ mod swap;
 pub(super) use swap::PendingSwap;
 
 use super::{Command, Detach, ThreadTurn};
-use crate::handler::{AttachError, CompletionState, Handler};
+use crate::handler::{AttachError, CompletionState, Handler, TurnEnd, Watch};
 use crate::poll::contention::SAMPLE_PERIOD_NS;
 use crate::poll::policy::FIRST_STEP_NS;
 use crate::poll::{HostSample, PollPolicy};
@@ -72,10 +72,26 @@ struct Slot {
     handler: Box<dyn Handler>,
     /// The fds registered in epoll for it (empty once it stopped).
     watched: Vec<RawFd>,
-    /// It asked for another turn on a timer ([`Handler::retry_later`]).
+    /// It asked for another turn on a timer ([`TurnEnd::retry`]).
     retry: bool,
-    /// It waits for a rate limiter until then ([`Handler::throttled_until`]).
+    /// It waits for a rate limiter until then ([`TurnEnd::wake_at`]).
     wake_at: Option<Instant>,
+    /// It has a cheap check ([`Handler::poller`]), as it said when it arrived.
+    polls: bool,
+}
+
+impl Slot {
+    /// Records what the handler asked for after a turn; returns whether it wants another.
+    fn turn_ended(&mut self, end: TurnEnd) -> bool {
+        self.retry = end.retry;
+        self.wake_at = end.wake_at;
+        end.more
+    }
+
+    /// Ends watch `what` of the handler; returns whether work raced in.
+    fn end_watch(&mut self, what: Watch) -> bool {
+        self.handler.poller().is_some_and(|p| p.watch(what, false))
+    }
 }
 
 /// What [`Loop::run`] carries from one iteration to the next, made on the thread itself.
@@ -137,10 +153,10 @@ pub(super) struct Loop {
     pub(super) carry: Vec<usize>,
     /// The poll-window policy.
     pub(super) policy: PollPolicy,
-    /// Handlers whose notifications are suppressed (between poll_begin and poll_end).
+    /// Handlers whose notifications are suppressed (a [`Watch::Polling`] is on).
     pub(super) suppressed: Vec<usize>,
-    /// Handlers whose completion fd may be quiet (between completion_watch_begin and
-    /// completion_watch_end): a completion spin watched them.
+    /// Handlers whose completion fd may be quiet (a [`Watch::Completions`] is on): a
+    /// completion spin watched them.
     pub(super) completions_watched: Vec<usize>,
     /// Scratch: handlers polled this iteration.
     pub(super) pollers: Vec<usize>,
@@ -193,15 +209,17 @@ impl Loop {
         }
     }
 
+    /// The switch that leaves the thread's spare AIO contexts to the process exit.
+    pub(super) fn aio_exit_switch(&self) -> crate::engine::linux_aio::ExitSwitch {
+        self.turn.aio_pool().exit_switch()
+    }
+
     fn now_ns(&self) -> u64 {
         self.epoch.elapsed().as_nanos() as u64
     }
 
-    fn handler(&mut self, slot: usize) -> Option<&mut Box<dyn Handler>> {
-        self.slots
-            .get_mut(slot)
-            .and_then(Option::as_mut)
-            .map(|s| &mut s.handler)
+    fn slot(&mut self, slot: usize) -> Option<&mut Slot> {
+        self.slots.get_mut(slot).and_then(Option::as_mut)
     }
 
     /// The thread's loop, until a shutdown command or a failed `epoll_wait`. One iteration:
@@ -270,10 +288,8 @@ impl Loop {
     /// [`Loop::sleep_timeout_ms`].
     fn prepare_to_sleep(&mut self, it: &mut Iterations) -> i32 {
         for slot in std::mem::take(&mut self.suppressed) {
-            if let Some(h) = self.handler(slot) {
-                if h.poll_end() {
-                    it.hits.push(slot);
-                }
+            if self.slot(slot).is_some_and(|s| s.end_watch(Watch::Polling)) {
+                it.hits.push(slot);
             }
         }
         let completion_window = self.completion_window();
@@ -343,8 +359,8 @@ impl Loop {
             } else {
                 IoThreadStats::add(&self.stats.fd_events, 1);
                 let (slot, index) = token_fd(ev.data());
-                if let Some(h) = self.handler(slot) {
-                    h.fd_fired(index);
+                if let Some(s) = self.slot(slot) {
+                    s.handler.fd_fired(index);
                 }
                 if !it.hits.contains(&slot) {
                     it.hits.push(slot);
@@ -381,9 +397,9 @@ impl Loop {
         // (saturating), which only makes one trial say nothing.
         let requests = self
             .slots
-            .iter()
+            .iter_mut()
             .flatten()
-            .map(|s| s.handler.completed())
+            .map(|s| s.handler.poller().map_or(0, |p| p.completed()))
             .fold(0u64, u64::wrapping_add);
         self.policy.observe_host(HostSample {
             now_ns: now,
@@ -489,7 +505,9 @@ impl Loop {
                 continue;
             }
             if !self.suppressed.contains(&slot) {
-                s.handler.poll_begin();
+                if let Some(p) = s.handler.poller() {
+                    p.watch(Watch::Polling, true);
+                }
                 self.suppressed.push(slot);
             }
             self.pollers.push(slot);
@@ -513,12 +531,16 @@ impl Loop {
     fn spin_for_completions(&mut self, window: u64, hits: &mut Vec<usize>) {
         self.pollers.clear();
         let mut in_flight = false;
-        for (slot, s) in self.slots.iter().enumerate() {
-            let Some(s) = s.as_ref() else { continue };
+        for (slot, s) in self.slots.iter_mut().enumerate() {
+            let Some(s) = s.as_mut() else { continue };
             if s.watched.is_empty() {
                 continue;
             }
-            match s.handler.completion_state() {
+            let state = s
+                .handler
+                .poller()
+                .map_or(CompletionState::Idle, |p| p.completion_state());
+            match state {
                 CompletionState::Idle => {}
                 CompletionState::Pending => in_flight = true,
                 CompletionState::Ready => hits.push(slot),
@@ -534,8 +556,10 @@ impl Loop {
             if self.completions_watched.contains(&slot) {
                 continue;
             }
-            if let Some(h) = self.handler(slot) {
-                h.completion_watch_begin();
+            if let Some(s) = self.slot(slot) {
+                if let Some(p) = s.handler.poller() {
+                    p.watch(Watch::Completions, true);
+                }
                 self.completions_watched.push(slot);
             }
         }
@@ -556,15 +580,16 @@ impl Loop {
     /// fds again; one whose completion raced in goes to `hits` (no sleep then).
     fn end_completion_watch(&mut self, hits: &mut Vec<usize>) {
         for slot in std::mem::take(&mut self.completions_watched) {
-            if let Some(h) = self.handler(slot) {
-                if h.completion_watch_end() {
-                    hits.push(slot);
-                }
+            if self
+                .slot(slot)
+                .is_some_and(|s| s.end_watch(Watch::Completions))
+            {
+                hits.push(slot);
             }
         }
     }
 
-    /// Runs the cheap checks ([`Handler::poll`]) of the handlers in `self.pollers` round after
+    /// Runs the cheap checks ([`crate::handler::Poll::poll`]) of the handlers in `self.pollers` round after
     /// round until one finds work (pushed to `hits`) or `window` ns have passed since `t0`,
     /// yielding the CPU now and then where the policy allows it. Returns the yields.
     fn spin(&mut self, window: u64, t0: Instant, hits: &mut Vec<usize>) -> u64 {
@@ -579,7 +604,7 @@ impl Loop {
         loop {
             for &slot in &self.pollers {
                 if let Some(Some(s)) = self.slots.get_mut(slot) {
-                    if s.handler.poll() {
+                    if s.handler.poller().is_some_and(|p| p.poll()) {
                         hits.push(slot);
                     }
                 }
@@ -618,10 +643,9 @@ impl Loop {
             ready.retain(|&slot| match self.slots.get_mut(slot) {
                 Some(Some(s)) if !s.watched.is_empty() => {
                     IoThreadStats::add(&self.stats.handler_runs, 1);
-                    let more = s.handler.run(max_batch, &self.turn);
-                    s.retry = s.handler.retry_later();
-                    s.wake_at = s.handler.throttled_until();
-                    if s.handler.stopped() {
+                    let end = s.handler.run(max_batch, &self.turn);
+                    let more = s.turn_ended(end);
+                    if end.stopped {
                         self.stopped.push(slot);
                         return false;
                     }
@@ -646,8 +670,8 @@ impl Loop {
     /// completion watch ends first, so that the handler leaves with its completion fd signalling.
     fn unwatch(&mut self, slot: usize) {
         if self.completions_watched.contains(&slot) {
-            if let Some(h) = self.handler(slot) {
-                h.completion_watch_end();
+            if let Some(s) = self.slot(slot) {
+                s.end_watch(Watch::Completions);
             }
         }
         let Some(Some(s)) = self.slots.get_mut(slot) else {
@@ -697,7 +721,8 @@ impl Loop {
                     self.finish_swaps();
                 }
                 Command::SetPoll(params, reply) => {
-                    self.policy.set_params(params);
+                    let now = self.now_ns();
+                    self.policy.set_params(params, now);
                     let _ = reply.send(self.policy.params());
                 }
                 Command::Run(hook, reply) => {
@@ -789,12 +814,11 @@ impl Loop {
         let mut more = Vec::new();
         for slot in added {
             if let Some(s) = self.slots.get_mut(slot).and_then(Option::as_mut) {
-                if s.handler.run(max_batch, &self.turn) {
+                let end = s.handler.run(max_batch, &self.turn);
+                if s.turn_ended(end) {
                     more.push(slot);
                 }
-                s.retry = s.handler.retry_later();
-                s.wake_at = s.handler.throttled_until();
-                if s.handler.stopped() {
+                if end.stopped {
                     self.stopped.push(slot);
                 }
             }
@@ -806,7 +830,7 @@ impl Loop {
 
     /// Attaches one handler and watches its fds; undoes its own registrations on failure.
     fn add(&mut self, mut handler: Box<dyn Handler>) -> Result<usize, AttachError> {
-        handler.attach()?;
+        handler.attach(&self.turn)?;
         let slot = self
             .slots
             .iter()
@@ -834,12 +858,13 @@ impl Loop {
             self.stats.watched_fds.fetch_add(1, Ordering::Relaxed);
             watched.push(fd);
         }
-        let polls = handler.can_poll();
+        let polls = handler.poller().is_some();
         let s = Slot {
             handler,
             watched,
             retry: false,
             wake_at: None,
+            polls,
         };
         if slot == self.slots.len() {
             self.slots.push(Some(s));
@@ -869,7 +894,7 @@ impl Loop {
             .saturating_sub(1);
         self.turn
             .set_handlers(usize::try_from(n).unwrap_or(usize::MAX));
-        if !s.handler.can_poll() {
+        if !s.polls {
             self.stats
                 .poll_disabled_handlers
                 .fetch_sub(1, Ordering::Relaxed);
@@ -881,9 +906,10 @@ impl Loop {
         Some(s.handler)
     }
 
-    /// Takes every handler of `owner` out of the thread (the caller checked they drained).
-    fn remove(&mut self, owner: u64) -> Vec<Box<dyn Handler>> {
-        let mut out = Vec::new();
+    /// Takes every handler of `owner` out of the thread (the caller checked they drained) and
+    /// lets each go ([`Handler::detach`]); returns how many.
+    fn remove(&mut self, owner: u64) -> usize {
+        let mut out = 0;
         for slot in 0..self.slots.len() {
             let mine = self.slots[slot]
                 .as_ref()
@@ -892,15 +918,15 @@ impl Loop {
                 continue;
             }
             if self.suppressed.contains(&slot) {
-                if let Some(h) = self.handler(slot) {
-                    h.poll_end();
+                if let Some(s) = self.slot(slot) {
+                    s.end_watch(Watch::Polling);
                 }
             }
             self.unwatch(slot);
-            if let Some(h) = self.handler(slot) {
+            if let Some(h) = self.forget(slot) {
                 h.detach();
+                out += 1;
             }
-            out.extend(self.forget(slot));
         }
         out
     }

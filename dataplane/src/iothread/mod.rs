@@ -17,6 +17,7 @@ use std::time::Duration;
 use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 use vmm_sys_util::eventfd::EventFd;
 
+use crate::engine::linux_aio::ExitSwitch;
 use crate::handler::{AttachError, Handler};
 use crate::poll::{PollParams, PollPolicy};
 use crate::stats::IoThreadStats;
@@ -87,24 +88,17 @@ enum Command {
 }
 
 /// The answer to [`IoThread::detach`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Detach {
-    /// Every handler of the owner, out of the thread, their I/O finished.
-    Done(Vec<Box<dyn Handler>>),
+    /// Every handler of the owner (this many) is out of the thread, its I/O finished, and
+    /// handed back what its owner gets back ([`Handler::detach`]).
+    Done(usize),
     /// Requests were still in flight when the wait ended: the handlers stay on the thread,
     /// taking no new work and completing what finishes; ask again later.
     Draining {
         /// Requests still in flight.
         in_flight: usize,
     },
-}
-
-impl std::fmt::Debug for Detach {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Detach::Done(h) => write!(f, "Done({} handlers)", h.len()),
-            Detach::Draining { in_flight } => write!(f, "Draining {{ in_flight: {in_flight} }}"),
-        }
-    }
 }
 
 /// The answer to [`IoThread::swap_file`] when nothing failed.
@@ -143,6 +137,8 @@ pub struct IoThread {
     wake: EventFd,
     join: Mutex<Option<JoinHandle<()>>>,
     stats: Arc<IoThreadStats>,
+    /// Leaves the thread's Linux AIO contexts to the process exit.
+    aio_exit: ExitSwitch,
 }
 
 impl std::fmt::Debug for IoThread {
@@ -204,6 +200,7 @@ impl IoThread {
             stats.clone(),
             dynamic_weight,
         );
+        let aio_exit = lp.aio_exit_switch();
         let join = std::thread::Builder::new()
             .name(format!("iothread-{name}"))
             .spawn(move || lp.run())
@@ -216,6 +213,7 @@ impl IoThread {
             wake,
             join: Mutex::new(Some(join)),
             stats,
+            aio_exit,
         }))
     }
 
@@ -321,7 +319,7 @@ impl IoThread {
     /// Moves every handler of `owner` onto `file` without losing a request: they stop taking
     /// new requests, those in flight complete on the old file (the thread serves its other
     /// handlers meanwhile), then each handler's engine is rebuilt on `file`
-    /// ([`Handler::replace_file`]), `on_swapped` runs, and they resume, serving what the guest
+    /// ([`crate::FileBacked::replace_file`]), `on_swapped` runs, and they resume, serving what the guest
     /// queued meanwhile. Waits at most `wait` for the old file's requests; past it the swap is
     /// given up ([`SwapOutcome::TimedOut`]) and the handlers go on with the old file. An owner
     /// with no handler on the thread (its device not active) swaps at once: only the hook runs.
@@ -348,6 +346,13 @@ impl IoThread {
             }),
             Err(_) => Err(IoThreadError::NotResponding(self.name.clone())),
         }
+    }
+
+    /// The process is about to exit: the Linux AIO contexts of the thread's engines dropped from
+    /// now on, and those it keeps spare, are left to the exit instead of each waiting for
+    /// `io_destroy` ([`ExitSwitch::leave_to_process_exit`]). Not for a device reset.
+    pub fn leave_aio_contexts_to_process_exit(&self) {
+        self.aio_exit.leave_to_process_exit();
     }
 
     /// Stops the thread and waits for it.

@@ -1,9 +1,10 @@
 //! The iothread's tests: handlers on real eventfds, commands, polling and turns.
 
 use super::*;
-use std::any::Any;
+use crate::handler::{Poll, TurnEnd, Watch};
 use std::os::unix::io::{AsRawFd, RawFd};
 use std::sync::atomic::AtomicU64;
+use std::sync::mpsc::Receiver;
 use std::sync::Mutex;
 
 struct Counter {
@@ -13,42 +14,60 @@ struct Counter {
     quiesced: bool,
     attached_on: Option<String>,
     detached_on: Option<String>,
+    /// Where it goes when it leaves the thread (its owner's end of the channel).
+    back: Sender<Counter>,
+}
+
+impl Counter {
+    /// A counter of `fd`'s signals owned by `owner`, and where it comes back.
+    fn new(owner: u64, fd: &EventFd, seen: &Arc<AtomicU64>) -> (Self, Receiver<Counter>) {
+        let (back, rx) = mpsc::channel();
+        let c = Counter {
+            owner,
+            fd: fd.try_clone().expect("clone"),
+            seen: seen.clone(),
+            quiesced: false,
+            attached_on: None,
+            detached_on: None,
+            back,
+        };
+        (c, rx)
+    }
 }
 
 impl Handler for Counter {
     fn owner(&self) -> u64 {
         self.owner
     }
-    fn attach(&mut self) -> Result<(), crate::handler::AttachError> {
+    fn attach(&mut self, _turn: &ThreadTurn) -> Result<(), crate::handler::AttachError> {
         self.attached_on = std::thread::current().name().map(str::to_owned);
         Ok(())
     }
-    fn detach(&mut self) {
+    fn detach(mut self: Box<Self>) {
         self.detached_on = std::thread::current().name().map(str::to_owned);
+        let back = self.back.clone();
+        let _ = back.send(*self);
     }
     fn wake_fds(&self) -> Vec<RawFd> {
         vec![self.fd.as_raw_fd()]
     }
-    fn run(&mut self, _max_batch: usize, _turn: &ThreadTurn) -> bool {
+    fn run(&mut self, _max_batch: usize, _turn: &ThreadTurn) -> TurnEnd {
         if let Ok(n) = self.fd.read() {
             self.seen.fetch_add(n, Ordering::SeqCst);
         }
-        false
+        TurnEnd::IDLE
     }
     fn drain(&mut self, _turn: &ThreadTurn) -> usize {
         self.quiesced = true;
         0
     }
-    fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
-        self
-    }
 }
 
-/// Detaches `owner`'s handlers, which must have drained.
+/// Detaches `owner`'s handlers, which must have drained; returns how many left.
 #[track_caller]
-fn detach(t: &IoThread, owner: u64) -> Vec<Box<dyn Handler>> {
+fn detach(t: &IoThread, owner: u64) -> usize {
     match t.detach(owner, Duration::from_secs(1)).expect("detach") {
-        Detach::Done(h) => h,
+        Detach::Done(n) => n,
         other => panic!("not drained: {other:?}"),
     }
 }
@@ -71,14 +90,7 @@ fn runs_handlers_on_their_fds_and_gives_them_back() {
     assert_eq!(t.max_batch(), DEFAULT_MAX_BATCH);
     let fd = EventFd::new(libc::EFD_NONBLOCK).expect("eventfd");
     let seen = Arc::new(AtomicU64::new(0));
-    let h = Counter {
-        owner: 7,
-        fd: fd.try_clone().expect("clone"),
-        seen: seen.clone(),
-        quiesced: false,
-        attached_on: None,
-        detached_on: None,
-    };
+    let (h, back) = Counter::new(7, &fd, &seen);
     fd.write(3).expect("pre-attach kick");
     t.attach(vec![Box::new(h)]).expect("attach");
     assert_eq!(
@@ -89,16 +101,9 @@ fn runs_handlers_on_their_fds_and_gives_them_back() {
     fd.write(2).expect("kick");
     wait_for(|| seen.load(Ordering::SeqCst) == 5);
     assert_eq!(IoThreadStats::get(&t.stats().handlers), 1);
-    assert!(detach(&t, 99).is_empty());
-    let back = detach(&t, 7);
-    assert_eq!(back.len(), 1);
-    let counter = back
-        .into_iter()
-        .next()
-        .expect("one")
-        .into_any()
-        .downcast::<Counter>()
-        .expect("type");
+    assert_eq!(detach(&t, 99), 0);
+    assert_eq!(detach(&t, 7), 1);
+    let counter = back.try_recv().expect("the handler came back to its owner");
     assert!(counter.quiesced, "detach quiesces first");
     assert_eq!(
         counter.attached_on.as_deref(),
@@ -144,6 +149,7 @@ struct Budgeted {
     fd: EventFd,
     work: usize,
     turns: Arc<Mutex<Vec<(u64, usize)>>>,
+    back: Sender<Budgeted>,
 }
 
 impl Handler for Budgeted {
@@ -153,20 +159,24 @@ impl Handler for Budgeted {
     fn wake_fds(&self) -> Vec<RawFd> {
         vec![self.fd.as_raw_fd()]
     }
-    fn run(&mut self, max_batch: usize, _turn: &ThreadTurn) -> bool {
+    fn run(&mut self, max_batch: usize, _turn: &ThreadTurn) -> TurnEnd {
         let _ = self.fd.read();
         let n = self.work.min(max_batch);
         if n > 0 {
             self.work -= n;
             self.turns.lock().expect("lock").push((self.owner, n));
         }
-        self.work > 0
+        TurnEnd {
+            more: self.work > 0,
+            ..TurnEnd::IDLE
+        }
     }
     fn drain(&mut self, _turn: &ThreadTurn) -> usize {
         0
     }
-    fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
-        self
+    fn detach(self: Box<Self>) {
+        let back = self.back.clone();
+        let _ = back.send(*self);
     }
 }
 
@@ -178,6 +188,7 @@ fn queues_take_turns_of_at_most_max_batch() {
     let fds: Vec<EventFd> = (0..2)
         .map(|_| EventFd::new(libc::EFD_NONBLOCK).expect("efd"))
         .collect();
+    let (back, returned) = mpsc::channel();
     let hs: Vec<Box<dyn Handler>> = fds
         .iter()
         .enumerate()
@@ -187,22 +198,17 @@ fn queues_take_turns_of_at_most_max_batch() {
                 fd: fd.try_clone().expect("clone"),
                 work: 0,
                 turns: turns.clone(),
+                back: back.clone(),
             }) as Box<dyn Handler>
         })
         .collect();
     t.attach(hs).expect("attach");
     // Give both handlers 10 units at once, then wake them together.
     for (owner, _) in fds.iter().enumerate() {
-        let back = detach(&t, owner as u64);
-        let mut h = back
-            .into_iter()
-            .next()
-            .expect("one")
-            .into_any()
-            .downcast::<Budgeted>()
-            .expect("type");
+        assert_eq!(detach(&t, owner as u64), 1);
+        let mut h = returned.try_recv().expect("back");
         h.work = 10;
-        t.attach(vec![h]).expect("re-attach");
+        t.attach(vec![Box::new(h)]).expect("re-attach");
     }
     wait_for(|| {
         turns
@@ -223,8 +229,8 @@ fn queues_take_turns_of_at_most_max_batch() {
     t.shutdown();
 }
 
-/// A pollable fake: `poll` finds work on every `every`-th call while `busy`; `poll_end`
-/// reports a race `races` times; runs are counted.
+/// A pollable fake: `poll` finds work on every `every`-th call while `busy`; ending its polling
+/// watch reports a race `races` times; runs are counted.
 struct Pollable {
     fd: EventFd,
     busy: Arc<std::sync::atomic::AtomicBool>,
@@ -242,26 +248,36 @@ impl Handler for Pollable {
     fn wake_fds(&self) -> Vec<RawFd> {
         vec![self.fd.as_raw_fd()]
     }
-    fn run(&mut self, _max_batch: usize, _turn: &ThreadTurn) -> bool {
+    fn run(&mut self, _max_batch: usize, _turn: &ThreadTurn) -> TurnEnd {
         let _ = self.fd.read();
         self.runs.fetch_add(1, Ordering::SeqCst);
         if self.busy.load(Ordering::SeqCst) && !self.suppressed.load(Ordering::SeqCst) {
             // Notifications are on and the "guest" has more work: it kicks.
             let _ = self.fd.write(1);
         }
-        false
+        TurnEnd::IDLE
     }
-    fn can_poll(&self) -> bool {
-        true
+    fn drain(&mut self, _turn: &ThreadTurn) -> usize {
+        0
     }
+    fn poller(&mut self) -> Option<&mut dyn Poll> {
+        Some(self)
+    }
+}
+
+impl Poll for Pollable {
     fn poll(&mut self) -> bool {
         self.calls += 1;
         self.busy.load(Ordering::SeqCst) && self.calls.is_multiple_of(self.every)
     }
-    fn poll_begin(&mut self) {
-        self.suppressed.store(true, Ordering::SeqCst);
-    }
-    fn poll_end(&mut self) -> bool {
+    fn watch(&mut self, what: Watch, on: bool) -> bool {
+        if what != Watch::Polling {
+            return false;
+        }
+        if on {
+            self.suppressed.store(true, Ordering::SeqCst);
+            return false;
+        }
         self.suppressed.store(false, Ordering::SeqCst);
         // A busy fake always has work pending: the re-check after re-enabling finds it
         // (a real guest would also kick once notifications are back on).
@@ -274,12 +290,6 @@ impl Handler for Pollable {
             return true;
         }
         false
-    }
-    fn drain(&mut self, _turn: &ThreadTurn) -> usize {
-        0
-    }
-    fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
-        self
     }
 }
 
@@ -473,9 +483,9 @@ struct Scripted {
     owner: u64,
     fds: Vec<RawFd>,
     runs: Arc<AtomicU64>,
-    /// `stopped()` once it has run this many times.
+    /// Stopped once it has run this many times.
     stop_after: Option<u64>,
-    /// `retry_later()` until it has run this many times.
+    /// Asks for a retry until it has run this many times.
     retry_until: u64,
     in_flight: Arc<AtomicU64>,
 }
@@ -500,22 +510,16 @@ impl Handler for Scripted {
     fn wake_fds(&self) -> Vec<RawFd> {
         self.fds.clone()
     }
-    fn run(&mut self, _max_batch: usize, _turn: &ThreadTurn) -> bool {
-        self.runs.fetch_add(1, Ordering::SeqCst);
-        false
-    }
-    fn retry_later(&self) -> bool {
-        self.runs.load(Ordering::SeqCst) < self.retry_until
-    }
-    fn stopped(&self) -> bool {
-        self.stop_after
-            .is_some_and(|n| self.runs.load(Ordering::SeqCst) >= n)
+    fn run(&mut self, _max_batch: usize, _turn: &ThreadTurn) -> TurnEnd {
+        let runs = self.runs.fetch_add(1, Ordering::SeqCst) + 1;
+        TurnEnd {
+            retry: runs < self.retry_until,
+            stopped: self.stop_after.is_some_and(|n| runs >= n),
+            ..TurnEnd::IDLE
+        }
     }
     fn drain(&mut self, _turn: &ThreadTurn) -> usize {
         self.in_flight.load(Ordering::SeqCst) as usize
-    }
-    fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
-        self
     }
 }
 
@@ -564,7 +568,7 @@ fn a_stopped_handler_is_no_longer_watched() {
     let sleeps = stat(&t, "sleeps");
     std::thread::sleep(Duration::from_millis(50));
     assert_eq!(stat(&t, "sleeps"), sleeps, "asleep, not spinning");
-    assert_eq!(detach(&t, 3).len(), 1, "a stopped handler can still leave");
+    assert_eq!(detach(&t, 3), 1, "a stopped handler can still leave");
     t.shutdown();
 }
 
@@ -592,14 +596,7 @@ fn detach_waits_for_in_flight_io_and_never_hands_back_early() {
     in_flight.store(2, Ordering::SeqCst);
     let other_fd = EventFd::new(libc::EFD_NONBLOCK).expect("efd");
     let seen = Arc::new(AtomicU64::new(0));
-    let other = Counter {
-        owner: 6,
-        fd: other_fd.try_clone().expect("clone"),
-        seen: seen.clone(),
-        quiesced: false,
-        attached_on: None,
-        detached_on: None,
-    };
+    let (other, _back) = Counter::new(6, &other_fd, &seen);
     t.attach(vec![Box::new(h), Box::new(other)])
         .expect("attach");
     let d = t.detach(5, Duration::from_millis(20)).expect("answer");
@@ -611,7 +608,7 @@ fn detach_waits_for_in_flight_io_and_never_hands_back_early() {
     other_fd.write(1).expect("kick");
     wait_for(|| seen.load(Ordering::SeqCst) == 1);
     in_flight.store(0, Ordering::SeqCst);
-    assert_eq!(detach(&t, 5).len(), 1, "handed back once drained");
+    assert_eq!(detach(&t, 5), 1, "handed back once drained");
     assert_eq!(stat(&t, "handlers"), 1);
     t.shutdown();
 }
@@ -633,15 +630,12 @@ impl Handler for Unread {
     fn fd_fired(&mut self, index: usize) {
         self.fired.lock().expect("lock").push(index);
     }
-    fn run(&mut self, _max_batch: usize, _turn: &ThreadTurn) -> bool {
+    fn run(&mut self, _max_batch: usize, _turn: &ThreadTurn) -> TurnEnd {
         self.runs.fetch_add(1, Ordering::SeqCst);
-        false
+        TurnEnd::IDLE
     }
     fn drain(&mut self, _turn: &ThreadTurn) -> usize {
         0
-    }
-    fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
-        self
     }
 }
 

@@ -4,9 +4,13 @@
 //! every handler call that may reach an engine (`Handler::run`, `Handler::drain`), which passes
 //! it on to `IoEngine::commit` and `IoEngine::reap`. The `Auto` engine sends an `O_DIRECT`
 //! request inline only when it is alone on the whole thread: an inline call waits for the
-//! device, and the thread's other queues would wait with it.
+//! device, and the thread's other queues would wait with it. It also carries the thread's spare
+//! Linux AIO contexts ([`ThreadTurn::aio_pool`]), for the engines handlers open on the thread
+//! (`Handler::attach`, `FileBacked::replace_file`).
 
 use std::cell::Cell;
+
+use crate::engine::AioContextPool;
 
 /// The iothread's round as its engines see it. [`ThreadTurn::default`] is a thread with no
 /// other handler and nothing in flight (an engine driven outside a loop: tests, benches).
@@ -19,6 +23,8 @@ pub struct ThreadTurn {
     /// Requests the thread's `Auto` engines have in flight on their asynchronous engines, as
     /// each last reported it ([`ThreadTurn::note_async_in_flight`]).
     async_in_flight: Cell<usize>,
+    /// The thread's spare Linux AIO contexts.
+    aio_pool: AioContextPool,
 }
 
 impl ThreadTurn {
@@ -29,6 +35,7 @@ impl ThreadTurn {
             handlers,
             ready_handlers,
             async_in_flight: Cell::new(0),
+            aio_pool: AioContextPool::new(),
         }
     }
 
@@ -61,6 +68,12 @@ impl ThreadTurn {
     /// Requests the thread's `Auto` engines have in flight asynchronously.
     pub fn async_in_flight(&self) -> usize {
         self.async_in_flight.get()
+    }
+
+    /// The thread's spare Linux AIO contexts, for the engines opened on it
+    /// (`engine::open`).
+    pub fn aio_pool(&self) -> &AioContextPool {
+        &self.aio_pool
     }
 }
 

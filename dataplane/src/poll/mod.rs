@@ -5,6 +5,7 @@
 //! than sleeping.
 
 pub mod contention;
+mod params;
 pub mod payoff;
 pub mod policy;
 

@@ -24,140 +24,226 @@
 //!   ([`PollPolicy::completion_window`]): the wake-up a completion would otherwise cost is much
 //!   of a QD1 request's time on a busy host.
 
+//!
+//! Each policy is a type with only its own state ([`Classic`], [`Weighted`], [`Adaptive`]);
+//! [`PollPolicy`] holds the parameters and the one in force.
+
 use super::contention::{ContentionGuard, ContentionStats, HostSample};
+pub use super::params::{
+    PolicyKind, PollParamError, PollParams, DEFAULT_MAX_NS, DEFAULT_WEIGHT, FIRST_STEP_NS,
+    IDLE_EVICT_NS, MAX_FACTOR, MAX_MAX_NS, MAX_WEIGHT,
+};
 use super::payoff::{Mode, PayoffCheck, PayoffStats};
 
-/// Which policy.
+/// Classic's state of one handler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PolicyKind {
-    /// Per-handler windows, reset on a miss (QEMU's classic behaviour).
-    Classic,
-    /// One thread window from weighted event-interval estimates, shrinking gradually.
-    Weighted,
-    /// Classic windows, suspended while the host is busy (the thread waits for a CPU) or while
-    /// sleeping between events completes more requests.
-    Adaptive,
-}
-
-/// The tunable parameters (QMP: poll-max-ns, poll-grow, poll-shrink, poll-weight).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PollParams {
-    /// Longest window in ns; 0 disables polling.
-    pub max_ns: u64,
-    /// Growth factor; 0 means 2.
-    pub grow: u64,
-    /// Shrink divisor; 0 means reset to 0 (classic) or 2 (weighted).
-    pub shrink: u64,
-    /// The policy.
-    pub policy: PolicyKind,
-    /// Weighted policy: the newest sample counts 2^-weight (a shift, 1..=16).
-    pub weight: u32,
-}
-
-impl Default for PollParams {
-    fn default() -> Self {
-        Self {
-            max_ns: DEFAULT_MAX_NS,
-            grow: 0,
-            shrink: 0,
-            policy: PolicyKind::Adaptive,
-            weight: DEFAULT_WEIGHT,
-        }
-    }
-}
-
-/// Default `poll_max_ns` (32 µs).
-pub const DEFAULT_MAX_NS: u64 = 32_768;
-/// Default `poll_weight`.
-pub const DEFAULT_WEIGHT: u32 = 3;
-/// Largest `poll_weight`.
-pub const MAX_WEIGHT: u32 = 16;
-/// Largest `poll_max_ns` (1 s): longer windows are a configuration mistake.
-pub const MAX_MAX_NS: u64 = 1_000_000_000;
-/// Largest `poll_grow` / `poll_shrink`.
-pub const MAX_FACTOR: u64 = 1 << 16;
-/// The classic policy's first step.
-pub const FIRST_STEP_NS: u64 = 4_000;
-/// A classic handler with no event for this long leaves the poll set.
-pub const IDLE_EVICT_NS: u64 = 7_000_000_000;
-
-/// A polling parameter out of range: the field (our spelling; QMP's in the docs) and why.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{field}: {reason}")]
-pub struct PollParamError {
-    /// `poll_max_ns`, `poll_grow`, `poll_shrink` or `poll_weight`.
-    pub field: &'static str,
-    /// What the value must be, and what it was.
-    pub reason: String,
-}
-
-impl PollParams {
-    /// Checks ranges; the error names the field.
-    pub fn validate(&self) -> Result<(), PollParamError> {
-        let err = |field, reason| Err(PollParamError { field, reason });
-        if self.max_ns > MAX_MAX_NS {
-            return err(
-                "poll_max_ns",
-                format!("must be at most {MAX_MAX_NS}, got {}", self.max_ns),
-            );
-        }
-        if self.grow > MAX_FACTOR {
-            return err(
-                "poll_grow",
-                format!("must be at most {MAX_FACTOR}, got {}", self.grow),
-            );
-        }
-        if self.shrink > MAX_FACTOR {
-            return err(
-                "poll_shrink",
-                format!("must be at most {MAX_FACTOR}, got {}", self.shrink),
-            );
-        }
-        if self.weight == 0 || self.weight > MAX_WEIGHT {
-            return err(
-                "poll_weight",
-                format!(
-                    "must be a shift from 1 to {MAX_WEIGHT}, got {}",
-                    self.weight
-                ),
-            );
-        }
-        Ok(())
-    }
-
-    fn grow_factor(&self) -> u64 {
-        if self.grow == 0 {
-            2
-        } else {
-            self.grow
-        }
-    }
-}
-
-/// Poll state of one handler.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct HandlerPoll {
-    /// Classic: the handler's window. Weighted: its event-interval estimate.
-    pub ns: u64,
+struct ClassicHandler {
+    /// The handler's window.
+    window_ns: u64,
     /// When it last had an event (the caller's monotonic ns).
-    pub last_event_ns: u64,
-    /// Classic: in the poll set (not idle for 7 s).
-    pub in_poll_set: bool,
+    last_event_ns: u64,
+    /// In the poll set (not idle for [`IDLE_EVICT_NS`]).
+    in_poll_set: bool,
+}
+
+/// The classic policy: a window per handler, the thread polling for the largest.
+#[derive(Debug, Clone, Default)]
+pub struct Classic {
+    handlers: Vec<Option<ClassicHandler>>,
+}
+
+impl Classic {
+    fn add(&mut self, slot: usize, now_ns: u64) {
+        put(
+            &mut self.handlers,
+            slot,
+            ClassicHandler {
+                window_ns: 0,
+                last_event_ns: now_ns,
+                in_poll_set: true,
+            },
+        );
+    }
+
+    fn window(&self) -> u64 {
+        self.handlers
+            .iter()
+            .flatten()
+            .filter(|h| h.in_poll_set)
+            .map(|h| h.window_ns)
+            .max()
+            .unwrap_or(0)
+    }
+
+    fn update(&mut self, block_ns: u64, events: &[usize], now_ns: u64, p: &PollParams) {
+        for (slot, h) in self.handlers.iter_mut().enumerate() {
+            let Some(h) = h.as_mut() else { continue };
+            if events.contains(&slot) {
+                h.last_event_ns = now_ns;
+                h.in_poll_set = true;
+                h.window_ns = classic_adjust(h.window_ns, block_ns, p);
+            } else if h.in_poll_set && now_ns.saturating_sub(h.last_event_ns) >= IDLE_EVICT_NS {
+                h.in_poll_set = false;
+                h.window_ns = 0;
+            }
+        }
+    }
+
+    /// The handlers as they are, windows back to 0 (a live change of the parameters).
+    fn reset(&mut self) {
+        for h in self.handlers.iter_mut().flatten() {
+            h.window_ns = 0;
+        }
+    }
+}
+
+/// The weighted policy: an event-interval estimate per handler, one window for the thread.
+#[derive(Debug, Clone, Default)]
+pub struct Weighted {
+    /// Each handler's estimate.
+    estimates: Vec<Option<u64>>,
+    /// The thread window.
+    thread_ns: u64,
+}
+
+impl Weighted {
+    fn update(&mut self, block_ns: u64, events: &[usize], p: &PollParams) {
+        let w = p.weight;
+        let mut adj: Option<u64> = None;
+        for (slot, ns) in self.estimates.iter_mut().enumerate() {
+            let Some(ns) = ns.as_mut() else { continue };
+            if events.contains(&slot) {
+                *ns = if *ns == 0 {
+                    block_ns
+                } else {
+                    *ns - (*ns >> w) + (block_ns >> w)
+                };
+                if *ns >= p.max_ns {
+                    *ns = 0;
+                }
+                adj = Some(adj.map_or(*ns, |a| a.max(*ns)));
+            } else if *ns != 0 {
+                *ns = ns.saturating_add(block_ns);
+                if *ns >= p.max_ns {
+                    *ns = 0;
+                }
+            }
+        }
+        if let Some(adj) = adj {
+            self.thread_ns = weighted_adjust(self.thread_ns, adj, p);
+        }
+    }
+
+    /// The handlers as they are, estimates and window back to 0.
+    fn reset(&mut self) {
+        self.thread_ns = 0;
+        for ns in self.estimates.iter_mut().flatten() {
+            *ns = 0;
+        }
+    }
+}
+
+/// Osprey's policy: classic windows, suspended while the host is busy or while sleeping
+/// between events completes more requests.
+#[derive(Debug, Clone, Default)]
+pub struct Adaptive {
+    windows: Classic,
+    /// Whether the host is busy, and what it saw.
+    guard: ContentionGuard,
+    /// Whether polling completes more requests than sleeping.
+    payoff: PayoffCheck,
+    /// Polling is suspended (as of the last `update` or sample).
+    suspended: bool,
+}
+
+impl Adaptive {
+    /// Polling is suspended by the guard, or sleeping pays more.
+    fn suspended_at(&self, now_ns: u64) -> bool {
+        self.guard.suspended(now_ns) || self.payoff.mode() == Mode::Sleep
+    }
+
+    fn observe_host(&mut self, sample: HostSample) {
+        self.guard.observe(sample);
+        let guard_suspended = self.guard.suspended(sample.now_ns);
+        self.payoff
+            .observe(sample.now_ns, sample.requests, !guard_suspended);
+        self.suspended = self.suspended_at(sample.now_ns);
+    }
+
+    /// The handlers as they are, windows at 0, the host's verdicts forgotten.
+    fn reset(&mut self) {
+        self.windows.reset();
+        self.guard.reset();
+        self.payoff = PayoffCheck::default();
+        self.suspended = false;
+    }
+}
+
+/// The policy in force, with its own state. One per iothread, never moved on the hot path: the
+/// size of the Adaptive variant costs nothing a box would save.
+#[derive(Debug, Clone)]
+#[allow(clippy::large_enum_variant)]
+enum Policy {
+    Classic(Classic),
+    Weighted(Weighted),
+    Adaptive(Adaptive),
+}
+
+impl Policy {
+    fn new(kind: PolicyKind) -> Self {
+        match kind {
+            PolicyKind::Classic => Policy::Classic(Classic::default()),
+            PolicyKind::Weighted => Policy::Weighted(Weighted::default()),
+            PolicyKind::Adaptive => Policy::Adaptive(Adaptive::default()),
+        }
+    }
+
+    fn kind(&self) -> PolicyKind {
+        match self {
+            Policy::Classic(_) => PolicyKind::Classic,
+            Policy::Weighted(_) => PolicyKind::Weighted,
+            Policy::Adaptive(_) => PolicyKind::Adaptive,
+        }
+    }
+
+    /// The classic windows (Classic's own, Adaptive's), if the policy keeps them.
+    fn classic(&self) -> Option<&Classic> {
+        match self {
+            Policy::Classic(c) => Some(c),
+            Policy::Adaptive(a) => Some(&a.windows),
+            Policy::Weighted(_) => None,
+        }
+    }
+
+    fn classic_mut(&mut self) -> Option<&mut Classic> {
+        match self {
+            Policy::Classic(c) => Some(c),
+            Policy::Adaptive(a) => Some(&mut a.windows),
+            Policy::Weighted(_) => None,
+        }
+    }
+
+    fn adaptive(&self) -> Option<&Adaptive> {
+        match self {
+            Policy::Adaptive(a) => Some(a),
+            _ => None,
+        }
+    }
+}
+
+/// Puts `v` in `slot` of `list`, growing it as needed.
+fn put<T: Clone>(list: &mut Vec<Option<T>>, slot: usize, v: T) {
+    if list.len() <= slot {
+        list.resize(slot + 1, None);
+    }
+    list[slot] = Some(v);
 }
 
 /// The policy state of one iothread.
 #[derive(Debug, Clone)]
 pub struct PollPolicy {
     params: PollParams,
-    handlers: Vec<Option<HandlerPoll>>,
-    /// Weighted: the thread window.
-    thread_ns: u64,
-    /// Adaptive: whether the host is busy, and what it saw.
-    guard: ContentionGuard,
-    /// Adaptive: whether polling completes more requests than sleeping.
-    payoff: PayoffCheck,
-    /// Adaptive: polling is suspended (as of the last `update` or sample).
-    suspended: bool,
+    policy: Policy,
 }
 
 impl PollPolicy {
@@ -165,11 +251,7 @@ impl PollPolicy {
     pub fn new(params: PollParams) -> Self {
         Self {
             params,
-            handlers: Vec::new(),
-            thread_ns: 0,
-            guard: ContentionGuard::default(),
-            payoff: PayoffCheck::default(),
-            suspended: false,
+            policy: Policy::new(params.policy),
         }
     }
 
@@ -179,104 +261,150 @@ impl PollPolicy {
     }
 
     /// Replaces the parameters and resets every window to 0 (as QEMU does on a live change).
-    pub fn set_params(&mut self, params: PollParams) {
+    /// The handlers stay tracked; a change of policy starts them afresh in the new one, as if
+    /// they had arrived at `now_ns`.
+    pub fn set_params(&mut self, params: PollParams, now_ns: u64) {
+        if params.policy != self.policy.kind() {
+            let mut next = Policy::new(params.policy);
+            for slot in self.tracked() {
+                Self::track(&mut next, slot, now_ns);
+            }
+            self.policy = next;
+        }
         self.params = params;
-        self.thread_ns = 0;
-        self.guard.reset();
-        self.payoff = PayoffCheck::default();
-        self.suspended = false;
-        for h in self.handlers.iter_mut().flatten() {
-            h.ns = 0;
+        match &mut self.policy {
+            Policy::Classic(c) => c.reset(),
+            Policy::Weighted(w) => w.reset(),
+            Policy::Adaptive(a) => a.reset(),
+        }
+    }
+
+    /// The slots of the handlers tracked.
+    fn tracked(&self) -> Vec<usize> {
+        let slots = |v: Vec<bool>| {
+            v.into_iter()
+                .enumerate()
+                .filter_map(|(slot, on)| on.then_some(slot))
+                .collect()
+        };
+        match &self.policy {
+            Policy::Weighted(w) => slots(w.estimates.iter().map(Option::is_some).collect()),
+            p => slots(
+                p.classic()
+                    .map(|c| c.handlers.iter().map(Option::is_some).collect())
+                    .unwrap_or_default(),
+            ),
+        }
+    }
+
+    fn track(policy: &mut Policy, slot: usize, now_ns: u64) {
+        match policy {
+            Policy::Weighted(w) => put(&mut w.estimates, slot, 0),
+            p => {
+                if let Some(c) = p.classic_mut() {
+                    c.add(slot, now_ns);
+                }
+            }
         }
     }
 
     /// Starts tracking handler `slot` (at time `now_ns`).
     pub fn add(&mut self, slot: usize, now_ns: u64) {
-        if self.handlers.len() <= slot {
-            self.handlers.resize(slot + 1, None);
-        }
-        self.handlers[slot] = Some(HandlerPoll {
-            ns: 0,
-            last_event_ns: now_ns,
-            in_poll_set: true,
-        });
+        Self::track(&mut self.policy, slot, now_ns);
     }
 
     /// Stops tracking handler `slot`.
     pub fn remove(&mut self, slot: usize) {
-        if let Some(h) = self.handlers.get_mut(slot) {
-            *h = None;
+        match &mut self.policy {
+            Policy::Weighted(w) => {
+                if let Some(e) = w.estimates.get_mut(slot) {
+                    *e = None;
+                }
+            }
+            p => {
+                if let Some(h) = p.classic_mut().and_then(|c| c.handlers.get_mut(slot)) {
+                    *h = None;
+                }
+            }
         }
     }
 
-    /// The state of handler `slot`.
-    pub fn handler(&self, slot: usize) -> Option<HandlerPoll> {
-        self.handlers.get(slot).copied().flatten()
+    /// Handler `slot`'s window (Classic, Adaptive) or event-interval estimate (Weighted), if
+    /// it is tracked.
+    pub fn handler_ns(&self, slot: usize) -> Option<u64> {
+        match &self.policy {
+            Policy::Weighted(w) => w.estimates.get(slot).copied().flatten(),
+            p => p
+                .classic()
+                .and_then(|c| c.handlers.get(slot).copied().flatten())
+                .map(|h| h.window_ns),
+        }
     }
 
     /// Adaptive: feeds the contention guard a sample of the thread's run delay, and the payoff
     /// check its completed requests (the caller takes one every
     /// [`super::contention::SAMPLE_PERIOD_NS`] or so). Other policies ignore it.
     pub fn observe_host(&mut self, sample: HostSample) {
-        if self.params.policy != PolicyKind::Adaptive || self.params.max_ns == 0 {
+        if self.params.max_ns == 0 {
             return;
         }
-        self.guard.observe(sample);
-        let guard_suspended = self.guard.suspended(sample.now_ns);
-        self.payoff
-            .observe(sample.now_ns, sample.requests, !guard_suspended);
-        self.suspended = self.adaptive_suspended(sample.now_ns);
-    }
-
-    /// Adaptive: polling is suspended by the guard, or sleeping pays more.
-    fn adaptive_suspended(&self, now_ns: u64) -> bool {
-        self.guard.suspended(now_ns) || self.payoff.mode() == Mode::Sleep
+        if let Policy::Adaptive(a) = &mut self.policy {
+            a.observe_host(sample);
+        }
     }
 
     /// Whether polling is suspended (Adaptive only), because the host is busy or because
     /// sleeping completed more requests: the thread then sleeps between events, without even
     /// the first-step probe.
     pub fn suspended(&self) -> bool {
-        self.suspended
+        self.policy.adaptive().is_some_and(|a| a.suspended)
     }
 
     /// Whether the poll loop may yield its CPU at `now_ns`: always, except when Adaptive's guard
     /// stopped the yields on a busy host.
     pub fn yields_allowed(&self, now_ns: u64) -> bool {
-        self.params.policy != PolicyKind::Adaptive || self.guard.yields_allowed(now_ns)
+        self.policy
+            .adaptive()
+            .is_none_or(|a| a.guard.yields_allowed(now_ns))
     }
 
-    /// The contention guard's view (Adaptive).
+    /// The contention guard's view (Adaptive; nothing seen for the others).
     pub fn contention(&self) -> ContentionStats {
-        self.guard.stats()
+        self.policy
+            .adaptive()
+            .map(|a| a.guard.stats())
+            .unwrap_or_else(|| ContentionGuard::default().stats())
     }
 
-    /// The payoff check's view (Adaptive).
+    /// The payoff check's view (Adaptive; nothing seen for the others).
     pub fn payoff(&self) -> PayoffStats {
-        self.payoff.stats()
+        self.policy
+            .adaptive()
+            .map(|a| a.payoff.stats())
+            .unwrap_or_else(|| PayoffCheck::default().stats())
     }
 
     /// Whether handler `slot` is polled (classic: in the poll set; weighted: always).
     pub fn is_polled(&self, slot: usize) -> bool {
-        self.handler(slot)
-            .is_some_and(|h| h.in_poll_set || self.params.policy == PolicyKind::Weighted)
+        match &self.policy {
+            Policy::Weighted(w) => w.estimates.get(slot).is_some_and(Option::is_some),
+            p => p
+                .classic()
+                .and_then(|c| c.handlers.get(slot).copied().flatten())
+                .is_some_and(|h| h.in_poll_set),
+        }
     }
 
     /// The window to poll for before sleeping, in ns (0: do not poll).
     pub fn window(&self) -> u64 {
-        if self.params.max_ns == 0 || self.suspended {
+        if self.params.max_ns == 0 {
             return 0;
         }
-        match self.params.policy {
-            PolicyKind::Classic | PolicyKind::Adaptive => self
-                .handlers
-                .iter()
-                .flatten()
-                .filter(|h| h.in_poll_set)
-                .map(|h| h.ns)
-                .max()
-                .unwrap_or(0),
-            PolicyKind::Weighted => self.thread_ns,
+        match &self.policy {
+            Policy::Classic(c) => c.window(),
+            Policy::Adaptive(a) if a.suspended => 0,
+            Policy::Adaptive(a) => a.windows.window(),
+            Policy::Weighted(w) => w.thread_ns,
         }
     }
 
@@ -284,11 +412,11 @@ impl PollPolicy {
     /// not at all). Adaptive only, and only while its polling is suspended: the thread then
     /// leaves the queues' notifications on (no guest request waits for it) but, having just
     /// submitted, watches the completion and avail rings for up to `poll_max_ns` (a new request
-    /// also ends the watch), so a completion that
-    /// follows within that does not pay for the thread's wake-up (on a nested host, much of a
-    /// QD1 request's time: docs/performance.md). Classic and Weighted never do: they stay as QEMU defines them.
+    /// also ends the watch), so a completion that follows within that does not pay for the
+    /// thread's wake-up (on a nested host, much of a QD1 request's time: docs/performance.md).
+    /// Classic and Weighted never do: they stay as QEMU defines them.
     pub fn completion_window(&self) -> u64 {
-        if self.params.policy == PolicyKind::Adaptive && self.suspended {
+        if self.suspended() {
             self.params.max_ns
         } else {
             0
@@ -302,52 +430,13 @@ impl PollPolicy {
             return;
         }
         let p = self.params;
-        if p.policy == PolicyKind::Adaptive {
-            self.suspended = self.adaptive_suspended(now_ns);
-        }
-        match p.policy {
-            PolicyKind::Classic | PolicyKind::Adaptive => {
-                for (slot, h) in self.handlers.iter_mut().enumerate() {
-                    let Some(h) = h.as_mut() else { continue };
-                    if events.contains(&slot) {
-                        h.last_event_ns = now_ns;
-                        h.in_poll_set = true;
-                        h.ns = classic_adjust(h.ns, block_ns, &p);
-                    } else if h.in_poll_set
-                        && now_ns.saturating_sub(h.last_event_ns) >= IDLE_EVICT_NS
-                    {
-                        h.in_poll_set = false;
-                        h.ns = 0;
-                    }
-                }
+        match &mut self.policy {
+            Policy::Classic(c) => c.update(block_ns, events, now_ns, &p),
+            Policy::Adaptive(a) => {
+                a.suspended = a.suspended_at(now_ns);
+                a.windows.update(block_ns, events, now_ns, &p);
             }
-            PolicyKind::Weighted => {
-                let w = p.weight;
-                let mut adj: Option<u64> = None;
-                for (slot, h) in self.handlers.iter_mut().enumerate() {
-                    let Some(h) = h.as_mut() else { continue };
-                    if events.contains(&slot) {
-                        h.last_event_ns = now_ns;
-                        h.ns = if h.ns == 0 {
-                            block_ns
-                        } else {
-                            h.ns - (h.ns >> w) + (block_ns >> w)
-                        };
-                        if h.ns >= p.max_ns {
-                            h.ns = 0;
-                        }
-                        adj = Some(adj.map_or(h.ns, |a| a.max(h.ns)));
-                    } else if h.ns != 0 {
-                        h.ns = h.ns.saturating_add(block_ns);
-                        if h.ns >= p.max_ns {
-                            h.ns = 0;
-                        }
-                    }
-                }
-                if let Some(adj) = adj {
-                    self.thread_ns = weighted_adjust(self.thread_ns, adj, &p);
-                }
-            }
+            Policy::Weighted(w) => w.update(block_ns, events, &p),
         }
     }
 }
@@ -446,9 +535,9 @@ mod tests {
         pol.add(1, 0);
         pol.update(1_000, &[0], 10);
         pol.update(5_000, &[0], 20);
-        assert_eq!(pol.handler(0).map(|h| h.ns), Some(8_000));
+        assert_eq!(pol.handler_ns(0), Some(8_000));
         assert_eq!(
-            pol.handler(1).map(|h| h.ns),
+            pol.handler_ns(1),
             Some(0),
             "a handler without events is not adjusted"
         );
@@ -472,20 +561,20 @@ mod tests {
         let mut pol = PollPolicy::new(p);
         pol.add(0, 0);
         pol.update(8_000, &[0], 1); // first sample: ns = block_ns, window grows to it
-        assert_eq!(pol.handler(0).map(|h| h.ns), Some(8_000));
+        assert_eq!(pol.handler_ns(0), Some(8_000));
         assert_eq!(pol.window(), 8_000);
         pol.update(16_000, &[0], 2); // ns = 8000 - 2000 + 4000 = 10000; grow: max(10000, 16000) = 16000
-        assert_eq!(pol.handler(0).map(|h| h.ns), Some(10_000));
+        assert_eq!(pol.handler_ns(0), Some(10_000));
         assert_eq!(pol.window(), 16_000);
         pol.update(1_000, &[0], 3); // ns = 10000 - 2500 + 250 = 7750 < 16000/2: halve
-        assert_eq!(pol.handler(0).map(|h| h.ns), Some(7_750));
+        assert_eq!(pol.handler_ns(0), Some(7_750));
         assert_eq!(pol.window(), 8_000);
         pol.update(1_000, &[0], 4); // ns = 7750 - 1937 + 250 = 6063 ≥ 8000/2: unchanged
-        assert_eq!(pol.handler(0).map(|h| h.ns), Some(6_063));
+        assert_eq!(pol.handler_ns(0), Some(6_063));
         assert_eq!(pol.window(), 8_000);
         // A sample at or beyond poll_max_ns resets the estimate; with no event the window stays.
         pol.update(200_000, &[0], 5);
-        assert_eq!(pol.handler(0).map(|h| h.ns), Some(0));
+        assert_eq!(pol.handler_ns(0), Some(0));
         assert_eq!(pol.window(), 4_000, "adj 0 < 8000/2: halve");
     }
 
@@ -499,16 +588,12 @@ mod tests {
         pol.add(0, 0);
         pol.add(1, 0);
         pol.update(10_000, &[1], 1);
-        assert_eq!(pol.handler(1).map(|h| h.ns), Some(10_000));
+        assert_eq!(pol.handler_ns(1), Some(10_000));
         // Handler 1 has no more events: its estimate accumulates block_ns until poll_max_ns.
         pol.update(10_000, &[0], 2);
-        assert_eq!(pol.handler(1).map(|h| h.ns), Some(20_000));
+        assert_eq!(pol.handler_ns(1), Some(20_000));
         pol.update(13_000, &[0], 3);
-        assert_eq!(
-            pol.handler(1).map(|h| h.ns),
-            Some(0),
-            "33000 ≥ 32768: dropped"
-        );
+        assert_eq!(pol.handler_ns(1), Some(0), "33000 ≥ 32768: dropped");
         // No event at all: the window does not change.
         let before = pol.window();
         pol.update(5_000, &[], 4);
@@ -521,19 +606,46 @@ mod tests {
         pol.add(0, 0);
         pol.update(1_000, &[0], 1);
         assert_eq!(pol.window(), 4_000);
-        pol.set_params(PollParams {
-            max_ns: 0,
-            ..classic()
-        });
+        pol.set_params(
+            PollParams {
+                max_ns: 0,
+                ..classic()
+            },
+            2,
+        );
         assert_eq!(pol.window(), 0);
         pol.update(1_000, &[0], 2);
         assert_eq!(pol.window(), 0, "polling off stays off");
-        pol.set_params(classic());
-        assert_eq!(
-            pol.handler(0).map(|h| h.ns),
-            Some(0),
-            "a live change resets windows"
-        );
+        pol.set_params(classic(), 2);
+        assert_eq!(pol.handler_ns(0), Some(0), "a live change resets windows");
+    }
+
+    #[test]
+    fn a_live_change_of_policy_keeps_every_handler_polled() {
+        let mut pol = PollPolicy::new(classic());
+        pol.add(0, 0);
+        pol.add(2, 0);
+        pol.remove(0);
+        pol.update(1_000, &[2], 1);
+        let weighted = PollParams {
+            policy: PolicyKind::Weighted,
+            ..classic()
+        };
+        pol.set_params(weighted, 2);
+        assert_eq!(pol.params(), weighted);
+        assert!(!pol.is_polled(0) && pol.is_polled(2));
+        assert_eq!((pol.handler_ns(2), pol.window()), (Some(0), 0));
+        pol.update(8_000, &[2], 3);
+        assert_eq!(pol.window(), 8_000, "weighted from the change on");
+        // Back to Classic long after the handler's last event: it arrives anew, not idle.
+        let back = PollParams {
+            policy: PolicyKind::Classic,
+            ..classic()
+        };
+        pol.set_params(back, IDLE_EVICT_NS + 10);
+        pol.update(1_000, &[], IDLE_EVICT_NS + 20);
+        assert!(pol.is_polled(2));
+        assert_eq!(pol.handler_ns(2), Some(0));
     }
 
     #[test]
@@ -663,7 +775,7 @@ mod tests {
         assert_eq!(classic.payoff().trials, 0);
         assert_eq!(classic.completion_window(), 0);
         // A live change forgets the verdict.
-        adaptive.set_params(PollParams::default());
+        adaptive.set_params(PollParams::default(), 0);
         assert!(!adaptive.suspended());
         assert!(!adaptive.payoff().sleeping);
         assert_eq!(adaptive.completion_window(), 0);

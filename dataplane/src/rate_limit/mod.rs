@@ -4,7 +4,7 @@
 //!
 //! There is no timer thread: a queue asks [`admit`] before it takes a request; when a bucket is
 //! dry it leaves the request on the ring and tells its iothread when to look again
-//! ([`crate::Handler::throttled_until`]). Limits change live ([`RateLimiter::set`]); the owner
+//! ([`crate::TurnEnd::wake_at`]). Limits change live ([`RateLimiter::set`]); the owner
 //! then wakes the iothreads ([`crate::IoThread::wake_throttled`]) so throttled queues re-check
 //! at once instead of at their old deadline.
 

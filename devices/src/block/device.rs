@@ -4,6 +4,7 @@
 
 use std::fs::File;
 use std::sync::atomic::Ordering;
+use std::sync::mpsc::{self, Receiver};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -65,6 +66,8 @@ pub struct VirtioBlock {
     active: bool,
     /// A reset is waiting for in-flight I/O (the handlers are still on the iothread).
     resetting: bool,
+    /// Where the queues come back when their handlers leave the iothread.
+    returned: Option<Receiver<ActivatedQueue>>,
 }
 
 impl std::fmt::Debug for VirtioBlock {
@@ -122,6 +125,7 @@ impl VirtioBlock {
             iothread,
             active: false,
             resetting: false,
+            returned: None,
         }
     }
 
@@ -145,7 +149,10 @@ impl VirtioBlock {
         let file = self
             .backing
             .dup_file()
-            .map_err(|e| ActivateError::Backend(format!("dup backing file: {e}")))?;
+            .map_err(|source| ActivateError::Os {
+                what: "dup backing file",
+                source,
+            })?;
         Ok((
             file,
             EngineOptions {
@@ -212,6 +219,7 @@ impl VirtioDevice for VirtioBlock {
                 ..(*self.limits).clone()
             });
         }
+        let (owner_end, returned) = mpsc::channel();
         let mut handlers: Vec<Box<dyn dataplane::Handler>> = Vec::with_capacity(queues.len());
         for q in queues {
             let Some(stats) = self.stats.get(usize::from(q.index)).cloned() else {
@@ -232,13 +240,13 @@ impl VirtioDevice for VirtioBlock {
                     stats,
                 )
                 .with_rate_limits(self.rate_limits.clone())
-                .with_capacity_source(backing.capacity_source()),
+                .with_capacity_source(backing.capacity_source())
+                .returning_to(owner_end.clone()),
             ));
         }
-        self.iothread
-            .attach(handlers)
-            .map_err(|e| ActivateError::Backend(e.to_string()))?;
+        self.iothread.attach(handlers)?;
         self.active = true;
+        self.returned = Some(returned);
         log::info!(
             "virtio-blk {}: active on iothread {} (features {:#x})",
             self.drive_id,
@@ -261,8 +269,8 @@ impl VirtioDevice for VirtioBlock {
         };
         self.active = false;
         self.resetting = true;
-        let handlers = match self.iothread.detach(self.owner, wait) {
-            Ok(Detach::Done(h)) => h,
+        let left = match self.iothread.detach(self.owner, wait) {
+            Ok(Detach::Done(n)) => n,
             Ok(Detach::Draining { in_flight }) => {
                 self.set_reset_pending(true);
                 return ResetOutcome::Pending { in_flight };
@@ -276,11 +284,19 @@ impl VirtioDevice for VirtioBlock {
         };
         self.resetting = false;
         self.set_reset_pending(false);
-        let mut queues: Vec<ActivatedQueue> = handlers
-            .into_iter()
-            .filter_map(|h| h.into_any().downcast::<BlockQueueHandler>().ok())
-            .map(|h| h.into_queue())
-            .collect();
+        // Each handler sent its queue before the thread answered.
+        let mut queues: Vec<ActivatedQueue> = self
+            .returned
+            .take()
+            .map(|r| r.try_iter().collect())
+            .unwrap_or_default();
+        if queues.len() != left {
+            log::error!(
+                "virtio-blk {}: {left} queue handlers left the iothread, {} queues came back",
+                self.drive_id,
+                queues.len()
+            );
+        }
         queues.sort_by_key(|q| q.index);
         ResetOutcome::Done(queues)
     }

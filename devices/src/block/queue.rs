@@ -5,13 +5,14 @@
 //! Every popped chain completes exactly once: parsed requests through the engine, malformed ones
 //! with an error status at once; when the engine is full the chain is pushed back on the ring.
 
-use std::any::Any;
 use std::os::unix::io::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::Sender;
 use std::sync::Arc;
 
 use dataplane::engine::{Completion, EngineOptions, IoEngine, IoOp, IoRequest};
-use dataplane::{CompletionState, Handler, ThreadTurn};
+use dataplane::handler::AttachError;
+use dataplane::{CompletionState, FileBacked, Handler, Poll, ThreadTurn, TurnEnd, Watch};
 use virtio_queue::{Queue, QueueT};
 use vm_memory::GuestAddress;
 use vmm_sys_util::eventfd::EventFd;
@@ -56,6 +57,29 @@ enum Kind {
     Other,
 }
 
+/// Where a queue is in its life on the iothread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lifecycle {
+    /// Taking requests from the guest.
+    Running,
+    /// The device is leaving the iothread (reset) or its file is being swapped: take no more
+    /// requests, reap what is in flight ([`Handler::drain`]; [`Handler::resume`] ends it).
+    Draining,
+    /// The guest broke the queue (DEVICE_NEEDS_RESET): take no more requests, reap what is in
+    /// flight, then stop until the device is reset. Nothing leads out of it.
+    Broken,
+}
+
+/// The thread's watches of the queue ([`Watch`]) that are on.
+#[derive(Debug, Clone, Copy, Default)]
+struct Watches {
+    /// [`Watch::Polling`]: leave guest notifications suppressed.
+    polling: bool,
+    /// [`Watch::Completions`]: the engine's completion fd may be quiet (its completions are
+    /// watched in memory).
+    completions: bool,
+}
+
 /// Counts log lines so a hostile guest cannot flood the log.
 #[derive(Debug, Default)]
 struct RateLimit(u64);
@@ -82,13 +106,11 @@ pub struct BlockQueueHandler {
     kick: EventFd,
     mem: HostMemory,
     interrupt: Arc<dyn VirtioInterrupt>,
-    engine: Box<dyn IoEngine>,
+    /// The I/O engine: built on the iothread (`attach`), dropped there (`detach`).
+    engine: Option<Box<dyn IoEngine>>,
     /// The backing file the engine runs on (a duplicate of the drive's) and its options.
     file: std::fs::File,
     engine_opts: EngineOptions,
-    /// The real engine is built on the iothread (`attach`); until then `engine` is a Null
-    /// placeholder that is never given work.
-    engine_built: bool,
     limits: Arc<DiskLimits>,
     /// The drive's capacity as a file swap changes it: read when the queue resumes.
     capacity_source: Option<Arc<AtomicU64>>,
@@ -97,20 +119,13 @@ pub struct BlockQueueHandler {
     free: Vec<usize>,
     completions: Vec<Completion>,
     used_pending: bool,
-    /// The guest broke the queue (DEVICE_NEEDS_RESET): take no more requests, reap what is in
-    /// flight, then stop until the device is reset.
-    broken: bool,
-    /// The device is leaving the iothread (reset) or its file is being swapped: take no more
-    /// requests, reap what is in flight.
-    draining: bool,
-    /// Between `poll_begin` and `poll_end`: leave guest notifications suppressed.
-    polling: bool,
-    /// Between `completion_watch_begin` and `completion_watch_end`: the engine's completion fd
-    /// may be quiet (its completions are watched in memory).
-    watching_completions: bool,
+    lifecycle: Lifecycle,
+    watches: Watches,
     /// Rate limits: whether the queue waits for a bucket.
     throttle: QueueThrottle,
     log_limit: RateLimit,
+    /// Where the queue goes when the handler leaves the iothread ([`Handler::detach`]).
+    owner_end: Option<Sender<ActivatedQueue>>,
 }
 
 impl std::fmt::Debug for BlockQueueHandler {
@@ -146,10 +161,9 @@ impl BlockQueueHandler {
             kick: q.kick,
             mem,
             interrupt,
-            engine: no_engine(),
+            engine: None,
             file,
             engine_opts: opts,
-            engine_built: false,
             limits,
             capacity_source: None,
             stats,
@@ -157,12 +171,11 @@ impl BlockQueueHandler {
             free: (0..depth).rev().collect(),
             completions: Vec::with_capacity(depth),
             used_pending: false,
-            broken: false,
-            draining: false,
-            polling: false,
-            watching_completions: false,
+            lifecycle: Lifecycle::Running,
+            watches: Watches::default(),
             throttle: QueueThrottle::default(),
             log_limit: RateLimit::default(),
+            owner_end: None,
         };
         match ring {
             Ok(mut ring) => {
@@ -183,6 +196,13 @@ impl BlockQueueHandler {
         self
     }
 
+    /// Sends the queue to `owner_end` when the handler leaves the iothread (a device reset):
+    /// how the device gets its queues back.
+    pub fn returning_to(mut self, owner_end: Sender<ActivatedQueue>) -> Self {
+        self.owner_end = Some(owner_end);
+        self
+    }
+
     /// Follow the drive's capacity through file swaps: the queue's bound becomes `capacity`'s
     /// value each time it resumes after a swap.
     pub fn with_capacity_source(mut self, capacity: Arc<AtomicU64>) -> Self {
@@ -190,18 +210,21 @@ impl BlockQueueHandler {
         self
     }
 
-    /// Builds an engine on a duplicate of `file` with the queue's options, on the iothread.
+    /// Builds an engine on a duplicate of `file` with the queue's options, on the iothread
+    /// (`turn` is its round, with its spare Linux AIO contexts).
     fn build_engine(
         &self,
         file: &std::fs::File,
-    ) -> Result<Box<dyn IoEngine>, dataplane::handler::AttachError> {
-        let dup = file
-            .try_clone()
-            .map_err(dataplane::handler::AttachError::DupFile)?;
-        let engine = dataplane::engine::open(dup, &self.engine_opts)?;
-        let described = engine.describe();
-        log::info!("virtio-blk queue {}: engine {described}", self.index);
-        *self.stats.engine.lock().unwrap_or_else(|p| p.into_inner()) = described;
+        turn: &ThreadTurn,
+    ) -> Result<Box<dyn IoEngine>, AttachError> {
+        let dup = file.try_clone().map_err(AttachError::DupFile)?;
+        let engine = dataplane::engine::open(dup, &self.engine_opts, turn.aio_pool())?;
+        let info = engine.info();
+        match serde_json::to_string(&info) {
+            Ok(json) => log::info!("virtio-blk queue {}: engine {info}: {json}", self.index),
+            Err(_) => log::info!("virtio-blk queue {}: engine {info}", self.index),
+        }
+        self.stats.engine.set(info);
         Ok(engine)
     }
 
@@ -240,14 +263,44 @@ impl BlockQueueHandler {
     }
 
     fn fail(&mut self, why: &str) {
-        if !self.broken {
+        if self.lifecycle != Lifecycle::Broken {
             log::error!(
                 "virtio-blk queue {}: {why}; the device needs a reset",
                 self.index
             );
-            self.broken = true;
+            self.lifecycle = Lifecycle::Broken;
             self.interrupt.set_needs_reset();
         }
+    }
+
+    /// The guest broke the queue.
+    fn broken(&self) -> bool {
+        self.lifecycle == Lifecycle::Broken
+    }
+
+    /// The queue takes requests from the guest (not draining, not broken).
+    fn running(&self) -> bool {
+        self.lifecycle == Lifecycle::Running
+    }
+
+    /// Room for more requests in the engine (none before it is built).
+    fn engine_capacity(&self) -> usize {
+        self.engine.as_ref().map_or(0, |e| e.capacity())
+    }
+
+    /// Requests the engine holds.
+    fn engine_in_flight(&self) -> usize {
+        self.engine.as_ref().map_or(0, |e| e.in_flight())
+    }
+
+    /// Completions wait in the engine (a cheap check).
+    fn engine_has_completions(&self) -> bool {
+        self.engine.as_ref().is_some_and(|e| e.has_completions())
+    }
+
+    /// Hands what is queued to the kernel; returns how many requests went.
+    fn commit(&mut self, turn: &ThreadTurn) -> usize {
+        self.engine.as_mut().map_or(0, |e| e.commit(turn))
     }
 
     fn write_status(&mut self, addr: GuestAddress, value: u8) {
@@ -277,7 +330,7 @@ impl BlockQueueHandler {
                 if queued >= budget {
                     return Stop::Budget;
                 }
-                if self.engine.capacity() == 0 || self.free.is_empty() {
+                if self.engine_capacity() == 0 || self.free.is_empty() {
                     QueueStats::add(&self.stats.engine_full, 1);
                     return Stop::Full;
                 }
@@ -313,11 +366,11 @@ impl BlockQueueHandler {
                 if self.start(head, parsed) {
                     queued += 1;
                 }
-                if self.broken {
+                if self.broken() {
                     return Stop::Empty;
                 }
             }
-            if self.polling {
+            if self.watches.polling {
                 // The iothread is watching the ring: keep the guest from kicking.
                 return Stop::Empty;
             }
@@ -389,13 +442,14 @@ impl BlockQueueHandler {
             kind,
             bytes,
         });
+        let request = IoRequest {
+            op,
+            token: slot as u64,
+        };
         if self
             .engine
-            .submit(IoRequest {
-                op,
-                token: slot as u64,
-            })
-            .is_err()
+            .as_mut()
+            .is_none_or(|e| e.submit(request).is_err())
         {
             self.slots[slot] = None;
             self.free.push(slot);
@@ -408,7 +462,9 @@ impl BlockQueueHandler {
     fn complete(&mut self, turn: &ThreadTurn) {
         self.completions.clear();
         let mut done = std::mem::take(&mut self.completions);
-        self.engine.reap(&mut done, turn);
+        if let Some(engine) = self.engine.as_mut() {
+            engine.reap(&mut done, turn);
+        }
         for c in &done {
             let slot = c.token as usize;
             let Some(f) = self.slots.get_mut(slot).and_then(Option::take) else {
@@ -454,7 +510,7 @@ impl BlockQueueHandler {
     fn publish_in_flight(&self) {
         self.stats
             .in_flight
-            .store(self.engine.in_flight() as u64, Ordering::Relaxed);
+            .store(self.engine_in_flight() as u64, Ordering::Relaxed);
     }
 
     fn signal(&mut self) {
@@ -474,12 +530,6 @@ impl BlockQueueHandler {
     }
 }
 
-/// What a handler holds while its engine does not exist: before `attach` builds it on the
-/// iothread, and after `detach` dropped it there.
-fn no_engine() -> Box<dyn IoEngine> {
-    Box::new(dataplane::engine::null::NullEngine::new(1))
-}
-
 fn describe(result: i64) -> String {
     i32::try_from(-result)
         .map(|e| std::io::Error::from_raw_os_error(e).to_string())
@@ -496,28 +546,17 @@ impl Handler for BlockQueueHandler {
 
     fn wake_fds(&self) -> Vec<RawFd> {
         let mut fds = vec![self.kick.as_raw_fd()]; // at KICK_FD_INDEX
-        fds.extend(self.engine.completion_fds());
+        if let Some(engine) = &self.engine {
+            fds.extend(engine.completion_fds());
+        }
         fds
     }
 
-    fn attach(&mut self) -> Result<(), dataplane::handler::AttachError> {
-        if self.engine_built {
-            return Ok(());
+    fn attach(&mut self, turn: &ThreadTurn) -> Result<(), AttachError> {
+        if self.engine.is_none() {
+            self.engine = Some(self.build_engine(&self.file, turn)?);
         }
-        self.engine = self.build_engine(&self.file)?;
-        self.engine_built = true;
         Ok(())
-    }
-
-    fn replace_file(
-        &mut self,
-        file: std::fs::File,
-    ) -> Result<std::fs::File, dataplane::handler::AttachError> {
-        // Drained: the old engine holds nothing; it is dropped here, on its thread.
-        let engine = self.build_engine(&file)?;
-        self.engine = engine;
-        self.engine_built = true;
-        Ok(std::mem::replace(&mut self.file, file))
     }
 
     fn resume(&mut self) {
@@ -530,14 +569,22 @@ impl Handler for BlockQueueHandler {
                 });
             }
         }
-        self.draining = false;
+        if self.lifecycle == Lifecycle::Draining {
+            self.lifecycle = Lifecycle::Running;
+        }
     }
 
-    fn detach(&mut self) {
+    fn detach(mut self: Box<Self>) {
         // Drained: the engine holds nothing. Dropped here, on the thread that created it (an
         // AIO context's io_destroy is not in the vCPU thread's seccomp filter).
-        self.engine = no_engine();
-        self.engine_built = false;
+        self.engine = None;
+        let owner_end = self.owner_end.take();
+        let queue = self.into_queue();
+        if let Some(owner_end) = owner_end {
+            if owner_end.send(queue).is_err() {
+                log::warn!("virtio-blk: a queue left its iothread after its device was gone");
+            }
+        }
     }
 
     fn fd_fired(&mut self, index: usize) {
@@ -547,24 +594,24 @@ impl Handler for BlockQueueHandler {
         }
     }
 
-    fn run(&mut self, max_batch: usize, turn: &ThreadTurn) -> bool {
-        if self.broken || self.draining {
+    fn run(&mut self, max_batch: usize, turn: &ThreadTurn) -> TurnEnd {
+        if !self.running() {
             // Take nothing new; finish what the engine holds (it may still write guest memory).
-            self.engine.commit(turn);
+            self.commit(turn);
             self.complete(turn);
             self.signal();
             self.publish_in_flight();
-            return false;
+            return self.turn_end(false);
         }
         // A throttled queue asks its buckets again (the limits may have changed): a refusal
         // costs one parse and one admission check.
         let stop = self.pop_and_submit(max_batch.max(1));
-        let submitted = self.engine.commit(turn);
+        let submitted = self.commit(turn);
         self.stats.record_batch(submitted as u64);
-        self.stats.record_inflight(self.engine.in_flight() as u64);
+        self.stats.record_inflight(self.engine_in_flight() as u64);
         self.complete(turn);
         self.signal();
-        let s = self.engine.stats();
+        let s = self.engine.as_ref().map(|e| e.stats()).unwrap_or_default();
         self.stats
             .inline_requests
             .store(s.inline, Ordering::Relaxed);
@@ -577,116 +624,146 @@ impl Handler for BlockQueueHandler {
         self.stats
             .shallow_requests
             .store(s.shallow, Ordering::Relaxed);
-        match stop {
-            Stop::Budget => !self.broken,
+        let more = match stop {
+            Stop::Budget => !self.broken(),
             // Engines that complete inside `commit` have room again; the others wake us through
             // their completion fd.
-            Stop::Full => !self.broken && self.engine.capacity() > 0,
+            Stop::Full => !self.broken() && self.engine_capacity() > 0,
             Stop::Empty | Stop::Throttled => false,
+        };
+        self.turn_end(more)
+    }
+
+    fn drain(&mut self, turn: &ThreadTurn) -> usize {
+        if self.running() {
+            self.lifecycle = Lifecycle::Draining;
+            log::debug!(
+                "virtio-blk queue {}: draining {} requests (a reset or a file swap)",
+                self.index,
+                self.engine_in_flight()
+            );
+        }
+        self.commit(turn);
+        self.complete(turn);
+        self.signal();
+        self.publish_in_flight();
+        self.engine_in_flight()
+    }
+
+    fn poller(&mut self) -> Option<&mut dyn Poll> {
+        Some(self)
+    }
+
+    fn backing(&mut self) -> Option<&mut dyn FileBacked> {
+        Some(self)
+    }
+}
+
+impl BlockQueueHandler {
+    /// What the queue needs from the thread after a turn: another turn (`more`), a retry for
+    /// requests the kernel refused, the rate limiter's deadline, or nothing ever again (broken,
+    /// with nothing in flight).
+    fn turn_end(&self, more: bool) -> TurnEnd {
+        TurnEnd {
+            more,
+            retry: self.engine.as_ref().is_some_and(|e| e.unsubmitted() > 0),
+            wake_at: if self.running() {
+                self.throttle.until()
+            } else {
+                None
+            },
+            stopped: self.broken() && self.engine_in_flight() == 0,
         }
     }
+}
 
-    fn completed(&self) -> u64 {
-        self.stats.requests.load(Ordering::Relaxed)
-    }
-
-    fn retry_later(&self) -> bool {
-        self.engine.unsubmitted() > 0
-    }
-
-    fn stopped(&self) -> bool {
-        self.broken && self.engine.in_flight() == 0
-    }
-
-    fn throttled_until(&self) -> Option<std::time::Instant> {
-        if self.broken || self.draining {
-            return None;
-        }
-        self.throttle.until()
-    }
-
-    fn can_poll(&self) -> bool {
-        true
-    }
-
+impl Poll for BlockQueueHandler {
     fn poll(&mut self) -> bool {
-        if self.broken || self.draining || self.throttle.until().is_some() {
+        if !self.running() || self.throttle.until().is_some() {
             // A throttled queue's ring is not watched until its deadline (the thread's timer).
-            return self.engine.has_completions();
+            return self.engine_has_completions();
         }
-        self.engine.has_completions() || self.ring.as_ref().is_some_and(HostRing::has_avail)
+        self.engine_has_completions() || self.ring.as_ref().is_some_and(HostRing::has_avail)
     }
 
     fn completion_state(&self) -> CompletionState {
-        if self.engine.has_completions() {
+        if self.engine_has_completions() {
             CompletionState::Ready
-        } else if self.engine.in_flight() > 0 {
+        } else if self.engine_in_flight() > 0 {
             CompletionState::Pending
         } else {
             CompletionState::Idle
         }
     }
 
-    fn completion_watch_begin(&mut self) {
-        if !self.watching_completions {
-            self.watching_completions = true;
-            self.engine.poll_begin();
-        }
-    }
-
-    fn completion_watch_end(&mut self) -> bool {
-        if self.watching_completions {
-            self.watching_completions = false;
-            if !self.polling {
-                self.engine.poll_end();
+    fn watch(&mut self, what: Watch, on: bool) -> bool {
+        match (what, on) {
+            (Watch::Polling, true) => {
+                self.watches.polling = true;
+                if let Some(engine) = self.engine.as_mut() {
+                    engine.poll_begin();
+                }
+                if self.running() {
+                    if let Some(ring) = self.ring.as_mut() {
+                        ring.disable_notification();
+                    }
+                }
+                false
+            }
+            (Watch::Polling, false) => {
+                self.watches.polling = false;
+                if let Some(engine) = self.engine.as_mut() {
+                    engine.poll_end();
+                }
+                if !self.running() || self.throttle.until().is_some() {
+                    // Throttled: guest notifications stay off until the queue reads its ring
+                    // again.
+                    return self.engine_has_completions();
+                }
+                let more = self
+                    .ring
+                    .as_mut()
+                    .is_some_and(HostRing::enable_notification);
+                more || self.engine_has_completions()
+            }
+            (Watch::Completions, true) => {
+                if !self.watches.completions {
+                    self.watches.completions = true;
+                    if let Some(engine) = self.engine.as_mut() {
+                        engine.poll_begin();
+                    }
+                }
+                false
+            }
+            (Watch::Completions, false) => {
+                if self.watches.completions {
+                    self.watches.completions = false;
+                    if !self.watches.polling {
+                        if let Some(engine) = self.engine.as_mut() {
+                            engine.poll_end();
+                        }
+                    }
+                }
+                self.engine_has_completions()
             }
         }
-        self.engine.has_completions()
     }
 
-    fn poll_begin(&mut self) {
-        self.polling = true;
-        self.engine.poll_begin();
-        if self.broken || self.draining {
-            return;
-        }
-        if let Some(ring) = self.ring.as_mut() {
-            ring.disable_notification();
-        }
+    fn completed(&self) -> u64 {
+        self.stats.requests.load(Ordering::Relaxed)
     }
+}
 
-    fn poll_end(&mut self) -> bool {
-        self.polling = false;
-        self.engine.poll_end();
-        if self.broken || self.draining || self.throttle.until().is_some() {
-            // Throttled: guest notifications stay off until the queue reads its ring again.
-            return self.engine.has_completions();
-        }
-        let more = self
-            .ring
-            .as_mut()
-            .is_some_and(HostRing::enable_notification);
-        more || self.engine.has_completions()
-    }
-
-    fn drain(&mut self, turn: &ThreadTurn) -> usize {
-        if !self.draining {
-            self.draining = true;
-            log::debug!(
-                "virtio-blk queue {}: draining {} requests (a reset or a file swap)",
-                self.index,
-                self.engine.in_flight()
-            );
-        }
-        self.engine.commit(turn);
-        self.complete(turn);
-        self.signal();
-        self.publish_in_flight();
-        self.engine.in_flight()
-    }
-
-    fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
-        self
+impl FileBacked for BlockQueueHandler {
+    fn replace_file(
+        &mut self,
+        file: std::fs::File,
+        turn: &ThreadTurn,
+    ) -> Result<std::fs::File, AttachError> {
+        // Drained: the old engine holds nothing; it is dropped here, on its thread.
+        let engine = self.build_engine(&file, turn)?;
+        self.engine = Some(engine);
+        Ok(std::mem::replace(&mut self.file, file))
     }
 }
 
@@ -736,7 +813,7 @@ mod tests {
     fn handler_with(r: &Rig, q: Queue, kind: EngineKind) -> BlockQueueHandler {
         let kick = EventFd::new(libc::EFD_NONBLOCK).expect("efd");
         let mut h = r.handler(q, kick, open_disk(&r.path), engine(kind, 16));
-        h.attach().expect("attach");
+        h.attach(&ThreadTurn::default()).expect("attach");
         h
     }
 
@@ -898,11 +975,14 @@ mod tests {
         while t0.elapsed() < Duration::from_millis(400) {
             let now = Instant::now();
             for h in &mut handlers {
-                if h.throttled_until().is_none_or(|at| at <= now) {
+                if h.turn_end(false).wake_at.is_none_or(|at| at <= now) {
                     h.run(32, &ThreadTurn::default());
                 }
             }
-            let next = handlers.iter().filter_map(|h| h.throttled_until()).min();
+            let next = handlers
+                .iter()
+                .filter_map(|h| h.turn_end(false).wake_at)
+                .min();
             std::thread::sleep(next.map_or(Duration::from_micros(100), |at| {
                 at.saturating_duration_since(Instant::now())
             }));
@@ -937,7 +1017,7 @@ mod tests {
             .expect("chains");
         let mut h = handler(&r, vq.create_queue().expect("queue")); // engine depth 16
         let mut turns = 1;
-        while h.run(32, &ThreadTurn::default()) {
+        while h.run(32, &ThreadTurn::default()).more {
             turns += 1;
             assert!(turns < 100, "the handler never finishes");
         }
@@ -961,13 +1041,13 @@ mod tests {
             .expect("chains");
         let mut h = handler(&r, vq.create_queue().expect("queue"));
         assert!(
-            h.run(4, &ThreadTurn::default()),
+            h.run(4, &ThreadTurn::default()).more,
             "budget used up: another turn is needed"
         );
         assert_eq!(vq.used().idx().load(), 4);
-        assert!(h.run(4, &ThreadTurn::default()));
+        assert!(h.run(4, &ThreadTurn::default()).more);
         assert!(
-            !h.run(4, &ThreadTurn::default()),
+            !h.run(4, &ThreadTurn::default()).more,
             "the last 2 fit and the ring is empty"
         );
         assert_eq!(vq.used().idx().load(), 10);
@@ -996,14 +1076,14 @@ mod tests {
         let mut h = handler_with(&r, vq.create_queue().expect("queue"), EngineKind::IoUring);
         h.kick.write(1).expect("kick");
         h.fd_fired(KICK_FD_INDEX); // what the iothread does when epoll reports the kick
-        h.run(32, &ThreadTurn::default());
+        let mut end = h.run(32, &ThreadTurn::default());
         assert!(r.irq.needs_reset.load(Ordering::SeqCst));
         let mut turns = 0;
-        while !h.stopped() {
+        while !end.stopped {
             turns += 1;
             assert!(turns < 2000, "the in-flight read was never reaped");
             std::thread::sleep(std::time::Duration::from_micros(100));
-            h.run(32, &ThreadTurn::default());
+            end = h.run(32, &ThreadTurn::default());
         }
         assert_eq!(
             r.mem.read_obj::<u8>(GuestAddress(0x30_0000)).expect("r"),
@@ -1037,15 +1117,16 @@ mod tests {
             open_disk(&r.path),
             opts,
         );
-        h.attach().expect("attach");
-        h.run(32, &ThreadTurn::default());
+        h.attach(&ThreadTurn::default()).expect("attach");
+        let end = h.run(32, &ThreadTurn::default());
         assert_eq!(vq.used().idx().load(), 0);
-        assert!(h.retry_later(), "refused requests ask for a timer");
+        assert!(end.retry, "refused requests ask for a timer");
+        let mut end = end;
         for _ in 0..3 {
-            h.run(32, &ThreadTurn::default());
+            end = h.run(32, &ThreadTurn::default());
         }
         assert_eq!(vq.used().idx().load(), 2, "the retries got them through");
-        assert!(!h.retry_later());
+        assert!(!end.retry);
         std::fs::remove_file(&r.path).ok();
     }
 }

@@ -5,7 +5,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use osprey_metrics::Histogram;
+use dataplane::engine::EngineInfo;
+use osprey_metrics::{Histogram, Read, Reading, Snap};
 
 /// Upper bounds of the batch-size histogram buckets (requests per submission call); the last
 /// bucket counts everything larger.
@@ -87,9 +88,39 @@ osprey_metrics::metric_set! {
         /// Time the queues spent stopped by a rate limiter.
         #[metric(counter, ns)]
         pub throttled_ns: AtomicU64,
-        /// The I/O engine in force, as it describes itself.
+        /// The I/O engine in force, in one line (e.g. `Auto: inline, then IoUring`).
         #[metric(text)]
-        pub engine: Mutex<String>,
+        pub engine: EngineInForce,
+    }
+}
+
+/// The engine a queue built, set on its iothread ([`EngineInForce::set`]): typed in a
+/// snapshot ([`EngineInfo`]), one short line as a metric (its `Display`).
+#[derive(Debug, Default)]
+pub struct EngineInForce(Mutex<Option<EngineInfo>>);
+
+impl EngineInForce {
+    /// The queue's engine is now `info`.
+    pub fn set(&self, info: EngineInfo) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(info);
+    }
+
+    /// The engine in force (none before the queue's first attach).
+    pub fn get(&self) -> Option<EngineInfo> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+impl Read for EngineInForce {
+    fn read(&self) -> Reading {
+        Reading::Text(self.get().map(|i| i.to_string()).unwrap_or_default())
+    }
+}
+
+impl Snap for EngineInForce {
+    type Value = Option<EngineInfo>;
+    fn snap(&self) -> Option<EngineInfo> {
+        self.get()
     }
 }
 

@@ -45,7 +45,7 @@ pub fn create(
     rings: usize,
 ) -> Result<(VhostUserInflight, File), VhostUserError> {
     let bytes = region_bytes(ask.num_queues, ask.queue_size, rings)?;
-    let err = |what: &str, e: std::io::Error| VhostUserError::Inflight(format!("{what}: {e}"));
+    let err = |what, source| VhostUserError::InflightOs { what, source };
     // SAFETY: a NUL-terminated name and flags; the call only creates a descriptor.
     let fd = unsafe {
         libc::memfd_create(
@@ -128,7 +128,10 @@ impl InflightRegion {
             .mmap_offset
             .checked_add(bytes)
             .ok_or_else(|| bad(format!("offset {:#x} wraps", msg.mmap_offset)))?;
-        let len = file_len(&file).map_err(|e| bad(format!("fstat: {e}")))?;
+        let len = file_len(&file).map_err(|source| VhostUserError::InflightOs {
+            what: "fstat",
+            source,
+        })?;
         if len < end {
             return Err(bad(format!(
                 "the file has {len} bytes, the region ends at {end}"
@@ -137,7 +140,7 @@ impl InflightRegion {
         let size = usize::try_from(bytes).map_err(|_| bad(format!("{bytes} bytes")))?;
         // Only the bytes the queues use are mapped (the frontend may have sent more).
         let mapping = MmapRegion::<()>::from_file(FileOffset::new(file, msg.mmap_offset), size)
-            .map_err(|e| bad(format!("mmap: {e}")))?;
+            .map_err(VhostUserError::InflightMap)?;
         let fault = super::fault::register(mapping.as_ptr() as usize, mapping.size());
         Ok(Self {
             _fault: fault,

@@ -127,11 +127,14 @@ impl MemoryTable {
                 overlap(m.gpa, m.len, gpa, len) || overlap(m.frontend_va, m.len, frontend_va, len)
             });
             if let Some(m) = clash {
-                return Err(VhostUserError::MemoryTable(format!(
-                    "region at {gpa:#x} (frontend {frontend_va:#x}, {len:#x} bytes) overlaps the \
-                     one at {:#x} (frontend {:#x}, {:#x} bytes)",
-                    m.gpa, m.frontend_va, m.len
-                )));
+                return Err(VhostUserError::RegionOverlap {
+                    gpa,
+                    frontend_va,
+                    len,
+                    other_gpa: m.gpa,
+                    other_frontend_va: m.frontend_va,
+                    other_len: m.len,
+                });
             }
             let backing = Backing {
                 file: Arc::new(file),
@@ -156,7 +159,7 @@ impl MemoryTable {
             })?;
             let mapped =
                 MmapRegion::<()>::from_file(FileOffset::from_arc(b.file.clone(), offset), size)
-                    .map_err(|e| VhostUserError::MemoryTable(format!("mmap of {gpa:#x}: {e}")))?;
+                    .map_err(|source| VhostUserError::MapRegion { gpa, source })?;
             match fault::register(mapped.as_ptr() as usize, mapped.size()) {
                 Some(r) => faults.push(r),
                 None => log::warn!(
@@ -169,8 +172,7 @@ impl MemoryTable {
             })?;
             guest_regions.push(region);
         }
-        let mem = GuestMemory::from_regions(guest_regions)
-            .map_err(|e| VhostUserError::MemoryTable(e.to_string()))?;
+        let mem = GuestMemory::from_regions(guest_regions).map_err(VhostUserError::Regions)?;
         Ok(Self {
             _faults: faults,
             mem,
@@ -261,8 +263,8 @@ mod tests {
             vec![memfd(0x1000), memfd(0x1000)],
         );
         assert!(
-            matches!(e, Err(VhostUserError::MemoryTable(_))),
-            "overlap: {e:?}"
+            matches!(e, Err(VhostUserError::RegionOverlap { other_gpa: 0, .. })),
+            "overlap, told apart from the other refusals: {e:?}"
         );
     }
 
@@ -271,7 +273,10 @@ mod tests {
         let refused = |regions: &[VhostUserMemoryRegion], files: Vec<File>, what: &str| {
             let e = MemoryTable::map(regions, files);
             assert!(
-                matches!(e, Err(VhostUserError::MemoryTable(_))),
+                matches!(
+                    e,
+                    Err(VhostUserError::MemoryTable(_) | VhostUserError::RegionOverlap { .. })
+                ),
                 "{what}: {e:?}"
             );
         };

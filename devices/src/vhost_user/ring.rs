@@ -78,19 +78,26 @@ impl RingState {
             gpa(addrs.avail, "available ring")?,
             gpa(addrs.used, "used ring")?,
         );
-        let mut queue = Queue::new(max_size).map_err(|e| bad(&format!("queue: {e:?}")))?;
+        let refused = |what: String| {
+            move |source| VhostUserError::RingConfig {
+                index,
+                what,
+                source,
+            }
+        };
+        let mut queue = Queue::new(max_size).map_err(refused(format!("queue of {max_size}")))?;
         queue
             .try_set_size(self.size)
-            .map_err(|e| bad(&format!("size {}: {e:?}", self.size)))?;
+            .map_err(refused(format!("size {}", self.size)))?;
         queue
             .try_set_desc_table_address(vm_memory::GuestAddress(desc))
-            .map_err(|e| bad(&format!("descriptor table {desc:#x}: {e:?}")))?;
+            .map_err(refused(format!("descriptor table {desc:#x}")))?;
         queue
             .try_set_avail_ring_address(vm_memory::GuestAddress(avail))
-            .map_err(|e| bad(&format!("available ring {avail:#x}: {e:?}")))?;
+            .map_err(refused(format!("available ring {avail:#x}")))?;
         queue
             .try_set_used_ring_address(vm_memory::GuestAddress(used))
-            .map_err(|e| bad(&format!("used ring {used:#x}: {e:?}")))?;
+            .map_err(refused(format!("used ring {used:#x}")))?;
         queue.set_next_avail(self.base);
         queue.set_ready(true);
         // Every area whole inside one mapped region before anything reads it (a ring that
@@ -115,7 +122,7 @@ impl RingState {
             .as_ref()
             .ok_or_else(|| bad("no kick eventfd"))?
             .try_clone()
-            .map_err(|e| bad(&format!("dup of the kick eventfd: {e}")))?;
+            .map_err(|source| VhostUserError::RingKick { index, source })?;
         Ok((queue, kick))
     }
 }

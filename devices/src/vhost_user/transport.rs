@@ -84,7 +84,7 @@ impl std::fmt::Debug for VhostUserDevice {
 
 fn handler_error(e: VhostUserError) -> ProtocolError {
     log::warn!("vhost-user: {e}");
-    ProtocolError::ReqHandlerError(std::io::Error::other(e.to_string()))
+    ProtocolError::ReqHandlerError(std::io::Error::other(e))
 }
 
 /// An eventfd from the file the frontend sent.
@@ -237,7 +237,7 @@ impl VhostUserDevice {
         let interrupt: Arc<dyn VirtioInterrupt> = self.calls.clone();
         self.device
             .activate(table.memory().clone(), interrupt, queues)
-            .map_err(|e| VhostUserError::Activate(e.to_string()))?;
+            .map_err(VhostUserError::Activate)?;
         for i in resubmitting {
             // The guest already kicked for these requests, to the backend that went away.
             if let Some(Err(e)) = self.rings[i].kick.as_ref().map(|k| k.write(1)) {

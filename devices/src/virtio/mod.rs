@@ -82,9 +82,25 @@ pub enum ActivateError {
     /// The driver left the device unusable (e.g. no queue is ready).
     #[error("Bad driver configuration: {0}")]
     BadConfig(String),
-    /// Setting up the backend (threads, engines, fds) failed.
+    /// The driver configured a queue the device cannot use.
+    #[error("Bad driver configuration: queue {index}: {source}")]
+    Queue {
+        /// The queue.
+        index: usize,
+        /// What virtio-queue refused.
+        source: virtio_queue::Error,
+    },
+    /// An OS call setting up the backend failed (duplicating a file or an eventfd).
+    #[error("Backend set-up failed: {what}: {source}")]
+    Os {
+        /// The step.
+        what: &'static str,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The iothread refused the device's queues (their engines, their fds) or did not answer.
     #[error("Backend set-up failed: {0}")]
-    Backend(String),
+    IoThread(#[from] dataplane::IoThreadError),
     /// The device is already active (it must be reset first).
     #[error("The device is already active")]
     AlreadyActive,

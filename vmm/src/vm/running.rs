@@ -172,7 +172,9 @@ impl RunningVm {
         }
         self.stop_vcpus();
         if self.process_exits_after {
-            dataplane::engine::linux_aio::leave_contexts_to_process_exit();
+            for t in self.devices.iothreads.values() {
+                t.leave_aio_contexts_to_process_exit();
+            }
         }
         for t in self.devices.iothreads.values() {
             t.shutdown();

@@ -15,7 +15,7 @@ use std::fs::File;
 use super::gate::Call;
 use super::inline::NowaitFlags;
 use super::{AutoEngine, IoEngine, IoOp, Strategy, ThreadTurn};
-use crate::engine::linux_aio::LinuxAioEngine;
+use crate::engine::linux_aio::{AioContextPool, LinuxAioEngine};
 use crate::engine::{clone_file, EngineKind};
 
 /// Rounds of reaping a write batch at most: each round writes at least a byte or ends a request,
@@ -59,10 +59,16 @@ impl WriteBatches {
 
     /// The writer, opened on first use (on this thread) on a clone of `file` with room for
     /// `depth` requests; `None` when that failed.
-    fn open(&mut self, file: &File, depth: u32, batch: usize) -> Option<&mut LinuxAioEngine> {
+    fn open(
+        &mut self,
+        file: &File,
+        depth: u32,
+        batch: usize,
+        pool: &AioContextPool,
+    ) -> Option<&mut LinuxAioEngine> {
         if let WriteBatches::NotYet = self {
             let opened = clone_file(file, EngineKind::LinuxAio)
-                .and_then(|f| LinuxAioEngine::for_buffered_batches(f, depth));
+                .and_then(|f| LinuxAioEngine::for_buffered_batches(f, depth, pool));
             *self = match opened {
                 Ok(writer) => {
                     log::info!(
@@ -149,7 +155,12 @@ impl AutoEngine {
         let Strategy::PageCache(batches) = &mut self.strategy else {
             return None;
         };
-        batches.open(&self.file, self.depth, self.tuning.batch_requests)
+        batches.open(
+            &self.file,
+            self.depth,
+            self.tuning.batch_requests,
+            &self.aio_pool,
+        )
     }
 
     /// Submits the turn's write batch and collects its completions: `io_submit` ran the

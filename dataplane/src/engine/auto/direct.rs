@@ -67,7 +67,7 @@ pub(super) struct Shallow {
 impl std::fmt::Debug for Shallow {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Shallow")
-            .field("engine", &self.engine.describe())
+            .field("engine", &self.engine.info())
             .finish_non_exhaustive()
     }
 }

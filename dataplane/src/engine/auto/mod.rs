@@ -31,6 +31,8 @@ mod tuning;
 use std::fs::File;
 use std::os::unix::io::RawFd;
 
+use super::info::{AutoInfo, EngineInfo, InlinePath};
+use super::linux_aio::AioContextPool;
 use super::{
     Completion, EngineKind, EngineStats, IoEngine, IoOp, IoRequest, SubmitError, ThreadTurn,
 };
@@ -137,12 +139,14 @@ pub struct AutoEngine {
     stats: EngineStats,
     /// `stats.inline + stats.deferred` at the last `commit`.
     committed: u64,
+    /// Where the write batches' Linux AIO context comes from (the iothread's spares).
+    aio_pool: AioContextPool,
 }
 
 impl std::fmt::Debug for AutoEngine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AutoEngine")
-            .field("inner", &self.inner.describe())
+            .field("inner", &self.inner.info())
             .field("trying", &self.gate.is_open())
             .field("stats", &self.stats)
             .finish_non_exhaustive()
@@ -186,7 +190,15 @@ impl AutoEngine {
             flushes: Vec::new(),
             stats: EngineStats::default(),
             committed: 0,
+            aio_pool: AioContextPool::new(),
         }
+    }
+
+    /// Takes the Linux AIO context of the write batches (opened on first use) from `pool`, the
+    /// iothread's spares, instead of a pool of the engine's own.
+    pub fn with_aio_pool(mut self, pool: &AioContextPool) -> Self {
+        self.aio_pool = pool.clone();
+        self
     }
 
     /// Adds `shallow` (a Linux AIO engine on the same file) beside a wrapped io_uring, for an
@@ -425,30 +437,26 @@ impl IoEngine for AutoEngine {
         EngineKind::Auto
     }
 
-    fn describe(&self) -> String {
-        let fast_us = self.tuning.fast_direct_call_ns / 1000;
-        let batch = self.tuning.batch_requests;
+    fn info(&self) -> EngineInfo {
         let inline = match &self.strategy {
             Strategy::Direct(Direct {
                 handoff: Handoff::AioBatches,
                 ..
-            }) => format!("inline RWF_NOWAIT for single requests while calls average under {fast_us} us or stay on the CPU, turns of {batch} or more to io_submit, else when a request is alone on the thread (O_DIRECT)"),
-            Strategy::Direct(Direct {
-                handoff: Handoff::Wrapped(Some(_)),
-                ..
-            }) => format!("inline RWF_NOWAIT for every request while calls average under {fast_us} us or stay on the CPU, else when a request is alone on the thread (O_DIRECT); Linux AIO while fewer than {batch} requests are in flight, the ring at depth"),
-            Strategy::Direct(_) => format!("inline RWF_NOWAIT for every request while calls average under {fast_us} us or stay on the CPU, else when a request is alone on the thread (O_DIRECT)"),
-            Strategy::PageCache(_) => format!("inline RWF_NOWAIT (a miss alone on the thread retried without it), turns of {batch} or more requests to the ring for kinds the file system takes the flag for, turns of {batch} or more writes it refuses the flag for to one io_submit"),
-            Strategy::EachInline => "inline RWF_NOWAIT".to_string(),
+            }) => InlinePath::DirectSingles,
+            Strategy::Direct(_) => InlinePath::Direct,
+            Strategy::PageCache(_) => InlinePath::PageCache,
+            Strategy::EachInline => InlinePath::EveryRequest,
         };
-        match self.strategy.shallow() {
-            Some(shallow) => format!(
-                "auto ({inline}, then {} and {})",
-                self.inner.describe(),
-                shallow.engine.describe()
-            ),
-            None => format!("auto ({inline}, then {})", self.inner.describe()),
-        }
+        EngineInfo::Auto(AutoInfo {
+            inline,
+            wrapped: Some(Box::new(self.inner.info())),
+            beside: self
+                .strategy
+                .shallow()
+                .map(|shallow| Box::new(shallow.engine.info())),
+            fast_call_us: self.tuning.fast_direct_call_ns / 1000,
+            batch_requests: self.tuning.batch_requests,
+        })
     }
 
     fn stats(&self) -> EngineStats {

@@ -23,6 +23,7 @@ use ::io_uring::register::Restriction;
 use ::io_uring::{squeue, IoUring};
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
+use super::info::IoUringInfo;
 use super::own_signal::OwnSignal;
 use super::{
     Completion, EngineError, EngineKind, EngineOptions, IoEngine, IoRequest, SubmitError,
@@ -98,12 +99,7 @@ impl IoUringEngine {
         let requested = SetupFlags::requested(opts.io_uring);
         let (ring, flags) = setup::with_fallback(requested, |f| setup::build_ring(entries, f))
             .map_err(|e| match e.raw_os_error() {
-                Some(libc::ENOSYS) | Some(libc::EPERM) | Some(libc::EACCES) => {
-                    EngineError::Unavailable {
-                        engine: EngineKind::IoUring,
-                        reason: setup::explain(&e),
-                    }
-                }
+                Some(libc::ENOSYS) | Some(libc::EPERM) | Some(libc::EACCES) => setup::refused(e),
                 _ => setup_err("io_uring_setup")(e),
             })?;
         let eventfd = EventFd::new(EFD_NONBLOCK).map_err(setup_err("eventfd"))?;
@@ -167,7 +163,7 @@ impl IoUringEngine {
             eventfd_off: false,
             own_signal: OwnSignal::default(),
         };
-        log::debug!("{}", engine.describe());
+        log::debug!("{:?}", engine.info());
         Ok(engine)
     }
 
@@ -283,21 +279,13 @@ impl IoUringEngine {
         }
     }
 
-    /// The flags in force and the extras, as `describe()` shows them.
-    fn description(flags: SetupFlags, target: Target, restricted: bool) -> String {
-        let file = match target {
-            Target::Fixed => "registered file",
-            Target::Fd(_) => "plain fd",
-        };
-        let res = if restricted {
-            "restrictions"
-        } else {
-            "no restrictions"
-        };
-        format!(
-            "io_uring ({}, {file}, registered eventfd, {res})",
-            flags.names()
-        )
+    /// The flags in force and the extras ([`IoEngine::info`]).
+    fn describe(flags: SetupFlags, target: Target, restricted: bool) -> IoUringInfo {
+        IoUringInfo {
+            flags: flags.in_force().into_iter().map(String::from).collect(),
+            registered_file: target == Target::Fixed,
+            restricted,
+        }
     }
 
     /// Resubmissions so far (short transfers and retries).
@@ -419,8 +407,8 @@ impl IoEngine for IoUringEngine {
         EngineKind::IoUring
     }
 
-    fn describe(&self) -> String {
-        Self::description(self.flags, self.target, self.restricted)
+    fn info(&self) -> super::EngineInfo {
+        super::EngineInfo::IoUring(Self::describe(self.flags, self.target, self.restricted))
     }
 }
 

@@ -87,10 +87,10 @@ impl SetupFlags {
         Some((next, name, why))
     }
 
-    /// The flags that stay in force after set-up, `|`-joined (R_DISABLED is transient and shows
-    /// as "restrictions" instead).
-    pub(crate) fn names(&self) -> String {
-        let names: Vec<&str> = [
+    /// The flags that stay in force after set-up (R_DISABLED is transient and shows as the
+    /// engine's `restricted` instead).
+    pub(crate) fn in_force(&self) -> Vec<&'static str> {
+        [
             ("SINGLE_ISSUER", self.single_issuer),
             ("COOP_TASKRUN", self.coop_taskrun),
             ("TASKRUN_FLAG", self.taskrun_flag),
@@ -99,12 +99,7 @@ impl SetupFlags {
         .iter()
         .filter(|(_, on)| *on)
         .map(|(n, _)| *n)
-        .collect();
-        if names.is_empty() {
-            "no setup flags".to_string()
-        } else {
-            names.join("|")
-        }
+        .collect()
     }
 }
 
@@ -165,31 +160,31 @@ pub(super) fn sq_entries(depth: u32) -> u32 {
         .min(MAX_SQ_ENTRIES)
 }
 
-/// Why creating a ring failed, in words a user can act on.
-pub(crate) fn explain(e: &io::Error) -> String {
-    match e.raw_os_error() {
-        Some(libc::ENOSYS) => {
-            format!(
-                "io_uring_setup: {e} (kernel built without CONFIG_IO_URING, or a seccomp filter)"
-            )
-        }
+/// The host refused to create a ring: the error, and what it means in words a user can act on.
+pub(crate) fn refused(source: io::Error) -> EngineError {
+    let hint = match source.raw_os_error() {
+        Some(libc::ENOSYS) => " (kernel built without CONFIG_IO_URING, or a seccomp filter)",
         Some(libc::EPERM) | Some(libc::EACCES) => {
             let sysctl = std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled")
                 .map(|s| s.trim().to_string())
                 .unwrap_or_default();
             match sysctl.as_str() {
-                "2" => format!("io_uring_setup: {e} (sysctl kernel.io_uring_disabled=2)"),
-                "1" => format!(
-                    "io_uring_setup: {e} (sysctl kernel.io_uring_disabled=1 allows only \
-                     kernel.io_uring_group and CAP_SYS_ADMIN)"
-                ),
-                _ => format!("io_uring_setup: {e} (denied by seccomp, an LSM or the container)"),
+                "2" => " (sysctl kernel.io_uring_disabled=2)",
+                "1" => {
+                    " (sysctl kernel.io_uring_disabled=1 allows only kernel.io_uring_group and \
+                     CAP_SYS_ADMIN)"
+                }
+                _ => " (denied by seccomp, an LSM or the container)",
             }
         }
-        Some(libc::ENOMEM) => {
-            format!("io_uring_setup: {e} (the rings exceed RLIMIT_MEMLOCK on this kernel?)")
-        }
-        _ => format!("io_uring_setup: {e}"),
+        Some(libc::ENOMEM) => " (the rings exceed RLIMIT_MEMLOCK on this kernel?)",
+        _ => "",
+    };
+    EngineError::Refused {
+        engine: EngineKind::IoUring,
+        call: "io_uring_setup".into(),
+        source,
+        hint: hint.into(),
     }
 }
 
@@ -210,7 +205,7 @@ pub fn probe() -> Result<(), EngineError> {
         engine: EngineKind::IoUring,
         reason,
     };
-    let ring = IoUring::new(8).map_err(|e| unavailable(explain(&e)))?;
+    let ring = IoUring::new(8).map_err(refused)?;
     let mut p = Probe::new();
     match ring.submitter().register_probe(&mut p) {
         Ok(()) => {
@@ -249,11 +244,16 @@ mod tests {
         });
         assert!(!f.taskrun_flag && !f.coop_taskrun && f.single_issuer);
         assert!(f.submit_all && f.r_disabled);
-        assert_eq!(f.names(), "SINGLE_ISSUER|SUBMIT_ALL");
+        assert_eq!(f.in_force(), ["SINGLE_ISSUER", "SUBMIT_ALL"]);
         let all = SetupFlags::requested(IoUringFlags::default());
         assert_eq!(
-            all.names(),
-            "SINGLE_ISSUER|COOP_TASKRUN|TASKRUN_FLAG|SUBMIT_ALL"
+            all.in_force(),
+            [
+                "SINGLE_ISSUER",
+                "COOP_TASKRUN",
+                "TASKRUN_FLAG",
+                "SUBMIT_ALL"
+            ]
         );
     }
 
@@ -308,7 +308,7 @@ mod tests {
                 r_disabled: true,
             }
         );
-        assert_eq!(got.names(), "no setup flags");
+        assert!(got.in_force().is_empty());
     }
 
     #[test]
@@ -355,8 +355,17 @@ mod tests {
 
     #[test]
     fn explanations_name_the_cause() {
-        assert!(explain(&io::Error::from_raw_os_error(libc::ENOSYS)).contains("CONFIG_IO_URING"));
-        assert!(explain(&io::Error::from_raw_os_error(libc::EPERM)).contains("io_uring_setup"));
+        let text = |errno| refused(io::Error::from_raw_os_error(errno)).to_string();
+        assert!(text(libc::ENOSYS).contains("CONFIG_IO_URING"));
+        assert!(text(libc::EPERM).contains("io_uring_setup"));
+        let e = refused(io::Error::from_raw_os_error(libc::ENOSYS));
+        assert_eq!(
+            std::error::Error::source(&e)
+                .and_then(|s| s.downcast_ref::<io::Error>())
+                .and_then(io::Error::raw_os_error),
+            Some(libc::ENOSYS),
+            "the OS error is carried, not only its text"
+        );
     }
 
     #[test]

@@ -10,7 +10,7 @@ use ::io_uring::{opcode, squeue, types};
 
 use super::*;
 use crate::engine::conformance::{complete, open, readable, store, Aligned, EdgeWatch, Store};
-use crate::engine::{IoOp, IoUringFlags, IoVec};
+use crate::engine::{EngineInfo, IoOp, IoUringFlags, IoVec};
 
 fn temp(name: &str, size: u64) -> (Store, File) {
     let t = store(Path::new("/dev/shm"), name, size);
@@ -37,9 +37,19 @@ fn all_flags_are_in_force_on_this_kernel() {
     let (_t, f) = temp("describe", 4096);
     let e = engine(f, 32);
     assert_eq!(
-        e.describe(),
-        "io_uring (SINGLE_ISSUER|COOP_TASKRUN|TASKRUN_FLAG|SUBMIT_ALL, registered file, \
-         registered eventfd, restrictions)"
+        e.info(),
+        EngineInfo::IoUring(IoUringInfo {
+            flags: [
+                "SINGLE_ISSUER",
+                "COOP_TASKRUN",
+                "TASKRUN_FLAG",
+                "SUBMIT_ALL"
+            ]
+            .map(String::from)
+            .to_vec(),
+            registered_file: true,
+            restricted: true,
+        })
     );
     assert_eq!(e.kind(), EngineKind::IoUring);
     let p = e.ring.params();
@@ -77,8 +87,12 @@ fn flags_not_asked_for_are_not_set() {
     };
     let e = IoUringEngine::new(f, &opts(5, none)).expect("ring");
     assert_eq!(
-        e.describe(),
-        "io_uring (SUBMIT_ALL, registered file, registered eventfd, restrictions)"
+        e.info(),
+        EngineInfo::IoUring(IoUringInfo {
+            flags: vec!["SUBMIT_ALL".into()],
+            registered_file: true,
+            restricted: true,
+        })
     );
     assert_eq!(e.capacity(), 5);
     let p = e.ring.params();
@@ -96,9 +110,16 @@ fn description_reports_fallbacks() {
         r_disabled: false,
     };
     assert_eq!(
-        IoUringEngine::description(flags, Target::Fd(3), false),
-        "io_uring (COOP_TASKRUN|TASKRUN_FLAG|SUBMIT_ALL, plain fd, registered eventfd, \
-         no restrictions)"
+        IoUringEngine::describe(flags, Target::Fd(3), false),
+        IoUringInfo {
+            flags: vec![
+                "COOP_TASKRUN".into(),
+                "TASKRUN_FLAG".into(),
+                "SUBMIT_ALL".into()
+            ],
+            registered_file: false,
+            restricted: false,
+        }
     );
 }
 

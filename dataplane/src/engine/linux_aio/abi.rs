@@ -7,14 +7,13 @@
 //!   syscall per reap; the mapped ring lets the iothread see and take completions while it
 //!   polls without entering the kernel (the engine falls back to `io_getevents` when the ring
 //!   has a layout we do not know);
-//! - keeping a drained context for the thread's next engine instead of destroying it, and
-//!   leaving contexts to the process exit ([`leave_to_exit`]): `io_destroy` waits for an RCU
+//! - knowing when a context is drained, so that its iothread's pool ([`super::pool`]) may keep
+//!   it for the thread's next engine instead of destroying it: `io_destroy` waits for an RCU
 //!   grace period, during which the thread serves none of its queues.
 
-use std::cell::RefCell;
 use std::io;
-use std::mem::{offset_of, size_of, ManuallyDrop};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::mem::{offset_of, size_of};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use vmm_sys_util::aio::{self, IoContext};
@@ -82,58 +81,31 @@ fn ring_address(ctx: &IoContext) -> u64 {
     id as u64
 }
 
-/// A kernel AIO context and its mapped completion ring; destroyed on drop, or kept for reuse on
-/// its thread once its owner said it is drained ([`AioContext::drained`]).
+/// A kernel AIO context and its mapped completion ring; destroyed on drop (`io_destroy`, which
+/// waits for requests still in the kernel), or handed back to its pool once its owner said it
+/// is drained ([`AioContext::drained`]).
 #[derive(Debug)]
 pub(super) struct AioContext {
     /// The kernel context: `io_submit` and `io_getevents` go through it, and dropping it is
-    /// `io_destroy` (taken out in `drop`, which may keep it instead).
-    io: ManuallyDrop<IoContext>,
+    /// `io_destroy`.
+    io: IoContext,
     /// The address of the completion ring (the context's id).
     ring: u64,
     /// The ring at `ring` has the layout we know (magic and incompatible features checked).
     ring_ok: bool,
     /// The `nr_events` it was set up with.
     nr_events: u32,
-    /// Nothing of it is in the kernel and its ring is empty: `drop` may keep it for reuse.
+    /// Nothing of it is in the kernel and its ring is empty: its pool may keep it for reuse.
     drained: bool,
 }
 
-/// Drained contexts a thread keeps for its next engines: a device reset drops each queue's
-/// engine on the iothread and the guest's re-initialisation opens them again there. A kept
-/// context costs neither `io_setup` nor `io_destroy`, which waits for an RCU grace period with
-/// the thread and every queue it serves (docs/performance.md); and a guest that resets its
-/// device again and again holds no more contexts than it had.
-const SPARES_PER_THREAD: usize = 16;
-
-thread_local! {
-    /// This thread's kept contexts (see [`SPARES_PER_THREAD`]); destroyed with the thread.
-    ///
-    /// Not event-loop state: a cache of kernel resources, filled by an engine's `drop` and
-    /// emptied by the next engine opened on the same thread, neither of which has a caller that
-    /// could pass a pool (`Drop` takes no arguments). Per thread, because engines are opened and
-    /// dropped on their iothread, so no lock is needed.
-    static SPARES: RefCell<Vec<AioContext>> = const { RefCell::new(Vec::new()) };
-}
-
 impl AioContext {
-    /// A context of `nr_events`: one this thread kept, else `io_setup(nr_events)`.
+    /// A new context of `nr_events` (`io_setup`).
     pub(super) fn setup(nr_events: u32) -> io::Result<AioContext> {
-        let kept = SPARES
-            .try_with(|spares| {
-                let mut spares = spares.borrow_mut();
-                let at = spares.iter().position(|c| c.nr_events == nr_events)?;
-                Some(spares.swap_remove(at))
-            })
-            .ok()
-            .flatten();
-        if let Some(ctx) = kept {
-            return Ok(ctx);
-        }
         let io = IoContext::new(nr_events)?;
         let mut ctx = AioContext {
             ring: ring_address(&io),
-            io: ManuallyDrop::new(io),
+            io,
             ring_ok: false,
             nr_events,
             drained: false,
@@ -154,10 +126,26 @@ impl AioContext {
         unsafe { std::ptr::read_volatile(self.ring as *const AioRingHeader) }
     }
 
-    /// Its owner reaped every request it submitted: if the ring is empty too, `drop` may keep the
-    /// context for the thread's next engine instead of destroying it.
+    /// Its owner reaped every request it submitted: if the ring is empty too, its pool may keep
+    /// the context for the thread's next engine instead of destroying it.
     pub(super) fn drained(&mut self) {
         self.drained = self.ring_ok && !self.ring_pending();
+    }
+
+    /// Whether [`AioContext::drained`] found it reusable; taking it for a new owner clears it.
+    pub(super) fn take_drained(&mut self) -> bool {
+        std::mem::take(&mut self.drained)
+    }
+
+    /// The `nr_events` it was set up with.
+    pub(super) fn nr_events(&self) -> u32 {
+        self.nr_events
+    }
+
+    /// Leaves the context to the process exit: no `io_destroy` (its ring stays mapped until
+    /// then). For a process about to exit, which frees contexts without waiting.
+    pub(super) fn leave_to_exit(self) {
+        std::mem::forget(self);
     }
 
     /// The kernel's address of the context (tests check that a kept context is reused).
@@ -271,55 +259,4 @@ impl AioContext {
 /// The errno of a failed AIO call (EIO if it somehow has none).
 fn errno(e: &io::Error) -> i32 {
     e.raw_os_error().unwrap_or(libc::EIO)
-}
-
-/// How many contexts this thread keeps now (tests).
-#[cfg(test)]
-pub(super) fn spares() -> usize {
-    SPARES.with(|spares| spares.borrow().len())
-}
-
-/// Set once the process is about to exit: contexts dropped after that are left to the exit's
-/// teardown (which does not wait), instead of `io_destroy`, which waits for an RCU grace period
-/// per context.
-static LEFT_TO_EXIT: AtomicBool = AtomicBool::new(false);
-
-/// Contexts dropped from now on are not destroyed: the process exits soon and that frees them.
-pub(super) fn leave_to_exit() {
-    LEFT_TO_EXIT.store(true, Ordering::Relaxed);
-}
-
-impl Drop for AioContext {
-    fn drop(&mut self) {
-        // SAFETY: `io` is taken once, here, and `self` is not used after this.
-        let io = unsafe { ManuallyDrop::take(&mut self.io) };
-        if LEFT_TO_EXIT.load(Ordering::Relaxed) {
-            // The engine waited for its requests before this; the ring stays mapped until exit.
-            std::mem::forget(io);
-            return;
-        }
-        if self.drained {
-            // It goes to the thread's list instead of being destroyed; during the thread's exit
-            // the list is gone, and a full list takes no more.
-            let mut spare = Some(AioContext {
-                io: ManuallyDrop::new(io),
-                ring: self.ring,
-                ring_ok: self.ring_ok,
-                nr_events: self.nr_events,
-                drained: false,
-            });
-            let _ = SPARES.try_with(|spares| {
-                let mut spares = spares.borrow_mut();
-                if spares.len() < SPARES_PER_THREAD {
-                    spares.extend(spare.take());
-                }
-            });
-            // Not kept: dropped here, not drained, so destroyed.
-            drop(spare);
-            return;
-        }
-        // io_destroy (vmm_sys_util's drop) unmaps the ring, which nothing uses after this. It
-        // waits for requests still in the kernel, so none writes into freed iocbs later.
-        drop(io);
-    }
 }

@@ -14,12 +14,14 @@
 //! kernel never sees a dangling iocb and the steady path does not allocate.
 
 mod abi;
+mod pool;
 mod slot;
 #[cfg(test)]
 mod tests;
 
 use std::collections::VecDeque;
 use std::fs::File;
+use std::mem::ManuallyDrop;
 use std::os::unix::io::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 
@@ -32,6 +34,7 @@ use super::{
     advance, run_blocking, zero_tail, Completion, EngineError, EngineKind, EngineOptions, IoEngine,
     IoOp, IoRequest, SubmitError, ThreadTurn,
 };
+pub use pool::{AioContextPool, ExitSwitch};
 
 /// The largest AIO context an engine asks for (and so the most requests it keeps in flight).
 pub const MAX_EVENTS: u32 = 1024;
@@ -42,46 +45,40 @@ const DROP_TIMEOUT: Duration = Duration::from_secs(5);
 /// Size of the context `probe` creates.
 const PROBE_EVENTS: u32 = 8;
 
-/// Checks that the host can create an AIO context (io_setup of a small one). The first context
-/// that works is kept for the life of the process (8 events of `fs.aio-max-nr`), and later calls
-/// find it: destroying it would take `io_destroy`, which waits for an RCU grace period
-/// (docs/performance.md) on the thread that checks (the main thread before boot, an iothread
-/// opening an engine). A failure is not remembered (it may be transient: AIO events
-/// exhausted for a while).
-pub fn probe() -> Result<(), EngineError> {
-    static KEPT: std::sync::OnceLock<AioContext> = std::sync::OnceLock::new();
-    if KEPT.get().is_some() {
+/// Checks that the host can create an AIO context: a pool that holds a spare has one, else a
+/// small one is created (io_setup) and given to `pool`, which keeps it for a later engine (or
+/// leaves it to the process exit: [`AioContextPool::left_to_process_exit`]) instead of
+/// destroying it: `io_destroy` waits for an RCU grace period (docs/performance.md) on the thread
+/// that checks (the main thread before boot, an iothread opening an engine). A failure is not
+/// remembered (it may be transient: AIO events exhausted for a while).
+pub fn probe(pool: &AioContextPool) -> Result<(), EngineError> {
+    if pool.has_spare() {
         return Ok(());
     }
-    let ctx = AioContext::setup(PROBE_EVENTS).map_err(|e| setup_error(e, PROBE_EVENTS))?;
-    // Another thread's context may have won the race: this one is then destroyed.
-    let _ = KEPT.set(ctx);
+    let mut ctx = pool
+        .context(PROBE_EVENTS)
+        .map_err(|e| setup_error(e, PROBE_EVENTS))?;
+    ctx.drained();
+    pool.give_back(ctx);
     Ok(())
-}
-
-/// The process is about to exit: contexts dropped from now on (the engines of a VM shutting
-/// down) are not destroyed one by one, each `io_destroy` waiting for an RCU grace period per
-/// queue, but left to the exit, which frees them without waiting. Engines still wait
-/// for their requests in the kernel when dropped. Not for a device reset: its engines' contexts
-/// must go, or a guest resetting its device again and again would use up the host's AIO events.
-pub fn leave_contexts_to_process_exit() {
-    abi::leave_to_exit();
 }
 
 /// Turns an io_setup failure into an error that says why.
 fn setup_error(err: std::io::Error, nr: u32) -> EngineError {
     let engine = EngineKind::LinuxAio;
     match err.raw_os_error() {
-        Some(libc::ENOSYS) => EngineError::Unavailable {
+        Some(libc::ENOSYS) => EngineError::Refused {
             engine,
-            reason: format!(
-                "io_setup: {err} (kernel without CONFIG_AIO, or a seccomp filter blocks it)"
-            ),
+            call: "io_setup".into(),
+            source: err,
+            hint: " (kernel without CONFIG_AIO, or a seccomp filter blocks it)".into(),
         },
-        Some(libc::EAGAIN) => EngineError::Unavailable {
+        Some(libc::EAGAIN) => EngineError::Refused {
             engine,
-            reason: format!(
-                "io_setup({nr}): {err}: AIO events exhausted ({}); raise fs.aio-max-nr",
+            call: format!("io_setup({nr})"),
+            source: err,
+            hint: format!(
+                ": AIO events exhausted ({}); raise fs.aio-max-nr",
                 aio_usage()
             ),
         },
@@ -131,8 +128,11 @@ fn fs_name(fd: RawFd) -> String {
 
 /// Linux native AIO on one file, owned by one dataplane thread.
 pub struct LinuxAioEngine {
-    // Fields drop in order after `Drop::drop`: the context (io_destroy) goes first.
-    ctx: AioContext,
+    /// Given back to `pool` in `Drop::drop` (kept, or io_destroy there), before the other
+    /// fields drop.
+    ctx: ManuallyDrop<AioContext>,
+    /// Where the context goes when the engine is dropped.
+    pool: AioContextPool,
     file: File,
     eventfd: EventFd,
     /// `limit` slots, never reallocated: the kernel may hold pointers into them.
@@ -195,29 +195,43 @@ impl std::fmt::Debug for LinuxAioEngine {
 }
 
 impl LinuxAioEngine {
-    /// An engine on `file` with an AIO context of min(`opts.depth`, [`MAX_EVENTS`]) events.
-    pub fn new(file: File, opts: &EngineOptions) -> Result<Self, EngineError> {
+    /// An engine on `file` with an AIO context of min(`opts.depth`, [`MAX_EVENTS`]) events,
+    /// taken from `pool` (its thread's spares) and given back to it when the engine is dropped.
+    pub fn new(
+        file: File,
+        opts: &EngineOptions,
+        pool: &AioContextPool,
+    ) -> Result<Self, EngineError> {
         if !opts.direct {
             log::warn!(
                 "LinuxAio without O_DIRECT submits synchronously inside io_submit; set \"direct\": true"
             );
         }
-        Self::build(file, opts.depth, opts.direct)
+        Self::build(file, opts.depth, opts.direct, pool)
     }
 
     /// An engine for batches of buffered writes (the `Auto` engine's, on a file system that
     /// refuses RWF_NOWAIT writes): `io_submit` runs them before it returns, so the caller
     /// reaps right after `commit` and never sleeps on the completion fd: completions do not
     /// signal it, so it is never read or written.
-    pub fn for_buffered_batches(file: File, depth: u32) -> Result<Self, EngineError> {
-        let mut engine = Self::build(file, depth, false)?;
+    pub fn for_buffered_batches(
+        file: File,
+        depth: u32,
+        pool: &AioContextPool,
+    ) -> Result<Self, EngineError> {
+        let mut engine = Self::build(file, depth, false, pool)?;
         engine.unsignalled = true;
         Ok(engine)
     }
 
-    fn build(file: File, depth: u32, direct: bool) -> Result<Self, EngineError> {
+    fn build(
+        file: File,
+        depth: u32,
+        direct: bool,
+        pool: &AioContextPool,
+    ) -> Result<Self, EngineError> {
         let nr = depth.clamp(1, MAX_EVENTS);
-        let ctx = AioContext::setup(nr).map_err(|e| setup_error(e, nr))?;
+        let ctx = pool.context(nr).map_err(|e| setup_error(e, nr))?;
         let eventfd = EventFd::new(libc::EFD_NONBLOCK | libc::EFD_CLOEXEC).map_err(|source| {
             EngineError::Setup {
                 engine: EngineKind::LinuxAio,
@@ -234,7 +248,8 @@ impl LinuxAioEngine {
         }
         Ok(Self {
             use_ring: ctx.ring_ok(),
-            ctx,
+            ctx: ManuallyDrop::new(ctx),
+            pool: pool.clone(),
             file,
             eventfd,
             slots: (0..limit).map(|_| Slot::idle()).collect(),
@@ -564,26 +579,13 @@ impl IoEngine for LinuxAioEngine {
         EngineKind::LinuxAio
     }
 
-    fn describe(&self) -> String {
-        format!(
-            "LinuxAio (depth {}, completions from {}, eventfd; {}; flush by {})",
-            self.limit,
-            if self.use_ring {
-                "the mapped ring"
-            } else {
-                "io_getevents"
-            },
-            if self.direct {
-                "O_DIRECT"
-            } else {
-                "buffered: io_submit runs synchronously, set \"direct\": true"
-            },
-            if self.fdsync_refused {
-                "synchronous fdatasync (FDSYNC refused)"
-            } else {
-                "IOCB_CMD_FDSYNC"
-            }
-        )
+    fn info(&self) -> super::EngineInfo {
+        super::EngineInfo::LinuxAio(super::info::LinuxAioInfo {
+            depth: u32::try_from(self.limit).unwrap_or(MAX_EVENTS),
+            mapped_ring: self.use_ring,
+            direct: self.direct,
+            fdsync: !self.fdsync_refused,
+        })
     }
 }
 
@@ -619,5 +621,8 @@ impl Drop for LinuxAioEngine {
             // next engine (a device reset's re-initialisation) instead of destroying it.
             self.ctx.drained();
         }
+        // SAFETY: `ctx` is taken once, here, and never used again (the engine is being dropped).
+        let ctx = unsafe { ManuallyDrop::take(&mut self.ctx) };
+        self.pool.give_back(ctx);
     }
 }

@@ -11,6 +11,8 @@ use std::path::PathBuf;
 use super::abi::{AioRingHeader, IoEvent, Iocb, AIO_RING_MAGIC};
 use super::*;
 use crate::engine::conformance::{complete, open, readable, store, Aligned, EdgeWatch, Store};
+use crate::engine::info::LinuxAioInfo;
+use crate::engine::EngineInfo;
 
 /// Test-only control over io_submit.
 #[derive(Debug, Default)]
@@ -51,8 +53,21 @@ fn engine(t: &Store, depth: u32, direct: bool) -> LinuxAioEngine {
             direct,
             fault: None,
         },
+        &AioContextPool::new(),
     )
     .expect("aio engine")
+}
+
+/// An O_DIRECT engine of `depth` on `t` whose context comes from, and goes back to, `pool`.
+fn engine_in(t: &Store, depth: u32, pool: &AioContextPool) -> LinuxAioEngine {
+    let opts = EngineOptions {
+        kind: EngineKind::LinuxAio,
+        depth,
+        io_uring: Default::default(),
+        direct: true,
+        fault: None,
+    };
+    LinuxAioEngine::new(open(&t.path, true, true), &opts, pool).expect("aio engine")
 }
 
 fn write(offset: u64, buf: &Aligned, off: usize, len: usize, token: u64) -> IoRequest {
@@ -89,16 +104,40 @@ fn abi_layout_matches_aio_abi_h() {
 
 #[test]
 fn probe_and_context_size() {
-    probe().expect("probe");
+    let pool = AioContextPool::new();
+    probe(&pool).expect("probe");
+    assert_eq!(
+        pool.spares(),
+        1,
+        "the probe's context is kept, not destroyed"
+    );
+    probe(&pool).expect("a probe that finds a spare");
+    assert_eq!(
+        pool.spares(),
+        1,
+        "and a second probe needs no context of its own"
+    );
     let t = store(&shm(), "size", 4096);
     let e = engine(&t, 4, false);
     assert_eq!(e.capacity(), 4);
     let big = engine(&t, 4096, false);
     assert_eq!(big.capacity(), MAX_EVENTS as usize);
     assert!(
-        big.describe().contains("set \"direct\": true"),
-        "{}",
-        big.describe()
+        matches!(
+            big.info(),
+            EngineInfo::LinuxAio(LinuxAioInfo {
+                direct: false,
+                depth: MAX_EVENTS,
+                ..
+            })
+        ),
+        "{:?}",
+        big.info()
+    );
+    assert_eq!(
+        big.info().to_string(),
+        "LinuxAio (buffered)",
+        "the warning, in one line"
     );
 }
 
@@ -107,7 +146,7 @@ fn setup_errors_say_why() {
     let e = setup_error(std::io::Error::from_raw_os_error(libc::EAGAIN), 1024);
     let msg = e.to_string();
     assert!(msg.contains("aio-max-nr"), "{msg}");
-    assert!(matches!(e, EngineError::Unavailable { .. }));
+    assert!(matches!(e, EngineError::Refused { .. }));
     let e = setup_error(std::io::Error::from_raw_os_error(libc::ENOSYS), 8);
     assert!(e.to_string().contains("CONFIG_AIO"), "{e}");
     let e = setup_error(std::io::Error::from_raw_os_error(libc::EINVAL), 8);
@@ -165,7 +204,13 @@ fn reaps_from_the_mapped_ring() {
         assert_eq!(h.head, h.tail, "we advanced head to tail");
         assert_ne!(h.head, 0, "the ring was used");
         assert!(!e.has_completions());
-        assert!(e.describe().contains("mapped ring"));
+        assert!(matches!(
+            e.info(),
+            EngineInfo::LinuxAio(LinuxAioInfo {
+                mapped_ring: true,
+                ..
+            })
+        ));
     }
 }
 
@@ -176,7 +221,13 @@ fn io_getevents_fallback_reaps_the_same() {
         let mut e = engine(&t, 16, direct);
         e.use_ring = false;
         round_trip(&mut e);
-        assert!(e.describe().contains("io_getevents"));
+        assert!(matches!(
+            e.info(),
+            EngineInfo::LinuxAio(LinuxAioInfo {
+                mapped_ring: false,
+                ..
+            })
+        ));
         // io_getevents moved the ring's head itself.
         let h = e.ctx.header();
         assert_eq!(h.head, h.tail);
@@ -187,7 +238,8 @@ fn io_getevents_fallback_reaps_the_same() {
 fn buffered_batches_complete_inside_io_submit_without_signalling() {
     let t = store(&disk(), "batches", 1 << 20);
     let mut e =
-        LinuxAioEngine::for_buffered_batches(open(&t.path, true, false), 8).expect("engine");
+        LinuxAioEngine::for_buffered_batches(open(&t.path, true, false), 8, &AioContextPool::new())
+            .expect("engine");
     let fd = *e.completion_fds().first().expect("fd");
     let buf = Aligned::new(4096);
     for t in 0..4 {
@@ -379,7 +431,14 @@ fn refused_fdsync_falls_back_to_fdatasync() {
         "the refused flush ran synchronously"
     );
     assert!(e.fdsync_refused);
-    assert!(e.describe().contains("FDSYNC refused"), "{}", e.describe());
+    assert!(
+        matches!(
+            e.info(),
+            EngineInfo::LinuxAio(LinuxAioInfo { fdsync: false, .. })
+        ),
+        "{:?}",
+        e.info()
+    );
     let mut c = complete(&mut e, 2);
     c.sort_by_key(|c| c.token);
     assert_eq!(
@@ -612,42 +671,50 @@ fn drop_waits_for_requests_in_the_kernel() {
 }
 
 #[test]
-fn a_drained_context_is_kept_for_the_threads_next_engine() {
-    // In a thread of its own: its kept contexts are its own, and go with it.
-    std::thread::spawn(|| {
-        let t = store(&disk(), "spare", 1 << 20);
-        let buf = Aligned::new(4096);
-        let mut e = engine(&t, 12, true);
-        let first = e.ctx.id();
-        e.submit(write(0, &buf, 0, 4096, 1)).expect("submit");
-        assert_eq!(complete(&mut e, 1).len(), 1);
-        assert_eq!(super::abi::spares(), 0);
-        drop(e);
-        assert_eq!(super::abi::spares(), 1, "the drained context was not kept");
-        // The same size: the kept context, which works as a new one.
-        let mut e = engine(&t, 12, true);
-        assert_eq!(super::abi::spares(), 0, "the kept context was not taken");
-        assert_eq!(e.ctx.id(), first);
-        e.submit(write(4096, &buf, 0, 4096, 2)).expect("submit");
-        let done = complete(&mut e, 1);
-        assert_eq!((done[0].token, done[0].result), (2, 4096));
-        // Another size gets a context of its own, while the first is in use.
-        let other = engine(&t, 13, true);
-        assert_ne!(other.ctx.id(), first);
-        assert_eq!(super::abi::spares(), 0);
-        // An engine dropped with a request it never reaped: the context is still drained by the
-        // drop's wait, and kept.
-        e.submit(write(8192, &buf, 0, 4096, 3)).expect("submit");
-        e.commit(&ThreadTurn::default());
-        drop(e);
-        assert_eq!(super::abi::spares(), 1);
-        let e = engine(&t, 12, true);
-        assert_eq!(e.ctx.id(), first);
-        drop((e, other));
-        assert_eq!(super::abi::spares(), 2);
-    })
-    .join()
-    .expect("test thread");
+fn a_drained_context_is_kept_in_its_pool_for_the_next_engine() {
+    // The pool is passed in: two pools (two iothreads) share nothing.
+    let pool = AioContextPool::new();
+    let t = store(&disk(), "spare", 1 << 20);
+    let buf = Aligned::new(4096);
+    let mut e = engine_in(&t, 12, &pool);
+    let first = e.ctx.id();
+    e.submit(write(0, &buf, 0, 4096, 1)).expect("submit");
+    assert_eq!(complete(&mut e, 1).len(), 1);
+    assert_eq!(pool.spares(), 0);
+    drop(e);
+    assert_eq!(pool.spares(), 1, "the drained context was not kept");
+    let elsewhere = engine_in(&t, 12, &AioContextPool::new());
+    assert_ne!(
+        elsewhere.ctx.id(),
+        first,
+        "another pool has its own contexts"
+    );
+    assert_eq!(pool.spares(), 1);
+    // The same size from the same pool: the kept context, which works as a new one.
+    let mut e = engine_in(&t, 12, &pool);
+    assert_eq!(pool.spares(), 0, "the kept context was not taken");
+    assert_eq!(e.ctx.id(), first);
+    e.submit(write(4096, &buf, 0, 4096, 2)).expect("submit");
+    let done = complete(&mut e, 1);
+    assert_eq!((done[0].token, done[0].result), (2, 4096));
+    // Another size gets a context of its own, while the first is in use.
+    let other = engine_in(&t, 13, &pool);
+    assert_ne!(other.ctx.id(), first);
+    assert_eq!(pool.spares(), 0);
+    // An engine dropped with a request it never reaped: the context is still drained by the
+    // drop's wait, and kept.
+    e.submit(write(8192, &buf, 0, 4096, 3)).expect("submit");
+    e.commit(&ThreadTurn::default());
+    drop(e);
+    assert_eq!(pool.spares(), 1);
+    let e = engine_in(&t, 12, &pool);
+    assert_eq!(e.ctx.id(), first);
+    drop((e, other));
+    assert_eq!(pool.spares(), 2);
+    // A process about to exit: what comes back is left to the exit, not kept.
+    pool.exit_switch().leave_to_process_exit();
+    drop(engine_in(&t, 14, &pool));
+    assert_eq!(pool.spares(), 2, "left to the exit, not kept");
 }
 
 #[test]

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use vmm_sys_util::epoll::{ControlOperation, EpollEvent, EventSet};
 
 use super::{fd_token, Loop};
-use crate::handler::AttachError;
+use crate::handler::{AttachError, Watch};
 use crate::iothread::{SwapHook, SwapOutcome};
 
 /// A swap waiting for the owner's in-flight requests.
@@ -118,13 +118,17 @@ impl Loop {
         let mut replaced: Vec<(usize, File)> = Vec::with_capacity(slots.len());
         let mut failure = None;
         for &slot in slots {
-            let Some(h) = self.handler(slot) else {
+            let Some(Some(s)) = self.slots.get_mut(slot) else {
                 continue;
             };
-            let moved = file
-                .try_clone()
-                .map_err(AttachError::DupFile)
-                .and_then(|f| h.replace_file(f));
+            let turn = &self.turn;
+            let moved = match s.handler.backing() {
+                Some(b) => file
+                    .try_clone()
+                    .map_err(AttachError::DupFile)
+                    .and_then(|f| b.replace_file(f, turn)),
+                None => Err(AttachError::NoFile),
+            };
             match moved {
                 Ok(old) => replaced.push((slot, old)),
                 Err(e) => {
@@ -135,7 +139,14 @@ impl Loop {
         }
         if failure.is_some() {
             for (slot, old) in replaced.into_iter().rev() {
-                if let Some(Err(e)) = self.handler(slot).map(|h| h.replace_file(old)) {
+                let turn = &self.turn;
+                let back = self
+                    .slots
+                    .get_mut(slot)
+                    .and_then(Option::as_mut)
+                    .and_then(|s| s.handler.backing())
+                    .map(|b| b.replace_file(old, turn));
+                if let Some(Err(e)) = back {
                     log::error!("iothread: handler {slot} lost its file on a failed swap: {e}");
                 }
             }
@@ -152,14 +163,14 @@ impl Loop {
     /// without them).
     fn end_watches(&mut self, slot: usize) {
         if self.suppressed.contains(&slot) {
-            if let Some(h) = self.handler(slot) {
-                h.poll_end();
+            if let Some(s) = self.slot(slot) {
+                s.end_watch(Watch::Polling);
             }
             self.suppressed.retain(|&c| c != slot);
         }
         if self.completions_watched.contains(&slot) {
-            if let Some(h) = self.handler(slot) {
-                h.completion_watch_end();
+            if let Some(s) = self.slot(slot) {
+                s.end_watch(Watch::Completions);
             }
             self.completions_watched.retain(|&c| c != slot);
         }
@@ -183,7 +194,7 @@ impl Loop {
     /// a kick during the swap, is reported at once). A failure leaves that fd out, logged: the
     /// handler still runs on its other fds and the thread's turns.
     fn register_fds(&mut self, slot: usize) {
-        let Some(fds) = self.handler(slot).map(|h| h.wake_fds()) else {
+        let Some(fds) = self.slot(slot).map(|s| s.handler.wake_fds()) else {
             return;
         };
         let mut watched = Vec::with_capacity(fds.len());
@@ -218,8 +229,8 @@ impl Loop {
             return;
         }
         for &slot in slots {
-            if let Some(h) = self.handler(slot) {
-                h.resume();
+            if let Some(s) = self.slot(slot) {
+                s.handler.resume();
                 if !self.carry.contains(&slot) {
                     self.carry.push(slot);
                 }
@@ -230,7 +241,6 @@ impl Loop {
 
 #[cfg(test)]
 mod tests {
-    use std::any::Any;
     use std::io::{Read, Seek, SeekFrom};
     use std::os::unix::io::{AsRawFd, RawFd};
     use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -239,7 +249,7 @@ mod tests {
 
     use vmm_sys_util::eventfd::EventFd;
 
-    use crate::handler::{AttachError, Handler};
+    use crate::handler::{AttachError, FileBacked, Handler, TurnEnd};
     use crate::iothread::tests::wait_for;
     use crate::iothread::{IoThread, IoThreadError, SwapOutcome, ThreadTurn};
 
@@ -291,7 +301,7 @@ mod tests {
         fn wake_fds(&self) -> Vec<RawFd> {
             vec![self.kick.as_raw_fd()]
         }
-        fn run(&mut self, _max_batch: usize, _turn: &ThreadTurn) -> bool {
+        fn run(&mut self, _max_batch: usize, _turn: &ThreadTurn) -> TurnEnd {
             let mut byte = [0u8; 1];
             if self.file.seek(SeekFrom::Start(0)).is_ok() && self.file.read(&mut byte).is_ok() {
                 self.seen
@@ -301,7 +311,7 @@ mod tests {
             if !self.seen.draining.load(Ordering::SeqCst) {
                 self.seen.working_turns.fetch_add(1, Ordering::SeqCst);
             }
-            false
+            TurnEnd::IDLE
         }
         fn drain(&mut self, _turn: &ThreadTurn) -> usize {
             if !self.seen.draining.swap(true, Ordering::SeqCst) {
@@ -309,19 +319,26 @@ mod tests {
             }
             self.seen.in_flight.load(Ordering::SeqCst)
         }
-        fn replace_file(&mut self, file: std::fs::File) -> Result<std::fs::File, AttachError> {
+        fn resume(&mut self) {
+            self.note("resume");
+            self.seen.draining.store(false, Ordering::SeqCst);
+        }
+        fn backing(&mut self) -> Option<&mut dyn FileBacked> {
+            Some(self)
+        }
+    }
+
+    impl FileBacked for Swappable {
+        fn replace_file(
+            &mut self,
+            file: std::fs::File,
+            _turn: &ThreadTurn,
+        ) -> Result<std::fs::File, AttachError> {
             if self.seen.refuse.swap(false, Ordering::SeqCst) {
                 return Err(AttachError::NoFile);
             }
             self.note("replace");
             Ok(std::mem::replace(&mut self.file, file))
-        }
-        fn resume(&mut self) {
-            self.note("resume");
-            self.seen.draining.store(false, Ordering::SeqCst);
-        }
-        fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
-            self
         }
     }
 

@@ -2,9 +2,10 @@
 //! in-flight completions.
 
 use super::*;
+use crate::handler::Poll;
 use crate::poll::PollParams;
-use std::any::Any;
 use std::os::unix::io::AsRawFd;
+use std::sync::atomic::AtomicBool;
 
 /// A handler with requests in flight or not, whose cheap check finds work (a completion, or a
 /// new request) from its `work_after`-th call on (`None`: never).
@@ -13,9 +14,9 @@ struct InFlight {
     in_flight: bool,
     work_after: Option<usize>,
     checks: usize,
-    /// Between completion_watch_begin and completion_watch_end.
-    watching: bool,
-    /// completion_watch_end finds a completion that raced in.
+    /// A completion watch is on (shared: the test looks after the handler left).
+    watching: Arc<AtomicBool>,
+    /// Ending the completion watch finds a completion that raced in.
     races: bool,
 }
 
@@ -26,21 +27,21 @@ impl InFlight {
             in_flight,
             work_after,
             checks: 0,
-            watching: false,
+            watching: Arc::default(),
             races: false,
         })
     }
 
     /// In flight, never done in the spin, and a completion races in as the watch ends.
-    fn racing() -> Box<dyn Handler> {
-        Box::new(Self {
+    fn racing() -> Self {
+        Self {
             fd: EventFd::new(libc::EFD_NONBLOCK).expect("eventfd"),
             in_flight: true,
             work_after: None,
             checks: 0,
-            watching: false,
+            watching: Arc::default(),
             races: true,
-        })
+        }
     }
 }
 
@@ -51,26 +52,39 @@ impl Handler for InFlight {
     fn wake_fds(&self) -> Vec<RawFd> {
         vec![self.fd.as_raw_fd()]
     }
-    fn run(&mut self, _max_batch: usize, _turn: &ThreadTurn) -> bool {
-        false
+    fn run(&mut self, _max_batch: usize, _turn: &ThreadTurn) -> TurnEnd {
+        TurnEnd::IDLE
     }
-    fn can_poll(&self) -> bool {
-        true
+    fn drain(&mut self, _turn: &ThreadTurn) -> usize {
+        0
     }
+    fn poller(&mut self) -> Option<&mut dyn Poll> {
+        Some(self)
+    }
+}
+
+impl Poll for InFlight {
     fn poll(&mut self) -> bool {
         self.checks += 1;
         self.work_after.is_some_and(|n| self.checks > n)
     }
-    fn completion_watch_begin(&mut self) {
-        assert!(!self.watching, "a watch begins once");
-        self.watching = true;
-    }
-    fn completion_watch_end(&mut self) -> bool {
-        assert!(
-            std::mem::take(&mut self.watching),
-            "a watch ends after it began"
-        );
-        self.races
+    fn watch(&mut self, what: Watch, on: bool) -> bool {
+        if what == Watch::Polling {
+            return false;
+        }
+        if on {
+            assert!(
+                !self.watching.swap(true, Ordering::SeqCst),
+                "a watch begins once"
+            );
+            false
+        } else {
+            assert!(
+                self.watching.swap(false, Ordering::SeqCst),
+                "a watch ends after it began"
+            );
+            self.races
+        }
     }
     fn completion_state(&self) -> CompletionState {
         match (self.in_flight, self.work_after) {
@@ -78,12 +92,6 @@ impl Handler for InFlight {
             (true, Some(0)) => CompletionState::Ready,
             (true, _) => CompletionState::Pending,
         }
-    }
-    fn drain(&mut self, _turn: &ThreadTurn) -> usize {
-        0
-    }
-    fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
-        self
     }
 }
 
@@ -150,7 +158,9 @@ fn the_completion_spin_is_bounded_and_skipped_with_nothing_in_flight() {
 fn a_completion_spin_quiets_the_completion_fds_until_the_thread_sleeps() {
     let mut l = test_loop();
     let found = l.add(InFlight::boxed(true, Some(3))).expect("add");
-    let racing = l.add(InFlight::racing()).expect("add");
+    let racer = InFlight::racing();
+    let racer_watching = racer.watching.clone();
+    let racing = l.add(Box::new(racer)).expect("add");
     let mut hits = Vec::new();
     l.spin_for_completions(1_000_000_000, &mut hits);
     assert_eq!(hits, vec![found]);
@@ -174,9 +184,11 @@ fn a_completion_spin_quiets_the_completion_fds_until_the_thread_sleeps() {
     assert!(l.completions_watched.contains(&racing));
     l.unwatch(racing);
     assert!(!l.completions_watched.contains(&racing));
-    let gone = l.forget(racing).expect("handler").into_any();
-    let gone = gone.downcast::<InFlight>().expect("InFlight");
-    assert!(!gone.watching, "the watch ended as it left");
+    assert!(l.forget(racing).is_some());
+    assert!(
+        !racer_watching.load(Ordering::SeqCst),
+        "the watch ended as it left"
+    );
 }
 
 #[test]
@@ -199,14 +211,11 @@ impl Handler for Blind {
     fn wake_fds(&self) -> Vec<RawFd> {
         vec![self.0.as_raw_fd()]
     }
-    fn run(&mut self, _max_batch: usize, _turn: &ThreadTurn) -> bool {
-        false
+    fn run(&mut self, _max_batch: usize, _turn: &ThreadTurn) -> TurnEnd {
+        TurnEnd::IDLE
     }
     fn drain(&mut self, _turn: &ThreadTurn) -> usize {
         0
-    }
-    fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
-        self
     }
 }
 

@@ -20,7 +20,7 @@
 use std::sync::atomic::Ordering;
 
 use dataplane::engine::EngineKind;
-use dataplane::{Handler, ThreadTurn};
+use dataplane::{Handler, Poll, ThreadTurn, Watch};
 use vm_memory::{Bytes, GuestAddress};
 use vmm_sys_util::eventfd::EventFd;
 
@@ -30,7 +30,7 @@ use crate::test_utils::queue::{engine, QueueRig};
 const F_INDIRECT: u16 = 4;
 
 enum Round {
-    /// Model mode: publish these heads; `poll` wraps the run in poll_begin/poll_end.
+    /// Model mode: publish these heads; `poll` wraps the run in a polling watch.
     Publish { heads: Vec<u16>, poll: bool },
     /// Hostile mode: write `bytes` at `addr`.
     Patch {
@@ -89,7 +89,8 @@ pub fn run(data: &[u8]) {
     let file = std::fs::File::open("/dev/null").expect("/dev/null");
     let kick = EventFd::new(libc::EFD_NONBLOCK).expect("eventfd");
     let mut h = rig.handler(queue, kick, file, engine(EngineKind::Null, depth));
-    h.attach().expect("attach the Null engine");
+    h.attach(&ThreadTurn::default())
+        .expect("attach the Null engine");
 
     let mut avail_idx: u16 = 0;
     let mut used_seen: u16 = 0;
@@ -115,13 +116,13 @@ pub fn run(data: &[u8]) {
             }
         };
         if poll {
-            h.poll_begin();
+            h.watch(Watch::Polling, true);
             let _ = h.poll();
         }
         // Null completes inside commit: each turn makes progress, so the loop must end.
         let bound = 2 * usize::from(size) + 8;
         let mut turns = 0;
-        while h.run(32, &ThreadTurn::default()) {
+        while h.run(32, &ThreadTurn::default()).more {
             turns += 1;
             assert!(
                 turns < bound,
@@ -129,9 +130,9 @@ pub fn run(data: &[u8]) {
             );
         }
         if poll {
-            let _ = h.poll_end();
+            let _ = h.watch(Watch::Polling, false);
             let mut turns = 0;
-            while h.run(32, &ThreadTurn::default()) {
+            while h.run(32, &ThreadTurn::default()).more {
                 turns += 1;
                 assert!(turns < bound, "run(32) after poll_end never finishes");
             }

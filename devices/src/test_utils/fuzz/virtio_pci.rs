@@ -71,7 +71,10 @@ impl VirtioDevice for MockDevice {
         queues: Vec<ActivatedQueue>,
     ) -> Result<(), ActivateError> {
         if self.fail_activate {
-            return Err(ActivateError::Backend("mock".into()));
+            return Err(ActivateError::Os {
+                what: "mock",
+                source: std::io::Error::other("mock"),
+            });
         }
         // Finding (see README): the transport activates again when the driver clears DRIVER_OK
         // without a reset and sets it again. OSPREY_FUZZ_ALLOW_REACTIVATE=1 tolerates it so a

@@ -226,20 +226,18 @@ impl VirtioPciDevice {
             if !regs.enabled {
                 continue;
             }
-            let bad = |what: &str| ActivateError::BadConfig(format!("queue {index}: {what}"));
-            let mut queue = Queue::new(regs.max_size).map_err(|e| bad(&e.to_string()))?;
-            queue
-                .try_set_size(regs.size)
-                .map_err(|e| bad(&e.to_string()))?;
+            let bad = |source| ActivateError::Queue { index, source };
+            let mut queue = Queue::new(regs.max_size).map_err(bad)?;
+            queue.try_set_size(regs.size).map_err(bad)?;
             queue
                 .try_set_desc_table_address(GuestAddress(regs.desc))
-                .map_err(|e| bad(&e.to_string()))?;
+                .map_err(bad)?;
             queue
                 .try_set_avail_ring_address(GuestAddress(regs.driver))
-                .map_err(|e| bad(&e.to_string()))?;
+                .map_err(bad)?;
             queue
                 .try_set_used_ring_address(GuestAddress(regs.device))
-                .map_err(|e| bad(&e.to_string()))?;
+                .map_err(bad)?;
             queue.set_event_idx(event_idx);
             if let Some(&at) = resume_at.as_ref().and_then(|r| r.get(index)) {
                 // A restored snapshot: every request the guest had made available up to `at`
@@ -250,11 +248,16 @@ impl VirtioPciDevice {
             }
             queue.set_ready(true);
             if !queue.is_valid(&self.mem) {
-                return Err(bad("rings outside guest memory"));
+                return Err(ActivateError::BadConfig(format!(
+                    "queue {index}: rings outside guest memory"
+                )));
             }
             let kick = self.kicks[index]
                 .try_clone()
-                .map_err(|e| ActivateError::Backend(format!("cloning a kick eventfd: {e}")))?;
+                .map_err(|source| ActivateError::Os {
+                    what: "cloning a kick eventfd",
+                    source,
+                })?;
             queues.push(ActivatedQueue {
                 index: index as u16,
                 queue,

@@ -185,10 +185,16 @@ fn a_device_completing_in_the_caller_gets_linux_aio_opened_without_a_probe() {
         direct: true,
         fault: None,
     };
-    let engine = crate::engine::open_auto_aio(&file, &opts, "a test's batches", "none")
-        .expect("Linux AIO opens on an O_DIRECT file here");
+    let engine = crate::engine::open_auto_aio(
+        &file,
+        &opts,
+        &crate::engine::AioContextPool::new(),
+        "a test's batches",
+        "none",
+    )
+    .expect("Linux AIO opens on an O_DIRECT file here");
     assert_eq!(engine.kind(), EngineKind::LinuxAio);
-    assert_eq!(engine.capacity(), 32, "{}", engine.describe());
+    assert_eq!(engine.capacity(), 32, "{}", engine.info());
     // The caller's file stays usable for the inline path.
     let mut e = AutoEngine::new(file, engine);
     let buf = Aligned::new(4096);
@@ -202,7 +208,7 @@ fn a_store_where_inline_fails_stops_trying_then_probes_again() {
     // O_DIRECT on the work tree's file system: RWF_NOWAIT reads are refused or blocking.
     let dir = std::env::current_dir().expect("cwd").join("target");
     let s = store(&dir, "auto-direct", 1 << 20);
-    let kind = crate::engine::auto_async_kind(true);
+    let kind = crate::engine::auto_async_kind(true, &crate::engine::AioContextPool::new());
     let mut e = AutoEngine::new(
         open(&s.path, true, true),
         inner(open(&s.path, true, true), 32, true, kind),
@@ -263,13 +269,16 @@ fn tuning_replaces_the_host_dependent_thresholds() {
     let Some((_store, e)) = direct_engine("auto-tuning") else {
         return;
     };
-    let defaults = e.describe();
-    assert!(defaults.contains("under 4 us"), "{defaults}");
+    let fast_call_us = |e: &AutoEngine| match e.info() {
+        crate::engine::EngineInfo::Auto(a) => a.fast_call_us,
+        other => panic!("not Auto: {other:?}"),
+    };
+    assert_eq!(fast_call_us(&e), 4);
     let mut e = e.with_tuning(AutoTuning {
         fast_direct_call_ns: 8_000,
         ..AutoTuning::default()
     });
-    assert!(e.describe().contains("under 8 us"), "{}", e.describe());
+    assert_eq!(fast_call_us(&e), 8);
     // A device whose calls average 6 µs: slow by default, fast under the new bound.
     e.direct_mut().sampler.call_ns = 6_000;
     let tuning = e.tuning;

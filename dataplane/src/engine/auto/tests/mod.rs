@@ -39,6 +39,7 @@ fn inner(file: File, depth: u32, direct: bool, kind: EngineKind) -> Box<dyn IoEn
             direct,
             fault: None,
         },
+        &crate::engine::AioContextPool::new(),
     )
     .expect("engine")
 }
@@ -47,7 +48,7 @@ fn inner(file: File, depth: u32, direct: bool, kind: EngineKind) -> Box<dyn IoEn
 /// and for O_DIRECT beside io_uring the Linux AIO engine for small turns.
 fn auto(file: File, depth: u32, direct: bool, trying: bool) -> Box<dyn IoEngine> {
     let inline = file.try_clone().expect("dup");
-    let kind = crate::engine::auto_async_kind(direct);
+    let kind = crate::engine::auto_async_kind(direct, &crate::engine::AioContextPool::new());
     let shallow = inner(
         file.try_clone().expect("dup"),
         depth,
@@ -119,8 +120,8 @@ impl IoEngine for CountReaps {
     fn kind(&self) -> EngineKind {
         self.0.kind()
     }
-    fn describe(&self) -> String {
-        self.0.describe()
+    fn info(&self) -> crate::engine::EngineInfo {
+        self.0.info()
     }
 }
 
@@ -130,7 +131,7 @@ fn an_idle_wrapped_engine_is_reaped_once_then_left_alone() {
     let dir = std::env::current_dir().expect("cwd").join("target");
     let s = store(&dir, "auto-quiet", 1 << 20);
     let reaps = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let kind = crate::engine::auto_async_kind(false);
+    let kind = crate::engine::auto_async_kind(false, &crate::engine::AioContextPool::new());
     let wrapped = CountReaps(
         inner(open(&s.path, true, false), 32, false, kind),
         reaps.clone(),
@@ -170,7 +171,7 @@ fn an_idle_wrapped_engine_is_reaped_once_then_left_alone() {
 fn direct_engine(name: &str) -> Option<(Store, AutoEngine)> {
     let dir = std::env::current_dir().expect("cwd").join("target");
     let s = store(&dir, name, 1 << 20);
-    let kind = crate::engine::auto_async_kind(true);
+    let kind = crate::engine::auto_async_kind(true, &crate::engine::AioContextPool::new());
     let e = AutoEngine::new(
         open(&s.path, true, true),
         inner(open(&s.path, true, true), 32, true, kind),

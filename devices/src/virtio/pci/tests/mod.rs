@@ -64,7 +64,10 @@ impl VirtioDevice for MockDevice {
     ) -> Result<(), ActivateError> {
         let mut s = self.0.lock().expect("lock");
         if s.fail_activate {
-            return Err(ActivateError::Backend("mock".into()));
+            return Err(ActivateError::Os {
+                what: "mock",
+                source: std::io::Error::other("mock"),
+            });
         }
         let seen = queues
             .iter()
