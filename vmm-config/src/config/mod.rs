@@ -10,6 +10,7 @@
 
 use std::path::PathBuf;
 
+pub mod absent;
 pub mod boot_rules;
 pub mod effective;
 pub mod parse;
@@ -18,6 +19,9 @@ pub mod validate;
 pub mod words;
 
 use serde::{Deserialize, Serialize};
+
+pub use absent::{AbsentFeature, AbsentSection};
+pub use parse::RelativeTo;
 
 /// Smallest guest memory we boot (MiB).
 pub const MIN_MEM_MIB: u64 = 16;
@@ -191,6 +195,49 @@ pub struct VmConfig {
     /// The sandbox (seccomp, Landlock, privileges, namespaces).
     #[serde(default)]
     pub sandbox: crate::sandbox::SandboxConfig,
+    /// Firecracker's logger, applied as `PUT /logger` is (before the VM is built).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logger: Option<crate::logger::LoggerConfig>,
+    /// Firecracker's custom CPU template: absent from Osprey (null only; [`absent`]).
+    #[serde(rename = "cpu-config", default, skip_serializing_if = "AbsentSection::skip")]
+    #[schema(value_type = Option<Object>)]
+    pub cpu_config: AbsentSection,
+    /// Firecracker's balloon: absent from Osprey (null only).
+    #[serde(default, skip_serializing_if = "AbsentSection::skip")]
+    #[schema(value_type = Option<Object>)]
+    pub balloon: AbsentSection,
+    /// Firecracker's network interfaces: absent from Osprey (`[]` or null only).
+    #[serde(
+        rename = "network-interfaces",
+        default,
+        skip_serializing_if = "AbsentSection::skip"
+    )]
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub network_interfaces: AbsentSection,
+    /// Firecracker's vsock: absent from Osprey (null only).
+    #[serde(default, skip_serializing_if = "AbsentSection::skip")]
+    #[schema(value_type = Option<Object>)]
+    pub vsock: AbsentSection,
+    /// Firecracker's MMDS: absent from Osprey (null only).
+    #[serde(rename = "mmds-config", default, skip_serializing_if = "AbsentSection::skip")]
+    #[schema(value_type = Option<Object>)]
+    pub mmds_config: AbsentSection,
+    /// Firecracker's entropy device: absent from Osprey (null only).
+    #[serde(default, skip_serializing_if = "AbsentSection::skip")]
+    #[schema(value_type = Option<Object>)]
+    pub entropy: AbsentSection,
+    /// Firecracker's pmem devices: absent from Osprey (`[]` or null only).
+    #[serde(default, skip_serializing_if = "AbsentSection::skip")]
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub pmem: AbsentSection,
+    /// Firecracker's memory hot-plug: absent from Osprey (null only).
+    #[serde(
+        rename = "memory-hotplug",
+        default,
+        skip_serializing_if = "AbsentSection::skip"
+    )]
+    #[schema(value_type = Option<Object>)]
+    pub memory_hotplug: AbsentSection,
 }
 
 /// `metrics`: a JSON line of every counter appended to `metrics_path` every `interval_ms`
@@ -376,6 +423,9 @@ pub struct DriveConfig {
     /// A `rate-limit-groups` id: the drive also shares that group's limits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_limit_group: Option<String>,
+    /// Firecracker's vhost-user socket: absent from Osprey's VMM (null only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket: Option<String>,
 }
 
 impl IoEngineKind {
