@@ -582,7 +582,11 @@ fn help_and_version() {
     assert_eq!(status.code(), Some(0));
     assert_eq!(
         stdout.trim(),
-        format!("osprey {}", env!("CARGO_PKG_VERSION"))
+        format!(
+            "osprey {} (Firecracker API v{})",
+            env!("CARGO_PKG_VERSION"),
+            vmm::identity::FIRECRACKER_API_VERSION
+        )
     );
 }
 
