@@ -54,7 +54,10 @@ fn as_firecracker(scratch: &Scratch) -> PathBuf {
 fn firecrackers_vm_config_boots_unchanged_from_its_folder() {
     test_guest();
     common::example_disk();
-    let out = run_in(&examples(), &["--config-file", "vm_config.json", "--no-api"]);
+    let out = run_in(
+        &examples(),
+        &["--config-file", "vm_config.json", "--no-api"],
+    );
     let (console, log) = (text(&out.stdout), text(&out.stderr));
     assert_eq!(out.status.code(), Some(0), "{console}\n{log}");
     assert_eq!(report(&console)["cpus"], 2, "{console}");
@@ -159,7 +162,10 @@ fn every_section_boots_with_its_logger_metrics_and_boot_timer() {
     );
     let _ = std::fs::remove_file(&log_file);
     let _ = std::fs::remove_file(&metrics_file);
-    let out = run_in(&dir, &["--config-file", "full.json", "--no-api", "--boot-timer"]);
+    let out = run_in(
+        &dir,
+        &["--config-file", "full.json", "--no-api", "--boot-timer"],
+    );
     let console = text(&out.stdout);
     let log = std::fs::read_to_string(&log_file).unwrap_or_default();
     let metrics = std::fs::read_to_string(&metrics_file).unwrap_or_default();
@@ -172,16 +178,28 @@ fn every_section_boots_with_its_logger_metrics_and_boot_timer() {
         text(&out.stderr)
     );
     assert_eq!(report(&console)["cpus"], 1);
-    assert!(log.contains("Guest-boot-time = "), "the boot timer's line:\n{log}");
-    assert!(log.contains("DEBUG"), "the logger's level and show_level:\n{log}");
+    assert!(
+        log.contains("Guest-boot-time = "),
+        "the boot timer's line:\n{log}"
+    );
+    assert!(
+        log.contains("DEBUG"),
+        "the logger's level and show_level:\n{log}"
+    );
     let lines: Vec<&str> = metrics.lines().collect();
     assert!(!lines.is_empty(), "no metrics line");
     for line in lines {
         let kata: KataMetrics = serde_json::from_str(line)
             .unwrap_or_else(|e| panic!("Kata's decode fails ({e}): {line}"));
-        assert!(kata.vcpu.exit_io_out > 0, "the guest's port writes: {kata:?}");
+        assert!(
+            kata.vcpu.exit_io_out > 0,
+            "the guest's port writes: {kata:?}"
+        );
         let own: serde_json::Value = serde_json::from_str(line).expect("JSON");
-        assert_eq!(own["drives"][0]["drive_id"], "rootfs", "Osprey's own keys stay");
+        assert_eq!(
+            own["drives"][0]["drive_id"], "rootfs",
+            "Osprey's own keys stay"
+        );
     }
 }
 
@@ -197,7 +215,10 @@ fn a_real_value_for_an_absent_feature_is_refused_naming_it() {
     let out = run_in(&s.0, &["--config-file", "vm.json", "--no-api"]);
     let log = text(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{log}");
-    assert!(log.contains("vsock: vsock is not supported by Osprey"), "{log}");
+    assert!(
+        log.contains("vsock: vsock is not supported by Osprey"),
+        "{log}"
+    );
 }
 
 /// Kata's `parseVersion` and `checkVersion`: the first line's second space-separated field, a
@@ -257,7 +278,8 @@ fn as_firecracker_katas_thread_match_finds_every_vcpu() {
         Stdio::piped(),
     );
     assert!(
-        vmm.wait_console(TIMEOUT, |l| l.contains("kbd ready")).is_some(),
+        vmm.wait_console(TIMEOUT, |l| l.contains("kbd ready"))
+            .is_some(),
         "{}\n{}",
         vmm.console_text(),
         vmm.log_text()
@@ -275,7 +297,11 @@ fn as_firecracker_katas_thread_match_finds_every_vcpu() {
         let id: i32 = parts[1].trim().parse().expect("Invalid fc thread info");
         vcpus.insert(id, task.file_name().map(|n| n.to_owned()));
     }
-    assert_eq!(vcpus.keys().copied().collect::<Vec<_>>(), [0, 1], "{vcpus:?}");
+    assert_eq!(
+        vcpus.keys().copied().collect::<Vec<_>>(),
+        [0, 1],
+        "{vcpus:?}"
+    );
     vmm.signal(libc::SIGTERM);
     assert_eq!(vmm.wait_exit(TIMEOUT).code(), Some(0));
 }
@@ -310,7 +336,10 @@ fn the_snapshot_format_flags_print_and_exit() {
     std::fs::write(&state, b"#!/bin/sh\necho not a snapshot at all\n").expect("write");
     let out = run_in(&s.0, &["--describe-snapshot", "state.snap"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out.stderr).contains("not an Osprey snapshot"), "{out:?}");
+    assert!(
+        text(&out.stderr).contains("not an Osprey snapshot"),
+        "{out:?}"
+    );
 }
 
 #[test]

@@ -6,9 +6,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use vmm::api::client;
-use vmm::config::{
-    ApiConfig, BootSourceConfig, ConfigError, ConfigWarning, RelativeTo, VmConfig,
-};
+use vmm::config::{ApiConfig, BootSourceConfig, ConfigError, ConfigWarning, RelativeTo, VmConfig};
 
 /// Osprey: a small KVM virtual machine monitor with an adaptive-polling block dataplane.
 ///
@@ -381,8 +379,8 @@ impl Cli {
         if let Some(s) = &self.api_sock {
             return Some(s.clone());
         }
-        let firecrackers_way = self.no_vm_source()
-            || (self.config_file.is_some() && self.config.is_none());
+        let firecrackers_way =
+            self.no_vm_source() || (self.config_file.is_some() && self.config.is_none());
         (firecrackers_way && !self.no_api && !self.check_config)
             .then(|| PathBuf::from(FIRECRACKER_API_SOCK))
     }
@@ -881,17 +879,30 @@ mod tests {
         assert!(cli.boot_timer);
         assert_eq!(cli.http_api_max_payload_size, Some(102_400));
         assert_eq!(cli.mmds_size_limit, Some(51_200));
-        assert_eq!(cli.logger().and_then(|l| l.module).as_deref(), Some("vmm::vm"));
+        assert_eq!(
+            cli.logger().and_then(|l| l.module).as_deref(),
+            Some("vmm::vm")
+        );
         assert_eq!(
             cli.config_path(),
-            Some((std::path::Path::new("vm.json"), RelativeTo::WorkingDirectory))
+            Some((
+                std::path::Path::new("vm.json"),
+                RelativeTo::WorkingDirectory
+            ))
         );
         let exits = Cli::try_parse_from(["osprey", "--snapshot-version"]).expect("flag");
         assert!(exits.snapshot_version);
         let describe =
             Cli::try_parse_from(["osprey", "--describe-snapshot", "/s/state.snap"]).expect("flag");
-        assert_eq!(describe.describe_snapshot, Some(PathBuf::from("/s/state.snap")));
-        assert!(Cli::try_parse_from(["osprey", "--version"]).expect("flag").version);
+        assert_eq!(
+            describe.describe_snapshot,
+            Some(PathBuf::from("/s/state.snap"))
+        );
+        assert!(
+            Cli::try_parse_from(["osprey", "--version"])
+                .expect("flag")
+                .version
+        );
         assert!(Cli::try_parse_from(["osprey", "--http-api-max-payload-size", "0"]).is_err());
         let metadata = Cli::parse_from(["osprey", "--kernel", "/k", "--metadata", "/m.json"]);
         let e = metadata.vm_config().expect_err("no MMDS").to_string();

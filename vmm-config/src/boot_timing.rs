@@ -167,11 +167,20 @@ mod tests {
 
     #[test]
     fn the_boot_timer_takes_only_its_byte_when_on() {
-        assert!(!guest_signal(BOOT_TIMER_ADDR, &[BOOT_COMPLETE]), "off by default");
+        assert!(
+            !guest_signal(BOOT_TIMER_ADDR, &[BOOT_COMPLETE]),
+            "off by default"
+        );
         enable_boot_timer();
         assert!(guest_signal(BOOT_TIMER_ADDR, &[BOOT_COMPLETE]));
-        assert!(guest_signal(BOOT_TIMER_ADDR, &[7]), "any byte there is the timer's");
-        assert!(!guest_signal(BOOT_TIMER_ADDR, &[BOOT_COMPLETE, 0, 0, 0]), "a 32-bit write");
+        assert!(
+            guest_signal(BOOT_TIMER_ADDR, &[7]),
+            "any byte there is the timer's"
+        );
+        assert!(
+            !guest_signal(BOOT_TIMER_ADDR, &[BOOT_COMPLETE, 0, 0, 0]),
+            "a 32-bit write"
+        );
         assert!(!guest_signal(BOOT_TIMER_ADDR + 4, &[BOOT_COMPLETE]));
     }
 }

@@ -40,9 +40,9 @@ impl Identity {
     /// `--version`'s answer (with its trailing newline). `osprey_version` is Osprey's own.
     pub fn version_text(self, osprey_version: &str) -> String {
         match self {
-            Self::Osprey => format!(
-                "osprey {osprey_version} (Firecracker API v{FIRECRACKER_API_VERSION})\n"
-            ),
+            Self::Osprey => {
+                format!("osprey {osprey_version} (Firecracker API v{FIRECRACKER_API_VERSION})\n")
+            }
             Self::Firecracker => format!(
                 "Firecracker-API v{FIRECRACKER_API_VERSION} (Osprey {osprey_version}, run as \
                  `{FIRECRACKER_NAME}`)\n"

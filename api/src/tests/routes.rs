@@ -213,7 +213,8 @@ fn snapshot_load_takes_firecrackers_newer_fields() {
         vec![serde_json::json!({"iface_id": "eth0", "host_dev_name": "tap1"})];
     let e = with_nic.mem_path().expect_err("no NICs to override");
     assert!(
-        e.to_string().contains("network_overrides: network interfaces (virtio-net) are not"),
+        e.to_string()
+            .contains("network_overrides: network interfaces (virtio-net) are not"),
         "{e}"
     );
 }

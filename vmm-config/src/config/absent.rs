@@ -40,7 +40,9 @@ impl AbsentFeature {
     /// The refusal's words: what is missing.
     pub const fn what(self) -> &'static str {
         match self {
-            Self::NetworkInterfaces => "network interfaces (virtio-net) are not supported by Osprey",
+            Self::NetworkInterfaces => {
+                "network interfaces (virtio-net) are not supported by Osprey"
+            }
             Self::Vsock => "vsock is not supported by Osprey",
             Self::Balloon => "the balloon device is not supported by Osprey",
             Self::Mmds => {
@@ -177,8 +179,13 @@ mod tests {
                "logger":null,"metrics":null,"mmds-config":null,"entropy":null,"pmem":[],
                "memory-hotplug":null"#,
         );
-        c.check_absent_features().expect("null and empty are unused");
-        assert_eq!(c, parse(""), "the same config as with the sections left out");
+        c.check_absent_features()
+            .expect("null and empty are unused");
+        assert_eq!(
+            c,
+            parse(""),
+            "the same config as with the sections left out"
+        );
         let v = serde_json::to_value(&c).expect("json");
         assert!(v.get("vsock").is_none() && v.get("pmem").is_none(), "{v}");
     }
@@ -186,17 +193,33 @@ mod tests {
     #[test]
     fn a_real_value_is_refused_naming_the_feature() {
         for (extra, field, words) in [
-            (r#","vsock":{"guest_cid":3,"uds_path":"/v.sock"}"#, "vsock", "vsock is not"),
+            (
+                r#","vsock":{"guest_cid":3,"uds_path":"/v.sock"}"#,
+                "vsock",
+                "vsock is not",
+            ),
             (
                 r#","network-interfaces":[{"iface_id":"eth0","host_dev_name":"tap0"}]"#,
                 "network-interfaces",
                 "virtio-net",
             ),
-            (r#","balloon":{"amount_mib":1}"#, "balloon", "balloon device"),
-            (r#","mmds-config":{"network_interfaces":["eth0"]}"#, "mmds-config", "MMDS"),
+            (
+                r#","balloon":{"amount_mib":1}"#,
+                "balloon",
+                "balloon device",
+            ),
+            (
+                r#","mmds-config":{"network_interfaces":["eth0"]}"#,
+                "mmds-config",
+                "MMDS",
+            ),
             (r#","entropy":{}"#, "entropy", "virtio-rng"),
             (r#","pmem":[{"id":"p"}]"#, "pmem", "pmem devices"),
-            (r#","memory-hotplug":{"total_size_mib":1}"#, "memory-hotplug", "hot-plug"),
+            (
+                r#","memory-hotplug":{"total_size_mib":1}"#,
+                "memory-hotplug",
+                "hot-plug",
+            ),
             (r#","cpu-config":"t.json""#, "cpu-config", "CPU templates"),
             (
                 r#","drives":[{"drive_id":"d","path_on_host":"/d","socket":"/s.sock"}]"#,

@@ -199,7 +199,11 @@ pub struct VmConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub logger: Option<crate::logger::LoggerConfig>,
     /// Firecracker's custom CPU template: absent from Osprey (null only; [`absent`]).
-    #[serde(rename = "cpu-config", default, skip_serializing_if = "AbsentSection::skip")]
+    #[serde(
+        rename = "cpu-config",
+        default,
+        skip_serializing_if = "AbsentSection::skip"
+    )]
     #[schema(value_type = Option<Object>)]
     pub cpu_config: AbsentSection,
     /// Firecracker's balloon: absent from Osprey (null only).
@@ -219,7 +223,11 @@ pub struct VmConfig {
     #[schema(value_type = Option<Object>)]
     pub vsock: AbsentSection,
     /// Firecracker's MMDS: absent from Osprey (null only).
-    #[serde(rename = "mmds-config", default, skip_serializing_if = "AbsentSection::skip")]
+    #[serde(
+        rename = "mmds-config",
+        default,
+        skip_serializing_if = "AbsentSection::skip"
+    )]
     #[schema(value_type = Option<Object>)]
     pub mmds_config: AbsentSection,
     /// Firecracker's entropy device: absent from Osprey (null only).

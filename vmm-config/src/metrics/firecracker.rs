@@ -190,7 +190,10 @@ pub const GROUPS: &[(&str, &[&str])] = &[
             "network_fails",
         ],
     ),
-    ("rtc", &["error_count", "missed_read_count", "missed_write_count"]),
+    (
+        "rtc",
+        &["error_count", "missed_read_count", "missed_write_count"],
+    ),
     ("seccomp", &["num_faults"]),
     (
         "vcpu",
@@ -252,7 +255,11 @@ const FROM_DRIVES: &[(&str, &str, &[&str])] = &[
     ("block", "flush_count", &["flushes"]),
     ("block", "invalid_reqs_count", &["malformed", "unsupported"]),
     ("block", "execute_fails", &["io_errors"]),
-    ("block", "rate_limiter_throttled_events", &["throttled_events"]),
+    (
+        "block",
+        "rate_limiter_throttled_events",
+        &["throttled_events"],
+    ),
 ];
 
 /// The Firecracker groups of successive metrics lines: remembers the last totals, so each line
@@ -286,7 +293,10 @@ impl FirecrackerGroups {
 /// The running totals of the fields Osprey counts.
 fn totals(osprey: &Value, exits: &VcpuExitCounts) -> BTreeMap<(&'static str, &'static str), u64> {
     let mut totals = BTreeMap::new();
-    let drives = osprey["drives"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+    let drives = osprey["drives"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
     for (group, field, sources) in FROM_DRIVES {
         let sum = drives
             .iter()
@@ -319,7 +329,11 @@ mod tests {
         for (group, fields) in GROUPS {
             let object = line[*group].as_object().expect("an object per group");
             for field in *fields {
-                assert!(object[*field].is_u64(), "{group}.{field}: {}", object[*field]);
+                assert!(
+                    object[*field].is_u64(),
+                    "{group}.{field}: {}",
+                    object[*field]
+                );
             }
         }
     }
@@ -350,6 +364,9 @@ mod tests {
         assert_eq!(second["block"]["read_bytes"], 0);
         assert_eq!(second["vcpu"]["exit_mmio_write"], 2);
         let after_reset = groups.next(&drives(0, 0), &exits);
-        assert_eq!(after_reset["block"]["queue_event_count"], 0, "never negative");
+        assert_eq!(
+            after_reset["block"]["queue_event_count"], 0,
+            "never negative"
+        );
     }
 }

@@ -264,11 +264,13 @@ mod tests {
 
     /// A drive on a 4 KiB file of its own (made here: a PUT opens it).
     fn drive(id: &str, root: bool) -> Box<DriveConfig> {
-        let dir = std::env::temp_dir().join(format!("osprey-pending-drives-{}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("osprey-pending-drives-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("dir");
         let path = dir.join(format!("{id}.img"));
         std::fs::write(&path, [0u8; 4096]).expect("drive file");
-        let json = serde_json::json!({"drive_id": id, "path_on_host": path, "is_root_device": root});
+        let json =
+            serde_json::json!({"drive_id": id, "path_on_host": path, "is_root_device": root});
         Box::new(serde_json::from_value(json).expect("drive"))
     }
 

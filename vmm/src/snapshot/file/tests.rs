@@ -178,7 +178,10 @@ fn describe_names_the_format_and_the_writer() {
     let mut other = encode(&sample()).expect("encode");
     other[8..12].copy_from_slice(&7u32.to_le_bytes());
     std::fs::write(&good, &other).expect("write");
-    assert!(describe(&good).expect("describe").to_string().starts_with("v7 "));
+    assert!(describe(&good)
+        .expect("describe")
+        .to_string()
+        .starts_with("v7 "));
     std::fs::write(&good, b"not a snapshot, but long enough for a header").expect("write");
     assert!(matches!(describe(&good), Err(StateFileError::BadMagic)));
     std::fs::remove_dir_all(dir).ok();
