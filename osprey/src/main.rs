@@ -19,7 +19,9 @@ const EXIT_VMM: i32 = 1;
 fn effective_config(cli: &Cli) -> Result<(VmConfig, Vec<OpenedDrive>), ConfigError> {
     let (config, mut warnings) = cli.vm_config()?;
     let file = cli.config_path().map(|(path, _)| path);
-    apply_file_logger(cli, &config).map_err(|e| e.in_file(file))?;
+    if !cli.check_config {
+        apply_file_logger(cli, &config).map_err(|e| e.in_file(file))?;
+    }
     let prepared = vmm::launch::prepare(config).map_err(|e| e.in_file(file))?;
     warnings.extend(prepared.warnings);
     for w in warnings {
