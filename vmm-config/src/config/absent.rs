@@ -191,6 +191,19 @@ mod tests {
     }
 
     #[test]
+    fn firecrackers_nulls_for_plain_fields_are_their_defaults() {
+        let c = VmConfig::from_json(
+            r#"{"boot-source":{"kernel_image_path":"/k","boot_args":null,"initrd_path":null},
+               "drives":[{"drive_id":"d","path_on_host":"/d","is_read_only":null,
+                          "rate_limiter":{"ops":{"size":1,"one_time_burst":null,"refill_time":1}}}]}"#,
+            "vm.json",
+        )
+        .expect("parses");
+        assert_eq!(c.boot.boot_args, "");
+        assert!(!c.drives[0].is_read_only);
+    }
+
+    #[test]
     fn a_real_value_is_refused_naming_the_feature() {
         for (extra, field, words) in [
             (

@@ -330,13 +330,23 @@ pub struct BootSourceConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
     pub initrd_path: Option<PathBuf>,
-    /// The guest's command line.
-    #[serde(default)]
+    /// The guest's command line (`null`, as Firecracker writes an unset one, is empty).
+    #[serde(default, deserialize_with = "null_as_default")]
     pub boot_args: String,
     /// Unpack a bzImage's compressed kernel on the host and boot it as an ELF vmlinux (off:
     /// the kernel's own decompressor runs in the guest).
     #[serde(default = "default_unpack")]
     pub unpack: bool,
+}
+
+/// A value, or `null` for the type's default: Firecracker writes its unset `Option` fields as
+/// `null` where Osprey's field has a plain default.
+fn null_as_default<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
 }
 
 fn default_unpack() -> bool {
@@ -394,8 +404,9 @@ pub struct DriveConfig {
     /// The backing file or block device.
     #[schema(value_type = String)]
     pub path_on_host: PathBuf,
-    /// Open read-only and offer VIRTIO_BLK_F_RO.
-    #[serde(default)]
+    /// Open read-only and offer VIRTIO_BLK_F_RO (`null`, as Firecracker may write it, is
+    /// false).
+    #[serde(default, deserialize_with = "null_as_default")]
     pub is_read_only: bool,
     /// The guest's root disk (Firecracker's rule): it becomes the first virtio-blk device
     /// (`/dev/vda`) and `root=/dev/vda rw|ro` (or `root=PARTUUID=…`) joins the boot args.
