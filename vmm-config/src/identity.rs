@@ -45,7 +45,7 @@ impl Identity {
             }
             Self::Firecracker => format!(
                 "Firecracker-API v{FIRECRACKER_API_VERSION} (Osprey {osprey_version}, run as \
-                 `{FIRECRACKER_NAME}`)\n"
+                 {FIRECRACKER_NAME})\n"
             ),
         }
     }
