@@ -197,8 +197,10 @@ fn value_errors_name_the_field() {
 
 #[test]
 fn flag_errors() {
+    // Without any flag Osprey serves Firecracker's socket (tests/firecracker_compat.rs); a
+    // check has nothing to check.
     expect_error(
-        &[],
+        &["--check-config".as_ref()],
         "osprey: error: --config: give a config file with --config FILE, a kernel with --kernel PATH, or an API socket with --api-sock PATH to configure the VM over the API",
     );
     // clap's own errors (unknown flag, bad number) also exit 2, and say the range.
@@ -580,7 +582,11 @@ fn help_and_version() {
     assert_eq!(status.code(), Some(0));
     assert_eq!(
         stdout.trim(),
-        format!("osprey {}", env!("CARGO_PKG_VERSION"))
+        format!(
+            "osprey {} (Firecracker API v{})",
+            env!("CARGO_PKG_VERSION"),
+            vmm::identity::FIRECRACKER_API_VERSION
+        )
     );
 }
 

@@ -99,6 +99,16 @@ pub struct SnapshotLoadRequest {
     /// size), as Firecracker's `network_overrides` does for tap devices.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub drive_overrides: Vec<DriveOverride>,
+    /// Firecracker's: advance the guest's kvmclock by the real time since the snapshot
+    /// (`KVM_CLOCK_REALTIME`; the snapshot must have saved it). Without it the clock goes on
+    /// from where it stopped, as in Firecracker.
+    #[serde(default)]
+    pub clock_realtime: bool,
+    /// Firecracker's new host tap devices for the snapshot's network interfaces: Osprey has
+    /// none (`docs/orchestration.md`), so only an empty list is accepted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schema(value_type = Vec<Object>)]
+    pub network_overrides: Vec<serde_json::Value>,
 }
 
 /// A drive of the snapshot on another backing file.
@@ -126,6 +136,13 @@ pub struct MemBackend {
 impl SnapshotLoadRequest {
     /// The memory file: `mem_backend` (type `File`) or `mem_file_path`, exactly one.
     pub fn mem_path(&self) -> Result<&std::path::Path, ApiError> {
+        if !self.network_overrides.is_empty() {
+            return Err(ApiError::BadRequest(format!(
+                "PUT /snapshot/load: network_overrides: {} (docs/orchestration.md lists what \
+                 Osprey implements); only [] is accepted",
+                crate::config::AbsentFeature::NetworkInterfaces.what()
+            )));
+        }
         if self.enable_diff_snapshots || self.track_dirty_pages {
             return Err(ApiError::BadRequest(
                 "PUT /snapshot/load: Osprey takes full snapshots only (no dirty-page tracking)"

@@ -57,7 +57,7 @@ pub fn document() -> utoipa::openapi::OpenApi {
 }
 
 /// The Firecracker API version whose routes and shapes Osprey follows (`GET /version`).
-pub const FIRECRACKER_API_VERSION: &str = "1.16.1";
+pub const FIRECRACKER_API_VERSION: &str = vmm_config::identity::FIRECRACKER_API_VERSION;
 
 /// The documented routes and their OpenAPI paths, declared once: each handler's
 /// `#[utoipa::path]` gives its method, path, body and answers (utoipa-axum).

@@ -51,6 +51,16 @@ pub struct ServerLimits {
     pub max_body: usize,
 }
 
+/// The process's largest request body (`--http-api-max-payload-size`; else [`MAX_BODY_BYTES`]).
+static DEFAULT_MAX_BODY: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(MAX_BODY_BYTES);
+
+/// Sets the largest request body of every server started from now on (Firecracker's
+/// `--http-api-max-payload-size`; at least 1 byte).
+pub fn set_default_max_body(bytes: usize) {
+    DEFAULT_MAX_BODY.store(bytes.max(1), std::sync::atomic::Ordering::Relaxed);
+}
+
 impl Default for ServerLimits {
     fn default() -> Self {
         Self {
@@ -58,7 +68,7 @@ impl Default for ServerLimits {
             body_read_timeout: BODY_READ_TIMEOUT,
             max_connections: MAX_CONNECTIONS,
             reply_timeout: REPLY_TIMEOUT,
-            max_body: MAX_BODY_BYTES,
+            max_body: DEFAULT_MAX_BODY.load(std::sync::atomic::Ordering::Relaxed),
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Firecracker's routes for devices and features Osprey does not have: each answers 400 with a
 //! `fault_message` naming what is missing, so a client that needs it fails at once and says why,
-//! instead of booting a VM without it.
+//! instead of booting a VM without it. The words are the config file's for the same features
+//! (`vmm_config::config::absent`, the one list of what Osprey lacks).
 
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
@@ -8,6 +9,7 @@ use axum::routing::{on, MethodFilter};
 use axum::Router;
 
 use super::fault::Fault;
+use crate::config::AbsentFeature;
 
 /// `(method, path, what is missing)` for every such route of Firecracker v1.16.1.
 pub const UNSUPPORTED: &[(&str, &str, &str)] = &[
@@ -39,18 +41,16 @@ pub const UNSUPPORTED: &[(&str, &str, &str)] = &[
     ("DELETE", "/drives/{id}", DRIVE_UNPLUG),
 ];
 
-const NET: &str = "network interfaces (virtio-net) are not supported by Osprey";
-const VSOCK: &str = "vsock is not supported by Osprey";
-const BALLOON: &str = "the balloon device is not supported by Osprey";
-const MMDS: &str = "MMDS (the microVM metadata service) is not supported by Osprey: it needs a \
-                    network interface";
-const ENTROPY: &str = "the entropy device (virtio-rng) is not supported by Osprey";
-const SERIAL: &str = "configuring the serial console is not supported by Osprey: the guest's \
-                      COM1 goes to Osprey's standard output";
-const PMEM: &str = "pmem devices are not supported by Osprey";
-const HOTPLUG: &str = "memory hot-plug is not supported by Osprey";
-const CPU_CONFIG: &str = "custom CPU templates are not supported by Osprey";
-const DRIVE_UNPLUG: &str = "removing a drive from a running VM is not supported by Osprey";
+const NET: &str = AbsentFeature::NetworkInterfaces.what();
+const VSOCK: &str = AbsentFeature::Vsock.what();
+const BALLOON: &str = AbsentFeature::Balloon.what();
+const MMDS: &str = AbsentFeature::Mmds.what();
+const ENTROPY: &str = AbsentFeature::Entropy.what();
+const SERIAL: &str = AbsentFeature::Serial.what();
+const PMEM: &str = AbsentFeature::Pmem.what();
+const HOTPLUG: &str = AbsentFeature::MemoryHotplug.what();
+const CPU_CONFIG: &str = AbsentFeature::CpuConfig.what();
+const DRIVE_UNPLUG: &str = AbsentFeature::DriveUnplug.what();
 
 /// `router` with every [`UNSUPPORTED`] route added (paths Osprey also serves keep their other
 /// methods).

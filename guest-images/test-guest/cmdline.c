@@ -2,7 +2,7 @@
  * cmdline.c - kernel command line parsing.
  *
  * Owns: splitting the command line into whitespace-separated tokens and
- * interpreting `mode=` and `exit=` (mode=blk's own tokens are parsed by
+ * interpreting `mode=`, `exit=` and `boot_timer` (mode=blk's own tokens are parsed by
  * blk_cmdline.c). Unknown tokens are ignored; an unknown
  * mode or a malformed exit value prints an error line and fails (the caller
  * exits with status 2). Later tokens override earlier ones.
@@ -103,6 +103,7 @@ int cmdline_parse(const char *s, size_t len, struct cmdline_opts *out)
 {
     out->mode = MODE_REPORT;
     out->exit_status = EXIT_OK;
+    out->boot_timer = 0;
 
     size_t i = 0;
     while (i < len) {
@@ -124,6 +125,8 @@ int cmdline_parse(const char *s, size_t len, struct cmdline_opts *out)
                 puts_serial("' (want decimal 0-255)\n");
                 return -1;
             }
+        } else if (token_eq(t, n, "boot_timer")) {
+            out->boot_timer = 1;
         }
         /* anything else: ignored, Linux-style */
     }

@@ -85,6 +85,7 @@ enum guest_mode {
 struct cmdline_opts {
     enum guest_mode mode;
     u8 exit_status;
+    int boot_timer;     /* `boot_timer`: signal "booted" as Firecracker's guests do */
 };
 /* Returns 0, or prints an error line and returns -1. */
 int cmdline_parse(const char *s, size_t len, struct cmdline_opts *out);

@@ -3,14 +3,17 @@
  *
  * Owns: the ready line, start_info validation, reading the command line,
  * dispatching on mode= (report, user, triple-fault, reset, halt,
- * exception, mmio-exec, blk, kbd) and the debug exit (final `osprey-test-guest: exit N` line,
- * then outb to 0xf4).
+ * exception, mmio-exec, blk, kbd), the boot-complete byte of `boot_timer` (Firecracker's
+ * boot timer: 123 written to 0xc0000000, as its rootfs init does) and the debug exit (final
+ * `osprey-test-guest: exit N` line, then outb to 0xf4).
  */
 #include "guest.h"
 
 #define CMDLINE_MAX 4096
 #define USER_ITERATIONS 1000000
 #define MMIO_EXEC_ADDR 0xd0000000ULL
+#define BOOT_TIMER_ADDR 0xc0000000ULL
+#define BOOT_TIMER_DONE 123
 
 static struct mp_info mp;
 
@@ -61,6 +64,9 @@ void kmain(u64 start_info_paddr)
     struct cmdline_opts opts;
     if (cmdline_parse(cmdline, cmdline_len, &opts))
         guest_exit(EXIT_BAD_ARG);
+
+    if (opts.boot_timer)
+        *(volatile u8 *)BOOT_TIMER_ADDR = BOOT_TIMER_DONE;
 
     struct user_bench ub, *ubp = NULL;
     switch (opts.mode) {

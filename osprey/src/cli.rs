@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use vmm::api::client;
-use vmm::config::{ApiConfig, BootSourceConfig, ConfigError, ConfigWarning, VmConfig};
+use vmm::config::{ApiConfig, BootSourceConfig, ConfigError, ConfigWarning, RelativeTo, VmConfig};
 
 /// Osprey: a small KVM virtual machine monitor with an adaptive-polling block dataplane.
 ///
@@ -31,19 +31,32 @@ use vmm::config::{ApiConfig, BootSourceConfig, ConfigError, ConfigWarning, VmCon
 #[command(
     name = "osprey",
     version,
+    disable_version_flag = true,
     verbatim_doc_comment,
-    args_conflicts_with_subcommands = true
+    args_conflicts_with_subcommands = true,
+    group(clap::ArgGroup::new("any_config").args(["config", "config_file"]))
 )]
 pub struct Cli {
     /// Talk to a running VM instead of starting one.
     #[command(subcommand)]
     pub command: Option<Command>,
 
+    /// Print the version (and, run as `firecracker`, the Firecracker API version first, as
+    /// Firecracker's tools parse it: docs/orchestration.md).
+    #[arg(short = 'V', long)]
+    pub version: bool,
+
     /// VM config file (JSON) with the sections machine-config, boot-source, drives, iothreads,
     /// rate-limit-groups, api, metrics, snapshot and sandbox; relative paths in it are taken
-    /// from the file's folder. See docs/config.md and examples/. `--config-file` is Firecracker's name for it.
-    #[arg(long, value_name = "FILE", visible_alias = "config-file")]
+    /// from the file's folder. See docs/config.md and examples/.
+    #[arg(long, value_name = "FILE", conflicts_with = "config_file")]
     pub config: Option<PathBuf>,
+
+    /// Firecracker's config file: the same sections as --config, but relative paths in it are
+    /// taken from the working directory (as Firecracker takes them), and the API is served on
+    /// /run/firecracker.socket unless --api-sock or --no-api says otherwise.
+    #[arg(long, value_name = "FILE", help_heading = FIRECRACKER)]
+    pub config_file: Option<PathBuf>,
 
     /// Kernel to boot: an ELF with a PVH note (entered in 32-bit PVH mode), an ELF vmlinux
     /// (64-bit entry) or a bzImage. Overrides boot-source.kernel_image_path.
@@ -76,7 +89,7 @@ pub struct Cli {
     /// configuration, with the API on --api-sock if given (else none). A refused snapshot
     /// (truncated, corrupted, of another version, a drive or memory file missing or resized)
     /// exits 2 before any vCPU runs.
-    #[arg(long, value_name = "DIR", conflicts_with_all = ["config", "kernel"])]
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["config", "config_file", "kernel"])]
     pub restore: Option<PathBuf>,
 
     /// With --restore: drive ID on the file PATH instead of the snapshot's (a clone's own copy,
@@ -89,7 +102,8 @@ pub struct Cli {
     /// /machine-config, /boot-source, /drives/{id}, /logger, /metrics; docs/api/README.md) and
     /// boots on PUT /actions {"action_type": "InstanceStart"}. With the sandbox on, that phase
     /// is confined too, and the paths its requests name must lie in the socket's folder or an
-    /// --allow-folder (docs/security.md).
+    /// --allow-folder (docs/security.md). Started with no VM source and no socket (or with
+    /// --config-file alone), Osprey serves /run/firecracker.socket, as Firecracker does.
     #[arg(long, value_name = "PATH")]
     pub api_sock: Option<PathBuf>,
 
@@ -177,10 +191,44 @@ pub struct Cli {
     #[arg(long, help_heading = FIRECRACKER)]
     pub enable_pci: bool,
 
-    /// No API server: Osprey serves none unless given --api-sock (or api.socket); needs a
-    /// config.
-    #[arg(long, help_heading = FIRECRACKER, conflicts_with = "api_sock", requires = "config")]
+    /// No API server: Osprey serves none unless the config file has an api.socket; needs a
+    /// config (--config-file or --config).
+    #[arg(long, help_heading = FIRECRACKER, conflicts_with = "api_sock", requires = "any_config")]
     pub no_api: bool,
+
+    /// Only log lines from modules whose path starts with this (such as vmm::vm or dataplane;
+    /// as PUT /logger's module).
+    #[arg(long, value_name = "MODULE", help_heading = FIRECRACKER)]
+    pub module: Option<String>,
+
+    /// Log the guest's boot time when it writes 123 to guest-physical 0xc0000000 (a byte
+    /// write; Firecracker's boot timer): "Guest-boot-time = … us".
+    #[arg(long, help_heading = FIRECRACKER)]
+    pub boot_timer: bool,
+
+    /// The largest API request body, in bytes (default 65536); larger ones are refused with
+    /// 413.
+    #[arg(long, value_name = "BYTES", help_heading = FIRECRACKER, value_parser = payload_size)]
+    pub http_api_max_payload_size: Option<usize>,
+
+    /// Firecracker's MMDS data store limit: accepted and logged (Osprey has no MMDS; every
+    /// MMDS request is refused with 400).
+    #[arg(long, value_name = "BYTES", help_heading = FIRECRACKER)]
+    pub mmds_size_limit: Option<u64>,
+
+    /// Firecracker's MMDS content file: refused with the reason (Osprey has no MMDS).
+    #[arg(long, value_name = "FILE", help_heading = FIRECRACKER)]
+    pub metadata: Option<PathBuf>,
+
+    /// Print the format version of Osprey's snapshot state files this build writes and reads,
+    /// and exit.
+    #[arg(long, help_heading = FIRECRACKER)]
+    pub snapshot_version: bool,
+
+    /// Print the format version of the snapshot state file FILE (and the Osprey version that
+    /// wrote it), and exit.
+    #[arg(long, value_name = "FILE", help_heading = FIRECRACKER)]
+    pub describe_snapshot: Option<PathBuf>,
 
     /// Start times (µs) Firecracker's jailer passes: accepted and logged.
     #[arg(long, value_name = "US", help_heading = FIRECRACKER)]
@@ -277,16 +325,27 @@ fn memory_in_range(text: &str) -> Result<u64, FlagError> {
     whole_number(text, vmm::config::MIN_MEM_MIB, u64::MAX, " of MiB")
 }
 
+fn payload_size(text: &str) -> Result<usize, FlagError> {
+    whole_number(text, 1, usize::MAX as u64, " of bytes").map(|n| n as usize)
+}
+
 fn id_in_range(text: &str) -> Result<u32, FlagError> {
     // u32::MAX is (uid_t)-1, which the kernel reads as "unchanged".
     whole_number(text, 0, u64::from(u32::MAX - 1), "").map(|n| n as u32)
 }
 
+/// The API socket Firecracker serves when given none.
+pub const FIRECRACKER_API_SOCK: &str = "/run/firecracker.socket";
+
 impl Cli {
-    /// The logger the flags ask for (`--log-path`, `--show-level`, `--show-log-origin`), if
-    /// any, at `--log-level`.
+    /// The logger the flags ask for (`--log-path`, `--show-level`, `--show-log-origin`,
+    /// `--module`), if any, at `--log-level`.
     pub fn logger(&self) -> Option<vmm::logger::LoggerConfig> {
-        if self.log_path.is_none() && !self.show_level && !self.show_log_origin {
+        if self.log_path.is_none()
+            && !self.show_level
+            && !self.show_log_origin
+            && self.module.is_none()
+        {
             return None;
         }
         Some(vmm::logger::LoggerConfig {
@@ -294,18 +353,42 @@ impl Cli {
             log_path: self.log_path.clone(),
             show_level: self.show_level,
             show_log_origin: self.show_log_origin,
-            module: None,
+            module: self.module.clone(),
         })
+    }
+
+    /// The config file given, with where its relative paths are taken from.
+    pub fn config_path(&self) -> Option<(&std::path::Path, RelativeTo)> {
+        match (&self.config, &self.config_file) {
+            (Some(p), _) => Some((p, RelativeTo::FileFolder)),
+            (None, Some(p)) => Some((p, RelativeTo::WorkingDirectory)),
+            (None, None) => None,
+        }
+    }
+
+    /// Nothing says what to run (no config, kernel nor snapshot).
+    fn no_vm_source(&self) -> bool {
+        self.config_path().is_none() && self.kernel.is_none() && self.restore.is_none()
+    }
+
+    /// The socket to serve the API on: `--api-sock`; else, as Firecracker, its default
+    /// [`FIRECRACKER_API_SOCK`] when started with Firecracker's flags only (`--config-file`
+    /// without `--no-api`, or no VM source at all); else none (Osprey's own `--config` and
+    /// `--kernel` serve no API unless asked). `--check-config` serves nothing.
+    pub fn api_socket(&self) -> Option<PathBuf> {
+        if let Some(s) = &self.api_sock {
+            return Some(s.clone());
+        }
+        let firecrackers_way =
+            self.no_vm_source() || (self.config_file.is_some() && self.config.is_none());
+        (firecrackers_way && !self.no_api && !self.check_config)
+            .then(|| PathBuf::from(FIRECRACKER_API_SOCK))
     }
 
     /// No config and no kernel, but an API socket: the VM is configured over the API and
     /// starts on `InstanceStart` (Firecracker's way; `--check-config` needs a config).
     pub fn waits_for_api(&self) -> bool {
-        self.config.is_none()
-            && self.kernel.is_none()
-            && self.restore.is_none()
-            && self.api_sock.is_some()
-            && !self.check_config
+        self.no_vm_source() && self.api_socket().is_some() && !self.check_config
     }
 
     /// The VM config: the file (if any) with command-line overrides applied and every path made
@@ -327,8 +410,18 @@ impl Cli {
         } else {
             self.seccomp
         });
-        let (mut config, warnings) = match &self.config {
-            Some(path) => VmConfig::from_file(path)?,
+        if let Some(file) = &self.metadata {
+            return Err(ConfigError::Invalid {
+                field: "--metadata".into(),
+                reason: format!(
+                    "{}: {} (docs/orchestration.md)",
+                    file.display(),
+                    vmm::config::AbsentFeature::Mmds.what()
+                ),
+            });
+        }
+        let (mut config, warnings) = match self.config_path() {
+            Some((path, relative_to)) => VmConfig::from_file_relative_to(path, relative_to)?,
             None if self.waits_for_api() => (VmConfig::default(), Vec::new()),
             None => {
                 let kernel = self.kernel.clone().ok_or_else(|| ConfigError::Invalid {
@@ -395,10 +488,8 @@ impl Cli {
                 }
             }
         }
-        if let Some(socket) = &self.api_sock {
-            config.api = Some(ApiConfig {
-                socket: socket.clone(),
-            });
+        if let Some(socket) = self.api_socket() {
+            config.api = Some(ApiConfig { socket });
         }
         config.resolve_paths(std::path::Path::new(""));
         Ok((config, warnings))
@@ -674,7 +765,7 @@ mod tests {
             "Warning",
         ])
         .expect("Firecracker's flags");
-        assert_eq!(cli.config, Some(PathBuf::from("/vm.json")));
+        assert_eq!(cli.config_file, Some(PathBuf::from("/vm.json")));
         assert_eq!(cli.id.as_deref(), Some("vm-1"));
         assert!(cli.no_seccomp);
         assert_eq!(cli.log_level, log::LevelFilter::Warn);
@@ -736,11 +827,85 @@ mod tests {
 
     #[test]
     fn neither_config_nor_kernel_is_an_error() {
-        let cli = Cli::parse_from(["osprey"]);
+        let cli = Cli::parse_from(["osprey", "--check-config"]);
         let e = cli.vm_config().expect_err("must fail");
         assert!(
             e.to_string().starts_with("--config: give a config file"),
             "{e}"
         );
+    }
+
+    /// Started as Firecracker is, with no socket flag: the API on /run/firecracker.socket,
+    /// before any VM (no source) or with `--config-file`; not for Osprey's own ways of starting.
+    #[test]
+    fn with_no_socket_flag_firecrackers_socket_is_served() {
+        let sock = Some(PathBuf::from(FIRECRACKER_API_SOCK));
+        let bare = Cli::parse_from(["osprey"]);
+        assert!(bare.waits_for_api());
+        assert_eq!(bare.api_socket(), sock);
+        let file = Cli::parse_from(["osprey", "--config-file", "vm.json"]);
+        assert_eq!(file.api_socket(), sock);
+        assert!(!file.waits_for_api());
+        for none in [
+            vec!["osprey", "--config-file", "vm.json", "--no-api"],
+            vec!["osprey", "--config", "vm.json"],
+            vec!["osprey", "--kernel", "/k"],
+            vec!["osprey", "--config-file", "vm.json", "--check-config"],
+        ] {
+            assert_eq!(Cli::parse_from(&none).api_socket(), None, "{none:?}");
+        }
+        let given = Cli::parse_from(["osprey", "--config-file", "vm.json", "--api-sock", "/s"]);
+        assert_eq!(given.api_socket(), Some(PathBuf::from("/s")));
+        assert!(Cli::try_parse_from(["osprey", "--config", "a", "--config-file", "b"]).is_err());
+    }
+
+    /// Firecracker v1.16.1's flags that used to end Osprey with "unexpected argument".
+    #[test]
+    fn firecrackers_other_flags_are_taken() {
+        let cli = Cli::try_parse_from([
+            "osprey",
+            "--config-file",
+            "vm.json",
+            "--no-api",
+            "--boot-timer",
+            "--http-api-max-payload-size",
+            "102400",
+            "--mmds-size-limit",
+            "51200",
+            "--module",
+            "vmm::vm",
+        ])
+        .expect("Firecracker's flags");
+        assert!(cli.boot_timer);
+        assert_eq!(cli.http_api_max_payload_size, Some(102_400));
+        assert_eq!(cli.mmds_size_limit, Some(51_200));
+        assert_eq!(
+            cli.logger().and_then(|l| l.module).as_deref(),
+            Some("vmm::vm")
+        );
+        assert_eq!(
+            cli.config_path(),
+            Some((
+                std::path::Path::new("vm.json"),
+                RelativeTo::WorkingDirectory
+            ))
+        );
+        let exits = Cli::try_parse_from(["osprey", "--snapshot-version"]).expect("flag");
+        assert!(exits.snapshot_version);
+        let describe =
+            Cli::try_parse_from(["osprey", "--describe-snapshot", "/s/state.snap"]).expect("flag");
+        assert_eq!(
+            describe.describe_snapshot,
+            Some(PathBuf::from("/s/state.snap"))
+        );
+        assert!(
+            Cli::try_parse_from(["osprey", "--version"])
+                .expect("flag")
+                .version
+        );
+        assert!(Cli::try_parse_from(["osprey", "--http-api-max-payload-size", "0"]).is_err());
+        let metadata = Cli::parse_from(["osprey", "--kernel", "/k", "--metadata", "/m.json"]);
+        let e = metadata.vm_config().expect_err("no MMDS").to_string();
+        assert!(e.starts_with("--metadata: /m.json: MMDS"), "{e}");
     }
 }

@@ -18,12 +18,55 @@ const EXIT_VMM: i32 = 1;
 /// defaults filled in; warnings logged).
 fn effective_config(cli: &Cli) -> Result<(VmConfig, Vec<OpenedDrive>), ConfigError> {
     let (config, mut warnings) = cli.vm_config()?;
-    let prepared = vmm::launch::prepare(config).map_err(|e| e.in_file(cli.config.as_deref()))?;
+    let file = cli.config_path().map(|(path, _)| path);
+    if !cli.check_config {
+        apply_file_logger(cli, &config).map_err(|e| e.in_file(file))?;
+    }
+    let prepared = vmm::launch::prepare(config).map_err(|e| e.in_file(file))?;
     warnings.extend(prepared.warnings);
     for w in warnings {
         log::warn!("{w}");
     }
     Ok((prepared.config, prepared.drives))
+}
+
+/// The config file's `logger` section, applied as `PUT /logger` is, after the flags' logger: a
+/// field it leaves out keeps the flags' value (its level, `--level`).
+fn apply_file_logger(cli: &Cli, config: &VmConfig) -> Result<(), ConfigError> {
+    let Some(logger) = &config.logger else {
+        return Ok(());
+    };
+    let mut logger = logger.clone();
+    logger.level = logger.level.or(Some(cli.log_level.into()));
+    logger.show_level |= cli.show_level;
+    logger.show_log_origin |= cli.show_log_origin;
+    vmm::logger::apply(&logger).map_err(|e| vmm::config::invalid("logger", e.to_string()))
+}
+
+/// The flags that print something and exit before anything else (`--version`,
+/// `--snapshot-version`, `--describe-snapshot`), as Firecracker's do.
+fn print_and_exit(cli: &Cli) {
+    if cli.version {
+        let identity = vmm::identity::get();
+        print!("{}", identity.version_text(env!("CARGO_PKG_VERSION")));
+        std::process::exit(0);
+    }
+    if cli.snapshot_version {
+        println!("{}", vmm::snapshot::file::supported_version());
+        std::process::exit(0);
+    }
+    if let Some(path) = &cli.describe_snapshot {
+        match vmm::snapshot::file::describe(path) {
+            Ok(d) => {
+                println!("{d}");
+                std::process::exit(0);
+            }
+            Err(e) => {
+                eprintln!("osprey: error: --describe-snapshot: {e}");
+                std::process::exit(EXIT_VMM);
+            }
+        }
+    }
 }
 
 /// `--api-sock` alone: serve the pre-boot API until `InstanceStart`, then run the VM.
@@ -87,7 +130,11 @@ fn exit_with(result: Result<vmm::stop::StopReason, vmm::vm::VmError>) -> ! {
 
 fn main() {
     vmm::boot_timing::start();
+    if let Some(argv0) = std::env::args_os().next() {
+        vmm::identity::set(vmm::identity::Identity::of_program(&argv0));
+    }
     let cli = Cli::parse();
+    print_and_exit(&cli);
     vmm::logger::init(cli.log_level);
     if let Some(Command::Api(args)) = &cli.command {
         std::process::exit(args.run());
@@ -104,6 +151,15 @@ fn main() {
     if let Some(id) = &cli.id {
         vmm::instance::set_id(id);
         log::info!("instance id: {id}");
+    }
+    if cli.boot_timer {
+        vmm::boot_timing::enable_boot_timer();
+    }
+    if let Some(bytes) = cli.http_api_max_payload_size {
+        vmm::api::server::set_default_max_body(bytes);
+    }
+    if let Some(limit) = cli.mmds_size_limit {
+        log::info!("--mmds-size-limit {limit}: accepted; Osprey has no MMDS");
     }
     if let Some(us) = cli.start_time_us {
         log::debug!(

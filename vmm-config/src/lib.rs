@@ -12,6 +12,7 @@ pub mod drive;
 pub mod fault_injection;
 pub mod field_update;
 pub mod host;
+pub mod identity;
 pub mod instance;
 pub mod logger;
 pub mod metrics;

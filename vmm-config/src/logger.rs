@@ -27,7 +27,8 @@ pub struct LoggerConfig {
     /// Print each line's source file and line.
     #[serde(default)]
     pub show_log_origin: bool,
-    /// Firecracker's module filter: not supported (use `RUST_LOG`).
+    /// Firecracker's module filter: only lines from modules whose path starts with it (such as
+    /// `vmm::vm` or `dataplane`) are written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub module: Option<String>,
 }
@@ -87,9 +88,6 @@ pub enum LoggerError {
         /// Why.
         source: std::io::Error,
     },
-    /// `module` was given.
-    #[error("module: filtering by module is not supported; set RUST_LOG instead")]
-    Module,
 }
 
 /// Where lines go: `None` is standard error.
@@ -99,6 +97,18 @@ static SHOW_LEVEL: AtomicBool = AtomicBool::new(true);
 static SHOW_ORIGIN: AtomicBool = AtomicBool::new(false);
 /// `RUST_LOG` decides the filter: `level` is then not applied.
 static ENV_FILTER: AtomicBool = AtomicBool::new(false);
+/// Firecracker's `module`: only lines from modules whose path starts with it.
+static MODULE: Mutex<Option<String>> = Mutex::new(None);
+
+/// Whether a line from `module_path` passes the `module` filter (Firecracker's rule: a prefix of
+/// the module's path; a line without a module path passes only when no filter is set).
+fn module_passes(filter: Option<&str>, module_path: Option<&str>) -> bool {
+    match (filter, module_path) {
+        (None, _) => true,
+        (Some(f), Some(m)) => m.starts_with(f),
+        (Some(_), None) => false,
+    }
+}
 
 /// The writer env_logger is given.
 struct Sink;
@@ -123,6 +133,11 @@ pub fn init(level: log::LevelFilter) {
     builder
         .target(env_logger::Target::Pipe(Box::new(Sink)))
         .format(|buf, record| {
+            let filter = MODULE.lock().unwrap_or_else(|p| p.into_inner());
+            if !module_passes(filter.as_deref(), record.module_path()) {
+                return Ok(());
+            }
+            drop(filter);
             let ts = buf.timestamp_millis();
             let level = if SHOW_LEVEL.load(Ordering::Relaxed) {
                 format!(" {:<5}", record.level())
@@ -149,15 +164,15 @@ pub fn init(level: log::LevelFilter) {
 /// Applies `config`: the level at once, the file opened (non-blocking, so a FIFO without a
 /// reader does not block, as Firecracker opens it) and used from the next line on.
 pub fn apply(config: &LoggerConfig) -> Result<(), LoggerError> {
-    if config.module.is_some() {
-        return Err(LoggerError::Module);
-    }
     if let Some(path) = &config.log_path {
         let file = open_nonblocking(path).map_err(|source| LoggerError::Open {
             path: path.clone(),
             source,
         })?;
         *SINK.lock().unwrap_or_else(|p| p.into_inner()) = Some(file);
+    }
+    if let Some(m) = &config.module {
+        *MODULE.lock().unwrap_or_else(|p| p.into_inner()) = Some(m.clone());
     }
     SHOW_LEVEL.store(config.show_level, Ordering::Relaxed);
     SHOW_ORIGIN.store(config.show_log_origin, Ordering::Relaxed);
@@ -190,7 +205,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn firecrackers_body_is_read_and_module_is_refused() {
+    fn firecrackers_body_is_read() {
         let c: LoggerConfig = serde_json::from_str(
             r#"{"level":"Debug","log_path":"/tmp/x","show_level":true,"show_log_origin":false}"#,
         )
@@ -198,11 +213,15 @@ mod tests {
         assert_eq!(c.level, Some(LogLevel::Debug));
         assert!(serde_json::from_str::<LoggerConfig>(r#"{"level":"Loud"}"#).is_err());
         assert!(serde_json::from_str::<LoggerConfig>(r#"{"colour":true}"#).is_err());
-        let module = LoggerConfig {
-            module: Some("vmm".into()),
-            ..Default::default()
-        };
-        assert!(matches!(apply(&module), Err(LoggerError::Module)));
+    }
+
+    #[test]
+    fn the_module_filter_keeps_lines_of_modules_under_it() {
+        assert!(module_passes(None, Some("dataplane::iothread")));
+        assert!(module_passes(None, None));
+        assert!(module_passes(Some("vmm::vm"), Some("vmm::vm::running")));
+        assert!(!module_passes(Some("vmm::vm"), Some("dataplane::iothread")));
+        assert!(!module_passes(Some("vmm"), None));
     }
 
     #[test]

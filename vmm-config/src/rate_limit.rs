@@ -19,11 +19,17 @@ pub struct TokenBucketConfig {
     /// Tokens (bytes or operations) the bucket holds when full, and refills per `refill_time`.
     /// 0 turns the bucket off.
     pub size: u64,
-    /// Extra tokens spent before the bucket's own, once (default 0).
-    #[serde(default)]
+    /// Extra tokens spent before the bucket's own, once (default 0; `null`, as Firecracker
+    /// writes an unset one, is 0).
+    #[serde(default, deserialize_with = "null_as_zero")]
     pub one_time_burst: u64,
     /// Milliseconds to refill the bucket from empty (1 to 86,400,000).
     pub refill_time: u64,
+}
+
+/// A number, or `null` for 0 (Firecracker's `Option` fields written out unset).
+fn null_as_zero<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    Ok(Option::<u64>::deserialize(d)?.unwrap_or(0))
 }
 
 /// `rate_limiter`: a bandwidth bucket (bytes) and an operations bucket, both optional.

@@ -22,7 +22,8 @@ pub mod vm;
 // The layers below, at the paths the VMM's modules and its users name them by.
 pub use api;
 pub use vmm_config::{
-    affinity, allowed_folders, boot_timing, config, drive, fault_injection, host, instance, logger,
-    metrics, rate_limit, sandbox, seccomp, snapshot_folder, swap_folder, thread_weights,
+    affinity, allowed_folders, boot_timing, config, drive, fault_injection, host, identity,
+    instance, logger, metrics, rate_limit, sandbox, seccomp, snapshot_folder, swap_folder,
+    thread_weights,
 };
 pub(crate) use vmm_config::{field_update, preflight};

@@ -1,5 +1,6 @@
-//! A vCPU thread: runs `KVM_RUN`, dispatches port and MMIO exits to the buses, and reports the
-//! exits that end the VM (shutdown, internal error, failed entry) to the control thread.
+//! A vCPU thread: runs `KVM_RUN`, dispatches port and MMIO exits to the buses (counting them for
+//! Firecracker's `vcpu` metrics; the boot timer's byte first), and reports the exits that end the
+//! VM (shutdown, internal error, failed entry) to the control thread.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -132,24 +133,33 @@ enum Step {
 }
 
 fn dispatch(exit: VcpuExit<'_>, pio: &Bus, mmio: &Bus) -> Step {
+    use crate::metrics::firecracker::VCPU_EXITS as exits;
+    let count = |c: &std::sync::atomic::AtomicU64| c.fetch_add(1, Ordering::Relaxed);
     match exit {
         VcpuExit::IoOut(port, data) => {
+            count(&exits.io_out);
             if !pio.write(u64::from(port), data) {
                 log::trace!("Unclaimed port write {port:#x} <- {data:x?}");
             }
             Step::Continue
         }
         VcpuExit::IoIn(port, data) => {
+            count(&exits.io_in);
             pio.read(u64::from(port), data);
             Step::Continue
         }
         VcpuExit::MmioWrite(addr, data) => {
+            count(&exits.mmio_write);
+            if crate::boot_timing::guest_signal(addr, data) {
+                return Step::Continue;
+            }
             if !mmio.write(addr, data) {
                 log::debug!("Unclaimed MMIO write {addr:#x} <- {data:x?}");
             }
             Step::Continue
         }
         VcpuExit::MmioRead(addr, data) => {
+            count(&exits.mmio_read);
             if !mmio.read(addr, data) {
                 log::debug!("Unclaimed MMIO read {addr:#x}");
             }
@@ -160,11 +170,20 @@ fn dispatch(exit: VcpuExit<'_>, pio: &Bus, mmio: &Bus) -> Step {
         VcpuExit::SystemEvent(kind, _) => {
             Step::Shutdown(format!("system event {kind} (KVM_EXIT_SYSTEM_EVENT)"))
         }
-        VcpuExit::InternalError => Step::InternalError,
-        VcpuExit::FailEntry(reason, cpu) => Step::Fail(format!(
-            "KVM_EXIT_FAIL_ENTRY (hardware entry failure reason {reason:#x}, host CPU {cpu})"
-        )),
+        VcpuExit::InternalError => {
+            count(&exits.failures);
+            Step::InternalError
+        }
+        VcpuExit::FailEntry(reason, cpu) => {
+            count(&exits.failures);
+            Step::Fail(format!(
+                "KVM_EXIT_FAIL_ENTRY (hardware entry failure reason {reason:#x}, host CPU {cpu})"
+            ))
+        }
         VcpuExit::Intr | VcpuExit::IrqWindowOpen => Step::Continue,
-        other => Step::Fail(format!("unexpected VM exit {other:?}")),
+        other => {
+            count(&exits.failures);
+            Step::Fail(format!("unexpected VM exit {other:?}"))
+        }
     }
 }

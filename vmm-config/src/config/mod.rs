@@ -10,6 +10,7 @@
 
 use std::path::PathBuf;
 
+pub mod absent;
 pub mod boot_rules;
 pub mod effective;
 pub mod parse;
@@ -18,6 +19,9 @@ pub mod validate;
 pub mod words;
 
 use serde::{Deserialize, Serialize};
+
+pub use absent::{AbsentFeature, AbsentSection};
+pub use parse::RelativeTo;
 
 /// Smallest guest memory we boot (MiB).
 pub const MIN_MEM_MIB: u64 = 16;
@@ -191,6 +195,57 @@ pub struct VmConfig {
     /// The sandbox (seccomp, Landlock, privileges, namespaces).
     #[serde(default)]
     pub sandbox: crate::sandbox::SandboxConfig,
+    /// Firecracker's logger, applied as `PUT /logger` is (before the VM is built).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logger: Option<crate::logger::LoggerConfig>,
+    /// Firecracker's custom CPU template: absent from Osprey (null only; [`absent`]).
+    #[serde(
+        rename = "cpu-config",
+        default,
+        skip_serializing_if = "AbsentSection::skip"
+    )]
+    #[schema(value_type = Option<Object>)]
+    pub cpu_config: AbsentSection,
+    /// Firecracker's balloon: absent from Osprey (null only).
+    #[serde(default, skip_serializing_if = "AbsentSection::skip")]
+    #[schema(value_type = Option<Object>)]
+    pub balloon: AbsentSection,
+    /// Firecracker's network interfaces: absent from Osprey (`[]` or null only).
+    #[serde(
+        rename = "network-interfaces",
+        default,
+        skip_serializing_if = "AbsentSection::skip"
+    )]
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub network_interfaces: AbsentSection,
+    /// Firecracker's vsock: absent from Osprey (null only).
+    #[serde(default, skip_serializing_if = "AbsentSection::skip")]
+    #[schema(value_type = Option<Object>)]
+    pub vsock: AbsentSection,
+    /// Firecracker's MMDS: absent from Osprey (null only).
+    #[serde(
+        rename = "mmds-config",
+        default,
+        skip_serializing_if = "AbsentSection::skip"
+    )]
+    #[schema(value_type = Option<Object>)]
+    pub mmds_config: AbsentSection,
+    /// Firecracker's entropy device: absent from Osprey (null only).
+    #[serde(default, skip_serializing_if = "AbsentSection::skip")]
+    #[schema(value_type = Option<Object>)]
+    pub entropy: AbsentSection,
+    /// Firecracker's pmem devices: absent from Osprey (`[]` or null only).
+    #[serde(default, skip_serializing_if = "AbsentSection::skip")]
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub pmem: AbsentSection,
+    /// Firecracker's memory hot-plug: absent from Osprey (null only).
+    #[serde(
+        rename = "memory-hotplug",
+        default,
+        skip_serializing_if = "AbsentSection::skip"
+    )]
+    #[schema(value_type = Option<Object>)]
+    pub memory_hotplug: AbsentSection,
 }
 
 /// `metrics`: a JSON line of every counter appended to `metrics_path` every `interval_ms`
@@ -275,13 +330,23 @@ pub struct BootSourceConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
     pub initrd_path: Option<PathBuf>,
-    /// The guest's command line.
-    #[serde(default)]
+    /// The guest's command line (`null`, as Firecracker writes an unset one, is empty).
+    #[serde(default, deserialize_with = "null_as_default")]
     pub boot_args: String,
     /// Unpack a bzImage's compressed kernel on the host and boot it as an ELF vmlinux (off:
     /// the kernel's own decompressor runs in the guest).
     #[serde(default = "default_unpack")]
     pub unpack: bool,
+}
+
+/// A value, or `null` for the type's default: Firecracker writes its unset `Option` fields as
+/// `null` where Osprey's field has a plain default.
+fn null_as_default<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
 }
 
 fn default_unpack() -> bool {
@@ -339,8 +404,9 @@ pub struct DriveConfig {
     /// The backing file or block device.
     #[schema(value_type = String)]
     pub path_on_host: PathBuf,
-    /// Open read-only and offer VIRTIO_BLK_F_RO.
-    #[serde(default)]
+    /// Open read-only and offer VIRTIO_BLK_F_RO (`null`, as Firecracker may write it, is
+    /// false).
+    #[serde(default, deserialize_with = "null_as_default")]
     pub is_read_only: bool,
     /// The guest's root disk (Firecracker's rule): it becomes the first virtio-blk device
     /// (`/dev/vda`) and `root=/dev/vda rw|ro` (or `root=PARTUUID=…`) joins the boot args.
@@ -376,6 +442,9 @@ pub struct DriveConfig {
     /// A `rate-limit-groups` id: the drive also shares that group's limits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_limit_group: Option<String>,
+    /// Firecracker's vhost-user socket: absent from Osprey's VMM (null only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket: Option<String>,
 }
 
 impl IoEngineKind {

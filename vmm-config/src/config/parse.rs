@@ -1,6 +1,8 @@
 //! Reading a config: JSON text to [`VmConfig`], with errors naming the file and the JSON path in
 //! the config's own words; the old spelling of a section accepted with a warning; and every
-//! relative path in a file taken from the file's folder, so a config starts from any directory.
+//! relative path in a file made absolute: from the file's folder for Osprey's `--config`, so a
+//! config starts from any directory, or from the working directory for Firecracker's
+//! `--config-file`, as Firecracker takes them ([`RelativeTo`]).
 
 use std::path::{Path, PathBuf};
 
@@ -10,18 +12,38 @@ use super::{words, ConfigError, ConfigWarning, VmConfig};
 /// (a serde alias) and draws a warning.
 pub const OLD_SECTION_NAMES: &[(&str, &str)] = &[("rate_limit_groups", "rate-limit-groups")];
 
+/// Where a config file's relative paths are taken from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RelativeTo {
+    /// The file's folder (Osprey's `--config`): the file works from any directory.
+    FileFolder,
+    /// The working directory (Firecracker's `--config-file`, as Firecracker reads it).
+    WorkingDirectory,
+}
+
 impl VmConfig {
     /// Reads and parses a config file; relative paths in it are taken from the file's folder.
     /// The error names the file and the bad field; warnings say what the file should change.
     pub fn from_file(path: &Path) -> Result<(Self, Vec<ConfigWarning>), ConfigError> {
+        Self::from_file_relative_to(path, RelativeTo::FileFolder)
+    }
+
+    /// [`VmConfig::from_file`], with relative paths taken from `relative_to`.
+    pub fn from_file_relative_to(
+        path: &Path,
+        relative_to: RelativeTo,
+    ) -> Result<(Self, Vec<ConfigWarning>), ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.to_owned(),
             source,
         })?;
         let origin = path.display().to_string();
         let (mut config, warnings) = Self::from_json_with_warnings(&text, &origin)?;
-        let folder = path.parent().unwrap_or(Path::new(""));
-        config.resolve_paths(folder);
+        let base = match relative_to {
+            RelativeTo::FileFolder => path.parent().unwrap_or(Path::new("")),
+            RelativeTo::WorkingDirectory => Path::new(""),
+        };
+        config.resolve_paths(base);
         Ok((config, warnings))
     }
 
@@ -90,6 +112,9 @@ impl VmConfig {
         for f in &mut self.sandbox.allowed_folders {
             fix(f);
         }
+        if let Some(p) = self.logger.as_mut().and_then(|l| l.log_path.as_mut()) {
+            fix(p);
+        }
     }
 }
 
@@ -154,6 +179,31 @@ mod tests {
         assert_eq!(c.api.map(|a| a.socket), Some(PathBuf::from("/run/o.sock")));
         assert_eq!(c.metrics.map(|m| m.path), Some(dir.join("m.jsonl")));
         assert_eq!(c.snapshot.map(|s| s.folder), Some(dir.join("snaps")));
+        std::fs::remove_dir_all(dir).ok();
+    }
+
+    #[test]
+    fn firecrackers_relative_paths_are_taken_from_the_working_directory() {
+        let dir = std::env::temp_dir().join(format!("osprey-cfg-cwd-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let file = dir.join("vm.json");
+        std::fs::write(
+            &file,
+            r#"{"boot-source":{"kernel_image_path":"vmlinux.bin"},
+               "drives":[{"drive_id":"d","path_on_host":"rootfs.ext4"}],
+               "logger":{"log_path":"fc.log"}}"#,
+        )
+        .expect("write");
+        let cwd = std::env::current_dir().expect("cwd");
+        let (c, _) =
+            VmConfig::from_file_relative_to(&file, RelativeTo::WorkingDirectory).expect("parse");
+        assert_eq!(c.boot.kernel_image_path, cwd.join("vmlinux.bin"));
+        assert_eq!(c.drives[0].path_on_host, cwd.join("rootfs.ext4"));
+        let log = c.logger.and_then(|l| l.log_path);
+        assert_eq!(log, Some(cwd.join("fc.log")));
+        let (c, _) = VmConfig::from_file(&file).expect("parse");
+        assert_eq!(c.boot.kernel_image_path, dir.join("vmlinux.bin"));
+        assert_eq!(c.logger.and_then(|l| l.log_path), Some(dir.join("fc.log")));
         std::fs::remove_dir_all(dir).ok();
     }
 

@@ -14,6 +14,7 @@ impl VmConfig {
     /// Checks every value against its range and the others, without touching the host: no
     /// file is opened. `host_mem_mib` bounds the guest memory.
     pub fn check_values(&self, host_mem_mib: u64) -> Result<(), ConfigError> {
+        self.check_absent_features()?;
         self.check_machine(host_mem_mib)?;
         self.sandbox.check()?;
         self.check_boot_source()?;
@@ -282,6 +283,7 @@ pub fn check_drive_values(i: usize, d: &DriveConfig) -> Result<(), ConfigError> 
             ));
         }
     }
+    super::absent::check_drive_socket(i, d)?;
     if d.num_queues == 0 || d.num_queues > MAX_QUEUES {
         return Err(invalid(
             f("num_queues"),

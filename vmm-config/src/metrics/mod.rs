@@ -9,6 +9,7 @@
 use osprey_metrics::{Kind, Metric, MetricSet, Reading};
 use serde_json::{Map, Value};
 
+pub mod firecracker;
 pub mod report;
 pub mod table;
 #[cfg(any(test, feature = "test-utils"))]

@@ -152,7 +152,12 @@ fn restore(
         .iter()
         .map(|o| (o.drive_id.clone(), o.path_on_host.clone()))
         .collect();
-    let checked = crate::snapshot::restore::load(&load.snapshot_path, mem_path, &overrides)
+    let mut checked = crate::snapshot::restore::load(&load.snapshot_path, mem_path, &overrides)
+        .map_err(|e| fail(&e))?;
+    checked
+        .state
+        .vm
+        .set_clock_realtime(load.clock_realtime)
         .map_err(|e| fail(&e))?;
     let mut vm =
         crate::vm::restore(checked, load.resume_vm, Some(serving), None).map_err(|e| fail(&e))?;

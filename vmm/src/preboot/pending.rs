@@ -3,7 +3,8 @@
 //! each other (an iothread a drive names exists, one root drive) is checked at the start, as a
 //! config file's are. With the sandbox on, each path a PUT names (kernel, initrd, drives, log
 //! and metrics files) must lie in the allowed folders (the API socket's and the operator's),
-//! its symlinks resolved; the 400 names the field and the folders.
+//! its symlinks resolved; the 400 names the field and the folders. A drive's file is opened at
+//! its PUT, as Firecracker does, so a missing one is a 400 there.
 
 use std::path::Path;
 
@@ -134,6 +135,10 @@ impl PendingVm {
                     .unwrap_or(self.config.drives.len());
                 validate::check_drive_values(at, &d).map_err(bad)?;
                 self.check_path("path_on_host", &d.path_on_host)?;
+                // As Firecracker: the file is opened at the PUT (a missing or unusable file is
+                // a 400 now, not a failed InstanceStart); start-up opens it again.
+                crate::drive::open(&d.path_on_host, d.is_read_only, d.direct)
+                    .map_err(|e| ApiError::BadRequest(format!("path_on_host: {e}")))?;
                 if d.is_root_device {
                     if let Some(other) = self
                         .config
@@ -257,10 +262,31 @@ mod tests {
     use crate::api::command::{VmAction, VmStateChange, VmStateRequest};
     use crate::config::{BootSourceConfig, DriveConfig, MachineConfig};
 
+    /// A drive on a 4 KiB file of its own (made here: a PUT opens it).
     fn drive(id: &str, root: bool) -> Box<DriveConfig> {
+        let dir =
+            std::env::temp_dir().join(format!("osprey-pending-drives-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join(format!("{id}.img"));
+        std::fs::write(&path, [0u8; 4096]).expect("drive file");
         let json =
-            format!(r#"{{"drive_id":"{id}","path_on_host":"{id}.img","is_root_device":{root}}}"#);
-        Box::new(serde_json::from_str(&json).expect("drive"))
+            serde_json::json!({"drive_id": id, "path_on_host": path, "is_root_device": root});
+        Box::new(serde_json::from_value(json).expect("drive"))
+    }
+
+    #[test]
+    fn a_drive_whose_file_is_missing_is_refused_at_its_put() {
+        let mut vm = PendingVm::new(VmConfig::default(), None);
+        let mut missing = drive("gone", false);
+        missing.path_on_host = "/nonexistent/osprey/rootfs.ext4".into();
+        let m = fault(vm.execute(ApiCommand::PutDrive("gone".into(), missing)));
+        assert!(
+            m.starts_with("path_on_host: /nonexistent/osprey/rootfs.ext4: No such file"),
+            "{m}"
+        );
+        assert!(body(vm.execute(ApiCommand::GetConfig))["drives"]
+            .as_array()
+            .is_none_or(Vec::is_empty));
     }
 
     /// A reply's JSON body (`null` for 204).
@@ -385,6 +411,7 @@ mod tests {
             .starts_with("path_on_host: "));
         let mut inside = drive("d", false);
         inside.path_on_host = dir.join("d.img");
+        std::fs::write(&inside.path_on_host, [0u8; 4096]).expect("drive file");
         assert_eq!(
             vm.execute(ApiCommand::PutDrive("d".into(), inside)),
             Ok(Reply::Done)

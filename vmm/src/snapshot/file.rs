@@ -160,6 +160,63 @@ pub fn decode(bytes: &[u8]) -> Result<SnapshotState, StateFileError> {
     Ok(state)
 }
 
+/// What a state file says of itself: its format version and, for this build's format, the Osprey
+/// version that wrote it (`--describe-snapshot`, Firecracker's flag).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Description {
+    /// The header's format version.
+    pub format_version: u32,
+    /// The writer's Osprey version, when the format is this build's and the body starts with it.
+    pub osprey_version: Option<String>,
+}
+
+impl std::fmt::Display for Description {
+    /// `v2 (written by Osprey 0.1.0)`: Firecracker prints `v` and the format version first.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "v{}", self.format_version)?;
+        match &self.osprey_version {
+            Some(v) => write!(f, " (written by Osprey {v})"),
+            None => write!(f, " (not this Osprey's format, v{FORMAT_VERSION})"),
+        }
+    }
+}
+
+/// This build's format, as `--snapshot-version` prints it: `v2 (Osprey 0.1.0)`.
+pub fn supported_version() -> String {
+    format!("v{FORMAT_VERSION} (Osprey {OSPREY_VERSION})")
+}
+
+/// Reads the header of the state file at `path` (and the writer's version after it): the file
+/// need not be one this build restores.
+pub fn describe(path: &Path) -> Result<Description, StateFileError> {
+    use std::io::Read;
+    let io = |source| StateFileError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let f = super::open::open_for_reading(path, false).map_err(io)?;
+    let mut bytes = Vec::with_capacity(HEADER_LEN + 64);
+    f.take((HEADER_LEN + 64) as u64)
+        .read_to_end(&mut bytes)
+        .map_err(io)?;
+    if bytes.len() < HEADER_LEN {
+        return Err(StateFileError::ShortHeader { len: bytes.len() });
+    }
+    let (header, body) = bytes.split_at(HEADER_LEN);
+    if header[..8] != MAGIC {
+        return Err(StateFileError::BadMagic);
+    }
+    let format_version = le_u32(&header[8..12]);
+    let osprey_version = (format_version == FORMAT_VERSION)
+        .then(|| postcard::take_from_bytes::<String>(body).ok())
+        .flatten()
+        .map(|(v, _)| v);
+    Ok(Description {
+        format_version,
+        osprey_version,
+    })
+}
+
 /// Reads and checks the file at `path` (a regular file: opened without blocking, so a FIFO
 /// there is refused at once).
 pub fn read(path: &Path) -> Result<SnapshotState, StateFileError> {

@@ -8,7 +8,8 @@
 use kvm_bindings::{
     kvm_clock_data, kvm_cpuid_entry2, kvm_debugregs, kvm_fpu, kvm_irqchip, kvm_lapic_state,
     kvm_mp_state, kvm_pit_state2, kvm_regs, kvm_sregs, kvm_vcpu_events, kvm_xcrs, kvm_xsave, CpuId,
-    Msrs, KVM_CLOCK_TSC_STABLE, KVM_IRQCHIP_IOAPIC, KVM_IRQCHIP_PIC_MASTER, KVM_IRQCHIP_PIC_SLAVE,
+    Msrs, KVM_CLOCK_REALTIME, KVM_CLOCK_TSC_STABLE, KVM_IRQCHIP_IOAPIC, KVM_IRQCHIP_PIC_MASTER,
+    KVM_IRQCHIP_PIC_SLAVE,
 };
 use kvm_ioctls::{Cap, Kvm, VcpuFd, VmFd};
 use serde::{Deserialize, Serialize};
@@ -16,6 +17,13 @@ use serde::{Deserialize, Serialize};
 /// A KVM state ioctl failed (or did only part of its work).
 #[derive(Debug, thiserror::Error)]
 pub enum KvmStateError {
+    /// `clock_realtime` asked for, but the host did not give kvmclock's real time at the
+    /// snapshot (its clock source is not the TSC).
+    #[error(
+        "clock_realtime: the snapshot has no real-time stamp of kvmclock (the snapshotting \
+         host's clock source is not the TSC); load it without clock_realtime"
+    )]
+    ClockRealtimeNotSaved,
     /// The ioctl failed.
     #[error("KVM refused {what}: {source}")]
     Ioctl {
@@ -339,6 +347,21 @@ impl VmState {
             pit: vm.get_pit2().map_err(ioctl("KVM_GET_PIT2"))?,
             clock,
         })
+    }
+
+    /// Firecracker's `clock_realtime` rule for `PUT /snapshot/load`: with it, kvmclock is
+    /// advanced by the real time since the snapshot (`KVM_CLOCK_REALTIME`, which the snapshot
+    /// must have saved: else an error); without it, it goes on from the saved value (no flag).
+    /// Osprey's `--restore` keeps the saved flags.
+    pub fn set_clock_realtime(&mut self, realtime: bool) -> Result<(), KvmStateError> {
+        if !realtime {
+            self.clock.flags = 0;
+        } else if self.clock.flags & KVM_CLOCK_REALTIME == 0 {
+            return Err(KvmStateError::ClockRealtimeNotSaved);
+        } else {
+            self.clock.flags = KVM_CLOCK_REALTIME;
+        }
+        Ok(())
     }
 
     /// Writes the state into a fresh VM (irqchip and PIT created, no vCPU run yet).

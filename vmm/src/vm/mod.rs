@@ -412,7 +412,7 @@ fn spawn_vcpus(
             )),
         };
         let handle = std::thread::Builder::new()
-            .name(format!("vcpu{id}"))
+            .name(crate::identity::get().vcpu_thread_name(id))
             .spawn(move || runner.run())
             .map_err(|source| VmError::Os {
                 what: "spawning a vCPU thread",

@@ -293,16 +293,22 @@ impl RunningVm {
     }
 }
 
-/// Periodic metrics: one JSON line per interval (the control loop's timer) appended to a file.
+/// Periodic metrics: one JSON line per interval (the control loop's timer) appended to a file:
+/// Osprey's metrics under their keys, and Firecracker's groups beside them for the tools that
+/// decode Firecracker's lines (`metrics::firecracker`).
 pub(super) struct MetricsFile {
     file: std::fs::File,
+    firecracker: crate::metrics::firecracker::FirecrackerGroups,
 }
 
 impl MetricsFile {
     /// Opens (creates) the file for appending; a FIFO without a reader does not block.
     pub(super) fn open(cfg: &crate::config::MetricsConfig) -> Option<MetricsFile> {
         match crate::logger::open_nonblocking(&cfg.path) {
-            Ok(file) => Some(MetricsFile { file }),
+            Ok(file) => Some(MetricsFile {
+                file,
+                firecracker: Default::default(),
+            }),
             Err(e) => {
                 log::error!(
                     "metrics.metrics_path: {}: {e}; no metrics file",
@@ -321,8 +327,12 @@ impl MetricsFile {
             .map(|d| d.as_millis() as u64)
             .unwrap_or(0);
         let mut line = serde_json::json!({"utc_timestamp_ms": ts});
+        let firecracker = self
+            .firecracker
+            .next(&metrics, &crate::metrics::firecracker::VCPU_EXITS);
         if let (Some(l), Some(m)) = (line.as_object_mut(), metrics.as_object()) {
             l.extend(m.clone());
+            l.extend(firecracker);
         }
         // One write per line (the file is unbuffered: `writeln!` of a JSON value would make a
         // syscall per token).

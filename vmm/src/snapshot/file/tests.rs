@@ -161,3 +161,28 @@ fn mutated_bodies_behind_a_good_header_do_not_panic() {
         crate::test_utils::fuzz::snapshot_file::run(&input);
     }
 }
+
+#[test]
+fn describe_names_the_format_and_the_writer() {
+    let dir = std::env::temp_dir().join(format!("osprey-describe-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let good = dir.join("state.snap");
+    std::fs::write(&good, encode(&sample()).expect("encode")).expect("write");
+    let d = describe(&good).expect("describe");
+    assert_eq!(d.format_version, FORMAT_VERSION);
+    assert_eq!(d.osprey_version.as_deref(), Some(OSPREY_VERSION));
+    assert_eq!(
+        d.to_string(),
+        format!("v{FORMAT_VERSION} (written by Osprey {OSPREY_VERSION})")
+    );
+    let mut other = encode(&sample()).expect("encode");
+    other[8..12].copy_from_slice(&7u32.to_le_bytes());
+    std::fs::write(&good, &other).expect("write");
+    assert!(describe(&good)
+        .expect("describe")
+        .to_string()
+        .starts_with("v7 "));
+    std::fs::write(&good, b"not a snapshot, but long enough for a header").expect("write");
+    assert!(matches!(describe(&good), Err(StateFileError::BadMagic)));
+    std::fs::remove_dir_all(dir).ok();
+}
