@@ -1,6 +1,6 @@
 //! Every file in the top-level `tests/` folder is a test target of some workspace crate: a test
 //! written there but never declared as a `[[test]]` (Cargo does not discover `../tests/`) would
-//! otherwise never build nor run, and nothing would say so.
+//! otherwise never build nor run, and nothing would say so. And every test target lives there.
 //!
 //! The targets come from `cargo metadata` (the `cargo` running this test, `$CARGO`), so the
 //! check reads the manifests as Cargo does.
@@ -69,5 +69,22 @@ fn every_file_in_tests_is_a_declared_test_target() {
         missing.is_empty(),
         "not a [[test]] of any crate (declare each in the Cargo.toml of the crate it tests, \
          path = \"../tests/<name>.rs\"): {missing:?}"
+    );
+}
+
+#[test]
+fn every_declared_test_target_lives_in_the_top_level_tests_folder() {
+    // One place for integration tests (docs/ARCHITECTURE.md, "Tests"): a crate's own `tests/`
+    // folder would be found by Cargo alone and escape the check above's readers.
+    let root = workspace_root();
+    let tests = root.join("tests");
+    let elsewhere: Vec<_> = declared_tests(&root)
+        .into_iter()
+        .filter(|p| !p.starts_with(&tests))
+        .collect();
+    assert!(
+        elsewhere.is_empty(),
+        "test targets outside the top-level tests/ (move each there, declared with \
+         path = \"../tests/<name>.rs\"): {elsewhere:?}"
     );
 }
