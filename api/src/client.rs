@@ -41,10 +41,12 @@ pub enum ClientError {
         /// The socket path.
         path: PathBuf,
     },
-    /// The request could not be built (a method or header the HTTP library refuses), or the
-    /// client's runtime could not start.
+    /// The request could not be built (a method or header the HTTP library refuses).
     #[error("HTTP request: {0}")]
-    Request(String),
+    Build(#[source] hyper::http::Error),
+    /// The client's runtime could not start.
+    #[error("HTTP request: starting the client runtime: {0}")]
+    Runtime(#[source] std::io::Error),
 }
 
 /// An HTTP response.
@@ -102,12 +104,12 @@ pub fn send(
     }
     let request = builder
         .body(Full::new(Bytes::copy_from_slice(body.unwrap_or_default())))
-        .map_err(|e| ClientError::Request(e.to_string()))?;
+        .map_err(ClientError::Build)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .enable_time()
         .build()
-        .map_err(|e| ClientError::Request(format!("starting the client runtime: {e}")))?;
+        .map_err(ClientError::Runtime)?;
     let exchange = exchange(socket, request);
     runtime.block_on(async {
         tokio::time::timeout(IO_TIMEOUT, exchange)

@@ -343,11 +343,9 @@ fn write_memory(mem: &GuestMemoryMmap, f: &mut std::fs::File) -> std::io::Result
     let mut total = 0u64;
     for region in mem.iter() {
         // The whole region (its mapping is `len` bytes).
-        let slice = region
-            .as_volatile_slice()
-            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        let slice = region.as_volatile_slice().map_err(std::io::Error::other)?;
         f.write_all_volatile(&slice)
-            .map_err(|e| std::io::Error::other(e.to_string()))?;
+            .map_err(std::io::Error::other)?;
         total += region.len();
     }
     Ok(total)

@@ -30,7 +30,7 @@ pub enum RestoreError {
     StateFile(#[from] StateFileError),
     /// The saved configuration does not parse (a writer's bug: the checksum held).
     #[error("snapshot configuration: {0}")]
-    Config(String),
+    Config(#[source] serde_json::Error),
     /// The saved parts do not fit the saved configuration.
     #[error("snapshot has {saved} {what}; its configuration has {configured}")]
     Shape {
@@ -141,8 +141,8 @@ pub fn load(
     overrides: &[DriveOverride],
 ) -> Result<CheckedSnapshot, RestoreError> {
     let (mut state, mem_file) = read_pair(snapshot_path, mem_path)?;
-    let mut config: VmConfig = serde_json::from_str(&state.config_json)
-        .map_err(|e| RestoreError::Config(e.to_string()))?;
+    let mut config: VmConfig =
+        serde_json::from_str(&state.config_json).map_err(RestoreError::Config)?;
     for (id, path) in overrides {
         let saved = state.drives.iter_mut().find(|d| &d.drive_id == id);
         let configured = config.drives.iter_mut().find(|d| &d.drive_id == id);

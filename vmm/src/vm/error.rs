@@ -24,12 +24,13 @@ pub enum VmError {
     #[error("snapshot set-up: {0}")]
     SnapshotSetUp(crate::snapshot::kvm_state::KvmStateError),
     /// Allocating guest memory failed.
-    #[error("Allocating {mib} MiB of guest memory failed: {reason}")]
+    #[error("Allocating {mib} MiB of guest memory failed: {source}")]
     Memory {
         /// Requested size.
         mib: u64,
-        /// Why (vm-memory's words).
-        reason: String,
+        /// Why: vm-memory's or the kernel's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// Loading the kernel or initrd failed.
     #[error(transparent)]

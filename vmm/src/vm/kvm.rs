@@ -57,28 +57,29 @@ fn create_memory(
     mib: u64,
     mem_file: Option<&std::fs::File>,
 ) -> Result<GuestMemoryMmap, VmError> {
-    let fail = |reason: String| VmError::Memory { mib, reason };
+    let fail = |source: Box<dyn std::error::Error + Send + Sync>| VmError::Memory { mib, source };
     let mem = match mem_file {
-        None => GuestMemoryMmap::from_ranges(&ram_regions(mem_bytes))
-            .map_err(|e| fail(e.to_string()))?,
+        None => {
+            GuestMemoryMmap::from_ranges(&ram_regions(mem_bytes)).map_err(|e| fail(e.into()))?
+        }
         Some(file) => {
             let mut regions = Vec::new();
             let mut offset = 0u64;
             for (start, len) in ram_regions(mem_bytes) {
-                let file = file.try_clone().map_err(|e| fail(e.to_string()))?;
+                let file = file.try_clone().map_err(|e| fail(e.into()))?;
                 let mapping = vm_memory::mmap::MmapRegionBuilder::new(len)
                     .with_mmap_prot(libc::PROT_READ | libc::PROT_WRITE)
                     .with_mmap_flags(libc::MAP_PRIVATE | libc::MAP_NORESERVE)
                     .with_file_offset(vm_memory::FileOffset::new(file, offset))
                     .build()
-                    .map_err(|e| fail(e.to_string()))?;
+                    .map_err(|e| fail(e.into()))?;
                 regions.push(
                     vm_memory::GuestRegionMmap::new(mapping, start)
                         .ok_or_else(|| fail("region overflows".into()))?,
                 );
                 offset += len as u64;
             }
-            GuestMemoryMmap::from_regions(regions).map_err(|e| fail(e.to_string()))?
+            GuestMemoryMmap::from_regions(regions).map_err(|e| fail(e.into()))?
         }
     };
     for (slot, region) in mem.iter().enumerate() {
@@ -86,7 +87,7 @@ fn create_memory(
             .get_host_address(MemoryRegionAddress(0))
             .map_err(|e| VmError::Memory {
                 mib,
-                reason: e.to_string(),
+                source: e.into(),
             })?;
         let desc = kvm_userspace_memory_region {
             slot: slot as u32,
