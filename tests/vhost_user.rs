@@ -143,37 +143,6 @@ impl Backend {
             .filter_map(|(head, _)| head.rsplit(' ').next()?.parse::<u64>().ok())
             .sum()
     }
-
-    /// Waits until the backend's log has `n` lines containing `what`.
-    fn wait_log(&mut self, what: &str, n: usize) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while self.vmm.log_text().matches(what).count() < n {
-            assert!(
-                Instant::now() < deadline && !self.vmm.has_exited(),
-                "no {n}× {what:?} in the backend's log:\n{}",
-                self.vmm.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    /// Open fds, virtual size and resident size (kB) of the backend process.
-    fn footprint(&self) -> (usize, u64, u64) {
-        let pid = self.vmm.pid();
-        let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
-            .expect("fd dir")
-            .count();
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
-        let kb = |key: &str| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix(key))
-                .and_then(|v| v.split_whitespace().next())
-                .and_then(|v| v.parse::<u64>().ok())
-                .expect("status field")
-        };
-        (fds, kb("VmSize:"), kb("VmRSS:"))
-    }
 }
 
 /// Boots the test guest in QEMU on the backend's socket with `queues` queues and `args`.
@@ -369,20 +338,20 @@ fn a_frontend_killed_mid_io_leaves_the_backend_ready_and_nothing_leaked() {
     // a verify run stops at the disk's size (two passes over 64 MiB), which a fast host
     // finishes before the kill.
     let mut vm = spawn_qemu(&qemu, &backend.sock, 2, "rw=randwrite qd=16 count=10000000");
-    backend.wait_log("rings [0, 1] running", 1);
+    backend.vmm.wait_log_count("rings [0, 1] running", 1);
     std::thread::sleep(Duration::from_millis(300));
     vm.signal(libc::SIGKILL);
     vm.wait_exit(Duration::from_secs(10));
     // Logged once the device drained every request and the connection's state is gone.
-    backend.wait_log("waiting for a frontend", 1);
-    let before = backend.footprint();
+    backend.vmm.wait_log_count("waiting for a frontend", 1);
+    let before = backend.vmm.footprint();
 
     let mem = memfd(MEM_MIB << 20);
     for i in 0..20 {
         connect_and_disconnect(&backend.sock, &mem);
-        backend.wait_log("waiting for a frontend", 2 + i);
+        backend.vmm.wait_log_count("waiting for a frontend", 2 + i);
     }
-    let after = backend.footprint();
+    let after = backend.vmm.footprint();
     println!("backend fds, VmSize kB, VmRSS kB: before {before:?}, after 20 cycles {after:?}");
     assert_eq!(after.0, before.0, "open fds before/after 20 connections");
     // Each connection maps 256 MiB of guest memory: one left mapped would show here.
@@ -637,7 +606,7 @@ fn cloud_hypervisor_killed_mid_io_and_started_again_verifies() {
     // A long QD16 run on two queues, killed once both rings run and I/O flows (random writes,
     // which the disk's size does not end, as it ends a verify run).
     let mut vm = spawn_cloud_hypervisor(&ch, &backend.sock, 2, "rw=randwrite qd=16 count=10000000");
-    backend.wait_log("rings [0, 1] running", 1);
+    backend.vmm.wait_log_count("rings [0, 1] running", 1);
     std::thread::sleep(Duration::from_millis(300));
     let (status, drive) = common::api_call(&backend.api, "GET", "/drives/vhost0", None);
     assert_eq!(status, 200, "{drive}");
@@ -652,7 +621,7 @@ fn cloud_hypervisor_killed_mid_io_and_started_again_verifies() {
     );
     println!("Cloud Hypervisor killed after {before_kill} requests");
     // Logged once the device drained every request and the connection's state is gone.
-    backend.wait_log("waiting for a frontend", 1);
+    backend.vmm.wait_log_count("waiting for a frontend", 1);
 
     let report = boot_cloud_hypervisor(&ch, &backend, 2, "rw=verify qd=16 count=4000");
     assert_verified(&report, 2, 16);

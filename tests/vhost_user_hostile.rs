@@ -106,37 +106,6 @@ impl Backend {
     fn sock(&self, name: &str) -> PathBuf {
         self.dir.join(name)
     }
-
-    /// Waits until the log has `n` lines containing `what`; fails if the backend died.
-    fn wait_log(&mut self, what: &str, n: usize) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while self.vmm.log_text().matches(what).count() < n {
-            assert!(
-                Instant::now() < deadline && !self.vmm.has_exited(),
-                "no {n}× {what:?} in the backend's log:\n{}",
-                self.vmm.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    /// Open fds, VmSize and VmRSS (kB).
-    fn footprint(&self) -> (usize, u64, u64) {
-        let pid = self.vmm.pid();
-        let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
-            .expect("fd dir")
-            .count();
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
-        let kb = |key: &str| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix(key))
-                .and_then(|v| v.split_whitespace().next())
-                .and_then(|v| v.parse::<u64>().ok())
-                .expect("status field")
-        };
-        (fds, kb("VmSize:"), kb("VmRSS:"))
-    }
 }
 
 /// A frontend speaking the protocol by hand: no reply-ack, so nothing it sends is checked on
@@ -535,7 +504,7 @@ fn hostile_frontends_lose_their_connection_never_the_backend() {
         let (name, session) = &all[n];
         println!("session {n} alone: {name}");
         session(&backend.sock("h.sock"));
-        backend.wait_log("waiting for a frontend", 1);
+        backend.vmm.wait_log_count("waiting for a frontend", 1);
         let at = done.load(Ordering::Relaxed);
         wait_rounds(&mut backend, at + 5);
         stop.store(true, Ordering::Relaxed);
@@ -545,12 +514,12 @@ fn hostile_frontends_lose_their_connection_never_the_backend() {
     // One refused session first, so that the start counts whatever the first connection
     // allocates for good (the log's buffers).
     sessions()[0].1(&backend.sock("h.sock"));
-    backend.wait_log("waiting for a frontend", 1);
-    let before = backend.footprint();
+    backend.vmm.wait_log_count("waiting for a frontend", 1);
+    let before = backend.vmm.footprint();
     for (i, (name, session)) in sessions().iter().enumerate() {
         println!("session {i}: {name}");
         session(&backend.sock("h.sock"));
-        backend.wait_log("waiting for a frontend", i + 2);
+        backend.vmm.wait_log_count("waiting for a frontend", i + 2);
         let at = done.load(Ordering::Relaxed);
         wait_rounds(&mut backend, at + 5);
         assert!(
@@ -560,7 +529,7 @@ fn hostile_frontends_lose_their_connection_never_the_backend() {
         );
     }
     // With the honest frontend still connected, as at the start.
-    let after = backend.footprint();
+    let after = backend.vmm.footprint();
     stop.store(true, Ordering::Relaxed);
     let result = honest.join().expect("honest thread");
     assert_eq!(result, Ok(()), "{}", backend.vmm.log_text());

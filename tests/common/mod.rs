@@ -209,6 +209,38 @@ impl Vmm {
             .join("\n")
     }
 
+    /// Waits until the log has `n` lines containing `what`; fails if the process exited first
+    /// or 30 s pass.
+    pub fn wait_log_count(&mut self, what: &str, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.log_text().matches(what).count() < n {
+            assert!(
+                Instant::now() < deadline && !self.has_exited(),
+                "no {n}× {what:?} in the log:\n{}",
+                self.log_text()
+            );
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// The process's open fds, virtual size and resident size (kB), from /proc.
+    pub fn footprint(&self) -> (usize, u64, u64) {
+        let pid = self.pid();
+        let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .expect("fd dir")
+            .count();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+        let kb = |key: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(key))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| v.parse::<u64>().ok())
+                .expect("status field")
+        };
+        (fds, kb("VmSize:"), kb("VmRSS:"))
+    }
+
     /// Waits until a console line satisfies `pred`; returns it, or None on timeout or exit.
     pub fn wait_console(&mut self, timeout: Duration, pred: impl Fn(&str) -> bool) -> Option<Line> {
         let deadline = Instant::now() + timeout;
