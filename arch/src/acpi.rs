@@ -21,13 +21,27 @@ use acpi_tables::rsdp::Rsdp;
 use acpi_tables::sdt::Sdt;
 use acpi_tables::xsdt::XSDT;
 use acpi_tables::{aml, Aml};
-use devices::i8042::{I8042_BASE, I8042_LEN, KEYBOARD_IRQ};
-use devices::pci::config_io::{PCI_CONFIG_IO_BASE, PCI_CONFIG_IO_LEN};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use crate::layout::{
     APIC_DEFAULT_PHYS_BASE, IOAPIC_DEFAULT_PHYS_BASE, PCI_MMIO_END, PCI_MMIO_START,
 };
+
+/// Where the legacy devices the DSDT names sit. The device models own these numbers; the VMM,
+/// which places the devices, passes them in, so the port map is declared once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LegacyPorts {
+    /// Configuration mechanism #1: its first port (`0xcf8` on a PC).
+    pub pci_config_base: u16,
+    /// How many ports configuration mechanism #1 takes (8).
+    pub pci_config_len: u8,
+    /// The i8042's data port (`0x60`).
+    pub i8042_data: u16,
+    /// The i8042's status/command port (`0x64`).
+    pub i8042_command: u16,
+    /// The keyboard's ISA IRQ (1).
+    pub keyboard_irq: u32,
+}
 
 /// Where the RSDP (and the tables after it) live.
 pub const ACPI_START: u64 = 0x000e_0000;
@@ -57,14 +71,6 @@ const MADT_LOCAL_APIC_NMI: u8 = 4;
 #[cfg(test)]
 const LAPIC_ENABLED: u32 = 1;
 const DSDT_REVISION: u8 = 2;
-/// The configuration mechanism #1 ports, as the 16-bit I/O addresses the descriptors take.
-const PCI_CONFIG_PORT: u16 = PCI_CONFIG_IO_BASE as u16;
-const PCI_CONFIG_PORTS: u8 = PCI_CONFIG_IO_LEN as u8;
-const _: () = assert!(PCI_CONFIG_IO_BASE + PCI_CONFIG_IO_LEN <= u16::MAX as u64);
-const _: () = assert!(PCI_CONFIG_IO_LEN <= u8::MAX as u64);
-/// The i8042's data and status/command ports.
-const I8042_DATA_PORT: u16 = I8042_BASE;
-const I8042_COMMAND_PORT: u16 = I8042_BASE + I8042_LEN as u16 - 1;
 /// The MMIO window fits a DWordMemory descriptor.
 const _: () = assert!(PCI_MMIO_START < PCI_MMIO_END && PCI_MMIO_END <= 1 << 32);
 
@@ -132,12 +138,14 @@ fn fadt(dsdt_addr: u64) -> Vec<u8> {
 
 /// The PCI host bridge (segment 0, bus 0, reached through configuration mechanism #1, its
 /// children decoding all other I/O ports and the 32-bit MMIO window) and the i8042.
-fn dsdt() -> Vec<u8> {
+fn dsdt(ports: &LegacyPorts) -> Vec<u8> {
+    let pci_config_port = ports.pci_config_base;
+    let pci_config_ports = ports.pci_config_len;
     let bus = aml::AddressSpace::new_bus_number(0u16, 0u16);
-    let config_ports = aml::IO::new(PCI_CONFIG_PORT, PCI_CONFIG_PORT, 1, PCI_CONFIG_PORTS);
-    let io_below = aml::AddressSpace::new_io(0u16, PCI_CONFIG_PORT - 1, None);
+    let config_ports = aml::IO::new(pci_config_port, pci_config_port, 1, pci_config_ports);
+    let io_below = aml::AddressSpace::new_io(0u16, pci_config_port.saturating_sub(1), None);
     let io_above = aml::AddressSpace::new_io(
-        PCI_CONFIG_PORT + u16::from(PCI_CONFIG_PORTS),
+        pci_config_port.saturating_add(u16::from(pci_config_ports)),
         u16::MAX,
         None,
     );
@@ -162,10 +170,10 @@ fn dsdt() -> Vec<u8> {
     let children: Vec<&dyn Aml> = names.iter().map(|n| n as &dyn Aml).collect();
     let pci0 = aml::Device::new("PCI0".into(), children);
     let ps2_hid = aml::EISAName::new("PNP0303");
-    let data_port = aml::IO::new(I8042_DATA_PORT, I8042_DATA_PORT, 1, 1);
-    let command_port = aml::IO::new(I8042_COMMAND_PORT, I8042_COMMAND_PORT, 1, 1);
+    let data_port = aml::IO::new(ports.i8042_data, ports.i8042_data, 1, 1);
+    let command_port = aml::IO::new(ports.i8042_command, ports.i8042_command, 1, 1);
     // Consumer, edge-triggered, active high, exclusive: an ISA IRQ.
-    let irq = aml::Interrupt::new(true, true, false, false, KEYBOARD_IRQ);
+    let irq = aml::Interrupt::new(true, true, false, false, ports.keyboard_irq);
     let ps2_crs = aml::ResourceTemplate::new(vec![&data_port, &command_port, &irq]);
     let ps2_names = [
         aml::Name::new("_HID".into(), &ps2_hid),
@@ -183,13 +191,14 @@ fn align16(n: usize) -> usize {
     (n + 15) & !15
 }
 
-/// Builds RSDP, XSDT, FADT, DSDT and MADT for `num_cpus`, laid out from `base`.
-pub fn build(num_cpus: u8, base: u64) -> Vec<u8> {
+/// Builds RSDP, XSDT, FADT, DSDT and MADT for `num_cpus` and the devices at `ports`, laid out
+/// from `base`.
+pub fn build(num_cpus: u8, ports: &LegacyPorts, base: u64) -> Vec<u8> {
     let rsdp_len = Rsdp::len();
     let xsdt_off = align16(rsdp_len);
     let xsdt_len = HEADER_LEN + 2 * 8;
     let dsdt_off = align16(xsdt_off + xsdt_len);
-    let dsdt = dsdt();
+    let dsdt = dsdt(ports);
     let fadt_off = align16(dsdt_off + dsdt.len());
     let fadt = fadt(base + dsdt_off as u64);
     let madt_off = align16(fadt_off + fadt.len());
@@ -215,9 +224,10 @@ pub fn build(num_cpus: u8, base: u64) -> Vec<u8> {
     blob
 }
 
-/// Writes the tables for `num_cpus` at [`ACPI_START`]; returns the RSDP's address.
-pub fn write(mem: &GuestMemoryMmap, num_cpus: u8) -> Result<u64, AcpiError> {
-    let blob = build(num_cpus, ACPI_START);
+/// Writes the tables for `num_cpus` and the devices at `ports` at [`ACPI_START`]; returns the
+/// RSDP's address.
+pub fn write(mem: &GuestMemoryMmap, num_cpus: u8, ports: &LegacyPorts) -> Result<u64, AcpiError> {
+    let blob = build(num_cpus, ports, ACPI_START);
     if ACPI_START + blob.len() as u64 > ACPI_END {
         return Err(AcpiError::TooBig(blob.len()));
     }
@@ -229,6 +239,15 @@ pub fn write(mem: &GuestMemoryMmap, num_cpus: u8) -> Result<u64, AcpiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A PC's: the values the VMM passes.
+    const PORTS: LegacyPorts = LegacyPorts {
+        pci_config_base: 0xcf8,
+        pci_config_len: 8,
+        i8042_data: 0x60,
+        i8042_command: 0x64,
+        keyboard_irq: 1,
+    };
 
     fn sum(b: &[u8]) -> u8 {
         b.iter().fold(0u8, |a, x| a.wrapping_add(*x))
@@ -271,7 +290,7 @@ mod tests {
 
     #[test]
     fn tables_chain_and_checksum() {
-        let blob = build(4, ACPI_START);
+        let blob = build(4, &PORTS, ACPI_START);
         let t = tables(&blob, ACPI_START);
         let sigs: Vec<&[u8; 4]> = t.iter().map(|(s, _)| s).collect();
         assert_eq!(sigs, vec![b"FACP", b"APIC"]);
@@ -291,7 +310,7 @@ mod tests {
     #[test]
     fn madt_lists_every_cpu_and_the_ioapic() {
         for cpus in [1u8, 2, 4, 64] {
-            let blob = build(cpus, ACPI_START);
+            let blob = build(cpus, &PORTS, ACPI_START);
             let madt = tables(&blob, ACPI_START).remove(1).1;
             assert_eq!(u32_at(&madt, 36), APIC_DEFAULT_PHYS_BASE);
             let mut off = 44;
@@ -320,17 +339,17 @@ mod tests {
 
     #[test]
     fn largest_table_set_fits_the_bios_area() {
-        let blob = build(crate::layout::MAX_VCPUS, ACPI_START);
+        let blob = build(crate::layout::MAX_VCPUS, &PORTS, ACPI_START);
         assert!(ACPI_START + blob.len() as u64 <= ACPI_END);
         // Still a well-formed chain, DSDT included, and `write` accepts it.
         let t = tables(&blob, ACPI_START);
         assert_eq!(t.len(), 2);
         let dsdt_at = (u64_at(&t[0].1, 140) - ACPI_START) as usize;
-        assert_eq!(blob[dsdt_at..dsdt_at + dsdt().len()], dsdt());
+        assert_eq!(blob[dsdt_at..dsdt_at + dsdt(&PORTS).len()], dsdt(&PORTS));
         let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), ACPI_END as usize)])
             .expect("guest memory");
         assert_eq!(
-            write(&mem, crate::layout::MAX_VCPUS).expect("write"),
+            write(&mem, crate::layout::MAX_VCPUS, &PORTS).expect("write"),
             ACPI_START
         );
         let mut back = vec![0u8; blob.len()];
@@ -353,12 +372,12 @@ mod tests {
 
     #[test]
     fn dsdt_header_and_nesting() {
-        let blob = build(2, ACPI_START);
+        let blob = build(2, &PORTS, ACPI_START);
         let fadt = tables(&blob, ACPI_START).remove(0).1;
         let at = (u64_at(&fadt, 140) - ACPI_START) as usize;
         let len = u32_at(&blob, at + 4) as usize;
         let dsdt = &blob[at..at + len];
-        assert_eq!(dsdt, &super::dsdt()[..]);
+        assert_eq!(dsdt, &super::dsdt(&PORTS)[..]);
         assert_eq!(&dsdt[0..4], b"DSDT");
         assert_eq!(dsdt[8], DSDT_REVISION);
         assert_eq!(sum(dsdt), 0, "DSDT checksum");
@@ -439,7 +458,7 @@ mod tests {
             std::env::temp_dir().join(format!("osprey-acpi-{}-{nanos}", std::process::id())),
         );
         std::fs::create_dir_all(&dir.0).expect("temp dir");
-        let table = dsdt();
+        let table = dsdt(&PORTS);
         std::fs::write(dir.0.join("dsdt.dat"), &table).expect("write dsdt.dat");
 
         let log = run_iasl(&dir.0, &["-d", "dsdt.dat"]);
@@ -455,11 +474,11 @@ mod tests {
             "ResourceTemplate ()".to_string(),
             "WordBusNumber (ResourceProducer, MinFixed, MaxFixed, PosDecode,".to_string(),
             "IO (Decode16,".to_string(),
-            format!("0x{PCI_CONFIG_IO_BASE:04X},"),
-            format!("0x{PCI_CONFIG_IO_LEN:02X},"),
+            format!("0x{:04X},", PORTS.pci_config_base),
+            format!("0x{:02X},", PORTS.pci_config_len),
             "WordIO (ResourceProducer, MinFixed, MaxFixed, PosDecode, EntireRange,".to_string(),
-            format!("0x{:04X},", PCI_CONFIG_IO_BASE - 1),
-            format!("0x{:04X},", PCI_CONFIG_IO_BASE + PCI_CONFIG_IO_LEN),
+            format!("0x{:04X},", PORTS.pci_config_base - 1),
+            format!("0x{:04X},", PORTS.pci_config_base + u16::from(PORTS.pci_config_len)),
             "DWordMemory (ResourceProducer, PosDecode, MinFixed, MaxFixed, NonCacheable, ReadWrite,"
                 .to_string(),
             format!("0x{PCI_MMIO_START:08X},"),

@@ -15,7 +15,7 @@ use devices::block::{BlockDeviceConfig, DriveSwap, VirtioBlock};
 use devices::bus::{Bus, BusError};
 use devices::debug_exit::{DebugExit, DEBUG_EXIT_PORT};
 use devices::i8042::{I8042Error, I8042, I8042_BASE, I8042_LEN, KEYBOARD_IRQ};
-use devices::pci::config_io::PciConfigIo;
+use devices::pci::config_io::{PciConfigIo, PCI_CONFIG_IO_BASE, PCI_CONFIG_IO_LEN};
 use devices::pci::mmio_window::PciMmioWindow;
 use devices::pci::root::{PciRoot, PciRootError};
 use devices::serial::{SerialConsole, COM1_IRQ, COM1_LEN, COM1_PORT};
@@ -29,11 +29,21 @@ use crate::config::{DriveConfig, IoThreadConfig, IoUringConfig, VmConfig};
 use crate::drive::OpenedDrive;
 use crate::interrupts::{GsiRouter, KvmIoEvents};
 use crate::rate_limit::RateLimitGroupConfig;
+use arch::acpi::LegacyPorts;
 use arch::layout::{PCI_MMIO_END, PCI_MMIO_START};
 
-/// PCI configuration mechanism #1 ports.
-const PCI_CONFIG_PORT: u64 = 0xcf8;
-const PCI_CONFIG_LEN: u64 = 8;
+/// Where the legacy devices this module places sit, for the ACPI tables that name them.
+pub(crate) const LEGACY_PORTS: LegacyPorts = LegacyPorts {
+    pci_config_base: PCI_CONFIG_IO_BASE as u16,
+    pci_config_len: PCI_CONFIG_IO_LEN as u8,
+    i8042_data: I8042_BASE,
+    i8042_command: I8042_BASE + I8042_LEN as u16 - 1,
+    keyboard_irq: KEYBOARD_IRQ,
+};
+// The port map fits the descriptors the tables use (16-bit ports, an 8-bit count).
+const _: () = assert!(PCI_CONFIG_IO_BASE + PCI_CONFIG_IO_LEN <= u16::MAX as u64);
+const _: () = assert!(PCI_CONFIG_IO_LEN <= u8::MAX as u64);
+const _: () = assert!(I8042_BASE as u64 + I8042_LEN <= u16::MAX as u64);
 
 /// Errors building devices.
 #[derive(Debug, thiserror::Error)]
@@ -270,8 +280,8 @@ impl LegacyDevices {
         )?;
         pio.insert(
             Arc::new(Mutex::new(PciConfigIo::new(pci.clone()))),
-            PCI_CONFIG_PORT,
-            PCI_CONFIG_LEN,
+            PCI_CONFIG_IO_BASE,
+            PCI_CONFIG_IO_LEN,
         )?;
         let mut mmio = Bus::new();
         mmio.insert(

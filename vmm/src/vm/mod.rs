@@ -280,7 +280,11 @@ fn confine_iothreads(devices: &Devices, sandbox: &Arc<Sandbox>) -> Result<(), Vm
 /// Writes the MP and ACPI tables and loads the kernel (and initrd); returns its entry.
 fn load_guest(config: &VmConfig, mem: &GuestMemoryMmap) -> Result<BootEntry, VmError> {
     mptable::write(mem, config.machine.vcpu_count)?;
-    let rsdp = acpi::write(mem, config.machine.vcpu_count)?;
+    let rsdp = acpi::write(
+        mem,
+        config.machine.vcpu_count,
+        &crate::device_manager::LEGACY_PORTS,
+    )?;
     let spec = BootSpec {
         kernel: &config.boot.kernel_image_path,
         initrd: config.boot.initrd_path.as_deref(),
