@@ -39,43 +39,10 @@ while [ $# -gt 0 ]; do
     esac
 done
 
-# The checkout: clone when missing, then the asked-for ref. The build rewrites Cargo.lock when
-# micro_http is patched in; put it back first so the checkout does not refuse.
-if [ ! -e "$src/.git" ]; then
-    if [ -z "$source" ]; then
-        echo "no clone at $src and no SOURCE to clone from (see --help)" >&2
-        exit 2
-    fi
-    git clone --quiet "$source" "$src"
-elif [ -n "$source" ]; then
-    git -C "$src" fetch --quiet --tags "$source"
-fi
-src=$(cd "$src" && pwd)
-git -C "$src" checkout --quiet -- Cargo.lock
-git -C "$src" checkout --quiet "$ref"
-echo "Cloud Hypervisor $(git -C "$src" describe --tags --always) in $src"
-
-patch_args=()
-if [ -n "$micro_http" ]; then
-    # The pinned commit, from the lock file as committed: e.g.
-    # source = "git+https://github.com/firecracker-microvm/micro-http?branch=main#5c2254d..."
-    lock_line=$(git -C "$src" show HEAD:Cargo.lock | grep -A2 '^name = "micro_http"' |
-        grep '^source = "git+' || true)
-    if [ -z "$lock_line" ]; then
-        echo "Cargo.lock at $ref has no git micro_http: drop --micro-http" >&2
-        exit 1
-    fi
-    url=$(echo "$lock_line" | sed -E 's/^source = "git\+([^?#"]*).*/\1/')
-    commit=$(echo "$lock_line" | sed -E 's/.*#([0-9a-f]{40})"$/\1/')
-    mh_dir="$src-micro-http"
-    [ -e "$mh_dir/.git" ] || git clone --quiet "$micro_http" "$mh_dir"
-    if ! git -C "$mh_dir" cat-file -e "$commit^{commit}" 2>/dev/null; then
-        git -C "$mh_dir" fetch --quiet "$micro_http"
-    fi
-    git -C "$mh_dir" checkout --quiet "$commit"
-    echo "micro_http $commit in $mh_dir (for $url)"
-    patch_args=(--config "patch.\"$url\".micro_http.path=\"$mh_dir\"")
-fi
+# shellcheck source=lib/anchor-build.sh
+. "$(dirname "$0")/lib/anchor-build.sh"
+checkout_ref "Cloud Hypervisor" "$src" "$source" "$ref"
+micro_http_patch "$src" "$micro_http"
 
 export CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-1}"
 start=$(date +%s)
