@@ -4,12 +4,14 @@
 # Each round runs, in alternating order, the host's `fio --ioengine=psync --rw=randread --bs=4k
 # --iodepth=1` on a 256 MiB file in /dev/shm, and Osprey's test guest (ring 3, QD1 4k randread,
 # one queue, default config: Auto engine, Adaptive polling) through tools/osprey-bench on a
-# 256 MiB file in /dev/shm of the same kind (pseudo-random data, page cache). It prints every
-# round, the medians of both means and their ratio (Osprey / host).
+# 256 MiB file in /dev/shm of the same kind (pseudo-random data). osprey-bench opens its drive
+# with O_DIRECT where the file system allows it (tmpfs does on Linux 6.6+), so fio does too
+# unless DIRECT=0. It prints every round, the medians of both means and their ratio (Osprey /
+# host).
 #
 # Usage: scripts/qd1-floor.sh [ROUNDS (default 5, at least 3)] [SECONDS per run (default 2)]
 # Environment: OSPREY=path/to/osprey (default target/release/osprey), HOG=1 runs a CPU-bound
-# loop beside both sides (a busy host), OUT=dir (default target/qd1-floor/<UTC timestamp>).
+# loop beside both sides (a busy host), DIRECT=0|1 fio's O_DIRECT (default 1), OUT=dir (default target/qd1-floor/<UTC timestamp>).
 # Without fio the script prints "NOT RUN" and exits 0.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +20,7 @@ ROUNDS=${1:-5}
 SECONDS_PER_RUN=${2:-2}
 OSPREY=${OSPREY:-target/release/osprey}
 HOG=${HOG:-0}
+DIRECT=${DIRECT:-1}
 OUT=${OUT:-target/qd1-floor/$(date -u +%Y%m%dT%H%M%SZ)}
 SIZE=256m
 
@@ -52,7 +55,7 @@ head -c 256M /dev/urandom >"$FILE"
 host_run() { # round -> mean latency in µs
     local json="$OUT/fio-$1.json"
     if ((HOG)); then setsid sh -c 'while :; do :; done' & HOG_PID=$!; fi
-    fio --name=qd1 --filename="$FILE" --ioengine=psync --rw=randread --bs=4k --iodepth=1 \
+    fio --name=qd1 --filename="$FILE" --direct="$DIRECT" --ioengine=psync --rw=randread --bs=4k --iodepth=1 \
         --size=$SIZE --runtime="${SECONDS_PER_RUN}s" --time_based --randrepeat=0 \
         --norandommap --output-format=json >"$json"
     if [[ -n "$HOG_PID" ]]; then kill "$HOG_PID"; wait "$HOG_PID" 2>/dev/null || true; HOG_PID=; fi
@@ -68,7 +71,7 @@ osprey_run() { # round -> mean latency in µs (the guest's own measurement)
     python3 -c 'import csv,sys; r=[x for x in csv.DictReader(open(sys.argv[1])) if x["status"]=="ok"]; print(r[0]["lat_mean_us"])' "$dir/results.csv"
 }
 
-echo "qd1-floor: $ROUNDS rounds of ${SECONDS_PER_RUN}s, hog=$HOG, osprey=$OSPREY, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "qd1-floor: $ROUNDS rounds of ${SECONDS_PER_RUN}s, hog=$HOG, fio direct=$DIRECT, osprey=$OSPREY, load $(cut -d' ' -f1-3 /proc/loadavg)"
 : >"$OUT/rounds.tsv"
 for ((i = 1; i <= ROUNDS; i++)); do
     if ((i % 2)); then h=$(host_run "$i"); o=$(osprey_run "$i")
