@@ -211,6 +211,7 @@ struct blk_opts {
     enum tsc_source tsc_source;
     u64 timeout_ms;
     u64 think_us;          /* ring-3 pause after each completion round before issuing more */
+    int tsc_stamp;         /* reads: the submit rdtsc in the buffer's first 8 bytes (stage stamps) */
     u32 dev;               /* drive the nth virtio-blk device found (from 0) */
     int stamp_until_set;   /* rw=stamp: end once STAMP_UNTIL_REQUESTS read this tag */
     u32 stamp_until;

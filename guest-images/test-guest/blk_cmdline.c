@@ -4,7 +4,7 @@
  * Owns: defaults and parsing of rw= bs= qd= queues= qsize= count= range=
  * seed= flush_every= event_idx= irq= discard= write_zeroes= hostile=
  * reinit= pattern_lba= pattern= tsc_khz= timeout_ms= think_us= indirect= pattern_check= hang= broken_idle_ms=
- * dev= stamp_until=, and their range
+ * dev= stamp_until= tsc_stamp=, and their range
  * checks. Numbers are decimal (range= also takes a k/m/g suffix, powers of
  * 1024); pattern= is hex with an optional 0x. Unknown tokens are ignored
  * (cmdline.c owns mode= and exit=); a bad value prints
@@ -98,7 +98,7 @@ static const struct num_opt num_opts[] = {
     { "reinit=", 0, 1 }, { "pattern_lba=", 0, ~0ULL }, { "tsc_khz=", TSC_KHZ_MIN, TSC_KHZ_MAX },
     { "timeout_ms=", 1, 3600000 }, { "think_us=", 0, 10000000 }, { "indirect=", 0, 1 },
     { "pattern_check=", 0, 1 }, { "hang=", 0, 2 }, { "broken_idle_ms=", 0, 600000 },
-    { "dev=", 0, 31 }, { "stamp_until=", 0, 0xffffffffULL },
+    { "dev=", 0, 31 }, { "stamp_until=", 0, 0xffffffffULL }, { "tsc_stamp=", 0, 1 },
 };
 
 static void store(struct blk_opts *o, int idx, u64 v)
@@ -128,6 +128,7 @@ static void store(struct blk_opts *o, int idx, u64 v)
     case 21: o->broken_idle_ms = v; break;
     case 22: o->dev = (u32)v; break;
     case 23: o->stamp_until = (u32)v; o->stamp_until_set = 1; break;
+    case 24: o->tsc_stamp = (int)v; break;
     }
 }
 

@@ -198,6 +198,9 @@ static void run_phase(struct phase *ph, u64 *lat_n)
                         writes_since_flush++;
                 }
                 rq->t_submit = rdtsc();
+                if (o->tsc_stamp && rq->kind == KIND_DATA && !ph->write)
+                    /* For the host's stage stamps (docs/performance.md); the read overwrites it. */
+                    *(volatile u64 *)slot_buf(j, (u16)q, s) = rq->t_submit;
                 vq_push(vq, head);
                 inflight[q]++;
                 total_inflight++;

@@ -7,6 +7,8 @@ pub mod config;
 pub mod device;
 pub mod queue;
 pub mod request;
+#[cfg(feature = "stage-stamps")]
+pub mod stage_stamps;
 pub mod stats;
 pub mod swap;
 pub mod throttle;

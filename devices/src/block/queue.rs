@@ -126,6 +126,8 @@ pub struct BlockQueueHandler {
     log_limit: RateLimit,
     /// Where the queue goes when the handler leaves the iothread ([`Handler::detach`]).
     owner_end: Option<Sender<ActivatedQueue>>,
+    #[cfg(feature = "stage-stamps")]
+    stamps: super::stage_stamps::StageStamps,
 }
 
 impl std::fmt::Debug for BlockQueueHandler {
@@ -176,6 +178,8 @@ impl BlockQueueHandler {
             throttle: QueueThrottle::default(),
             log_limit: RateLimit::default(),
             owner_end: None,
+            #[cfg(feature = "stage-stamps")]
+            stamps: super::stage_stamps::StageStamps::new(q.index),
         };
         match ring {
             Ok(mut ring) => {
@@ -345,6 +349,8 @@ impl BlockQueueHandler {
                         return Stop::Empty;
                     }
                 };
+                #[cfg(feature = "stage-stamps")]
+                self.stamps.popped();
                 let parsed = parse(ring.chain(head, &self.mem), &self.mem, &self.limits);
                 if let Ok(BlockRequest {
                     op: RequestOp::Io(op),
@@ -442,6 +448,8 @@ impl BlockQueueHandler {
             kind,
             bytes,
         });
+        #[cfg(feature = "stage-stamps")]
+        self.stamps.submitting(&op);
         let request = IoRequest {
             op,
             token: slot as u64,
@@ -607,9 +615,13 @@ impl Handler for BlockQueueHandler {
         // costs one parse and one admission check.
         let stop = self.pop_and_submit(max_batch.max(1));
         let submitted = self.commit(turn);
+        #[cfg(feature = "stage-stamps")]
+        self.stamps.commit_end();
         self.stats.record_batch(submitted as u64);
         self.stats.record_inflight(self.engine_in_flight() as u64);
         self.complete(turn);
+        #[cfg(feature = "stage-stamps")]
+        self.stamps.published();
         self.signal();
         let s = self.engine.as_ref().map(|e| e.stats()).unwrap_or_default();
         self.stats

@@ -102,9 +102,11 @@ pub struct Vm<'a> {
 }
 
 impl Vm<'_> {
-    /// The guest command line of a run of `count` requests with pattern and offset seed `seed`.
+    /// The guest command line of a run of `count` requests with pattern and offset seed `seed`,
+    /// plus `OSPREY_BENCH_GUEST_ARGS` when set (e.g. `tsc_stamp=1` for scripts/qd1-stages.sh).
     pub fn cmdline(&self, p: &Point, count: u64, seed: u64) -> String {
-        format!(
+        let extra = std::env::var("OSPREY_BENCH_GUEST_ARGS").unwrap_or_default();
+        let line = format!(
             "mode=blk rw={} bs={} qd={} queues={} count={count} range={} tsc_khz={} irq={} \
              seed={seed}",
             p.rw,
@@ -114,7 +116,11 @@ impl Vm<'_> {
             self.range,
             self.tsc_khz,
             u8::from(p.irq),
-        )
+        );
+        match extra.trim() {
+            "" => line,
+            extra => format!("{line} {extra}"),
+        }
     }
 
     /// The VM config JSON (docs/config.md) of one run; Osprey appends its metrics to `metrics`

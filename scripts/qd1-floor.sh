@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# qd1-floor.sh: Osprey's QD1 latency against the host's own floor, side by side in one run.
+#
+# Each round runs, in alternating order, the host's `fio --ioengine=psync --rw=randread --bs=4k
+# --iodepth=1` on a 256 MiB file in /dev/shm, and Osprey's test guest (ring 3, QD1 4k randread,
+# one queue, default config: Auto engine, Adaptive polling) through tools/osprey-bench on a
+# 256 MiB file in /dev/shm of the same kind (pseudo-random data). osprey-bench opens its drive
+# with O_DIRECT where the file system allows it (tmpfs does on Linux 6.6+), so fio does too
+# unless DIRECT=0. It prints every round, the medians of both means and their ratio (Osprey /
+# host).
+#
+# Usage: scripts/qd1-floor.sh [ROUNDS (default 5, at least 3)] [SECONDS per run (default 2)]
+# Environment: OSPREY=path/to/osprey (default target/release/osprey), HOG=1 runs a CPU-bound
+# loop beside both sides (a busy host), DIRECT=0|1 fio's O_DIRECT (default 1), OUT=dir (default target/qd1-floor/<UTC timestamp>).
+# Without fio the script prints "NOT RUN" and exits 0.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+ROUNDS=${1:-5}
+SECONDS_PER_RUN=${2:-2}
+OSPREY=${OSPREY:-target/release/osprey}
+HOG=${HOG:-0}
+DIRECT=${DIRECT:-1}
+OUT=${OUT:-target/qd1-floor/$(date -u +%Y%m%dT%H%M%SZ)}
+SIZE=256m
+
+if ! [[ "$ROUNDS" =~ ^[0-9]+$ ]] || ((ROUNDS < 3 || ROUNDS > 100)); then
+    echo "qd1-floor: ROUNDS must be 3-100 (got $ROUNDS)" >&2
+    exit 2
+fi
+if ! command -v fio >/dev/null; then
+    echo "qd1-floor: NOT RUN (fio is not installed: apt-get install fio)"
+    exit 0
+fi
+for tool in jq python3; do
+    command -v "$tool" >/dev/null || { echo "qd1-floor: NOT RUN ($tool is missing)"; exit 0; }
+done
+
+BENCH=target/release/osprey-bench
+[[ -x "$BENCH" ]] || nice -n 5 cargo build --release -q -p osprey-bench
+[[ -x "$OSPREY" ]] || nice -n 5 cargo build --release -q -p osprey
+[[ -f guest-images/build/test-guest.elf ]] || make -s guest
+
+mkdir -p "$OUT"
+FILE=/dev/shm/qd1-floor-$$.img
+HOG_PID=
+cleanup() {
+    [[ -n "$HOG_PID" ]] && kill "$HOG_PID" 2>/dev/null || true
+    rm -f "$FILE"
+}
+trap cleanup EXIT
+# The host's file: 256 MiB of pseudo-random data, as osprey-bench fills its own store.
+head -c 256M /dev/urandom >"$FILE"
+
+host_run() { # round -> mean latency in µs
+    local json="$OUT/fio-$1.json"
+    if ((HOG)); then setsid sh -c 'while :; do :; done' & HOG_PID=$!; fi
+    fio --name=qd1 --filename="$FILE" --direct="$DIRECT" --ioengine=psync --rw=randread --bs=4k --iodepth=1 \
+        --size=$SIZE --runtime="${SECONDS_PER_RUN}s" --time_based --randrepeat=0 \
+        --norandommap --output-format=json >"$json"
+    if [[ -n "$HOG_PID" ]]; then kill "$HOG_PID"; wait "$HOG_PID" 2>/dev/null || true; HOG_PID=; fi
+    jq '.jobs[0].read.lat_ns.mean / 1000' "$json"
+}
+
+osprey_run() { # round -> mean latency in µs (the guest's own measurement)
+    local dir="$OUT/osprey-$1"
+    nice -n 0 "$BENCH" --osprey "$OSPREY" --store file --store-dir /dev/shm --store-size $SIZE \
+        --rw randread --bs 4k --qd 1 --queues 1 --engine Auto --poll adaptive --irq 0 \
+        --hog "$HOG" --repeats 1 --seconds "$SECONDS_PER_RUN" --no-native --out "$dir" \
+        >"$dir.log" 2>&1 || { echo "qd1-floor: osprey-bench failed, see $dir.log" >&2; exit 1; }
+    python3 -c 'import csv,sys; r=[x for x in csv.DictReader(open(sys.argv[1])) if x["status"]=="ok"]; print(r[0]["lat_mean_us"])' "$dir/results.csv"
+}
+
+echo "qd1-floor: $ROUNDS rounds of ${SECONDS_PER_RUN}s, hog=$HOG, fio direct=$DIRECT, osprey=$OSPREY, load $(cut -d' ' -f1-3 /proc/loadavg)"
+: >"$OUT/rounds.tsv"
+for ((i = 1; i <= ROUNDS; i++)); do
+    if ((i % 2)); then h=$(host_run "$i"); o=$(osprey_run "$i")
+    else o=$(osprey_run "$i"); h=$(host_run "$i"); fi
+    printf '%s\t%s\t%s\n' "$i" "$h" "$o" >>"$OUT/rounds.tsv"
+    printf 'round %d: host pread %.3f µs, Osprey %.3f µs (load %s)\n' "$i" "$h" "$o" \
+        "$(cut -d' ' -f1 /proc/loadavg)"
+done
+python3 - "$OUT/rounds.tsv" <<'PY'
+import statistics, sys
+rows = [l.split("\t") for l in open(sys.argv[1]).read().split("\n") if l]
+h = statistics.median(float(r[1]) for r in rows)
+o = statistics.median(float(r[2]) for r in rows)
+print(f"median of {len(rows)} rounds: host pread {h:.3f} µs, Osprey {o:.3f} µs, ratio {o / h:.2f}×")
+PY
+echo "qd1-floor: results in $OUT"
