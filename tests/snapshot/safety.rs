@@ -93,6 +93,25 @@ fn call_within(
     Some((status, v))
 }
 
+/// Boots the guest on `disk` ([`boot_in_folder`]), lets it complete `requests` requests, pauses it
+/// and takes a Full snapshot to `state.snap` and `mem.snap` in the disk's folder; returns the
+/// paused VM and the two files.
+fn snapshot_mid_io(disk: &Disk, boot_args: &str, requests: u64) -> (Vmm, PathBuf, PathBuf) {
+    let (vmm, sock) = boot_in_folder(disk, boot_args, "api.sock");
+    let t0 = Instant::now();
+    while drive_requests(&sock) < requests {
+        assert!(t0.elapsed() < Duration::from_secs(20), "{}", vmm.log_text());
+        std::thread::sleep(Duration::from_micros(500));
+    }
+    let (status, v) = call(&sock, "PATCH", "/vm", Some(r#"{"state": "Paused"}"#));
+    assert_eq!(status, 204, "{v}");
+    let (state, mem) = (disk.dir.join("state.snap"), disk.dir.join("mem.snap"));
+    let body = create_body(&state, &mem);
+    let (status, v) = call(&sock, "PUT", "/snapshot/create", Some(&body));
+    assert_eq!(status, 204, "{v}\n{}", vmm.log_text());
+    (vmm, state, mem)
+}
+
 fn create_body(state: &Path, mem: &Path) -> String {
     json!({"snapshot_type": "Full", "snapshot_path": state, "mem_file_path": mem}).to_string()
 }
@@ -396,23 +415,8 @@ fn settled_fd_count(pid: u32) -> usize {
 #[test]
 fn failed_loads_leave_no_fd_behind() {
     let disk = Disk::new("snapshot-fd-leak", SMALL_DISK);
-    let (vmm, sock) = boot_in_folder(&disk, ENDLESS_READS, "api.sock");
     // Paused inside the I/O: the saved rings' indices are not the zeroed memory's.
-    let t0 = Instant::now();
-    while drive_requests(&sock) < 1000 {
-        assert!(t0.elapsed() < Duration::from_secs(20), "{}", vmm.log_text());
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    let (status, v) = call(&sock, "PATCH", "/vm", Some(r#"{"state": "Paused"}"#));
-    assert_eq!(status, 204, "{v}");
-    let (state, mem) = (disk.dir.join("state.snap"), disk.dir.join("mem.snap"));
-    let (status, v) = call(
-        &sock,
-        "PUT",
-        "/snapshot/create",
-        Some(&create_body(&state, &mem)),
-    );
-    assert_eq!(status, 204, "{v}");
+    let (vmm, state, mem) = snapshot_mid_io(&disk, ENDLESS_READS, 1000);
     drop(vmm);
     // Guest memory zeroed, whatever follows it kept: every check before the build passes, the
     // restored devices find no rings where the saved state says.
@@ -466,23 +470,8 @@ fn failed_loads_leave_no_fd_behind() {
 #[test]
 fn truncating_the_memory_file_under_a_restored_vm_leaves_it_whole() {
     let disk = Disk::new("snapshot-truncate", SMALL_DISK);
-    let (vmm, sock) = boot_in_folder(&disk, SHORT_VERIFY, "api.sock");
     // Paused inside the verify run: blocks written before the snapshot are read back after it.
-    let t0 = Instant::now();
-    while drive_requests(&sock) < 2000 {
-        assert!(t0.elapsed() < Duration::from_secs(20), "{}", vmm.log_text());
-        std::thread::sleep(Duration::from_micros(500));
-    }
-    let (status, v) = call(&sock, "PATCH", "/vm", Some(r#"{"state": "Paused"}"#));
-    assert_eq!(status, 204, "{v}");
-    let (state, mem) = (disk.dir.join("state.snap"), disk.dir.join("mem.snap"));
-    let (status, v) = call(
-        &sock,
-        "PUT",
-        "/snapshot/create",
-        Some(&create_body(&state, &mem)),
-    );
-    assert_eq!(status, 204, "{v}");
+    let (vmm, state, mem) = snapshot_mid_io(&disk, SHORT_VERIFY, 2000);
     drop(vmm);
     // Restored paused, so that no page of guest memory has left the file yet.
     let load_sock = disk.dir.join("load.sock");
