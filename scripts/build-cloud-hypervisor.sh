@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds Cloud Hypervisor's `cloud-hypervisor` and `vhost_user_block` binaries (release profile)
 # from a given source, for tests/vhost_user.rs (OSPREY_CLOUD_HYPERVISOR) and
-# tools/osprey-bench/vhost-user-bench.py (`ch-vub`). Not run by CI: about an hour on 2 cores.
+# tools/osprey-bench/vhost-user-bench.py (`ch-vub`). Not run by CI: about 6 minutes on 2 idle cores
+# with CARGO_BUILD_JOBS=2 (the default, 1, leaves a core to other work and takes longer).
 #
 #   scripts/build-cloud-hypervisor.sh [options] [SOURCE]
 #
@@ -25,22 +26,9 @@ set -euo pipefail
 ref=v53.0
 src=./cloud-hypervisor
 out=./cloudhv-bin
-micro_http=
-source=
-while [ $# -gt 0 ]; do
-    case "$1" in
-    --ref) ref=$2; shift 2 ;;
-    --src) src=$2; shift 2 ;;
-    --out) out=$2; shift 2 ;;
-    --micro-http) micro_http=$2; shift 2 ;;
-    -h | --help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    -*) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
-    *) source=$1; shift ;;
-    esac
-done
-
 # shellcheck source=lib/anchor-build.sh
 . "$(dirname "$0")/lib/anchor-build.sh"
+parse_args 2,23 "$@"
 checkout_ref "Cloud Hypervisor" "$src" "$source" "$ref"
 micro_http_patch "$src" "$micro_http"
 

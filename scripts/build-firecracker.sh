@@ -25,22 +25,9 @@ set -euo pipefail
 ref=v1.16.1
 src=./firecracker
 out=./firecracker-bin
-micro_http=
-source=
-while [ $# -gt 0 ]; do
-    case "$1" in
-    --ref) ref=$2; shift 2 ;;
-    --src) src=$2; shift 2 ;;
-    --out) out=$2; shift 2 ;;
-    --micro-http) micro_http=$2; shift 2 ;;
-    -h | --help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    -*) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
-    *) source=$1; shift ;;
-    esac
-done
-
 # shellcheck source=lib/anchor-build.sh
 . "$(dirname "$0")/lib/anchor-build.sh"
+parse_args 2,22 "$@"
 # Test data the build does not read (a fetched mirror may lack these blobs).
 checkout_ref Firecracker "$src" "$source" "$ref" \
     '/src/vmm/src/test_utils/mock_resources/*.bin' '/tests/'

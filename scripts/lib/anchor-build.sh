@@ -3,6 +3,27 @@
 # their largest blobs) and pin firecracker-microvm/micro-http as a git dependency, which cargo
 # cannot fetch where only crates.io is reachable.
 
+# parse_args HELP_LINES ARGS...: the scripts' common options over the defaults the caller set
+# (`ref`, `src`, `out`); sets those, `micro_http` and `source`. HELP_LINES is the range of the
+# script's header that --help prints (sed's `2,22`).
+parse_args() {
+    local help=$1
+    shift
+    micro_http=
+    source=
+    while [ $# -gt 0 ]; do
+        case "$1" in
+        --ref) ref=$2; shift 2 ;;
+        --src) src=$2; shift 2 ;;
+        --out) out=$2; shift 2 ;;
+        --micro-http) micro_http=$2; shift 2 ;;
+        -h | --help) sed -n "${help}p" "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -*) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
+        *) source=$1; shift ;;
+        esac
+    done
+}
+
 # checkout_ref NAME SRC SOURCE REF [SKIP...]: clones SOURCE into SRC when SRC has no clone (or
 # fetches SOURCE's tags into it), then checks out REF. SKIP are sparse-checkout patterns left out
 # of the working tree (test data the build does not read, whose blobs a mirror may not hold).
