@@ -33,19 +33,23 @@ pub fn is_off_limits(folder: &Path) -> bool {
         || ["/proc", "/sys"].iter().any(|d| folder.starts_with(d))
 }
 
+/// The folder holding the API socket `socket`: absolute (from the working directory; call before
+/// the sandbox), `.` and `..` resolved by name. `None` for a socket path with no parent (`/`).
+pub fn socket_folder(socket: &Path) -> Option<PathBuf> {
+    let socket = std::path::absolute(socket).unwrap_or_else(|_| socket.to_path_buf());
+    normalize(&socket).parent().map(Path::to_path_buf)
+}
+
 /// The folder of the API socket `socket` (made absolute from the working directory), unless it
 /// is off limits, then the operator's `allowed` folders, in that order.
 pub fn with_socket_folder(socket: Option<&Path>, allowed: &[PathBuf]) -> Vec<AllowedFolder> {
     let mut folders = Vec::new();
-    if let Some(socket) = socket {
-        let socket = std::path::absolute(socket).unwrap_or_else(|_| socket.to_path_buf());
-        if let Some(folder) = normalize(&socket).parent() {
-            if !is_off_limits(folder) {
-                folders.push(AllowedFolder {
-                    path: folder.to_path_buf(),
-                    what: SOCKET_FOLDER,
-                });
-            }
+    if let Some(folder) = socket.and_then(socket_folder) {
+        if !is_off_limits(&folder) {
+            folders.push(AllowedFolder {
+                path: folder,
+                what: SOCKET_FOLDER,
+            });
         }
     }
     folders.extend(allowed.iter().map(|p| AllowedFolder {

@@ -10,6 +10,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::allowed_folders::socket_folder;
 use crate::swap_folder::normalize;
 
 /// One folder where snapshot files may be created, and why.
@@ -44,11 +45,7 @@ pub fn is_off_limits(folder: &Path) -> bool {
 pub fn rule_folders(api_socket: Option<&Path>, configured: Option<&Path>) -> Vec<AllowedFolder> {
     let mut folders = Vec::new();
     if let Some(socket) = api_socket {
-        let socket = std::path::absolute(socket).unwrap_or_else(|_| socket.to_path_buf());
-        let folder = normalize(&socket)
-            .parent()
-            .map(Path::to_path_buf)
-            .unwrap_or_else(|| PathBuf::from("/"));
+        let folder = socket_folder(socket).unwrap_or_else(|| PathBuf::from("/"));
         if !is_off_limits(&folder) {
             folders.push(AllowedFolder {
                 path: folder,
