@@ -257,13 +257,11 @@ pub(crate) fn clone_file(file: &File, kind: EngineKind) -> Result<File, EngineEr
     })
 }
 
-/// The asynchronous engine `Auto` hands what would block to: io_uring where the host has it,
-/// else Linux AIO for O_DIRECT files (asynchronous only with O_DIRECT; probed with `pool`, the
-/// thread's spare contexts), else Sync.
+/// The asynchronous engine `Auto` hands what would block to: io_uring where the host has it
+/// (probed once per `pool`, the thread's), else Linux AIO for O_DIRECT files (asynchronous only
+/// with O_DIRECT; probed with the thread's spare contexts), else Sync.
 pub fn auto_async_kind(direct: bool, pool: &AioContextPool) -> EngineKind {
-    // A fact about the host, not state: computed once, never changed.
-    static IO_URING: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    if *IO_URING.get_or_init(|| self::io_uring::IoUringEngine::probe().is_ok()) {
+    if pool.io_uring_available(|| self::io_uring::IoUringEngine::probe().is_ok()) {
         EngineKind::IoUring
     } else if direct && linux_aio::probe(pool).is_ok() {
         EngineKind::LinuxAio

@@ -7,6 +7,10 @@
 //! (docs/performance.md); and a guest that resets its device again and again holds no more
 //! contexts than it had. When the process is about to exit, the pool leaves the contexts it gets
 //! back (and those it keeps) to the exit, which frees them without waiting.
+//!
+//! The pool also keeps the one host fact `Auto` asks for every queue it opens, whether io_uring
+//! is there ([`AioContextPool::io_uring_available`]): probed once per iothread, not per queue,
+//! and with no process-wide state.
 
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -40,6 +44,8 @@ struct Inner {
     spares: Mutex<Vec<AioContext>>,
     /// Contexts given back from now on are left to the process exit.
     left_to_exit: ExitSwitch,
+    /// Whether the host offers io_uring, once probed.
+    io_uring: OnceLock<bool>,
 }
 
 /// Turns a pool's contexts over to the process exit ([`ExitSwitch::leave_to_process_exit`]),
@@ -75,6 +81,12 @@ impl AioContextPool {
         let pool = Self::default();
         pool.inner().left_to_exit.leave_to_process_exit();
         pool
+    }
+
+    /// Whether the host offers io_uring: `probe`'s answer the first time this pool (its
+    /// iothread) is asked, the same answer after that.
+    pub(crate) fn io_uring_available(&self, probe: impl FnOnce() -> bool) -> bool {
+        *self.inner().io_uring.get_or_init(probe)
     }
 
     /// The switch that leaves this pool's contexts to the process exit.
@@ -146,5 +158,30 @@ impl Drop for Inner {
                 ctx.leave_to_exit();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+
+    use super::AioContextPool;
+
+    #[test]
+    fn io_uring_is_probed_once_per_pool_and_shared_by_its_clones() {
+        let probes = Cell::new(0);
+        let probe = |answer| {
+            probes.set(probes.get() + 1);
+            answer
+        };
+        let pool = AioContextPool::new();
+        assert!(pool.io_uring_available(|| probe(true)));
+        // The first answer stands: no second probe, whatever it would say.
+        assert!(pool.io_uring_available(|| probe(false)));
+        assert!(pool.clone().io_uring_available(|| probe(false)));
+        assert_eq!(probes.get(), 1);
+        // Another thread's pool asks the host itself.
+        assert!(!AioContextPool::new().io_uring_available(|| probe(false)));
+        assert_eq!(probes.get(), 2);
     }
 }
