@@ -7,6 +7,7 @@
 mod error;
 mod kvm;
 mod running;
+mod steps;
 
 use std::io::Read;
 use std::sync::atomic::AtomicBool;
@@ -126,6 +127,7 @@ fn start_from(
     origin: Origin<'_>,
 ) -> Result<RunningVm, VmError> {
     let started = Instant::now();
+    let mut steps = steps::StepClock::new(started);
     if serving.is_none() {
         // Alone on the main thread still: namespaces (when asked) and no_new_privs for every
         // thread.
@@ -136,12 +138,14 @@ fn start_from(
         Origin::Boot => None,
     };
     let (kvm, vm, mem) = kvm::create_vm(config, mem_file)?;
+    steps.mark("vm and memory");
     // Taken on this thread, the control thread to be: the kernel signals it when another
     // process opens the file to write or truncate it.
     let mem_lease = mem_file.and_then(|f| crate::snapshot::mem_lease::MemLease::take(f, &mem));
     if let Origin::Snapshot { state, .. } = origin {
         state.vm.restore(&vm).map_err(RestoreError::from)?;
     }
+    steps.mark("memory lease and vm state");
     let metrics_every = config
         .metrics
         .as_ref()
@@ -152,9 +156,12 @@ fn start_from(
     // Opened before the sandbox is built: the Landlock rule needs the file to exist, and the
     // control thread never opens it again.
     let metrics = config.metrics.as_ref().and_then(MetricsFile::open);
+    steps.mark("control loop and metrics");
     let (sandbox, light_vcpus) = prepare_sandbox(config)?;
+    steps.mark("sandbox prepared");
     let devices = device_manager::build(config, drive_files, &vm, &mem, exit, light_vcpus)?;
     confine_iothreads(&devices, &sandbox)?;
+    steps.mark("devices");
     let boot = match origin {
         Origin::Boot => VcpuBoot::Entry(load_guest(config, &mem)?),
         Origin::Snapshot { state, .. } => {
@@ -162,10 +169,15 @@ fn start_from(
             VcpuBoot::Restore(&state.vcpus)
         }
     };
+    steps.mark(match origin {
+        Origin::Boot => "guest loaded",
+        Origin::Snapshot { .. } => "device state",
+    });
     let supported = kvm
         .get_supported_cpuid(KVM_MAX_CPUID_ENTRIES)
         .map_err(kvm_err("KVM_GET_SUPPORTED_CPUID"))?;
     register_signal_handlers()?;
+    steps.mark("cpuid and signals");
     let stop = Arc::new(AtomicBool::new(false));
     let pause = Arc::new(PauseState::default());
     if let Origin::Snapshot { resume: false, .. } = origin {
@@ -188,6 +200,7 @@ fn start_from(
             sandbox: &sandbox,
         },
     )?;
+    steps.mark("vcpus");
     spawn_stdin_reader(devices.serial.clone(), sandbox.hook(ThreadKind::Stdin));
     let api = match serving {
         Some(serving) => Some(take_over_api(serving, &tx, &sandbox)?),
@@ -199,16 +212,17 @@ fn start_from(
         .is_on()
         .then(|| SnapshotFolders::resolve(&config.sandbox_paths().snapshot_folders));
     enter_control_sandbox(&sandbox)?;
+    steps.mark("api and control sandbox");
     match origin {
         Origin::Boot => log::info!(
-            "Started {} vCPU(s), {} MiB in {:.1} ms; boot timings {}",
+            "Started {} vCPU(s), {} MiB in {:.1} ms ({steps}); boot timings {}",
             config.machine.vcpu_count,
             config.machine.mem_size_mib,
             started.elapsed().as_secs_f64() * 1e3,
             crate::boot_timing::json()
         ),
         Origin::Snapshot { resume, .. } => log::info!(
-            "Restored {} vCPU(s), {} MiB in {:.1} ms ({})",
+            "Restored {} vCPU(s), {} MiB in {:.1} ms ({}; {steps})",
             config.machine.vcpu_count,
             config.machine.mem_size_mib,
             started.elapsed().as_secs_f64() * 1e3,
