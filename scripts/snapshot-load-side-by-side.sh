@@ -58,13 +58,16 @@ snapshot() { # name binary extra-args...
     local name=$1 bin=$2 dir="$OUT/$1"
     shift 2
     mkdir -p "$dir"
+    # Osprey's pre-boot sandbox takes paths in the API socket's folder only.
+    cp "$GUEST" "$dir/test-guest.elf"
+    cp "$OUT/disk.img" "$dir/disk.img"
     local sock="$dir/boot.sock"
     "$bin" --api-sock "$sock" "$@" >"$dir/boot.log" 2>&1 &
     PIDS+=($!)
     local pid=$!
     wait_sock "$sock"
-    api "$sock" PUT /boot-source "{\"kernel_image_path\": \"$GUEST\", \"boot_args\": \"$GUEST_ARGS\"}" >/dev/null
-    api "$sock" PUT /drives/d0 "{\"drive_id\": \"d0\", \"path_on_host\": \"$OUT/disk.img\", \"is_root_device\": false, \"is_read_only\": false}" >/dev/null
+    api "$sock" PUT /boot-source "{\"kernel_image_path\": \"$dir/test-guest.elf\", \"boot_args\": \"$GUEST_ARGS\"}" >/dev/null
+    api "$sock" PUT /drives/d0 "{\"drive_id\": \"d0\", \"path_on_host\": \"$dir/disk.img\", \"is_root_device\": false, \"is_read_only\": false}" >/dev/null
     api "$sock" PUT /machine-config '{"vcpu_count": 2, "mem_size_mib": 1024}' >/dev/null
     api "$sock" PUT /actions '{"action_type": "InstanceStart"}' >/dev/null
     sleep 1
@@ -72,6 +75,7 @@ snapshot() { # name binary extra-args...
     local r
     r=$(api "$sock" PUT /snapshot/create "{\"snapshot_type\": \"Full\", \"snapshot_path\": \"$dir/state.snap\", \"mem_file_path\": \"$dir/mem.snap\"}")
     kill -9 "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
     [[ "${r%% *}" == 204 ]] || { echo "snapshot-load: $name could not snapshot ($r; $dir/boot.log)" >&2; exit 1; }
 }
 
