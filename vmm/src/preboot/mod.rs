@@ -82,6 +82,7 @@ pub fn serve(socket: &Path, mut base: VmConfig) -> Result<StopReason, VmError> {
             Err(RecvTimeoutError::Timeout) => continue,
             Err(RecvTimeoutError::Disconnected) => return Err(VmError::ApiStopped),
         };
+        let taken = std::time::Instant::now();
         let serving = ServingApi {
             server: server.clone(),
             switch: switch.clone(),
@@ -105,8 +106,17 @@ pub fn serve(socket: &Path, mut base: VmConfig) -> Result<StopReason, VmError> {
             }
         };
         match started {
-            Ok(vm) => {
+            Ok(mut vm) => {
                 let _ = request.reply.send(Ok(crate::api::command::Reply::Done));
+                // A restored VM with `resume_vm` runs from here: its answer goes out first.
+                vm.resume_after_answer();
+                if matches!(request.command, ApiCommand::SnapshotLoad(_)) {
+                    log::info!(
+                        "PUT /snapshot/load: answer handed to the API and vCPUs released {:.2} ms \
+                         after the pre-boot loop took the request",
+                        taken.elapsed().as_secs_f64() * 1e3
+                    );
+                }
                 // Requests that reached the pre-boot loop while the VM was starting.
                 let control = vm.control_sender();
                 while let Ok(r) = rx.try_recv() {

@@ -180,10 +180,16 @@ fn start_from(
     steps.mark("cpuid and signals");
     let stop = Arc::new(AtomicBool::new(false));
     let pause = Arc::new(PauseState::default());
-    if let Origin::Snapshot { resume: false, .. } = origin {
-        // The vCPUs park before their first KVM_RUN; `PATCH /vm` resumes them.
-        pause.set(true);
-    }
+    // A restored VM's vCPUs park before their first KVM_RUN: `PATCH /vm` resumes them, or
+    // `resume` below (without a serving API) or [`RunningVm::resume_after_answer`] (with one),
+    // so that two vCPUs spinning on two cores do not hold back the API's answer (issue 53).
+    let resume_on_answer = match origin {
+        Origin::Snapshot { resume, .. } => {
+            pause.set(true);
+            resume && serving.is_some()
+        }
+        Origin::Boot => false,
+    };
     let (vcpus, snapshot_msrs) = spawn_vcpus(
         &kvm,
         &vm,
@@ -229,8 +235,14 @@ fn start_from(
             if resume { "running" } else { "paused" }
         ),
     }
+    if let Origin::Snapshot { resume: true, .. } = origin {
+        if !resume_on_answer {
+            pause.set(false);
+        }
+    }
     Ok(RunningVm {
         process_exits_after: false,
+        resume_on_answer,
         vcpus,
         stop,
         control,
