@@ -309,19 +309,93 @@ pub enum ApiError {
     /// 500: the VMM failed.
     #[error("{0}")]
     Internal(String),
+    /// 400: a value the layer below refused, with its typed error (the message is the error's,
+    /// after the field it names when there is one).
+    #[error(transparent)]
+    Invalid(Cause),
+    /// 500: a step the layer below failed, with its typed error.
+    #[error(transparent)]
+    Failed(Cause),
 }
 
 impl ApiError {
     /// The HTTP status code.
     pub fn status(&self) -> u16 {
         match self {
-            ApiError::BadRequest(_) => 400,
+            ApiError::BadRequest(_) | ApiError::Invalid(_) => 400,
             ApiError::NotFound(_) => 404,
             ApiError::Conflict(_) => 409,
-            ApiError::Internal(_) => 500,
+            ApiError::Internal(_) | ApiError::Failed(_) => 500,
+        }
+    }
+
+    /// A 400 carrying `error` (a value check of a lower layer failed).
+    pub fn invalid(error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        ApiError::Invalid(Cause::new(None, error))
+    }
+
+    /// A 400 carrying `error`, about `field` (its message starts `field: `).
+    pub fn invalid_field(
+        field: &'static str,
+        error: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        ApiError::Invalid(Cause::new(Some(field), error))
+    }
+
+    /// A 500 carrying `error` (a step of a lower layer failed).
+    pub fn failed(error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        ApiError::Failed(Cause::new(None, error))
+    }
+}
+
+/// A lower layer's typed error inside an [`ApiError`], with the request field it concerns: the
+/// answer's message is its `Display`, a log or a caller walks its `source()` chain. Shared, so
+/// that an `ApiError` stays `Clone`; two are equal when their messages are.
+#[derive(Debug, Clone)]
+pub struct Cause {
+    field: Option<&'static str>,
+    error: std::sync::Arc<dyn std::error::Error + Send + Sync>,
+}
+
+impl Cause {
+    fn new(
+        field: Option<&'static str>,
+        error: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Self {
+            field,
+            error: std::sync::Arc::new(error),
+        }
+    }
+
+    /// The error carried.
+    pub fn error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        &*self.error
+    }
+}
+
+impl std::fmt::Display for Cause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.field {
+            Some(field) => write!(f, "{field}: {}", self.error),
+            None => write!(f, "{}", self.error),
         }
     }
 }
+
+impl std::error::Error for Cause {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.error)
+    }
+}
+
+impl PartialEq for Cause {
+    fn eq(&self, other: &Self) -> bool {
+        self.to_string() == other.to_string()
+    }
+}
+
+impl Eq for Cause {}
 
 /// The control thread's answer: a typed body for 200 ([`Reply::Done`]: 204), or an error.
 pub type ApiReply = Result<Reply, ApiError>;
@@ -356,5 +430,22 @@ mod tests {
         let a: ActionRequest = serde_json::from_str(r#"{"action_type": "Pause"}"#).expect("action");
         assert_eq!(a.action_type, VmAction::Pause);
         assert_eq!(ApiError::Conflict("x".into()).status(), 409);
+    }
+
+    #[test]
+    fn an_error_from_below_keeps_its_type_status_and_message() {
+        use std::error::Error as _;
+        let io = || std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+        let e = ApiError::invalid_field("path_on_host", io());
+        assert_eq!(e.status(), 400);
+        assert_eq!(e.to_string(), "path_on_host: no such file");
+        let cause = e.source().expect("the io::Error");
+        assert!(
+            cause.downcast_ref::<std::io::Error>().is_some(),
+            "{cause:?}"
+        );
+        assert_eq!(ApiError::failed(io()).status(), 500);
+        assert_eq!(ApiError::invalid(io()).to_string(), "no such file");
+        assert_eq!(ApiError::invalid(io()), ApiError::invalid(io()));
     }
 }

@@ -133,8 +133,7 @@ impl BackendController {
         }
         if let Some(limits) = u.rate_limiter {
             if let Some(r) = &limits {
-                r.check("rate_limiter")
-                    .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+                r.check("rate_limiter").map_err(ApiError::invalid)?;
             }
             // Every drive has a config entry (the command line's too); were one missing, the
             // change would still take effect, unrecorded.

@@ -72,7 +72,7 @@ fn swap_drive_file(
     let full = drive
         .swap_folder
         .check(path)
-        .map_err(|e| bad(e.to_string()))?;
+        .map_err(|e| ApiError::invalid_field("path_on_host", e))?;
     let opened = crate::drive::open(&full, read_only, direct).map_err(|e| {
         let denied = matches!(&e, crate::drive::DriveOpenError::Io { source, .. }
             if source.kind() == std::io::ErrorKind::PermissionDenied);
@@ -290,8 +290,7 @@ impl Controller<'_> {
             .find(|c| c.drive_id == id)
             .ok_or_else(|| ApiError::Internal(format!("drive {id} has no config")))?;
         if let Some(Some(r)) = &u.rate_limiter {
-            r.check("rate_limiter")
-                .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+            r.check("rate_limiter").map_err(ApiError::invalid)?;
         }
         if let Some(path) = &u.path_on_host {
             cfg.path_on_host = swap_drive_file(drive, path, cfg.is_read_only, cfg.direct)?;

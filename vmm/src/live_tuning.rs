@@ -57,9 +57,7 @@ pub fn patch_iothread(
     field_update::apply(&u.poll_policy, &mut policy, defaults.poll_policy);
     field_update::apply(&u.poll_weight, &mut params.weight, defaults.poll_weight);
     params.policy = policy.into();
-    params
-        .validate()
-        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    params.validate().map_err(ApiError::invalid)?;
     let mut max_batch = thread.max_batch() as u32;
     field_update::apply(&u.max_batch, &mut max_batch, defaults.max_batch);
     if max_batch as usize > dataplane::iothread::MAX_MAX_BATCH {
@@ -70,9 +68,7 @@ pub fn patch_iothread(
         )));
     }
     // Everything is valid: apply.
-    let poll = thread
-        .set_poll(params)
-        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    let poll = thread.set_poll(params).map_err(ApiError::failed)?;
     if u.max_batch.is_some() {
         thread.set_max_batch(max_batch as usize);
     }
@@ -97,9 +93,7 @@ pub fn patch_drive_limits(
         .drive
         .set(limits.unwrap_or_default().to_dataplane());
     *slot = limits;
-    iothread
-        .wake_throttled()
-        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    iothread.wake_throttled().map_err(ApiError::failed)?;
     log::info!(
         "drive {id}: rate_limiter changed by the API: {}",
         json!(limits)
@@ -123,14 +117,11 @@ pub fn patch_group<'a>(
     if let Some(o) = u.ops {
         next.ops = o;
     }
-    next.limits()
-        .check("")
-        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    next.limits().check("").map_err(ApiError::invalid)?;
     limiter.set(next.limits().to_dataplane());
     *cfg = next;
     for t in iothreads {
-        t.wake_throttled()
-            .map_err(|e| ApiError::Internal(e.to_string()))?;
+        t.wake_throttled().map_err(ApiError::failed)?;
     }
     log::info!("rate limit group {id}: changed by the API: {}", json!(u));
     Ok(())

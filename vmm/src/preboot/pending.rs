@@ -23,8 +23,9 @@ pub struct PendingVm {
     folders: Option<AllowedFolders>,
 }
 
-fn bad(e: impl std::fmt::Display) -> ApiError {
-    ApiError::BadRequest(e.to_string())
+/// A 400 carrying the lower layer's error.
+fn bad(e: impl std::error::Error + Send + Sync + 'static) -> ApiError {
+    ApiError::invalid(e)
 }
 
 fn not_started(what: &str) -> ApiError {
