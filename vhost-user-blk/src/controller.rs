@@ -106,13 +106,13 @@ impl BackendController {
 
     /// The iothreads and rate-limit groups with their config entries.
     fn dataplane(&mut self) -> Dataplane<'_> {
-        Dataplane {
-            iothreads: &self.iothreads,
-            iothread_configs: &mut self.config.iothreads,
-            groups: &self.groups,
-            group_configs: &mut self.config.rate_limit_groups,
-            drive_groups: drive_groups(&self.config.drives),
-        }
+        Dataplane::new(
+            &self.iothreads,
+            &mut self.config.iothreads,
+            &self.groups,
+            &mut self.config.rate_limit_groups,
+            drive_groups(&self.config.drives),
+        )
     }
 
     /// Sets, changes or removes a drive's own limits; its queues see them at their next request.

@@ -262,13 +262,13 @@ impl Controller<'_> {
 
     /// The iothreads and rate-limit groups with their config entries.
     fn dataplane(&mut self) -> Dataplane<'_> {
-        Dataplane {
-            iothreads: &self.devices.iothreads,
-            iothread_configs: &mut self.config.iothreads,
-            groups: &self.devices.rate_limit_groups,
-            group_configs: &mut self.config.rate_limit_groups,
-            drive_groups: drive_groups(&self.config.drives),
-        }
+        Dataplane::new(
+            &self.devices.iothreads,
+            &mut self.config.iothreads,
+            &self.devices.rate_limit_groups,
+            &mut self.config.rate_limit_groups,
+            drive_groups(&self.config.drives),
+        )
     }
 
     /// Swaps a drive's backing file (`path_on_host`) and sets, changes or removes its own

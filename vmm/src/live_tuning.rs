@@ -158,7 +158,25 @@ pub struct Dataplane<'a> {
     pub drive_groups: Vec<(&'a str, Option<&'a str>)>,
 }
 
-impl Dataplane<'_> {
+impl<'a> Dataplane<'a> {
+    /// The dataplane of `iothreads` and `groups` with their config entries, for drives whose
+    /// ids and groups are `drive_groups`.
+    pub fn new(
+        iothreads: &'a BTreeMap<String, Arc<IoThread>>,
+        iothread_configs: &'a mut [IoThreadConfig],
+        groups: &'a BTreeMap<String, Arc<RateLimiter>>,
+        group_configs: &'a mut [RateLimitGroupConfig],
+        drive_groups: Vec<(&'a str, Option<&'a str>)>,
+    ) -> Self {
+        Self {
+            iothreads,
+            iothread_configs,
+            groups,
+            group_configs,
+            drive_groups,
+        }
+    }
+
     /// Carries out a command that touches only iothreads and groups (`GET|PATCH
     /// /iothreads[/{id}]`, `GET|PATCH /rate-limit-groups[/{id}]`); any other is a 500.
     pub fn execute(&mut self, command: &ApiCommand) -> ApiReply {
