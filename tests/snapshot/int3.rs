@@ -35,7 +35,7 @@ fn describe(state: &vmm::snapshot::kvm_state::VcpuState, int3: u64) -> String {
     let at = match state.regs.rip {
         r if r == int3 => "at int3".to_string(),
         r if r == int3 + 1 => "after int3".to_string(),
-        r => format!("ring{}", state.sregs.cs.selector & 3),
+        _ => format!("ring{}", state.sregs.cs.selector & 3),
     };
     format!(
         "{at} cs={:#x} exc(inj={} pend={} nr={} payload={}) int(inj={} soft={} nr={}) \
@@ -122,12 +122,23 @@ fn a_vcpu_snapshotted_on_its_int3_keeps_it() {
         // Let the guest run a little between pauses (a few hundred round trips).
         std::thread::sleep(Duration::from_millis(3));
     }
+    let ran_on = vmm
+        .log_text()
+        .lines()
+        .filter(|l| l.contains("runs on to the next kick"))
+        .count();
     vmm.signal(libc::SIGKILL);
     vmm.wait_exit(Duration::from_secs(10));
     eprintln!("{rounds} pauses, saved vCPU states:");
     for (line, n) in &seen {
         eprintln!("  {n:4}  {line}");
     }
+    eprintln!("pauses that met the int3 window and ran on: {ran_on}");
+    let past_int3 = seen
+        .iter()
+        .filter(|(line, _)| line.starts_with("after int3"))
+        .map(|(_, n)| n)
+        .sum::<usize>();
 
     let mut lost = Vec::new();
     for (round, dir, line) in kept.iter().take(40) {
@@ -142,4 +153,8 @@ fn a_vcpu_snapshotted_on_its_int3_keeps_it() {
         lost.len()
     );
     assert!(lost.is_empty(), "restored guests that stopped: {lost:#?}");
+    assert_eq!(
+        past_int3, 0,
+        "saved vCPUs in ring 3 just past the int3 with no exception: {seen:#?}"
+    );
 }
