@@ -1,10 +1,11 @@
 //! A vCPU paused and snapshotted on the test guest's ring-3 `int3` path (`mode=int3-loop`:
 //! ring-0 → ring-3 → `int3` → ring-0 round trips, forever) must restore with the `int3` not
-//! lost (docs/snapshot.md, "A vCPU on its way into a software exception"): many pause/snapshot/resume rounds
-//! in one process, each saved vCPU state classified by where its RIP stands and what
-//! `KVM_GET_VCPU_EVENTS` said; then the snapshots taken on the `int3` path are loaded in new
-//! processes, and each guest must go on looping (not stop at the `ud2` after the `int3`).
-//! `OSPREY_INT3_ROUNDS` rounds (200 by default).
+//! lost (docs/snapshot.md, "A vCPU on its way into a software exception"): many
+//! pause/snapshot/resume rounds in one process, each saved vCPU state classified by where its
+//! RIP stands and what `KVM_GET_VCPU_EVENTS` said (none may be in ring 3 just past the
+//! `int3`); then the snapshots taken on the `int3` path are loaded in new processes, and each
+//! guest must go on looping (not stop at the `ud2` after the `int3`). `OSPREY_INT3_ROUNDS`
+//! rounds (200 by default).
 
 use std::collections::BTreeMap;
 use std::path::Path;
