@@ -19,6 +19,8 @@
 //! - What cannot hurt the VM nor lose an older snapshot (`safety.rs`, issue 48).
 
 mod common;
+#[path = "snapshot/int3.rs"]
+mod int3;
 #[path = "snapshot/safety.rs"]
 mod safety;
 

@@ -70,6 +70,8 @@ static int parse_mode(const char *v, size_t n, enum guest_mode *mode)
         *mode = MODE_BLK;
     else if (token_eq(v, n, "kbd"))
         *mode = MODE_KBD;
+    else if (token_eq(v, n, "int3-loop"))
+        *mode = MODE_INT3_LOOP;
     else
         return -1;
     return 0;

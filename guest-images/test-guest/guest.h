@@ -80,7 +80,7 @@ static inline long run_in_user(user_fn fn, void *arg)
 /* cmdline.c */
 enum guest_mode {
     MODE_REPORT, MODE_USER, MODE_TRIPLE_FAULT, MODE_RESET, MODE_HALT, MODE_EXCEPTION,
-    MODE_MMIO_EXEC, MODE_BLK, MODE_KBD
+    MODE_MMIO_EXEC, MODE_BLK, MODE_KBD, MODE_INT3_LOOP
 };
 struct cmdline_opts {
     enum guest_mode mode;
@@ -109,6 +109,9 @@ struct user_bench {
 };
 #define USER_BENCH_MAGIC 0x05e9
 long user_bench(void *arg);
+
+/* int3_loop.c: mode=int3-loop, ring-3 int3 round trips forever. */
+NORETURN void int3_loop_main(void);
 
 /* start_info (PVH), see xen/include/public/arch-x86/hvm/start_info.h */
 #define HVM_START_MAGIC 0x336ec578

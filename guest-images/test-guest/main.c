@@ -96,6 +96,8 @@ void kmain(u64 start_info_paddr)
         blk_main(cmdline, cmdline_len);     /* prints BLK, exits */
     case MODE_KBD:
         kbd_main();                         /* resets on Ctrl+Alt+Del */
+    case MODE_INT3_LOOP:
+        int3_loop_main();                   /* never returns */
     case MODE_REPORT:
         break;
     }

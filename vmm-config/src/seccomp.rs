@@ -15,7 +15,7 @@ use std::sync::OnceLock;
 use kvm_bindings::{
     kvm_clock_data, kvm_cpuid2, kvm_debugregs, kvm_fpu, kvm_ioeventfd, kvm_irq_routing,
     kvm_irqchip, kvm_irqfd, kvm_lapic_state, kvm_mp_state, kvm_msi, kvm_msrs, kvm_pit_state2,
-    kvm_regs, kvm_sregs, kvm_vcpu_events, kvm_xcrs, kvm_xsave,
+    kvm_regs, kvm_sregs, kvm_translation, kvm_vcpu_events, kvm_xcrs, kvm_xsave,
 };
 use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
@@ -317,8 +317,9 @@ const fn size<T>() -> usize {
 /// the last exit); `KVM_GET_REGS` / `KVM_GET_SREGS` for the guest RIP in a failure message and
 /// for a snapshot; the VM ioctls of device activation and MSI-X programming (irqfds,
 /// ioeventfds, GSI routes, MSIs); and the reads of a snapshot's vCPU state, which each parked
-/// vCPU makes on its own fd (`snapshot::kvm_state::VcpuState::save`; nothing is written back).
-const VCPU_IOCTLS: [u64; 17] = [
+/// vCPU makes on its own fd (`snapshot::kvm_state::VcpuState::save`; nothing is written back);
+/// `KVM_TRANSLATE` for the bytes before a pausing vCPU's RIP (`vmm::soft_exception`).
+const VCPU_IOCTLS: [u64; 18] = [
     kvm_ioc(0, 0x80, 0),                                 // KVM_RUN
     kvm_ioc(IOC_READ, 0x81, size::<kvm_regs>()),         // KVM_GET_REGS
     kvm_ioc(IOC_READ, 0x83, size::<kvm_sregs>()),        // KVM_GET_SREGS
@@ -336,7 +337,11 @@ const VCPU_IOCTLS: [u64; 17] = [
     kvm_ioc(IOC_READ_WRITE, 0x91, size::<kvm_cpuid2>()), // KVM_GET_CPUID2
     kvm_ioc(IOC_READ_WRITE, 0x88, size::<kvm_msrs>()),   // KVM_GET_MSRS
     kvm_ioc(IOC_READ, 0x9f, size::<kvm_vcpu_events>()),  // KVM_GET_VCPU_EVENTS
+    kvm_ioc(IOC_READ_WRITE, 0x85, TRANSLATION_SIZE),     // KVM_TRANSLATE
 ];
+
+/// `struct kvm_translation`'s size (`KVM_TRANSLATE` reads and writes it).
+const TRANSLATION_SIZE: usize = size::<kvm_translation>();
 
 /// The control thread's ioctls: device teardown when the VM stops deassigns ioeventfds and
 /// irqfds; a snapshot reads the VM's state (`snapshot::kvm_state::VmState::save`) and asks
@@ -591,6 +596,7 @@ mod tests {
                 0xc008_ae91, // KVM_GET_CPUID2
                 0xc008_ae88, // KVM_GET_MSRS
                 0x8040_ae9f, // KVM_GET_VCPU_EVENTS
+                0xc018_ae85, // KVM_TRANSLATE
             ]
         );
         assert_eq!(

@@ -12,6 +12,7 @@ pub mod launch;
 pub mod live_tuning;
 pub mod preboot;
 pub mod snapshot;
+pub(crate) mod soft_exception;
 pub mod stop;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod test_utils;

@@ -7,9 +7,11 @@ use std::sync::Arc;
 
 use devices::bus::Bus;
 use kvm_ioctls::{VcpuExit, VcpuFd};
+use vm_memory::GuestMemoryMmap;
 
 use crate::events::{ControlEvent, ControlSender, PauseState};
 use crate::sandbox::ThreadHook;
+use crate::soft_exception;
 use crate::stop::StopReason;
 
 /// Everything a vCPU thread needs.
@@ -22,6 +24,8 @@ pub struct VcpuRunner {
     pub pio: Arc<Bus>,
     /// MMIO devices.
     pub mmio: Arc<Bus>,
+    /// Guest memory (read at a pause: `soft_exception`).
+    pub mem: GuestMemoryMmap,
     /// Where to report the end of the VM.
     pub events: ControlSender,
     /// Set by the control thread to stop every vCPU.
@@ -53,9 +57,28 @@ impl VcpuRunner {
         if id == 0 {
             crate::boot_timing::mark(crate::boot_timing::Step::FirstVcpuEntry);
         }
+        let mut extra_runs = 0;
         while !self.stop.load(Ordering::Acquire) {
-            self.pause
-                .park_while_paused(&self.stop, self.id, &mut self.fd);
+            if self.pause.is_paused()
+                && extra_runs < soft_exception::MAX_EXTRA_RUNS
+                && soft_exception::may_be_delivering(&self.fd, &self.mem)
+            {
+                // Run on to the next kick rather than park with the exception undelivered.
+                extra_runs += 1;
+                log::info!(
+                    "vCPU {id} paused right after a ring-3 int3/int n: runs on to the next kick"
+                );
+            } else {
+                if extra_runs == soft_exception::MAX_EXTRA_RUNS {
+                    log::warn!(
+                        "vCPU {id} paused right after a ring-3 software exception \
+                         {extra_runs} times in a row; parked there"
+                    );
+                }
+                extra_runs = 0;
+                self.pause
+                    .park_while_paused(&self.stop, self.id, &mut self.fd);
+            }
             if self.stop.load(Ordering::Acquire) {
                 break;
             }

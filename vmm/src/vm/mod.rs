@@ -433,6 +433,7 @@ fn spawn_vcpus(
             fd,
             pio: shared.devices.pio.clone(),
             mmio: shared.devices.mmio.clone(),
+            mem: mem.clone(),
             events: shared.events.clone(),
             stop: shared.stop.clone(),
             pause: shared.pause.clone(),
