@@ -297,7 +297,7 @@ mod tests {
 
     fn fault(reply: ApiReply) -> String {
         match reply {
-            Err(ApiError::BadRequest(m)) => m,
+            Err(e) if e.status() == 400 => e.to_string(),
             other => panic!("expected a 400, got {other:?}"),
         }
     }
