@@ -59,8 +59,10 @@ impl VcpuRunner {
         }
         let mut extra_runs = 0;
         while !self.stop.load(Ordering::Acquire) {
-            if self.pause.is_paused()
-                && extra_runs < soft_exception::MAX_EXTRA_RUNS
+            // One look at the pause lock per exit while running, as before the run-on check.
+            if !self.pause.is_paused() {
+                extra_runs = 0;
+            } else if extra_runs < soft_exception::MAX_EXTRA_RUNS
                 && soft_exception::may_be_delivering(&self.fd, &self.mem)
             {
                 // Run on to the next kick rather than park with the exception undelivered.
