@@ -173,6 +173,15 @@ fn assert_verified(vmm: &mut Vmm, what: &str) -> Value {
     report
 }
 
+/// How many rounds a long test runs: the environment variable `var` when it holds a number,
+/// else `default`.
+fn rounds_from_env(var: &str, default: u64) -> u64 {
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 /// `osprey --api-sock S` then `PUT /snapshot/load` of `dir`'s files: (process, status, reply,
 /// milliseconds from the PUT to its answer).
 fn load_over_api(dir: &Path, resume: bool, name: &str) -> (Vmm, u16, Value, f64) {
@@ -299,10 +308,7 @@ fn a_path_outside_the_allowed_folders_is_refused_and_creates_nothing() {
 
 #[test]
 fn restored_in_a_new_process_the_guest_finishes_its_io() {
-    let rounds: u64 = std::env::var("OSPREY_SNAPSHOT_ROUNDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20);
+    let rounds = rounds_from_env("OSPREY_SNAPSHOT_ROUNDS", 20);
     for round in 0..rounds {
         let disk = Disk::new(&format!("snapshot-restore-{round}"), DISK_BYTES);
         let (mut first, sock) = boot(&disk, json!({}));

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use super::common::scratch::Scratch;
 use super::common::{api_call as call, test_guest, Vmm};
-use super::wait_for_socket;
+use super::{load_over_api, rounds_from_env, wait_for_socket};
 use serde_json::json;
 
 /// The address of `symbol` in the test guest (read with `nm`).
@@ -58,13 +58,7 @@ fn describe(state: &vmm::snapshot::kvm_state::VcpuState, int3: u64) -> String {
 /// Loads the snapshot in `dir` in a new process, resumed; whether its guest goes on looping
 /// (a new `INT3LOOP n=` line) rather than stopping at the `ud2` after its `int3`.
 fn restored_runs(dir: &Path, what: &str) -> bool {
-    let sock = dir.join("load.sock");
-    let mut vmm = Vmm::spawn(["--api-sock".as_ref(), sock.as_os_str()]);
-    wait_for_socket(&sock);
-    let body = json!({"snapshot_path": dir.join("state.snap"),
-                      "mem_backend": {"backend_type": "File", "backend_path": dir.join("mem.snap")},
-                      "resume_vm": true});
-    let (status, v) = call(&sock, "PUT", "/snapshot/load", Some(&body.to_string()));
+    let (mut vmm, status, v, _) = load_over_api(dir, true, "load");
     assert_eq!(status, 204, "{what}: {v}\n{}", vmm.log_text());
     let beat = vmm.wait_console(Duration::from_secs(20), |l| {
         l.starts_with("INT3LOOP n=") || l.starts_with("EXCEPTION") || l.contains("error")
@@ -80,10 +74,7 @@ fn restored_runs(dir: &Path, what: &str) -> bool {
 
 #[test]
 fn a_vcpu_snapshotted_on_its_int3_keeps_it() {
-    let rounds: usize = std::env::var("OSPREY_INT3_ROUNDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(200);
+    let rounds = rounds_from_env("OSPREY_INT3_ROUNDS", 200);
     let int3 = guest_symbol("user_exit");
     assert_eq!(guest_symbol("user_exit_after_int3"), int3 + 1);
     let scratch = Scratch::new("int3");
