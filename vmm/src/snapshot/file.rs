@@ -23,7 +23,7 @@ use super::state::SnapshotState;
 /// The file's first bytes.
 pub const MAGIC: [u8; 8] = *b"OSPREYSN";
 /// The layout of the header and body this build writes and reads.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 /// The Osprey version this build writes and accepts.
 pub const OSPREY_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// Header length in bytes.

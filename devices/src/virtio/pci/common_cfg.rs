@@ -87,6 +87,15 @@ impl CommonConfig {
         }
     }
 
+    /// The selector registers, for a snapshot.
+    pub(super) fn selects(&self) -> super::state::Selects {
+        super::state::Selects {
+            device_feature: self.device_feature_select,
+            driver_feature: self.driver_feature_select,
+            queue: self.queue_select,
+        }
+    }
+
     /// Back to the power-on register state (vectors and status live in the interrupt).
     pub(super) fn reset(&mut self) {
         self.device_feature_select = 0;

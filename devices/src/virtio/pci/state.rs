@@ -16,8 +16,8 @@ use serde::{Deserialize, Serialize};
 use vm_memory::{Bytes, GuestAddress};
 
 use super::common_cfg::{
-    CONFIG_MSIX_VECTOR, DRIVER_FEATURE, DRIVER_FEATURE_SELECT, QUEUE_DESC, QUEUE_DEVICE,
-    QUEUE_DRIVER, QUEUE_ENABLE, QUEUE_MSIX_VECTOR, QUEUE_SELECT, QUEUE_SIZE,
+    CONFIG_MSIX_VECTOR, DEVICE_FEATURE_SELECT, DRIVER_FEATURE, DRIVER_FEATURE_SELECT, QUEUE_DESC,
+    QUEUE_DEVICE, QUEUE_DRIVER, QUEUE_ENABLE, QUEUE_MSIX_VECTOR, QUEUE_SELECT, QUEUE_SIZE,
 };
 use super::VirtioPciDevice;
 use crate::pci::config_space::{reg, CONFIG_SPACE_SIZE};
@@ -62,6 +62,21 @@ pub struct VirtioPciState {
     pub config_vector: u16,
     /// Each queue.
     pub queues: Vec<QueueState>,
+    /// The selector registers as the driver left them (`device_feature_select`,
+    /// `driver_feature_select`, `queue_select`): a driver paused between writing a selector and
+    /// the register it selects writes that register after the restore.
+    pub selects: Selects,
+}
+
+/// The common configuration's selector registers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Selects {
+    /// `device_feature_select`.
+    pub device_feature: u32,
+    /// `driver_feature_select`.
+    pub driver_feature: u32,
+    /// `queue_select`.
+    pub queue: u16,
 }
 
 /// Why a state cannot be saved or restored.
@@ -237,6 +252,7 @@ impl VirtioPciDevice {
             config_generation: self.irq.config_generation(),
             config_vector: self.irq.config_vector(),
             queues,
+            selects: self.common.selects(),
         })
     }
 
@@ -292,7 +308,13 @@ impl VirtioPciDevice {
                 self.common.write(QUEUE_ENABLE, &1u16.to_le_bytes());
             }
         }
-        self.common.write(QUEUE_SELECT, &0u16.to_le_bytes());
+        let selects = state.selects;
+        self.common
+            .write(QUEUE_SELECT, &selects.queue.to_le_bytes());
+        self.common
+            .write(DEVICE_FEATURE_SELECT, &selects.device_feature.to_le_bytes());
+        self.common
+            .write(DRIVER_FEATURE_SELECT, &selects.driver_feature.to_le_bytes());
         self.common
             .write(CONFIG_MSIX_VECTOR, &state.config_vector.to_le_bytes());
         self.irq.set_config_generation(state.config_generation);

@@ -142,3 +142,35 @@ fn rings_are_settled_once_every_available_request_is_used() {
     set_ring_idx(&d, 0x2_2000, 5);
     assert!(settled());
 }
+
+#[test]
+fn a_driver_paused_between_a_selector_and_its_register_resumes_where_it_was() {
+    let d = driver();
+    d.set_status(status::ACKNOWLEDGE);
+    d.set_status(status::ACKNOWLEDGE | status::DRIVER);
+    // The driver selected the low half of its features, then the snapshot came.
+    d.write(0x08, 0, 4);
+    let saved = d.dev.lock().expect("lock").save_state().expect("save");
+
+    let fresh = driver();
+    for (offset, value) in saved.config_writes() {
+        fresh.cfg_write(offset, &value.to_le_bytes());
+    }
+    fresh
+        .dev
+        .lock()
+        .expect("lock")
+        .restore_state(&saved)
+        .expect("restore");
+    // The driver goes on: the low half into the selector it chose, then the high half.
+    fresh.write(0x0c, OFFERED & 0xffff_ffff, 4);
+    fresh.write(0x08, 1, 4);
+    fresh.write(0x0c, OFFERED >> 32, 4);
+    fresh.set_status(status::ACKNOWLEDGE | status::DRIVER | status::FEATURES_OK);
+    assert_ne!(fresh.status() & status::FEATURES_OK, 0);
+    let again = fresh.dev.lock().expect("lock").save_state().expect("save");
+    assert_eq!(
+        again.driver_features, OFFERED,
+        "the features the driver wrote"
+    );
+}
