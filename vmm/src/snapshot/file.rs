@@ -171,7 +171,7 @@ pub struct Description {
 }
 
 impl std::fmt::Display for Description {
-    /// `v2 (written by Osprey 0.1.0)`: Firecracker prints `v` and the format version first.
+    /// `v3 (written by Osprey 0.1.0)`: Firecracker prints `v` and the format version first.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "v{}", self.format_version)?;
         match &self.osprey_version {
@@ -181,7 +181,7 @@ impl std::fmt::Display for Description {
     }
 }
 
-/// This build's format, as `--snapshot-version` prints it: `v2 (Osprey 0.1.0)`.
+/// This build's format, as `--snapshot-version` prints it: `v3 (Osprey 0.1.0)`.
 pub fn supported_version() -> String {
     format!("v{FORMAT_VERSION} (Osprey {OSPREY_VERSION})")
 }
