@@ -1,5 +1,5 @@
 //! Rate limiting end to end with the test guest, which times its own requests: an ops limit and
-//! a bandwidth limit hold the guest to their rate (±3 %), a one-time burst is spent first and
+//! a bandwidth limit hold the guest to their rate (at most 3 % above it, at most 10 % below), a one-time burst is spent first and
 //! once, a group's limit binds a drive that names it, and on one running VM a throttled queue
 //! costs its iothread almost no CPU while `PATCH` raises and then removes the limit (the rate
 //! the API's counters show follows each change within 100 ms).
@@ -25,8 +25,13 @@ fn bucket(size: u64, refill_ms: u64) -> Value {
     json!({"size": size, "refill_time": refill_ms})
 }
 
-fn within(got: f64, want: f64, tolerance: f64) -> bool {
-    (got - want).abs() <= want * tolerance
+/// Whether a measured rate holds to the limit `want`: at most `above` over it (the limit holds:
+/// 3 % for the guest's own timing, 5 % for the API's counters sampled by the host) and at most
+/// 10 % below. A host that stalls the guest or the iothread only ever slows the guest: a
+/// shared CI host once measured 4,627 against 5,000. The bucket's arithmetic is exact (its unit
+/// tests); the lower bound here catches a limiter that throttles by more than a stall can explain.
+fn holds_to(got: f64, want: f64, above: f64) -> bool {
+    (want * 0.90..=want * (1.0 + above)).contains(&got)
 }
 
 /// Boots with `drive` merged into the drive; checks a clean run and returns (main run, stats).
@@ -54,7 +59,7 @@ fn ops_and_bandwidth_limits_hold_the_guest_to_their_rate() {
     );
     let iops = m["iops"].as_f64().expect("iops");
     assert!(
-        within(iops, 5000.0, 0.03),
+        holds_to(iops, 5000.0, 0.03),
         "ops limit 5,000: the guest measured {iops}"
     );
     assert!(
@@ -76,7 +81,7 @@ fn ops_and_bandwidth_limits_hold_the_guest_to_their_rate() {
         / (1 << 20) as f64
         / (m["elapsed_ns"].as_f64().expect("elapsed") / 1e9);
     assert!(
-        within(mib_s, 50.0, 0.03),
+        holds_to(mib_s, 50.0, 0.03),
         "bandwidth limit 50 MiB/s: the guest measured {mib_s:.2}"
     );
     assert_eq!(stats["read_bytes"], 800 * 131072, "{stats}");
@@ -129,7 +134,7 @@ fn a_one_time_burst_is_spent_first_and_once_and_a_group_limit_binds_its_drive() 
     assert_eq!(status, 0, "{r}\n{log}");
     let iops = run(&r, "main")["iops"].as_f64().expect("iops");
     assert!(
-        within(iops, 6000.0, 0.03),
+        holds_to(iops, 6000.0, 0.03),
         "group limit 6,000: the guest measured {iops}"
     );
 }
@@ -202,7 +207,7 @@ fn a_throttled_queue_costs_no_cpu_and_patch_changes_or_removes_the_limit_live() 
         "throttled at 100 IOPS: {slow:.1} IOPS, iothread CPU {:.2} %",
         share * 100.0
     );
-    assert!(within(slow, 100.0, 0.05), "{slow}");
+    assert!(holds_to(slow, 100.0, 0.05), "{slow}");
     // A queue that spun while throttled would cost ~100 %. The release build measures ~1 %
     // here (docs/performance.md); this debug build does about twice the work per wake-up.
     assert!(
@@ -227,7 +232,7 @@ fn a_throttled_queue_costs_no_cpu_and_patch_changes_or_removes_the_limit_live() 
         );
         eprintln!("after PATCH to {want}: {r:.0} IOPS");
         assert!(
-            within(r, want, 0.05),
+            holds_to(r, want, 0.05),
             "PATCH to {want} IOPS: {r:.0} from 100 ms on"
         );
     }
