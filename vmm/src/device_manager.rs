@@ -172,6 +172,8 @@ pub struct Devices {
     pub rate_limit_groups: BTreeMap<String, Arc<RateLimiter>>,
     /// The PCI root.
     pub pci: Arc<Mutex<PciRoot>>,
+    /// The PCI configuration ports (0xCF8..=0xCFF), whose latch a snapshot keeps.
+    pub pci_config: Arc<Mutex<PciConfigIo>>,
 }
 
 impl Devices {
@@ -240,6 +242,7 @@ pub fn build(
         drives,
         rate_limit_groups,
         pci: legacy.pci,
+        pci_config: legacy.pci_config,
     })
 }
 
@@ -251,6 +254,7 @@ struct LegacyDevices {
     serial: Arc<Mutex<SerialConsole>>,
     i8042: Arc<Mutex<I8042>>,
     pci: Arc<Mutex<PciRoot>>,
+    pci_config: Arc<Mutex<PciConfigIo>>,
 }
 
 impl LegacyDevices {
@@ -278,11 +282,8 @@ impl LegacyDevices {
             u64::from(DEBUG_EXIT_PORT),
             1,
         )?;
-        pio.insert(
-            Arc::new(Mutex::new(PciConfigIo::new(pci.clone()))),
-            PCI_CONFIG_IO_BASE,
-            PCI_CONFIG_IO_LEN,
-        )?;
+        let pci_config = Arc::new(Mutex::new(PciConfigIo::new(pci.clone())));
+        pio.insert(pci_config.clone(), PCI_CONFIG_IO_BASE, PCI_CONFIG_IO_LEN)?;
         let mut mmio = Bus::new();
         mmio.insert(
             Arc::new(Mutex::new(PciMmioWindow::new(pci.clone()))),
@@ -295,6 +296,7 @@ impl LegacyDevices {
             serial,
             i8042,
             pci,
+            pci_config,
         })
     }
 }

@@ -33,6 +33,17 @@ impl PciConfigIo {
         Self { root, address: 0 }
     }
 
+    /// The latched CONFIG_ADDRESS. A snapshot keeps it: a guest paused between its write to
+    /// 0xCF8 and its access to 0xCFC must reach the same register after a restore.
+    pub fn address(&self) -> u32 {
+        self.address
+    }
+
+    /// Latches a saved CONFIG_ADDRESS (its state bits only, as a guest write would).
+    pub fn set_address(&mut self, address: u32) {
+        self.address = address & ADDRESS_BITS;
+    }
+
     /// The latched target as (bus, device, function, register + `sub`), if enabled and the
     /// `len`-byte access at `sub` stays inside the dword.
     fn target(&self, sub: u64, len: usize) -> Option<(u8, u8, u8, usize)> {

@@ -28,6 +28,7 @@ use vm_memory::{GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
 use super::commit::{Protected, TargetError, Targets, Which};
 use super::file::{self, StateFileError, OSPREY_VERSION};
 use super::kvm_state::{xsave_support, KvmStateError, VcpuState, VmState};
+use super::legacy::LegacyState;
 use super::mem_file;
 use super::state::{file_size, DriveState, LimiterLevels, LimiterOwner, SnapshotState};
 use crate::config::VmConfig;
@@ -169,6 +170,7 @@ pub fn create(
                 })?,
         );
     }
+    let legacy = LegacyState::save(&live.devices.pci_config, &live.devices.serial);
     let mut drives = Vec::with_capacity(live.config.drives.len());
     for d in &live.config.drives {
         let size_bytes = file_size(&d.path_on_host).map_err(|source| SnapshotCreateError::Io {
@@ -206,6 +208,7 @@ pub fn create(
         vm,
         drives,
         transports,
+        legacy,
         rate_limits,
     };
     targets.recover()?;

@@ -95,6 +95,9 @@ pub enum RestoreError {
         /// Why.
         source: devices::virtio::pci::state::VirtioPciStateError,
     },
+    /// The legacy devices' saved registers do not replay.
+    #[error("legacy devices: {0}")]
+    Legacy(#[source] devices::serial::SerialRestoreError),
 }
 
 /// The files of a snapshot kept in a folder (what `osprey --restore DIR` reads).

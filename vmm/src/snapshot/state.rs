@@ -31,6 +31,8 @@ pub struct SnapshotState {
     pub drives: Vec<DriveState>,
     /// Each drive's virtio-pci function, in config order.
     pub transports: Vec<devices::virtio::pci::state::VirtioPciState>,
+    /// The PCI configuration latch and COM1.
+    pub legacy: super::legacy::LegacyState,
     /// The rate limiters' bucket levels: each drive's own, then each group's.
     pub rate_limits: Vec<LimiterLevels>,
 }

@@ -336,7 +336,8 @@ fn load_guest(config: &VmConfig, mem: &GuestMemoryMmap) -> Result<BootEntry, VmE
 
 /// Replays each drive's saved virtio-pci state on its freshly built function: the config
 /// writes through the PCI root (which moves its MMIO routes), then the function's registers
-/// (`DRIVER_OK` activates it on its iothread); then the rate limiters' bucket levels.
+/// (`DRIVER_OK` activates it on its iothread); then the legacy devices' registers and the rate
+/// limiters' bucket levels.
 fn restore_devices(devices: &Devices, state: &SnapshotState) -> Result<(), VmError> {
     for (drive, saved) in devices.drives.iter().zip(&state.transports) {
         {
@@ -355,6 +356,10 @@ fn restore_devices(devices: &Devices, state: &SnapshotState) -> Result<(), VmErr
                 source,
             })?;
     }
+    state
+        .legacy
+        .apply(&devices.pci_config, &devices.serial)
+        .map_err(RestoreError::Legacy)?;
     // The buckets as they were: a restore does not hand the guest a fresh burst.
     for levels in &state.rate_limits {
         let limiter = match &levels.owner {

@@ -217,3 +217,26 @@ fn slots_fill_up() {
     port.read(4, &mut b);
     assert_eq!(u32::from_le_bytes(b), 0x5678_1234);
 }
+
+#[test]
+fn a_restored_config_address_latch_reaches_the_register_it_named() {
+    let root = Arc::new(Mutex::new(PciRoot::new(WINDOW, 0x10_0000).expect("root")));
+    root.lock()
+        .expect("lock")
+        .add_device(Arc::new(Mutex::new(TestDevice::new())))
+        .expect("add");
+    // The guest latches device 1's ID register, then is paused before it reads CONFIG_DATA.
+    let mut before = PciConfigIo::new(root.clone());
+    before.write(0, &address(1, 0).to_le_bytes());
+    let saved = before.address();
+    // Restored: a new port pair, the latch put back, then the guest's read.
+    let mut after = PciConfigIo::new(root);
+    after.set_address(saved);
+    let mut b = [0u8; 4];
+    after.read(4, &mut b);
+    assert_eq!(u32::from_le_bytes(b), 0x5678_1234);
+    // Only the latch's state bits are taken.
+    after.set_address(u32::MAX);
+    after.read(0, &mut b);
+    assert_eq!(u32::from_le_bytes(b), 0x80ff_fffc);
+}
