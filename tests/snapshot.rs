@@ -144,8 +144,10 @@ fn pause_and_snapshot(vmm: &Vmm, sock: &Path, after_requests: u64, dir: &Path) -
     assert_eq!(status, 204, "{v}");
     let body = json!({"snapshot_type": "Full", "snapshot_path": dir.join("state.snap"),
                       "mem_file_path": dir.join("mem.snap")});
-    let (status, v) = call(sock, "PUT", "/snapshot/create", Some(&body.to_string()));
-    assert_eq!(status, 204, "{v}\n{}", vmm.log_text());
+    let (status, text) =
+        vmm::api::client::request(sock, "PUT", "/snapshot/create", Some(&body.to_string()))
+            .unwrap_or_else(|e| panic!("snapshot create: {e}\n{}", vmm.log_text()));
+    assert_eq!(status, 204, "{text}\n{}", vmm.log_text());
     log_line(vmm, "Snapshot ")
 }
 

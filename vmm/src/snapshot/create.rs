@@ -237,24 +237,44 @@ pub fn create(
     Ok(times)
 }
 
+/// A drive not settled after this long has its queues nudged (`VirtioPciDevice::nudge_queues`),
+/// then again every second.
+const NUDGE_AFTER: Duration = Duration::from_millis(100);
+
 /// Waits until every drive's rings are settled (each available request used); also before a
 /// restored VM's memory moves off its file (`mem_lease.rs`).
 pub(crate) fn drain(devices: &Devices) -> Result<(), SnapshotCreateError> {
-    let deadline = Instant::now() + DRAIN_LIMIT;
+    let started = Instant::now();
+    let deadline = started + DRAIN_LIMIT;
     for d in &devices.drives {
+        let mut next_nudge = Instant::now() + NUDGE_AFTER;
         loop {
-            let settled = d
-                .transport
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .rings_settled()
-                .map_err(|source| SnapshotCreateError::Device {
-                    drive: d.id.clone(),
-                    source,
-                })?;
+            let transport = d.transport.lock().unwrap_or_else(|p| p.into_inner());
+            let settled =
+                transport
+                    .rings_settled()
+                    .map_err(|source| SnapshotCreateError::Device {
+                        drive: d.id.clone(),
+                        source,
+                    })?;
             if settled {
                 break;
             }
+            if Instant::now() >= next_nudge {
+                // Requests in flight take microseconds to milliseconds; a ring still behind
+                // after this long may hold a request its handler never saw (the paused driver
+                // cannot notify again): signal the queues as a notify would.
+                log::warn!(
+                    "drain: drive {}: queues (index, avail, used) {:?} not settled after {:.0} ms; \
+                     nudging them",
+                    d.id,
+                    transport.unsettled_queues(),
+                    started.elapsed().as_secs_f64() * 1e3
+                );
+                transport.nudge_queues();
+                next_nudge = Instant::now() + Duration::from_secs(1);
+            }
+            drop(transport);
             if Instant::now() >= deadline {
                 return Err(SnapshotCreateError::Drain {
                     drive: d.id.clone(),

@@ -174,6 +174,36 @@ impl VirtioPciDevice {
         Ok(true)
     }
 
+    /// The enabled queues whose avail index is ahead of their used index, as
+    /// `(queue, avail, used)`: what a drain that does not settle is waiting for.
+    pub fn unsettled_queues(&self) -> Vec<(usize, u16, u16)> {
+        if self.irq.status() & status::DRIVER_OK == 0 {
+            return Vec::new();
+        }
+        self.common
+            .queues
+            .iter()
+            .enumerate()
+            .filter(|(_, q)| q.enabled)
+            .filter_map(|(queue, q)| {
+                let avail = self.ring_index(queue, q.driver).ok()?;
+                let used = self.ring_index(queue, q.device).ok()?;
+                (avail != used).then_some((queue, avail, used))
+            })
+            .collect()
+    }
+
+    /// Signals every queue's kick as a driver's notify would: the queue's handler looks at its
+    /// ring again. A drain uses it so that a handler that went to sleep without seeing the
+    /// driver's last request (the driver cannot notify again while paused) still completes it.
+    pub fn nudge_queues(&self) {
+        for (queue, kick) in self.kicks.iter().enumerate() {
+            if let Err(e) = kick.write(1) {
+                log::warn!("virtio-pci: nudging queue {queue} failed: {e}");
+            }
+        }
+    }
+
     /// The `idx` field (at offset 2) of the ring at `ring`.
     fn ring_index(&self, queue: usize, ring: u64) -> Result<u16, VirtioPciStateError> {
         let bad = VirtioPciStateError::UsedRing { queue, addr: ring };

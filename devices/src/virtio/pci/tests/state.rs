@@ -174,3 +174,28 @@ fn a_driver_paused_between_a_selector_and_its_register_resumes_where_it_was() {
         "the features the driver wrote"
     );
 }
+
+#[test]
+fn an_unsettled_queue_is_named_and_a_nudge_signals_its_kick() {
+    let d = driver();
+    d.bring_up();
+    let dev = || d.dev.lock().expect("lock");
+    assert!(dev().unsettled_queues().is_empty());
+    // Queue 1: 5 available, 4 used (a request its handler has not completed).
+    set_ring_idx(&d, 0x2_1000, 5);
+    set_ring_idx(&d, 0x2_2000, 4);
+    assert_eq!(dev().unsettled_queues(), vec![(1, 5, 4)]);
+    let kicks: Vec<_> = d
+        .state
+        .lock()
+        .expect("lock")
+        .kicks
+        .iter()
+        .map(|k| k.try_clone().expect("clone"))
+        .collect();
+    assert!(kicks.iter().all(|k| k.read().is_err()), "no kick yet");
+    dev().nudge_queues();
+    for (q, k) in kicks.iter().enumerate() {
+        assert_eq!(k.read().ok(), Some(1), "queue {q} signalled once");
+    }
+}
