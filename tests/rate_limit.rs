@@ -114,6 +114,36 @@ fn a_one_time_burst_is_spent_first_and_once_and_a_group_limit_binds_its_drive() 
         "the burst is gone, only the bucket refills: {left} tokens left"
     );
 
+    // A run longer than the guest's 65,536 latency samples: the first 70,000 requests spend a
+    // burst, the last 10,000 wait for 20,000 IOPS. The guest's figures are the whole run's (a
+    // uniform sample for p50/p99, every request for the mean): one request in eight was
+    // throttled, so p99 is a throttled request's wait (QD 8 at 20,000 IOPS: ~400 µs) while p50
+    // is not, and the mean holds the throttled part.
+    let mut ops = bucket(200, 10);
+    ops["one_time_burst"] = json!(70_000);
+    let (m, _) = limited_run(
+        &disk,
+        json!({"io_engine": "Sync", "rate_limiter": {"ops": ops}}),
+        "rw=randread qd=8 count=80000",
+    );
+    let lat = &m["lat_ns"];
+    let (p50, p99, mean) = (
+        lat["p50"].as_f64().expect("p50"),
+        lat["p99"].as_f64().expect("p99"),
+        lat["mean"].as_f64().expect("mean"),
+    );
+    assert_eq!(m["lat_samples"], 65536, "{m}");
+    assert!(
+        p99 > 200_000.0 && p50 < 200_000.0,
+        "p99 is a throttled request's, p50 not: {lat}"
+    );
+    // The throttled eighth adds about 400 µs / 8 to the mean of the rest (~40 µs here, as p50):
+    // 2.1× p50 seen; the first 65,536 requests alone gave 1.13×.
+    assert!(
+        mean > 1.3 * p50,
+        "the mean holds the throttled requests: {lat}"
+    );
+
     // A group of 6,000 IOPS (60 per 10 ms) named by the driven drive and an idle second drive.
     let other = disk.dir.join("other.img");
     std::fs::File::create(&other)

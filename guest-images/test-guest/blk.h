@@ -225,7 +225,11 @@ const char *blk_rw_name(enum blk_rw rw);
 struct lat_stats {
     u64 samples, mean, p50, p99, min, max;
 };
-void lat_compute(u64 *v, u64 *tmp, u64 n, struct lat_stats *out);
+/* Every request of a run: count, sum, min, max (the exact mean, min and max). */
+struct lat_all {
+    u64 count, sum, min, max;
+};
+void lat_compute(u64 *v, u64 *tmp, u64 n, const struct lat_all *all, struct lat_stats *out);
 u64 cycles_to_ns(u64 cycles, u64 khz);
 
 /* ---- workload.c (ring 3) ---- */

@@ -2,8 +2,8 @@
  * stats.c - latency statistics (ring 3, integer only).
  *
  * Owns: the LSD radix sort of the per-request latency samples (8-bit
- * digits, only as many passes as the largest sample needs), mean / min /
- * max / nearest-rank p50 and p99, and the cycles -> ns conversion with a
+ * digits, only as many passes as the largest sample needs), nearest-rank
+ * p50 and p99 of the samples, mean / min / max of every request, and the cycles -> ns conversion with a
  * given TSC frequency in kHz (overflow-safe split division).
  */
 #include "blk.h"
@@ -40,7 +40,7 @@ static u64 rank(const u64 *v, u64 n, u64 pct)
     return v[r ? r - 1 : 0];
 }
 
-void lat_compute(u64 *v, u64 *tmp, u64 n, struct lat_stats *out)
+void lat_compute(u64 *v, u64 *tmp, u64 n, const struct lat_all *all, struct lat_stats *out)
 {
     out->samples = n;
     out->mean = out->p50 = out->p99 = out->min = out->max = 0;
@@ -56,6 +56,11 @@ void lat_compute(u64 *v, u64 *tmp, u64 n, struct lat_stats *out)
     out->mean = sum / n;
     out->min = v[0];
     out->max = v[n - 1];
+    if (all && all->count >= n) {
+        out->mean = all->sum / all->count;
+        out->min = all->min;
+        out->max = all->max;
+    }
     out->p50 = rank(v, n, 50);
     out->p99 = rank(v, n, 99);
 }
