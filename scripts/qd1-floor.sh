@@ -4,10 +4,12 @@
 # Each round runs, in alternating order, the host's `fio --ioengine=psync --rw=randread --bs=4k
 # --iodepth=1` on a 256 MiB file in /dev/shm, and Osprey's test guest (ring 3, QD1 4k randread,
 # one queue, default config: Auto engine, Adaptive polling) through tools/osprey-bench on a
-# 256 MiB file in /dev/shm of the same kind (pseudo-random data). osprey-bench opens its drive
+# 256 MiB file in /dev/shm of the same kind (pseudo-random data), and between them
+# scripts/qd1-handoff.c: two bare threads polling each other with the same reads, the floor of any
+# polling VMM here (the read plus two cross-core hand-offs, no VMM). osprey-bench opens its drive
 # with O_DIRECT where the file system allows it (tmpfs does on Linux 6.6+), so fio does too
-# unless DIRECT=0. It prints every round, the medians of both means and their ratio (Osprey /
-# host).
+# unless DIRECT=0. It prints every round, the medians of the three means and their ratios to the
+# host's pread.
 #
 # Usage: scripts/qd1-floor.sh [ROUNDS (default 5, at least 3)] [SECONDS per run (default 2)]
 # Environment: OSPREY=path/to/osprey (default target/release/osprey), HOG=1 runs a CPU-bound
@@ -42,6 +44,8 @@ BENCH=target/release/osprey-bench
 [[ -f guest-images/build/test-guest.elf ]] || make -s guest
 
 mkdir -p "$OUT"
+HANDOFF=$OUT/qd1-handoff
+cc -O2 -pthread -o "$HANDOFF" scripts/qd1-handoff.c
 FILE=/dev/shm/qd1-floor-$$.img
 HOG_PID=
 cleanup() {
@@ -62,6 +66,15 @@ host_run() { # round -> mean latency in µs
     jq '.jobs[0].read.lat_ns.mean / 1000' "$json"
 }
 
+handoff_run() { # -> mean latency in µs of the two-thread hand-off
+    if ((HOG)); then setsid sh -c 'while :; do :; done' & HOG_PID=$!; fi
+    local r
+    r=$("$HANDOFF" "$FILE" "$SECONDS_PER_RUN" "$DIRECT")
+    if [[ -n "$HOG_PID" ]]; then kill "$HOG_PID"; wait "$HOG_PID" 2>/dev/null || true; HOG_PID=; fi
+    echo "$r" >>"$OUT/handoff.log"
+    awk '{print $4}' <<<"$r"
+}
+
 osprey_run() { # round -> mean latency in µs (the guest's own measurement)
     local dir="$OUT/osprey-$1"
     nice -n 0 "$BENCH" --osprey "$OSPREY" --store file --store-dir /dev/shm --store-size $SIZE \
@@ -74,17 +87,19 @@ osprey_run() { # round -> mean latency in µs (the guest's own measurement)
 echo "qd1-floor: $ROUNDS rounds of ${SECONDS_PER_RUN}s, hog=$HOG, fio direct=$DIRECT, osprey=$OSPREY, load $(cut -d' ' -f1-3 /proc/loadavg)"
 : >"$OUT/rounds.tsv"
 for ((i = 1; i <= ROUNDS; i++)); do
-    if ((i % 2)); then h=$(host_run "$i"); o=$(osprey_run "$i")
-    else o=$(osprey_run "$i"); h=$(host_run "$i"); fi
-    printf '%s\t%s\t%s\n' "$i" "$h" "$o" >>"$OUT/rounds.tsv"
-    printf 'round %d: host pread %.3f µs, Osprey %.3f µs (load %s)\n' "$i" "$h" "$o" \
-        "$(cut -d' ' -f1 /proc/loadavg)"
+    if ((i % 2)); then h=$(host_run "$i"); f=$(handoff_run); o=$(osprey_run "$i")
+    else o=$(osprey_run "$i"); f=$(handoff_run); h=$(host_run "$i"); fi
+    printf '%s\t%s\t%s\t%s\n' "$i" "$h" "$o" "$f" >>"$OUT/rounds.tsv"
+    printf 'round %d: host pread %.3f µs, hand-off floor %.3f µs, Osprey %.3f µs (load %s)\n' \
+        "$i" "$h" "$f" "$o" "$(cut -d' ' -f1 /proc/loadavg)"
 done
 python3 - "$OUT/rounds.tsv" <<'PY'
 import statistics, sys
 rows = [l.split("\t") for l in open(sys.argv[1]).read().split("\n") if l]
 h = statistics.median(float(r[1]) for r in rows)
 o = statistics.median(float(r[2]) for r in rows)
-print(f"median of {len(rows)} rounds: host pread {h:.3f} µs, Osprey {o:.3f} µs, ratio {o / h:.2f}×")
+f = statistics.median(float(r[3]) for r in rows)
+print(f"median of {len(rows)} rounds: host pread {h:.3f} µs, hand-off floor {f:.3f} µs "
+      f"({f / h:.2f}×), Osprey {o:.3f} µs ({o / h:.2f}×; {o / f:.2f}× the floor)")
 PY
 echo "qd1-floor: results in $OUT"
