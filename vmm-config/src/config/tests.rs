@@ -90,6 +90,19 @@ fn validation_names_fields() {
         check(&z).expect_err("zero").to_string(),
         "machine-config.vcpu_count: must be between 1 and 64, got 0"
     );
+    // firecracker-containerd's default on Intel: refused, saying what to set instead.
+    let mut t2 = c.clone();
+    t2.machine.cpu_template = Some("T2".into());
+    let e = check(&t2).expect_err("T2").to_string();
+    assert!(
+        e.starts_with("machine-config.cpu_template: `T2` is not supported")
+            && e.contains("set \"None\" or leave the field out")
+            && e.contains("firecracker-containerd"),
+        "{e}"
+    );
+    let mut none = c.clone();
+    none.machine.cpu_template = Some("None".into());
+    assert!(check(&none).is_ok());
     let mut small = c.clone();
     small.machine.mem_size_mib = 4;
     assert_eq!(

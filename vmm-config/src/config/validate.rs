@@ -223,16 +223,24 @@ fn check_firecracker_machine(m: &super::MachineConfig) -> Result<(), ConfigError
             "dirty-page tracking (for diff snapshots) is not supported: only false",
         ));
     }
-    for (field, value) in [
-        ("cpu_template", &m.cpu_template),
-        ("huge_pages", &m.huge_pages),
-    ] {
-        if let Some(v) = value.as_deref().filter(|v| *v != "None") {
-            return Err(invalid(
-                format!("machine-config.{field}"),
-                format!("`{v}` is not supported: only \"None\""),
-            ));
-        }
+    // Firecracker's static templates (T2, T2S, C3, T2CL, T2A) mask CPUID and MSRs to a baseline
+    // CPU model; Osprey gives the guest the host's CPUID as KVM supports it, which is what the
+    // `None` template means. firecracker-containerd sets T2 by default on Intel hosts.
+    if let Some(v) = m.cpu_template.as_deref().filter(|v| *v != "None") {
+        return Err(invalid(
+            "machine-config.cpu_template",
+            format!(
+                "`{v}` is not supported: Osprey has no CPU templates and gives the guest the \
+                 host's CPUID (Firecracker's \"None\"); set \"None\" or leave the field out \
+                 (firecracker-containerd: \"cpu_template\": \"\" in its runtime config)"
+            ),
+        ));
+    }
+    if let Some(v) = m.huge_pages.as_deref().filter(|v| *v != "None") {
+        return Err(invalid(
+            "machine-config.huge_pages",
+            format!("`{v}` is not supported: only \"None\""),
+        ));
     }
     Ok(())
 }
