@@ -287,6 +287,8 @@ fn as_firecracker_katas_thread_match_finds_every_vcpu() {
         vmm.console_text(),
         vmm.log_text()
     );
+    // Kata looks once the VM runs; the guest's vCPU 0 may print before vCPU 1 exists.
+    vmm.wait_log_count("Started ", 1);
     let mut vcpus = BTreeMap::new();
     for task in std::fs::read_dir(format!("/proc/{}/task", vmm.pid())).expect("tasks") {
         let task = task.expect("task").path();

@@ -447,13 +447,23 @@ fn spawn_vcpus(
                 shared.sandbox.hook(ThreadKind::Vcpu),
             )),
         };
+        // The thread names itself as it starts (std does it before the closure): wait for that,
+        // so every vCPU thread bears its name by the time the VM is reported running (Kata
+        // looks the `fc_vcpu` threads up then, to put them in its cgroups; Firecracker waits
+        // for its vCPU threads too).
+        let (started_tx, started_rx) = std::sync::mpsc::sync_channel::<()>(1);
         let handle = std::thread::Builder::new()
             .name(crate::identity::get().vcpu_thread_name(id))
-            .spawn(move || runner.run())
+            .spawn(move || {
+                let _ = started_tx.send(());
+                runner.run()
+            })
             .map_err(|source| VmError::Os {
                 what: "spawning a vCPU thread",
                 source,
             })?;
+        // An error means the thread ended before it could say so: nothing to wait for.
+        let _ = started_rx.recv();
         vcpus.push(handle);
     }
     Ok((vcpus, snapshot_msrs))
