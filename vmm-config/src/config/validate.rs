@@ -223,10 +223,19 @@ fn check_firecracker_machine(m: &super::MachineConfig) -> Result<(), ConfigError
             "dirty-page tracking (for diff snapshots) is not supported: only false",
         ));
     }
-    for (field, value) in [
-        ("cpu_template", &m.cpu_template),
-        ("huge_pages", &m.huge_pages),
-    ] {
+    if let Some(v) = m.cpu_template.as_deref().filter(|v| *v != "None") {
+        return Err(invalid(
+            "machine-config.cpu_template",
+            format!(
+                "`{v}` is not supported: Osprey has no CPU templates (the guest sees the host's \
+                 CPUID as KVM reports it); set \"None\" or leave the field out. \
+                 firecracker-containerd sends \"T2\" by default on Intel hosts: set \
+                 \"cpu_template\": \"\" in /etc/containerd/firecracker-runtime.json \
+                 (docs/orchestration.md)"
+            ),
+        ));
+    }
+    for (field, value) in [("huge_pages", &m.huge_pages)] {
         if let Some(v) = value.as_deref().filter(|v| *v != "None") {
             return Err(invalid(
                 format!("machine-config.{field}"),
