@@ -543,3 +543,165 @@ fn vsock_steps_of_the_three_clients() {
 fn network_steps_of_the_three_clients() {
     panic!("not written: virtio-net is not in Osprey yet");
 }
+
+/// A copy of `src` at `dst`, its folder made.
+fn copy_into(src: &Path, dst: &Path) {
+    if let Some(parent) = dst.parent() {
+        std::fs::create_dir_all(parent).expect("mkdir");
+    }
+    std::fs::copy(src, dst).unwrap_or_else(|e| panic!("copy {}: {e}", src.display()));
+}
+
+/// The shared libraries `binary` loads (`ldd`), by absolute path.
+fn shared_libraries(binary: &Path) -> Vec<PathBuf> {
+    let out = output_within(
+        {
+            let mut c = Command::new("ldd");
+            c.arg(binary);
+            c
+        },
+        TIMEOUT,
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .filter(|w| w.starts_with('/'))
+        .map(PathBuf::from)
+        .collect()
+}
+
+/// firecracker-containerd's runc jailer (`runtime/runc_jailer.go` `BuildJailedRootHandler`,
+/// `/etc/containerd/firecracker-runc-config.json`): the VMM binary, kernel and drives copied
+/// into a root folder, paths given relative to it, runc running the binary there as a
+/// non-root uid with no capabilities, the only devices `/dev/kvm` and `/dev/net/tun`. Done here
+/// as runc does it, before exec: a mount namespace with `/proc`, chroot, every capability
+/// dropped from the bounding set, no new privileges, then an unprivileged uid and gid. The
+/// socket is in the jail's root (`/api.sock`): Osprey takes `/` as the socket's folder only
+/// there (a root owned by its non-root uid). Osprey is linked against
+/// glibc, so its libraries are copied too (Firecracker's musl build needs none).
+#[test]
+fn as_runc_jails_it_unprivileged_in_a_chroot() {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::process::CommandExt;
+    const UID: u32 = 61_054;
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        println!("NOT RUN: building the jail (mknod, chroot, setuid) needs root");
+        return;
+    }
+    let s = Scratch::new("runc-jail");
+    let root = s.0.join("rootfs");
+    copy_into(&common::osprey(), &root.join("firecracker"));
+    for lib in shared_libraries(&common::osprey()) {
+        copy_into(&lib, &root.join(lib.strip_prefix("/").expect("absolute")));
+    }
+    copy_into(&test_guest(), &root.join("vmlinux"));
+    std::fs::write(root.join("rootfs.img"), vec![0u8; 1 << 20]).expect("drive");
+    std::fs::create_dir_all(root.join("dev/net")).expect("dev");
+    for (name, minor) in [("dev/kvm", 232), ("dev/net/tun", 200)] {
+        let path = std::ffi::CString::new(root.join(name).as_os_str().as_bytes()).expect("path");
+        // SAFETY: `path` is a valid NUL-terminated path; mknod only creates a device node.
+        let rc = unsafe {
+            libc::mknod(
+                path.as_ptr(),
+                libc::S_IFCHR | 0o660,
+                libc::makedev(10, minor),
+            )
+        };
+        assert_eq!(rc, 0, "mknod {name}: {}", std::io::Error::last_os_error());
+        // SAFETY: as above; chown only changes the node's owner.
+        assert_eq!(
+            unsafe { libc::chown(path.as_ptr(), UID, UID) },
+            0,
+            "chown {name}"
+        );
+    }
+    for p in [&root, &root.join("rootfs.img")] {
+        let c = std::ffi::CString::new(p.as_os_str().as_bytes()).expect("path");
+        // SAFETY: `c` is a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::chown(c.as_ptr(), UID, UID) }, 0, "chown");
+    }
+    std::fs::create_dir_all(root.join("proc")).expect("proc");
+    let root_c = std::ffi::CString::new(root.as_os_str().as_bytes()).expect("path");
+    let proc_c = std::ffi::CString::new(root.join("proc").as_os_str().as_bytes()).expect("path");
+    let mut cmd = Command::new("/firecracker");
+    cmd.args(["--api-sock", "api.sock", "--id", "jailed-vm"]);
+    // SAFETY: between fork and exec the closure calls only async-signal-safe syscalls on
+    // memory prepared before the fork (`root_c`).
+    unsafe {
+        cmd.pre_exec(move || {
+            let check = |rc: libc::c_int| {
+                if rc == 0 {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::last_os_error())
+                }
+            };
+            // runc's container: its own mount namespace with /proc mounted (the OCI default
+            // spec's mounts), which leaves the host's mounts alone when the process ends.
+            check(libc::unshare(libc::CLONE_NEWNS))?;
+            check(libc::mount(
+                std::ptr::null(),
+                c"/".as_ptr(),
+                std::ptr::null(),
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null(),
+            ))?;
+            check(libc::mount(
+                c"proc".as_ptr(),
+                proc_c.as_ptr(),
+                c"proc".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                std::ptr::null(),
+            ))?;
+            check(libc::chroot(root_c.as_ptr()))?;
+            check(libc::chdir(c"/".as_ptr()))?;
+            for cap in 0..64 {
+                // EINVAL past the last capability this kernel knows.
+                libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0);
+            }
+            check(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))?;
+            check(libc::setgroups(0, std::ptr::null()))?;
+            check(libc::setgid(UID))?;
+            check(libc::setuid(UID))?;
+            Ok(())
+        });
+    }
+    let mut vmm = Vmm::spawn_command(&mut cmd);
+    let sock = root.join("api.sock");
+    wait_socket(&mut vmm, &sock);
+    let status = std::fs::read_to_string(format!("/proc/{}/status", vmm.pid())).expect("status");
+    for (key, want) in [
+        ("Uid:", format!("{UID}\t{UID}\t{UID}\t{UID}")),
+        ("CapEff:", "0000000000000000".into()),
+        ("CapPrm:", "0000000000000000".into()),
+        ("CapBnd:", "0000000000000000".into()),
+    ] {
+        let line = status.lines().find(|l| l.starts_with(key)).unwrap_or("");
+        assert_eq!(line[key.len()..].trim(), want, "{key}");
+    }
+    let put = |path: &str, body: Value| api_call(&sock, "PUT", path, Some(&body.to_string()));
+    let steps = [
+        (
+            "/boot-source",
+            json!({"kernel_image_path": "vmlinux", "boot_args": "mode=report"}),
+        ),
+        (
+            "/drives/rootfs",
+            json!({"drive_id": "rootfs", "path_on_host": "rootfs.img",
+                   "is_root_device": true, "is_read_only": false}),
+        ),
+        (
+            "/machine-config",
+            json!({"vcpu_count": 1, "mem_size_mib": 128}),
+        ),
+        ("/actions", json!({"action_type": "InstanceStart"})),
+    ];
+    for (path, body) in steps {
+        let (st, reply) = put(path, body);
+        assert_eq!(st, 204, "{path}: {reply}\n{}", vmm.log_text());
+    }
+    let status = vmm.wait_exit(TIMEOUT);
+    let console = vmm.console_text();
+    assert!(console.contains("REPORT "), "{console}\n{}", vmm.log_text());
+    assert_eq!(status.code(), Some(0), "{}", vmm.log_text());
+}
