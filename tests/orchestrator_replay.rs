@@ -413,6 +413,25 @@ fn firecracker_containerd_shim_relative_socket_fifos_stub_swap_reboot() {
     let vm_id = "3d6f2f85-ctrd";
     mkfifo(&s.0.join("fc-logs.fifo"));
     mkfifo(&s.0.join("fc-metrics.fifo"));
+    // Nobody reads them; filled before Osprey writes, so each line it writes is one it must
+    // drop (EAGAIN) without blocking, and count.
+    let full_fifo = |name: &str| {
+        let mut f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(s.0.join(name))
+            .expect("fifo");
+        let chunk = [b'#'; 4096];
+        for _ in 0..1024 {
+            if std::io::Write::write(&mut f, &chunk).is_err() {
+                break;
+            }
+        }
+        f
+    };
+    let _log_fifo = full_fifo("fc-logs.fifo");
+    let mut metrics_fifo = full_fifo("fc-metrics.fifo");
     let mut vmm =
         Vmm::spawn_program_in(&fc, &s.0, ["--api-sock", "firecracker.sock", "--id", vm_id]);
     let sock = s.0.join("firecracker.sock");
@@ -508,6 +527,30 @@ fn firecracker_containerd_shim_relative_socket_fifos_stub_swap_reboot() {
     assert_eq!(api_call(&sock, "GET", "/", None).1["state"], "Paused");
     assert_eq!(patch_vm("Resumed"), 204);
     assert_eq!(api_call(&sock, "GET", "/", None).1["state"], "Running");
+
+    // The drops, counted: a reader comes at last (after a periodic line was dropped), takes
+    // the filler, asks for a flush and decodes the line.
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut junk = vec![0u8; 1 << 16];
+    while std::io::Read::read(&mut metrics_fifo, &mut junk).is_ok_and(|n| n > 0) {}
+    assert_eq!(
+        put("/actions", json!({"action_type": "FlushMetrics"})).0,
+        204
+    );
+    let mut text = Vec::new();
+    let t0 = Instant::now();
+    while !text.ends_with(b"\n") {
+        match std::io::Read::read(&mut metrics_fifo, &mut junk) {
+            Ok(n) => text.extend_from_slice(&junk[..n]),
+            Err(_) => std::thread::sleep(Duration::from_millis(10)),
+        }
+        assert!(t0.elapsed() < TIMEOUT, "no flushed line");
+    }
+    let text = String::from_utf8_lossy(&text).into_owned();
+    let line = text.lines().last().expect("a line");
+    let groups = decode_as_kata(line);
+    assert!(groups["logger"]["missed_metrics_count"] > 0, "{line}");
+    assert!(groups["logger"]["missed_log_count"] > 0, "{line}");
 
     // UpdateGuestDrive: the container's image behind the stub; the guest sees it.
     write_stamp_file(&s.0.join("image.img"), IMAGE_TAG, 64 << 10);
