@@ -242,6 +242,16 @@ fn kata_go_runtime_config_file_hotplug_metrics_and_stop() {
         st.map(|s| s.success()).unwrap_or(false)
     };
     let mounted = bind(&[Path::new("--bind"), &device, &placeholder]);
+    // Unmounted (lazily) even when an assertion below fails: no mount outlives the test.
+    struct Unmount<'a>(&'a Path, bool);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            if self.1 {
+                let _ = Command::new("umount").arg("--lazy").arg(self.0).status();
+            }
+        }
+    }
+    let mut guard = Unmount(&placeholder, mounted);
     if !mounted {
         // No mount here (not root, or no mount namespace): swap the file under the name instead.
         std::fs::rename(&device, &placeholder).expect("rename over the placeholder");
@@ -254,6 +264,7 @@ fn kata_go_runtime_config_file_hotplug_metrics_and_stop() {
     // Removal (`hotplugRemoveDevice`): unmounted with MNT_DETACH (the VMM still holds the
     // device open), then the placeholder's path PATCHed again (back to 0 bytes).
     if mounted {
+        guard.1 = false;
         assert!(Command::new("umount")
             .arg("--lazy")
             .arg(&placeholder)
