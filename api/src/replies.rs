@@ -175,6 +175,11 @@ pub struct DriveReport {
     pub rate_limiter: Option<RateLimiterConfig>,
     /// The rate-limit group it shares.
     pub rate_limit_group: Option<String>,
+    /// The size the guest sees now, in bytes (whole 512-byte sectors of the backing file, as
+    /// last opened: at start or by a `path_on_host` PATCH). Absent where the VMM does not
+    /// track it (the vhost-user-blk backend).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capacity_bytes: Option<u64>,
 }
 
 impl DriveReport {
@@ -193,7 +198,14 @@ impl DriveReport {
             pci_slot,
             rate_limiter: cfg.rate_limiter,
             rate_limit_group: cfg.rate_limit_group.clone(),
+            capacity_bytes: None,
         }
+    }
+
+    /// With the capacity the guest sees, `capacity_sectors` 512-byte sectors.
+    pub fn with_capacity(mut self, capacity_sectors: u64) -> Self {
+        self.capacity_bytes = Some(capacity_sectors.saturating_mul(512));
+        self
     }
 }
 

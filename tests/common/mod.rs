@@ -145,10 +145,29 @@ impl Vmm {
         I: IntoIterator<Item = S>,
         S: AsRef<std::ffi::OsStr>,
     {
+        Self::spawn_command(Command::new(program).args(args).stdin(stdin))
+    }
+
+    /// Spawns `program ARGS` with `dir` as its working directory (relative paths in the
+    /// arguments, the config and the API are taken from there).
+    pub fn spawn_program_in<I, S>(program: &Path, dir: &Path, args: I) -> Vmm
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<std::ffi::OsStr>,
+    {
+        Self::spawn_command(
+            Command::new(program)
+                .args(args)
+                .current_dir(dir)
+                .stdin(Stdio::null()),
+        )
+    }
+
+    /// Spawns a prepared command, its output collected.
+    pub fn spawn_command(cmd: &mut Command) -> Vmm {
+        let program = PathBuf::from(cmd.get_program());
         let started = Instant::now();
-        let mut child = Command::new(program)
-            .args(args)
-            .stdin(stdin)
+        let mut child = cmd
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()

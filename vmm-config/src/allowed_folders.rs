@@ -33,6 +33,24 @@ pub fn is_off_limits(folder: &Path) -> bool {
         || ["/proc", "/sys"].iter().any(|d| folder.starts_with(d))
 }
 
+/// Whether `folder` is the root of a jail given to this process: `/`, owned by the process's
+/// effective uid, which is not root. Only a chroot made for an unprivileged VMM (a jailer's,
+/// runc's: docs/orchestration.md) has such a root; the host's `/` is root's. The API socket's
+/// folder may then be `/`: the whole file system the VMM sees is the jail.
+pub fn is_own_jail_root(folder: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    normalize(folder).parent().is_none()
+        && euid != 0
+        && std::fs::metadata(folder).is_ok_and(|m| m.uid() == euid)
+}
+
+/// Whether the API socket's folder `folder` may serve: not off limits, or a jail's root.
+fn socket_folder_allowed(folder: &Path) -> bool {
+    !is_off_limits(folder) || is_own_jail_root(folder)
+}
+
 /// The folder holding the API socket `socket`: absolute (from the working directory; call before
 /// the sandbox), `.` and `..` resolved by name. `None` for a socket path with no parent (`/`).
 pub fn socket_folder(socket: &Path) -> Option<PathBuf> {
@@ -45,7 +63,7 @@ pub fn socket_folder(socket: &Path) -> Option<PathBuf> {
 pub fn with_socket_folder(socket: Option<&Path>, allowed: &[PathBuf]) -> Vec<AllowedFolder> {
     let mut folders = Vec::new();
     if let Some(folder) = socket.and_then(socket_folder) {
-        if !is_off_limits(&folder) {
+        if socket_folder_allowed(&folder) {
             folders.push(AllowedFolder {
                 path: folder,
                 what: SOCKET_FOLDER,
@@ -103,7 +121,12 @@ impl AllowedFolders {
             .filter_map(|f| {
                 let absolute = normalize(&base.join(&f.path));
                 let real = std::fs::canonicalize(&absolute).ok()?;
-                (!is_off_limits(&real)).then_some(Resolved {
+                let allowed = if f.what == SOCKET_FOLDER {
+                    socket_folder_allowed(&real)
+                } else {
+                    !is_off_limits(&real)
+                };
+                allowed.then_some(Resolved {
                     absolute,
                     real,
                     what: f.what,
@@ -222,6 +245,14 @@ mod tests {
         for f in ["/dev/mapper", "/srv", "/devices", "/tmp/proc"] {
             assert!(!is_off_limits(Path::new(f)), "{f}");
         }
+    }
+
+    #[test]
+    fn only_a_root_owned_by_a_non_root_uid_is_a_jail() {
+        // The host's `/` is root's; any other folder is no root at all.
+        assert!(!is_own_jail_root(Path::new("/")));
+        assert!(!is_own_jail_root(&std::env::temp_dir()));
+        assert!(with_socket_folder(Some(Path::new("/api.sock")), &[]).is_empty());
     }
 
     #[test]

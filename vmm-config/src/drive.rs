@@ -44,14 +44,6 @@ pub enum DriveOpenError {
         /// The path.
         path: PathBuf,
     },
-    /// It holds less than one sector.
-    #[error("{}: {size} bytes is smaller than one 512-byte sector", path.display())]
-    TooSmall {
-        /// The file.
-        path: PathBuf,
-        /// Its size in bytes.
-        size: u64,
-    },
 }
 
 fn direct_hint(direct: bool, e: &std::io::Error) -> &'static str {
@@ -121,14 +113,11 @@ pub fn open(path: &Path, read_only: bool, direct: bool) -> Result<OpenedDrive, D
             path: path.to_path_buf(),
         });
     }
-    // Seeking to the end sizes regular files and block devices alike.
+    // Seeking to the end sizes regular files and block devices alike. A file of less than a
+    // sector is a drive of capacity 0, as in Firecracker: orchestrators put zero-byte
+    // placeholders in a VM and swap a device behind them later (docs/orchestration.md); the
+    // guest's requests to an empty drive fail its bounds check.
     let size = file.seek(SeekFrom::End(0)).map_err(io(false))?;
-    if size < 512 {
-        return Err(DriveOpenError::TooSmall {
-            path: path.to_path_buf(),
-            size,
-        });
-    }
     Ok(OpenedDrive {
         file,
         capacity_sectors: size / 512,
@@ -147,14 +136,11 @@ mod tests {
         let d = open(&p, false, false).expect("open");
         assert_eq!((d.capacity_sectors, d.ignored_tail), (8, 100));
         std::fs::write(&p, vec![0u8; 100]).expect("write");
-        let e = open(&p, false, false).expect_err("too small");
-        assert_eq!(
-            e.to_string(),
-            format!(
-                "{}: 100 bytes is smaller than one 512-byte sector",
-                p.display()
-            )
-        );
+        let d = open(&p, false, false).expect("less than a sector");
+        assert_eq!((d.capacity_sectors, d.ignored_tail), (0, 100));
+        std::fs::write(&p, []).expect("write");
+        let d = open(&p, false, false).expect("a zero-byte placeholder");
+        assert_eq!((d.capacity_sectors, d.ignored_tail), (0, 0));
         std::fs::remove_file(&p).ok();
         let e = open(&p, false, false).expect_err("missing");
         assert!(e.to_string().contains("No such file or directory"), "{e}");

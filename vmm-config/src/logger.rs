@@ -5,7 +5,7 @@
 use std::fs::File;
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
@@ -110,6 +110,15 @@ fn module_passes(filter: Option<&str>, module_path: Option<&str>) -> bool {
     }
 }
 
+/// Lines the log file did not take whole (a FIFO nobody reads is full: EAGAIN), dropped:
+/// Firecracker's `logger.missed_log_count`.
+static MISSED_LINES: AtomicU64 = AtomicU64::new(0);
+
+/// How many log lines were dropped because the log file did not take them.
+pub fn missed_lines() -> u64 {
+    MISSED_LINES.load(Ordering::Relaxed)
+}
+
 /// The writer env_logger is given.
 struct Sink;
 
@@ -117,7 +126,14 @@ impl Write for Sink {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         let mut file = SINK.lock().unwrap_or_else(|p| p.into_inner());
         match file.as_mut() {
-            Some(f) => f.write(buf),
+            // One write per line (env_logger formats the line first). A log file opened
+            // non-blocking (a FIFO) that cannot take it drops it, counted, and never blocks.
+            Some(f) => {
+                if !matches!(f.write(buf), Ok(n) if n == buf.len()) {
+                    MISSED_LINES.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(buf.len())
+            }
             None => std::io::stderr().write(buf),
         }
     }

@@ -317,7 +317,7 @@ impl Controller<'_> {
             .iter()
             .find(|c| c.drive_id == d.id)
             .ok_or_else(|| ApiError::Internal(format!("drive {} has no config", d.id)))?;
-        Ok(DriveReport::new(d.counters(), cfg, d.slot))
+        Ok(DriveReport::new(d.counters(), cfg, d.slot).with_capacity(d.swap.capacity_sectors()))
     }
 
     /// Everything countable, in the shape the API documents for `GET /metrics`.

@@ -223,16 +223,15 @@ fn check_firecracker_machine(m: &super::MachineConfig) -> Result<(), ConfigError
             "dirty-page tracking (for diff snapshots) is not supported: only false",
         ));
     }
-    // Firecracker's static templates (T2, T2S, C3, T2CL, T2A) mask CPUID and MSRs to a baseline
-    // CPU model; Osprey gives the guest the host's CPUID as KVM supports it, which is what the
-    // `None` template means. firecracker-containerd sets T2 by default on Intel hosts.
     if let Some(v) = m.cpu_template.as_deref().filter(|v| *v != "None") {
         return Err(invalid(
             "machine-config.cpu_template",
             format!(
-                "`{v}` is not supported: Osprey has no CPU templates and gives the guest the \
-                 host's CPUID (Firecracker's \"None\"); set \"None\" or leave the field out \
-                 (firecracker-containerd: \"cpu_template\": \"\" in its runtime config)"
+                "`{v}` is not supported: Osprey has no CPU templates (the guest sees the host's \
+                 CPUID as KVM reports it); set \"None\" or leave the field out. \
+                 firecracker-containerd sends \"T2\" by default on Intel hosts: set \
+                 \"cpu_template\": \"\" in /etc/containerd/firecracker-runtime.json \
+                 (docs/orchestration.md)"
             ),
         ));
     }

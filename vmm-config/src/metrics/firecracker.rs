@@ -246,6 +246,10 @@ pub const GROUPS: &[(&str, &[&str])] = &[
     ),
 ];
 
+/// Metrics lines the metrics file did not take whole (a FIFO nobody reads is full), dropped:
+/// Firecracker's `logger.missed_metrics_count`.
+pub static MISSED_METRICS_LINES: AtomicU64 = AtomicU64::new(0);
+
 /// The Firecracker fields Osprey counts: `(group, field, the drives' fields summed)`; the
 /// `vcpu` group's come from [`VCPU_EXITS`].
 const FROM_DRIVES: &[(&str, &str, &[&str])] = &[
@@ -314,6 +318,14 @@ fn totals(osprey: &Value, exits: &VcpuExitCounts) -> BTreeMap<(&'static str, &'s
     ] {
         totals.insert(("vcpu", field), value);
     }
+    totals.insert(
+        ("logger", "missed_log_count"),
+        crate::logger::missed_lines(),
+    );
+    totals.insert(
+        ("logger", "missed_metrics_count"),
+        load(&MISSED_METRICS_LINES),
+    );
     totals
 }
 

@@ -348,8 +348,24 @@ impl MetricsFile {
         }
         // One write per line (the file is unbuffered: `writeln!` of a JSON value would make a
         // syscall per token).
-        if let Err(e) = self.file.write_all(format!("{line}\n").as_bytes()) {
-            log::warn!("writing metrics: {e}");
+        // A file opened non-blocking (a FIFO nobody reads) that cannot take the line drops it,
+        // counted (Firecracker's `logger.missed_metrics_count`); the first drop is logged.
+        let text = format!("{line}\n");
+        match self.file.write(text.as_bytes()) {
+            Ok(n) if n == text.len() => {}
+            other => {
+                let missed = &crate::metrics::firecracker::MISSED_METRICS_LINES;
+                if missed.fetch_add(1, std::sync::atomic::Ordering::Relaxed) == 0 {
+                    log::warn!(
+                        "metrics line dropped ({}); later drops are counted in \
+                         logger.missed_metrics_count",
+                        match other {
+                            Ok(n) => format!("{n} of {} bytes written", text.len()),
+                            Err(e) => e.to_string(),
+                        }
+                    );
+                }
+            }
         }
     }
 }
