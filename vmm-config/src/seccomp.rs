@@ -258,11 +258,12 @@ const IOTHREAD: &[libc::c_long] = &[
     libc::SYS_io_uring_setup,
     libc::SYS_io_uring_enter,
     libc::SYS_io_uring_register,
-    // virtio-vsock's host side (devices::vsock::muxer): accepting on its socket, reading the
-    // streams (`recv`), connecting out to `<uds_path>_<port>` (`socket` only AF_UNIX, below),
+    // virtio-vsock's host side (devices::vsock::muxer): accepting on its socket, reading and
+    // writing the streams (std's `recv`, and `send` with MSG_NOSIGNAL), connecting out to `<uds_path>_<port>` (`socket` only AF_UNIX, below),
     // and closing a direction.
     libc::SYS_accept4,
     libc::SYS_recvfrom,
+    libc::SYS_sendto,
     libc::SYS_connect,
     libc::SYS_shutdown,
 ];
