@@ -188,7 +188,7 @@ impl PendingVm {
             }
             ApiCommand::PutVsock(v) => {
                 v.check("vsock").map_err(bad)?;
-                self.check_path("uds_path", &v.folder())?;
+                self.check_path("uds_path", &v.uds_path)?;
                 self.config.vsock = Some(v);
                 Ok(Reply::Done)
             }
