@@ -212,14 +212,14 @@ fn a_real_value_for_an_absent_feature_is_refused_naming_it() {
     let guest = test_guest();
     let config = serde_json::json!({
         "boot-source": {"kernel_image_path": guest},
-        "vsock": {"guest_cid": 3, "uds_path": "v.sock"},
+        "balloon": {"amount_mib": 1},
     });
     s.file("vm.json", &config.to_string());
     let out = run_in(&s.0, &["--config-file", "vm.json", "--no-api"]);
     let log = text(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{log}");
     assert!(
-        log.contains("vsock: vsock is not supported by Osprey"),
+        log.contains("balloon: the balloon device is not supported by Osprey"),
         "{log}"
     );
 }

@@ -105,7 +105,10 @@ fn configured_over_the_api_then_started() {
         "{m}"
     );
     assert!(fault(s, "PATCH", "/vm", json!({"state": "Paused"})).contains("has not started"));
-    assert!(fault(s, "PUT", "/vsock", json!({"guest_cid": 3, "uds_path": "v"})).contains("vsock"));
+    assert!(
+        fault(s, "PUT", "/vsock", json!({"guest_cid": 2, "uds_path": "v"}))
+            .contains("vsock.guest_cid")
+    );
 
     // What the go-sdk sends, in its order (the root drive last), plus Osprey's own sections.
     let log = root.dir.join("osprey.log");

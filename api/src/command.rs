@@ -65,6 +65,8 @@ pub enum ApiCommand {
     PutLogger(LoggerConfig),
     /// `PUT /metrics`: the metrics file (before `InstanceStart`).
     PutMetrics(MetricsConfig),
+    /// `PUT /vsock`: the virtio-vsock device (before `InstanceStart`; a second replaces it).
+    PutVsock(vmm_config::vsock::VsockConfig),
     /// `PUT /snapshot/create`: the paused VM to files (docs/snapshot.md).
     SnapshotCreate(SnapshotCreateRequest),
     /// `PUT /snapshot/load` (before `InstanceStart`): a VM restored from files.
@@ -196,6 +198,7 @@ impl ApiCommand {
             ApiCommand::PutRateLimitGroup(..) => "PUT /rate-limit-groups",
             ApiCommand::PutLogger(_) => "PUT /logger",
             ApiCommand::PutMetrics(_) => "PUT /metrics",
+            ApiCommand::PutVsock(_) => "PUT /vsock",
             ApiCommand::SnapshotLoad(_) => "PUT /snapshot/load",
             _ => return None,
         })

@@ -17,6 +17,7 @@ use crate::logger::LoggerConfig;
 use crate::rate_limit::RateLimitGroupConfig;
 #[allow(unused_imports)] // `json!` is used by the examples in the `#[utoipa::path]`s.
 use serde_json::json;
+use vmm_config::vsock::VsockConfig;
 
 /// `GET /machine-config`: Firecracker's defaults (1 vCPU, 128 MiB) until a PUT.
 #[utoipa::path(get, path = "/machine-config", tag = "pre-boot",
@@ -70,6 +71,17 @@ pub async fn put_logger(State(s): State<ApiState>, request: Request) -> Response
     responses((status = 204, description = "Set."), (status = 400, description = "A bad body or value (nothing changed), or the VM runs already.", body = FaultBody)))]
 pub async fn put_metrics(State(s): State<ApiState>, request: Request) -> Response {
     put_body::<MetricsConfig>(&s, request, ApiCommand::PutMetrics).await
+}
+
+/// `PUT /vsock`: Firecracker's vsock (`guest_cid`, `uds_path`, optional `vsock_id`); a
+/// second PUT before boot replaces the first.
+#[utoipa::path(put, path = "/vsock", tag = "pre-boot",
+    request_body(content = VsockConfig, examples(
+        ("vsock" = (summary = "The guest's agent channel",
+            value = json!({"vsock_id": "vsock0", "guest_cid": 3, "uds_path": "/srv/vm/v.sock"}))))),
+    responses((status = 204, description = "Set."), (status = 400, description = "A bad body or value (nothing changed), or the VM runs already.", body = FaultBody)))]
+pub async fn put_vsock(State(s): State<ApiState>, request: Request) -> Response {
+    put_body::<VsockConfig>(&s, request, ApiCommand::PutVsock).await
 }
 
 /// `PUT /drives/{drive_id}`: Firecracker's `Drive`, with Osprey's fields.

@@ -85,6 +85,7 @@ pub fn documented() -> OpenApiRouter<ApiState> {
         .routes(routes!(list_groups))
         .routes(routes!(get_group, configure::put_group, patch_group))
         .routes(routes!(metrics, configure::put_metrics))
+        .routes(routes!(configure::put_vsock))
         .routes(routes!(action))
         .routes(routes!(super::snapshot::create))
         .routes(routes!(super::snapshot::load))

@@ -16,7 +16,6 @@ pub const UNSUPPORTED: &[(&str, &str, &str)] = &[
     ("PUT", "/network-interfaces/{id}", NET),
     ("PATCH", "/network-interfaces/{id}", NET),
     ("DELETE", "/network-interfaces/{id}", NET),
-    ("PUT", "/vsock", VSOCK),
     ("GET", "/balloon", BALLOON),
     ("PUT", "/balloon", BALLOON),
     ("PATCH", "/balloon", BALLOON),
@@ -42,7 +41,6 @@ pub const UNSUPPORTED: &[(&str, &str, &str)] = &[
 ];
 
 const NET: &str = AbsentFeature::NetworkInterfaces.what();
-const VSOCK: &str = AbsentFeature::Vsock.what();
 const BALLOON: &str = AbsentFeature::Balloon.what();
 const MMDS: &str = AbsentFeature::Mmds.what();
 const ENTROPY: &str = AbsentFeature::Entropy.what();

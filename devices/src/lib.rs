@@ -15,6 +15,7 @@ pub mod serial;
 pub mod test_utils;
 pub mod vhost_user;
 pub mod virtio;
+pub mod vsock;
 
 /// Why a device asks the VMM to end the VM.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

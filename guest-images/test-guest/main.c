@@ -98,6 +98,8 @@ void kmain(u64 start_info_paddr)
         kbd_main();                         /* resets on Ctrl+Alt+Del */
     case MODE_INT3_LOOP:
         int3_loop_main();                   /* never returns */
+    case MODE_VSOCK_ECHO:
+        vsock_main(cmdline, cmdline_len);   /* echoes until the VM stops */
     case MODE_REPORT:
         break;
     }

@@ -521,8 +521,7 @@ pub const OPERATIONS: &[Operation] = &[
         .reply(FULL_VM_CONFIGURATION),
     op("PUT", "/vsock")
         .body(r#"{"guest_cid": 3, "uds_path": "$DIR/vsock.sock"}"#)
-        .phase(BeforeBoot)
-        .refused(&["vsock"]),
+        .phase(BeforeBoot),
     // Firecracker's parser also takes these hot-unplug routes (post-boot only); the swagger does
     // not list them and no Firecracker client that Osprey targets sends them.
     op("DELETE", "/drives/{drive_id}")

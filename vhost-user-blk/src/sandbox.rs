@@ -35,6 +35,7 @@ fn paths(config: &VhostUserConfig, api_sock: Option<&Path>) -> VmPaths {
         // A backend takes no snapshots, and swaps no file.
         snapshot_folders: Vec::new(),
         allowed_folders: Vec::new(),
+        vsock_socket: None,
     }
 }
 

@@ -26,3 +26,4 @@ pub mod swap_folder;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod test_utils;
 pub mod thread_weights;
+pub mod vsock;

@@ -134,6 +134,7 @@ impl ThreadKind {
         };
         if self == ThreadKind::IoThread {
             rules.insert(libc::SYS_setpriority, vec![iothread_setpriority()?]);
+            rules.insert(libc::SYS_socket, vec![unix_socket_only()?]);
         }
         if !ioctls.is_empty() {
             let mut allowed = Vec::with_capacity(ioctls.len());
@@ -257,6 +258,14 @@ const IOTHREAD: &[libc::c_long] = &[
     libc::SYS_io_uring_setup,
     libc::SYS_io_uring_enter,
     libc::SYS_io_uring_register,
+    // virtio-vsock's host side (devices::vsock::muxer): accepting on its socket, reading and
+    // writing the streams (std's `recv`, and `send` with MSG_NOSIGNAL), connecting out to `<uds_path>_<port>` (`socket` only AF_UNIX, below),
+    // and closing a direction.
+    libc::SYS_accept4,
+    libc::SYS_recvfrom,
+    libc::SYS_sendto,
+    libc::SYS_connect,
+    libc::SYS_shutdown,
 ];
 
 /// The iothread's `setpriority` (dynamic thread weights: light while it polls): on itself only
@@ -273,6 +282,16 @@ fn iothread_setpriority() -> Result<SeccompRule, seccompiler::BackendError> {
         SeccompCondition::new(1, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, 0)?,
         SeccompCondition::new(2, SeccompCmpArgLen::Dword, SeccompCmpOp::Le, 19)?,
     ])
+}
+
+/// `socket(AF_UNIX, …)` only: the vsock device's connections to `<uds_path>_<port>`.
+fn unix_socket_only() -> Result<SeccompRule, seccompiler::BackendError> {
+    SeccompRule::new(vec![SeccompCondition::new(
+        0,
+        SeccompCmpArgLen::Dword,
+        SeccompCmpOp::Eq,
+        libc::AF_UNIX as u64,
+    )?])
 }
 
 /// The API thread: tokio's epoll reactor and timer, accepting on the Unix socket and serving

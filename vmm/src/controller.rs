@@ -198,7 +198,8 @@ impl Controller<'_> {
             | ApiCommand::PutIoThread(..)
             | ApiCommand::PutRateLimitGroup(..)
             | ApiCommand::PutLogger(_)
-            | ApiCommand::PutMetrics(_) => (
+            | ApiCommand::PutMetrics(_)
+            | ApiCommand::PutVsock(_) => (
                 Err(ApiError::Internal(
                     "a pre-boot command reached the running VM".into(),
                 )),

@@ -98,6 +98,9 @@ pub enum DeviceError {
         /// The group id.
         id: String,
     },
+    /// The vsock device could not be built (its socket, its PCI function).
+    #[error("vsock: {0}")]
+    Vsock(#[source] crate::vsock_device::VsockDeviceError),
     /// The preflight opened a different number of drives than the config has.
     #[error("{opened} drive file(s) opened for {configured} drive(s)")]
     DriveFiles {
@@ -174,6 +177,8 @@ pub struct Devices {
     pub pci: Arc<Mutex<PciRoot>>,
     /// The PCI configuration ports (0xCF8..=0xCFF), whose latch a snapshot keeps.
     pub pci_config: Arc<Mutex<PciConfigIo>>,
+    /// The vsock device, when configured.
+    pub vsock: Option<crate::vsock_device::VsockHandle>,
 }
 
 impl Devices {
@@ -233,6 +238,10 @@ pub fn build(
             pci_wiring.add_drive(config, i, d, file, thread, rate_limits)
         })
         .collect::<Result<_, _>>()?;
+    let vsock = match &config.vsock {
+        Some(v) => Some(pci_wiring.add_vsock(v, &iothreads)?),
+        None => None,
+    };
     Ok(Devices {
         pio: Arc::new(legacy.pio),
         mmio: Arc::new(legacy.mmio),
@@ -243,6 +252,7 @@ pub fn build(
         rate_limit_groups,
         pci: legacy.pci,
         pci_config: legacy.pci_config,
+        vsock,
     })
 }
 
@@ -387,6 +397,25 @@ struct PciWiring<'a> {
 }
 
 impl PciWiring<'_> {
+    /// The vsock device of `v` on the next PCI slot, served by the first iothread.
+    fn add_vsock(
+        &mut self,
+        v: &vmm_config::vsock::VsockConfig,
+        iothreads: &BTreeMap<String, Arc<IoThread>>,
+    ) -> Result<crate::vsock_device::VsockHandle, DeviceError> {
+        crate::vsock_device::add(
+            crate::vsock_device::Wiring {
+                pci: &self.pci,
+                router: &self.router,
+                ioevents: &self.ioevents,
+                mem: self.mem,
+            },
+            v,
+            iothreads,
+        )
+        .map_err(DeviceError::Vsock)
+    }
+
     /// Drive `i` as a virtio-blk device on `file`, served by `thread`, on the next PCI slot.
     fn add_drive(
         &mut self,

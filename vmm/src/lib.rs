@@ -19,6 +19,7 @@ pub mod test_utils;
 
 pub(crate) mod vcpu;
 pub mod vm;
+pub mod vsock_device;
 
 // The layers below, at the paths the VMM's modules and its users name them by.
 pub use api;

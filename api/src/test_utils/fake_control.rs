@@ -119,7 +119,8 @@ pub fn answer(command: &ApiCommand) -> ApiReply {
         | ApiCommand::PutIoThread(..)
         | ApiCommand::PutRateLimitGroup(..)
         | ApiCommand::PutLogger(_)
-        | ApiCommand::PutMetrics(_)) => Err(ApiError::BadRequest(format!(
+        | ApiCommand::PutMetrics(_)
+        | ApiCommand::PutVsock(_)) => Err(ApiError::BadRequest(format!(
             "{} is only allowed before InstanceStart; the VM is running",
             c.preboot_only().unwrap_or("this route")
         ))),

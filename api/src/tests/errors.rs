@@ -59,13 +59,9 @@ fn unknown_paths_and_methods() {
         "method POST not allowed on /metrics",
     );
     // Firecracker's routes for what Osprey lacks: 400, naming it.
-    let r = fake.json(
-        "PUT",
-        "/vsock",
-        r#"{"guest_cid": 3, "uds_path": "/v.sock"}"#,
-    );
+    let r = fake.json("PUT", "/balloon", r#"{"amount_mib": 1}"#);
     assert_eq!(r.status, 400, "{r:?}");
-    assert!(r.body.contains("vsock is not supported by Osprey"), "{r:?}");
+    assert!(r.body.contains("balloon device is not supported"), "{r:?}");
     assert!(fake.commands().is_empty(), "{:?}", fake.commands());
 }
 

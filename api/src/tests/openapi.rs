@@ -111,8 +111,8 @@ fn every_request_example_is_accepted() {
     }
     // PATCH iothread 4, PUT iothread 1, PATCH drive 5 (a file swap), PUT drive 1, PATCH group 2,
     // PUT group 1, PUT /actions 4, PATCH /vm 2, machine-config 2, boot-source 1, logger 1,
-    // metrics 1, snapshot/create 1, snapshot/load 1.
-    assert_eq!(count, 27);
+    // metrics 1, vsock 1, snapshot/create 1, snapshot/load 1.
+    assert_eq!(count, 28);
 }
 
 #[test]

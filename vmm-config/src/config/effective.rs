@@ -5,10 +5,10 @@
 use super::{IoThreadConfig, VmConfig, DEFAULT_IOTHREAD};
 
 impl VmConfig {
-    /// Fills in the defaults start-up would choose: with drives and no iothreads, one iothread
-    /// `io0` with default parameters; a drive without `iothread` runs on the first iothread.
+    /// Fills in the defaults start-up would choose: with drives or a vsock and no iothreads, one
+    /// iothread `io0` with default parameters; a drive without `iothread` runs on the first iothread.
     pub fn fill_defaults(&mut self) {
-        if self.iothreads.is_empty() && !self.drives.is_empty() {
+        if self.iothreads.is_empty() && (!self.drives.is_empty() || self.vsock.is_some()) {
             self.iothreads
                 .push(IoThreadConfig::with_id(DEFAULT_IOTHREAD));
         }

@@ -218,10 +218,9 @@ pub struct VmConfig {
     )]
     #[schema(value_type = Option<Vec<Object>>)]
     pub network_interfaces: AbsentSection,
-    /// Firecracker's vsock: absent from Osprey (null only).
-    #[serde(default, skip_serializing_if = "AbsentSection::skip")]
-    #[schema(value_type = Option<Object>)]
-    pub vsock: AbsentSection,
+    /// Firecracker's vsock: a virtio-vsock device whose host side is Unix sockets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vsock: Option<crate::vsock::VsockConfig>,
     /// Firecracker's MMDS: absent from Osprey (null only).
     #[serde(
         rename = "mmds-config",

@@ -106,6 +106,9 @@ impl VmConfig {
         if let Some(m) = &mut self.metrics {
             fix(&mut m.path);
         }
+        if let Some(v) = &mut self.vsock {
+            fix(&mut v.uds_path);
+        }
         if let Some(s) = &mut self.snapshot {
             fix(&mut s.folder);
         }

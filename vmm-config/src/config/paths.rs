@@ -29,6 +29,7 @@ impl VmConfig {
                 self.snapshot.as_ref().map(|s| s.folder.as_path()),
             ),
             allowed_folders: self.sandbox.allowed_folders.clone(),
+            vsock_socket: self.vsock.as_ref().map(|v| v.uds_path.clone()),
         }
     }
 

@@ -21,6 +21,9 @@ impl VmConfig {
         let iothreads = self.check_iothreads()?;
         self.check_metrics()?;
         self.check_snapshot()?;
+        if let Some(v) = &self.vsock {
+            v.check("vsock")?;
+        }
         let groups = self.check_rate_limit_groups()?;
         let mut drive_ids = HashSet::new();
         let mut root: Option<&str> = None;

@@ -117,6 +117,8 @@ pub struct VmPaths {
     pub snapshot_folders: Vec<crate::snapshot_folder::AllowedFolder>,
     /// The folders the operator allows (`sandbox.allowed_folders`): files a swap may use.
     pub allowed_folders: Vec<PathBuf>,
+    /// The vsock device's socket, if any (bound before the sandbox; removed at exit).
+    pub vsock_socket: Option<PathBuf>,
 }
 
 /// The rules for `paths`: nothing else stays reachable.
@@ -178,6 +180,18 @@ pub fn rules_for(paths: &VmPaths) -> Vec<FsRule> {
             dir,
             FsAccess::RemoveFiles,
             "API socket directory".into(),
+            false,
+        );
+    }
+    if let Some(socket) = &paths.vsock_socket {
+        let dir = match socket.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        add(
+            dir,
+            FsAccess::RemoveFiles,
+            "vsock socket directory".into(),
             false,
         );
     }
@@ -371,6 +385,18 @@ mod tests {
             [false, true],
             "only a configured folder may be gone"
         );
+    }
+
+    #[test]
+    fn the_vsock_socket_folder_may_only_lose_files() {
+        let c =
+            config(serde_json::json!({"vsock": {"guest_cid": 3, "uds_path": "/run/vm/v.sock"}}));
+        let rules: Vec<_> = rules_for(&c)
+            .into_iter()
+            .filter(|r| r.what.starts_with("vsock"))
+            .map(|r| (r.path, r.access))
+            .collect();
+        assert_eq!(rules, vec![("/run/vm".into(), FsAccess::RemoveFiles)]);
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! thread later builds the VM (KVM, files, threads, the sandbox itself), so it cannot take an
 //! allow-list yet; it takes a deny-list of what no VMM start needs and an attacker wants first:
 //! running programs, tracing or reading other processes, mounts and namespaces, kernel modules,
-//! kexec, reboot, BPF and perf, keyrings, sockets of its own (the API socket is bound before),
+//! kexec, reboot, BPF and perf, keyrings, sockets of its own but Unix ones (the API socket is
+//! bound before; the vsock device binds its own when the VM is built),
 //! device nodes and links. Each traps like a run-time filter (the thread and the syscall named,
 //! exit status [`super::EXIT_SECCOMP`]). The threads it starts inherit it under their own
 //! allow-lists. The API thread's own list is the run-time one ([`super::ThreadKind::Api`]).
@@ -59,6 +60,17 @@ pub const DENIED: &[libc::c_long] = &[
     libc::SYS_personality,
 ];
 
+/// `socket(family, …)` with a family other than AF_UNIX.
+fn not_unix_socket() -> Result<SeccompRule, seccompiler::BackendError> {
+    use seccompiler::{SeccompCmpArgLen, SeccompCmpOp, SeccompCondition};
+    SeccompRule::new(vec![SeccompCondition::new(
+        0,
+        SeccompCmpArgLen::Dword,
+        SeccompCmpOp::Ne,
+        libc::AF_UNIX as u64,
+    )?])
+}
+
 /// Errors building the pre-boot filter.
 #[derive(Debug, thiserror::Error)]
 #[error("Pre-boot seccomp filter of the main thread: {0}")]
@@ -73,8 +85,11 @@ pub struct MainFilter {
 impl MainFilter {
     /// Compiles the deny-list: [`DENIED`] traps, everything else passes.
     pub fn build() -> Result<MainFilter, PrebootFilterError> {
-        let rules: BTreeMap<i64, Vec<SeccompRule>> =
+        let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
             DENIED.iter().map(|&nr| (nr, Vec::new())).collect();
+        // The vsock device binds its Unix socket when the VM is built on this thread: sockets
+        // of any other family stay denied.
+        rules.insert(libc::SYS_socket, vec![not_unix_socket()?]);
         let arch = TargetArch::try_from(std::env::consts::ARCH)?;
         let filter = SeccompFilter::new(rules, SeccompAction::Allow, SeccompAction::Trap, arch)?;
         Ok(MainFilter {

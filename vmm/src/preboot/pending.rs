@@ -186,6 +186,12 @@ impl PendingVm {
                 self.config = candidate;
                 Ok(Reply::Done)
             }
+            ApiCommand::PutVsock(v) => {
+                v.check("vsock").map_err(bad)?;
+                self.check_path("uds_path", &v.uds_path)?;
+                self.config.vsock = Some(v);
+                Ok(Reply::Done)
+            }
             ApiCommand::ListIoThreads => Ok(Reply::IoThreads(
                 self.config
                     .iothreads
@@ -377,6 +383,31 @@ mod tests {
             "paths from the working directory"
         );
         assert!(config.drives[0].path_on_host.is_absolute());
+    }
+
+    #[test]
+    fn put_vsock_checks_its_fields_and_a_second_replaces_the_first() {
+        let mut vm = PendingVm::new(VmConfig::default(), None);
+        let v = |cid: u64, path: &str| vmm_config::vsock::VsockConfig {
+            vsock_id: None,
+            guest_cid: cid,
+            uds_path: path.into(),
+        };
+        let m = fault(vm.execute(ApiCommand::PutVsock(v(2, "/tmp/v.sock"))));
+        assert!(m.starts_with("vsock.guest_cid: "), "{m}");
+        let m = fault(vm.execute(ApiCommand::PutVsock(v(3, ""))));
+        assert!(m.starts_with("vsock.uds_path: "), "{m}");
+        assert_eq!(
+            vm.execute(ApiCommand::PutVsock(v(3, "/tmp/a.sock"))),
+            Ok(Reply::Done)
+        );
+        assert_eq!(
+            vm.execute(ApiCommand::PutVsock(v(4, "/tmp/b.sock"))),
+            Ok(Reply::Done)
+        );
+        let shown = body(vm.execute(ApiCommand::GetConfig));
+        assert_eq!(shown["vsock"]["guest_cid"], 4, "{shown}");
+        assert_eq!(shown["vsock"]["uds_path"], "/tmp/b.sock", "{shown}");
     }
 
     #[test]

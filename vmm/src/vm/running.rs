@@ -182,6 +182,10 @@ impl RunningVm {
         if let Some(api) = self.api.take() {
             api.shutdown();
         }
+        // The vsock socket goes with the VM (the process may exit without dropping devices).
+        if let Some(v) = &self.devices.vsock {
+            let _ = std::fs::remove_file(&v.uds_path);
+        }
         self.stop_vcpus();
         if self.process_exits_after {
             for t in self.devices.iothreads.values() {

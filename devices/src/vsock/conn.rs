@@ -1,0 +1,508 @@
+//! One vsock stream connection between a guest socket and a host Unix socket: its state
+//! machine (virtio 1.2, 5.10.6.4) and its credit-based flow control both ways.
+//!
+//! Host memory per connection is bounded: data from the guest waits in `to_host` only while the
+//! host socket will not take it, and the guest may send at most the `buf_alloc` this side
+//! advertises ([`HOST_BUF_ALLOC`]) beyond what was forwarded; a guest that sends more is reset.
+//! Data to the guest is read from the socket only as far as the guest's credit allows, so a
+//! guest that never grants credit leaves the bytes in the kernel's socket buffer.
+
+use std::collections::VecDeque;
+use std::io::{ErrorKind, Read, Write};
+use std::num::Wrapping;
+use std::os::unix::net::UnixStream;
+
+use super::packet::{Header, Op, HOST_CID, SHUTDOWN_RCV, SHUTDOWN_SEND, TYPE_STREAM};
+
+/// The receive buffer this side advertises to the guest (`buf_alloc`).
+pub const HOST_BUF_ALLOC: u32 = 256 * 1024;
+
+/// Where a connection is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnState {
+    /// A host client asked for it (`CONNECT`): a REQUEST is owed to the guest.
+    LocalInit,
+    /// The REQUEST went; the guest's RESPONSE (then `OK <port>` to the client) or RST is next.
+    AwaitingResponse,
+    /// The guest asked for it and the host socket connected: a RESPONSE is owed.
+    PeerInit,
+    /// Open both ways.
+    Established,
+    /// The guest shut down (SHUTDOWN flags) part of it; data flows where it may.
+    PeerClosed {
+        /// The guest will send nothing more.
+        no_more_from_guest: bool,
+        /// The guest will take nothing more.
+        no_more_to_guest: bool,
+    },
+    /// Ended: an RST is owed to the guest (or none, if the guest ended it), then it goes.
+    Closing {
+        /// Whether an RST still has to go to the guest.
+        rst_owed: bool,
+    },
+}
+
+/// What a connection has for the guest next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outgoing {
+    /// A control packet, no payload.
+    Control(Op),
+    /// Data may be read from the socket (credit and readiness allow).
+    Data,
+    /// Nothing.
+    Nothing,
+}
+
+/// A connection.
+#[derive(Debug)]
+pub struct Connection {
+    /// The host socket.
+    pub stream: UnixStream,
+    /// The guest's CID.
+    pub guest_cid: u64,
+    /// The host-side port.
+    pub local_port: u32,
+    /// The guest-side port.
+    pub peer_port: u32,
+    /// Where it is.
+    pub state: ConnState,
+    /// The guest's receive buffer.
+    peer_buf_alloc: u32,
+    /// What the guest has consumed of what it received.
+    peer_fwd_cnt: Wrapping<u32>,
+    /// Bytes sent to the guest.
+    rx_cnt: Wrapping<u32>,
+    /// Bytes from the guest handed to the host socket.
+    fwd_cnt: Wrapping<u32>,
+    /// Bytes from the guest received (forwarded or waiting in `to_host`).
+    recv_cnt: Wrapping<u32>,
+    /// `fwd_cnt` as last told to the guest.
+    fwd_cnt_told: Wrapping<u32>,
+    /// Guest data the host socket did not take yet.
+    to_host: VecDeque<u8>,
+    /// A control packet owed to the guest (besides the state's own).
+    owed: Option<Op>,
+    /// The socket may have bytes to read (edge-triggered: set on EPOLLIN, cleared on EAGAIN).
+    pub readable: bool,
+    /// The host side reached end of file.
+    host_eof: bool,
+}
+
+impl Connection {
+    /// A connection in `state` over `stream`.
+    pub fn new(
+        stream: UnixStream,
+        guest_cid: u64,
+        local_port: u32,
+        peer_port: u32,
+        state: ConnState,
+    ) -> Self {
+        Self {
+            stream,
+            guest_cid,
+            local_port,
+            peer_port,
+            state,
+            peer_buf_alloc: 0,
+            peer_fwd_cnt: Wrapping(0),
+            rx_cnt: Wrapping(0),
+            fwd_cnt: Wrapping(0),
+            recv_cnt: Wrapping(0),
+            fwd_cnt_told: Wrapping(0),
+            to_host: VecDeque::new(),
+            owed: None,
+            readable: true,
+            host_eof: false,
+        }
+    }
+
+    /// A header from this side to the guest.
+    pub fn header(&self, op: Op) -> Header {
+        Header {
+            src_cid: HOST_CID,
+            dst_cid: self.guest_cid,
+            src_port: self.local_port,
+            dst_port: self.peer_port,
+            len: 0,
+            kind: TYPE_STREAM,
+            op: op.code(),
+            flags: 0,
+            buf_alloc: HOST_BUF_ALLOC,
+            fwd_cnt: self.fwd_cnt.0,
+        }
+    }
+
+    /// Bytes the guest can still take.
+    pub fn peer_credit(&self) -> u32 {
+        let in_flight = (self.rx_cnt - self.peer_fwd_cnt).0;
+        self.peer_buf_alloc.saturating_sub(in_flight)
+    }
+
+    /// Bytes buffered for the host.
+    pub fn buffered(&self) -> usize {
+        self.to_host.len()
+    }
+
+    fn to_guest_open(&self) -> bool {
+        match self.state {
+            ConnState::Established => true,
+            ConnState::PeerClosed {
+                no_more_to_guest, ..
+            } => !no_more_to_guest,
+            _ => false,
+        }
+    }
+
+    /// Ends the connection; an RST goes to the guest if `rst`.
+    pub fn kill(&mut self, rst: bool) {
+        if let ConnState::Closing { rst_owed } = self.state {
+            self.state = ConnState::Closing {
+                rst_owed: rst_owed && rst,
+            };
+            return;
+        }
+        self.state = ConnState::Closing { rst_owed: rst };
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+    }
+
+    /// Whether the connection is finished and may be dropped.
+    pub fn is_done(&self) -> bool {
+        self.state == ConnState::Closing { rst_owed: false }
+    }
+
+    /// What it has for the guest next.
+    pub fn outgoing(&self) -> Outgoing {
+        match self.state {
+            ConnState::Closing { rst_owed: true } => return Outgoing::Control(Op::Rst),
+            ConnState::Closing { rst_owed: false } => return Outgoing::Nothing,
+            ConnState::LocalInit => return Outgoing::Control(Op::Request),
+            ConnState::PeerInit => return Outgoing::Control(Op::Response),
+            ConnState::AwaitingResponse => return Outgoing::Nothing,
+            _ => {}
+        }
+        if let Some(op) = self.owed {
+            return Outgoing::Control(op);
+        }
+        if self.to_guest_open() && self.readable && !self.host_eof && self.peer_credit() > 0 {
+            return Outgoing::Data;
+        }
+        if self.host_eof && self.to_guest_open() {
+            return Outgoing::Control(Op::Shutdown);
+        }
+        Outgoing::Nothing
+    }
+
+    /// The control packet [`Connection::outgoing`] named went to the guest.
+    pub fn sent_control(&mut self, op: Op) {
+        match (self.state, op) {
+            (ConnState::Closing { .. }, Op::Rst) => {
+                self.state = ConnState::Closing { rst_owed: false }
+            }
+            // Waiting for the guest's RESPONSE: the REQUEST went.
+            (ConnState::LocalInit, Op::Request) => self.state = ConnState::AwaitingResponse,
+            (ConnState::PeerInit, Op::Response) => self.state = ConnState::Established,
+            (_, Op::Shutdown) => {
+                // Host end of file told: nothing more to the guest.
+                self.state = match self.state {
+                    ConnState::PeerClosed {
+                        no_more_from_guest, ..
+                    } => ConnState::PeerClosed {
+                        no_more_from_guest,
+                        no_more_to_guest: true,
+                    },
+                    _ => ConnState::PeerClosed {
+                        no_more_from_guest: false,
+                        no_more_to_guest: true,
+                    },
+                };
+                self.owed = None;
+            }
+            _ => {
+                if self.owed == Some(op) {
+                    self.owed = None;
+                }
+            }
+        }
+        self.fwd_cnt_told = self.fwd_cnt;
+    }
+
+    /// The header to send for control packet `op` (SHUTDOWN carries both flags: the host side
+    /// sends and takes nothing more once its socket hit end of file).
+    pub fn control_header(&self, op: Op) -> Header {
+        let mut h = self.header(op);
+        if op == Op::Shutdown {
+            h.flags = SHUTDOWN_RCV | SHUTDOWN_SEND;
+        }
+        h
+    }
+
+    /// Reads at most `room` bytes (capped by the guest's credit) from the socket into `buf`
+    /// for an RW packet; returns the bytes read (0: nothing now). Marks end of file.
+    pub fn read_data(&mut self, buf: &mut [u8], room: usize) -> usize {
+        let n = room.min(self.peer_credit() as usize).min(buf.len());
+        if n == 0 {
+            return 0;
+        }
+        match self.stream.read(&mut buf[..n]) {
+            Ok(0) => {
+                self.host_eof = true;
+                0
+            }
+            Ok(got) => {
+                self.rx_cnt += Wrapping(got as u32);
+                self.fwd_cnt_told = self.fwd_cnt;
+                got
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                self.readable = false;
+                0
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => 0,
+            Err(_) => {
+                self.kill(true);
+                0
+            }
+        }
+    }
+
+    /// Flushes what waits for the host socket; returns false if the socket is gone.
+    pub fn flush_to_host(&mut self) -> bool {
+        // At most HOST_BUF_ALLOC bytes wait, in at most two slices: a bounded loop.
+        for _ in 0..4 {
+            if self.to_host.is_empty() {
+                break;
+            }
+            let (a, _) = self.to_host.as_slices();
+            match self.stream.write(a) {
+                Ok(0) => return false,
+                Ok(n) => {
+                    self.to_host.drain(..n);
+                    self.fwd_cnt += Wrapping(n as u32);
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => return false,
+            }
+        }
+        self.maybe_credit_update();
+        true
+    }
+
+    /// Owes the guest a CREDIT_UPDATE once it has forwarded a good part of its window since it
+    /// last told the guest.
+    fn maybe_credit_update(&mut self) {
+        if (self.fwd_cnt - self.fwd_cnt_told).0 >= HOST_BUF_ALLOC / 4 && self.owed.is_none() {
+            self.owed = Some(Op::CreditUpdate);
+        }
+    }
+
+    /// Takes packet `hdr` (with `payload`) from the guest.
+    pub fn from_guest(&mut self, hdr: &Header, payload: &[u8]) {
+        self.peer_buf_alloc = hdr.buf_alloc;
+        self.peer_fwd_cnt = Wrapping(hdr.fwd_cnt);
+        let Some(op) = hdr.op() else {
+            self.kill(true);
+            return;
+        };
+        match (self.state, op) {
+            (_, Op::Rst) => self.kill(false),
+            (ConnState::Closing { .. }, _) => {}
+            (ConnState::AwaitingResponse, Op::Response) => {
+                self.state = ConnState::Established;
+                // Firecracker's protocol: the client learns the host-side port.
+                let ok = format!("OK {}\n", self.local_port);
+                if self.stream.write(ok.as_bytes()).ok() != Some(ok.len()) {
+                    self.kill(true);
+                }
+            }
+            (ConnState::LocalInit | ConnState::AwaitingResponse, _) => self.kill(true),
+            (_, Op::Rw) => {
+                let closed = matches!(
+                    self.state,
+                    ConnState::PeerClosed {
+                        no_more_from_guest: true,
+                        ..
+                    }
+                );
+                let in_window = (self.recv_cnt - self.fwd_cnt).0 as usize + payload.len();
+                if closed || in_window > HOST_BUF_ALLOC as usize {
+                    // Data past SHUTDOWN, or past the credit it was given.
+                    self.kill(true);
+                    return;
+                }
+                self.recv_cnt += Wrapping(payload.len() as u32);
+                if self.to_host.is_empty() {
+                    match self.stream.write(payload) {
+                        Ok(n) => {
+                            self.fwd_cnt += Wrapping(n as u32);
+                            self.to_host.extend(&payload[n..]);
+                        }
+                        Err(e) if e.kind() == ErrorKind::WouldBlock => self.to_host.extend(payload),
+                        Err(_) => {
+                            self.kill(true);
+                            return;
+                        }
+                    }
+                    self.maybe_credit_update();
+                } else {
+                    self.to_host.extend(payload);
+                }
+            }
+            (_, Op::CreditRequest) => self.owed = Some(Op::CreditUpdate),
+            (_, Op::CreditUpdate) => {}
+            (_, Op::Shutdown) => {
+                let (mut from_guest, mut to_guest) = match self.state {
+                    ConnState::PeerClosed {
+                        no_more_from_guest,
+                        no_more_to_guest,
+                    } => (no_more_from_guest, no_more_to_guest),
+                    _ => (false, false),
+                };
+                from_guest |= hdr.flags & SHUTDOWN_SEND != 0;
+                to_guest |= hdr.flags & SHUTDOWN_RCV != 0;
+                if from_guest && to_guest {
+                    // Both ways closed: flush what is left, then RST ends it.
+                    let _ = self.flush_to_host();
+                    self.kill(true);
+                    return;
+                }
+                if from_guest && self.to_host.is_empty() {
+                    let _ = self.stream.shutdown(std::net::Shutdown::Write);
+                }
+                self.state = ConnState::PeerClosed {
+                    no_more_from_guest: from_guest,
+                    no_more_to_guest: to_guest,
+                };
+            }
+            (_, Op::Request | Op::Response) => self.kill(true),
+        }
+    }
+
+    /// The host socket hung up (EPOLLHUP/RDHUP): reading reaches end of file.
+    pub fn host_hung_up(&mut self) {
+        self.readable = true;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pair(state: ConnState) -> (Connection, UnixStream) {
+        let (a, b) = UnixStream::pair().unwrap();
+        a.set_nonblocking(true).unwrap();
+        b.set_nonblocking(true).unwrap();
+        (Connection::new(a, 3, 1 << 30, 1234, state), b)
+    }
+
+    fn from_guest(op: Op, buf_alloc: u32, fwd_cnt: u32) -> Header {
+        Header {
+            src_cid: 3,
+            dst_cid: HOST_CID,
+            src_port: 1234,
+            dst_port: 1 << 30,
+            len: 0,
+            kind: TYPE_STREAM,
+            op: op.code(),
+            flags: 0,
+            buf_alloc,
+            fwd_cnt,
+        }
+    }
+
+    #[test]
+    fn host_initiated_handshake_then_data() {
+        let (mut c, mut peer) = pair(ConnState::LocalInit);
+        assert_eq!(c.outgoing(), Outgoing::Control(Op::Request));
+        c.sent_control(Op::Request);
+        assert_eq!(c.outgoing(), Outgoing::Nothing);
+        c.from_guest(&from_guest(Op::Response, 4096, 0), &[]);
+        assert_eq!(c.state, ConnState::Established);
+        let mut ok = [0u8; 14];
+        peer.read_exact(&mut ok).unwrap();
+        assert_eq!(&ok, b"OK 1073741824\n");
+        c.from_guest(&from_guest(Op::Rw, 4096, 0), b"ping");
+        let mut b = [0u8; 4];
+        peer.read_exact(&mut b).unwrap();
+        assert_eq!(&b, b"ping");
+        peer.write_all(b"pong").unwrap();
+        assert_eq!(c.outgoing(), Outgoing::Data);
+        let mut buf = [0u8; 100];
+        assert_eq!(c.read_data(&mut buf, 100), 4);
+    }
+
+    #[test]
+    fn a_guest_that_never_grants_credit_gets_nothing_and_host_memory_stays_bounded() {
+        let (mut c, mut peer) = pair(ConnState::Established);
+        c.from_guest(&from_guest(Op::CreditUpdate, 10, 0), &[]);
+        peer.write_all(&[7u8; 100]).unwrap();
+        let mut buf = [0u8; 100];
+        assert_eq!(c.read_data(&mut buf, 100), 10);
+        assert_eq!(c.peer_credit(), 0);
+        assert_ne!(c.outgoing(), Outgoing::Data);
+        assert_eq!(c.read_data(&mut buf, 100), 0);
+        // The guest consumed 10: 10 more.
+        c.from_guest(&from_guest(Op::CreditUpdate, 10, 10), &[]);
+        assert_eq!(c.read_data(&mut buf, 100), 10);
+    }
+
+    #[test]
+    fn a_guest_sending_past_its_credit_is_reset() {
+        let (mut c, _peer) = pair(ConnState::Established);
+        // The host side never reads: the socket buffer fills, then `to_host`.
+        let chunk = vec![1u8; 64 * 1024];
+        let mut sent = 0usize;
+        for _ in 0..64 {
+            c.from_guest(&from_guest(Op::Rw, 4096, 0), &chunk);
+            sent += chunk.len();
+            assert!(c.buffered() <= HOST_BUF_ALLOC as usize);
+            if matches!(c.state, ConnState::Closing { .. }) {
+                break;
+            }
+        }
+        assert_eq!(c.state, ConnState::Closing { rst_owed: true }, "{sent}");
+        assert_eq!(c.outgoing(), Outgoing::Control(Op::Rst));
+        c.sent_control(Op::Rst);
+        assert!(c.is_done());
+    }
+
+    #[test]
+    fn bogus_ops_and_a_second_request_reset() {
+        let (mut c, _p) = pair(ConnState::Established);
+        let mut h = from_guest(Op::Rw, 0, 0);
+        h.op = 99;
+        c.from_guest(&h, &[]);
+        assert_eq!(c.outgoing(), Outgoing::Control(Op::Rst));
+        let (mut c, _p) = pair(ConnState::Established);
+        c.from_guest(&from_guest(Op::Request, 0, 0), &[]);
+        assert_eq!(c.outgoing(), Outgoing::Control(Op::Rst));
+    }
+
+    #[test]
+    fn host_eof_sends_shutdown_and_guest_shutdown_both_ways_resets() {
+        let (mut c, peer) = pair(ConnState::Established);
+        c.from_guest(&from_guest(Op::CreditUpdate, 4096, 0), &[]);
+        drop(peer);
+        let mut buf = [0u8; 16];
+        assert_eq!(c.read_data(&mut buf, 16), 0);
+        assert_eq!(c.outgoing(), Outgoing::Control(Op::Shutdown));
+        c.sent_control(Op::Shutdown);
+        let mut h = from_guest(Op::Shutdown, 4096, 0);
+        h.flags = SHUTDOWN_RCV | SHUTDOWN_SEND;
+        c.from_guest(&h, &[]);
+        assert_eq!(c.outgoing(), Outgoing::Control(Op::Rst));
+        // The guest's RST needs no answer.
+        let (mut c, _p) = pair(ConnState::Established);
+        c.from_guest(&from_guest(Op::Rst, 0, 0), &[]);
+        assert!(c.is_done());
+    }
+
+    #[test]
+    fn credit_request_is_answered() {
+        let (mut c, _p) = pair(ConnState::Established);
+        c.from_guest(&from_guest(Op::CreditRequest, 0, 0), &[]);
+        assert_eq!(c.outgoing(), Outgoing::Control(Op::CreditUpdate));
+        c.sent_control(Op::CreditUpdate);
+        assert_eq!(c.outgoing(), Outgoing::Nothing);
+    }
+}

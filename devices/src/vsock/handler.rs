@@ -1,0 +1,442 @@
+//! The vsock device's work on an iothread: one [`Handler`] owns the rx, tx and event queues and
+//! the [`Muxer`]. It wakes on the rx and tx kicks and on the muxer's epoll fd (one fd for any
+//! number of connections, so the iothread's fixed fd set never changes), moves tx packets to
+//! the muxer and the muxer's packets into rx buffers. Its [`Poll`] check reads the tx ring, and
+//! the rx ring when the muxer has packets waiting; no syscall.
+
+use std::os::unix::io::RawFd;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::Sender;
+use std::sync::Arc;
+
+use dataplane::{Handler, Poll, ThreadTurn, TurnEnd, Watch};
+use virtio_queue::{Queue, QueueOwnedT, QueueT};
+
+use super::muxer::Muxer;
+use super::packet::{self, MAX_PAYLOAD};
+use crate::virtio::{ActivatedQueue, GuestMemory, VirtioInterrupt};
+
+/// The queues' indices.
+pub const RX: u16 = 0;
+/// The tx queue.
+pub const TX: u16 = 1;
+/// The event queue.
+pub const EVENT: u16 = 2;
+/// `VIRTIO_VSOCK_EVENT_TRANSPORT_RESET`.
+pub const EVENT_TRANSPORT_RESET: u32 = 0;
+
+/// What goes back to the device when the handler leaves its iothread.
+#[derive(Debug)]
+pub struct Returned {
+    /// The queues, in index order.
+    pub queues: Vec<ActivatedQueue>,
+    /// The muxer.
+    pub muxer: Muxer,
+}
+
+/// The device's queues, as the driver made them ready.
+#[derive(Debug)]
+pub struct VsockQueues {
+    /// Packets to the guest.
+    pub rx: ActivatedQueue,
+    /// Packets from the guest.
+    pub tx: ActivatedQueue,
+    /// Events to the guest (optional: a driver may leave it unready).
+    pub event: Option<ActivatedQueue>,
+}
+
+/// The vsock device's handler.
+pub struct VsockHandler {
+    owner: u64,
+    mem: GuestMemory,
+    interrupt: Arc<dyn VirtioInterrupt>,
+    rx: ActivatedQueue,
+    tx: ActivatedQueue,
+    event: Option<ActivatedQueue>,
+    muxer: Option<Muxer>,
+    back: Option<Sender<Returned>>,
+    payload: Vec<u8>,
+    polling: bool,
+    broken: bool,
+    completed: u64,
+    /// A TRANSPORT_RESET event waits for an event buffer.
+    reset_event_owed: bool,
+}
+
+impl std::fmt::Debug for VsockHandler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VsockHandler")
+            .field("owner", &self.owner)
+            .finish_non_exhaustive()
+    }
+}
+
+impl VsockHandler {
+    /// A handler over `queues` and `muxer`; what it
+    /// holds goes back through `back` when it leaves the thread.
+    pub fn new(
+        owner: u64,
+        mem: GuestMemory,
+        interrupt: Arc<dyn VirtioInterrupt>,
+        queues: VsockQueues,
+        muxer: Muxer,
+        back: Sender<Returned>,
+    ) -> Self {
+        Self {
+            owner,
+            mem,
+            interrupt,
+            rx: queues.rx,
+            tx: queues.tx,
+            event: queues.event,
+            muxer: Some(muxer),
+            back: Some(back),
+            payload: Vec::with_capacity(MAX_PAYLOAD),
+            polling: false,
+            broken: false,
+            completed: 0,
+            reset_event_owed: false,
+        }
+    }
+
+    /// Sends the guest a TRANSPORT_RESET event (after a restore) as soon as it has an event
+    /// buffer.
+    pub fn owe_transport_reset(mut self) -> Self {
+        self.reset_event_owed = true;
+        self
+    }
+
+    fn has_avail(q: &Queue, mem: &GuestMemory) -> bool {
+        q.avail_idx(mem, Ordering::Acquire)
+            .is_ok_and(|i| i.0 != q.next_avail())
+    }
+
+    fn fail(&mut self, why: &str) {
+        if !self.broken {
+            log::error!("virtio-vsock: {why}; the device needs a reset");
+            self.broken = true;
+            self.interrupt.set_needs_reset();
+        }
+    }
+
+    /// Moves at most `budget` tx packets to the muxer; returns how many.
+    fn process_tx(&mut self, budget: usize) -> usize {
+        let Some(muxer) = self.muxer.as_mut() else {
+            return 0;
+        };
+        let mem = &self.mem;
+        let q = &mut self.tx.queue;
+        let _ = q.disable_notification(mem);
+        let mut done = 0;
+        // At most two passes: the second catches what raced in while notifications came on.
+        for _ in 0..2 {
+            while done < budget {
+                let Some(chain) = q.pop_descriptor_chain(mem) else {
+                    break;
+                };
+                let head = chain.head_index();
+                match packet::read_tx(chain, mem, &mut self.payload) {
+                    Ok(h) => muxer.from_guest(&h, &self.payload),
+                    Err(e) => log::debug!("virtio-vsock: tx packet dropped: {e}"),
+                }
+                if q.add_used(mem, head, 0).is_err() {
+                    self.broken = true;
+                    break;
+                }
+                done += 1;
+            }
+            if done >= budget || self.polling || self.broken {
+                break;
+            }
+            match q.enable_notification(mem) {
+                Ok(true) => {
+                    let _ = q.disable_notification(mem);
+                }
+                _ => break,
+            }
+        }
+        if self.broken {
+            self.fail("tx used ring outside guest memory");
+        }
+        done
+    }
+
+    /// Fills rx buffers with what the muxer has for the guest, at most `budget`; returns how
+    /// many.
+    fn process_rx(&mut self, budget: usize) -> usize {
+        let Some(muxer) = self.muxer.as_mut() else {
+            return 0;
+        };
+        let mem = &self.mem;
+        let q = &mut self.rx.queue;
+        let mut done = 0;
+        while done < budget && muxer.has_rx() {
+            let Some(chain) = q.pop_descriptor_chain(mem) else {
+                // Out of buffers: the guest's refill kicks.
+                match q.enable_notification(mem) {
+                    Ok(true) => continue,
+                    _ => break,
+                }
+            };
+            let head = chain.head_index();
+            let used = match packet::rx_buffers(chain) {
+                Ok(bufs) => match muxer.next_rx(packet::rx_room(&bufs), &mut self.payload) {
+                    Some(h) => packet::write_rx(mem, &bufs, &h, &self.payload).unwrap_or(0),
+                    None => {
+                        q.go_to_previous_position();
+                        break;
+                    }
+                },
+                Err(e) => {
+                    log::debug!("virtio-vsock: rx buffer dropped: {e}");
+                    0
+                }
+            };
+            if q.add_used(mem, head, used).is_err() {
+                self.fail("rx used ring outside guest memory");
+                break;
+            }
+            done += 1;
+        }
+        done
+    }
+
+    fn process_event(&mut self) -> bool {
+        if !self.reset_event_owed {
+            return false;
+        }
+        let Some(ev) = self.event.as_mut() else {
+            return false;
+        };
+        let mem = &self.mem;
+        let Some(chain) = ev.queue.pop_descriptor_chain(mem) else {
+            return false;
+        };
+        let head = chain.head_index();
+        let mut written = 0u32;
+        if let Some(d) = chain.into_iter().next() {
+            if d.is_write_only() && d.len() >= 4 {
+                use vm_memory::Bytes;
+                if mem
+                    .write_obj(EVENT_TRANSPORT_RESET.to_le(), d.addr())
+                    .is_ok()
+                {
+                    written = 4;
+                }
+            }
+        }
+        self.reset_event_owed = false;
+        ev.queue.add_used(mem, head, written).is_ok()
+    }
+
+    fn notify(&mut self, queue: u16) {
+        let mem = &self.mem;
+        let q = match queue {
+            RX => &mut self.rx.queue,
+            TX => &mut self.tx.queue,
+            _ => match self.event.as_mut() {
+                Some(e) => &mut e.queue,
+                None => return,
+            },
+        };
+        if q.needs_notification(mem).unwrap_or(true) {
+            if let Err(e) = self.interrupt.notify_queue(queue) {
+                log::warn!("virtio-vsock: notifying queue {queue}: {e}");
+            }
+        }
+    }
+}
+
+impl Handler for VsockHandler {
+    fn owner(&self) -> u64 {
+        self.owner
+    }
+
+    fn wake_fds(&self) -> Vec<RawFd> {
+        use std::os::unix::io::AsRawFd;
+        let mut fds = vec![self.rx.kick.as_raw_fd(), self.tx.kick.as_raw_fd()];
+        if let Some(m) = &self.muxer {
+            fds.push(m.epoll_fd());
+        }
+        if let Some(e) = &self.event {
+            fds.push(e.kick.as_raw_fd());
+        }
+        fds
+    }
+
+    fn run(&mut self, max_batch: usize, _turn: &ThreadTurn) -> TurnEnd {
+        if self.broken {
+            return TurnEnd {
+                stopped: true,
+                ..TurnEnd::IDLE
+            };
+        }
+        let budget = max_batch.max(1);
+        let tx = self.process_tx(budget);
+        let more_events = self.muxer.as_mut().is_some_and(Muxer::process_events);
+        let rx = self.process_rx(budget);
+        if tx > 0 {
+            self.notify(TX);
+        }
+        if rx > 0 {
+            self.notify(RX);
+        }
+        if self.process_event() {
+            self.notify(EVENT);
+        }
+        self.completed += (tx + rx) as u64;
+        let rx_more = rx >= budget && self.muxer.as_ref().is_some_and(Muxer::has_rx);
+        TurnEnd {
+            more: tx >= budget || rx_more || more_events,
+            ..TurnEnd::IDLE
+        }
+    }
+
+    fn drain(&mut self, _turn: &ThreadTurn) -> usize {
+        0
+    }
+
+    fn detach(mut self: Box<Self>) {
+        let Some(muxer) = self.muxer.take() else {
+            return;
+        };
+        let mut queues = vec![self.rx, self.tx];
+        queues.extend(self.event);
+        if let Some(back) = self.back.take() {
+            if back.send(Returned { queues, muxer }).is_err() {
+                log::warn!("virtio-vsock: its queues left the iothread after the device was gone");
+            }
+        }
+    }
+
+    fn poller(&mut self) -> Option<&mut dyn Poll> {
+        Some(self)
+    }
+}
+
+impl Poll for VsockHandler {
+    fn poll(&mut self) -> bool {
+        Self::has_avail(&self.tx.queue, &self.mem)
+            || (self.muxer.as_ref().is_some_and(Muxer::has_rx)
+                && Self::has_avail(&self.rx.queue, &self.mem))
+    }
+
+    fn watch(&mut self, what: Watch, on: bool) -> bool {
+        if what != Watch::Polling {
+            return false;
+        }
+        self.polling = on;
+        let mem = &self.mem;
+        if on {
+            let _ = self.tx.queue.disable_notification(mem);
+            return false;
+        }
+        matches!(self.tx.queue.enable_notification(mem), Ok(true))
+    }
+
+    fn completed(&self) -> u64 {
+        self.completed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_utils::queue::{desc, guest_memory, FakeInterrupt, F_WRITE};
+    use crate::vsock::packet::{Header, Op, HOST_CID, TYPE_STREAM};
+    use std::io::{Read, Write};
+    use std::os::unix::net::UnixStream;
+    use std::sync::mpsc;
+    use virtio_queue::mock::MockSplitQueue;
+    use vm_memory::{Bytes, GuestAddress};
+    use vmm_sys_util::eventfd::EventFd;
+
+    fn aq(index: u16, vq: &MockSplitQueue<GuestMemory>) -> ActivatedQueue {
+        ActivatedQueue {
+            index,
+            queue: vq.create_queue().unwrap(),
+            kick: EventFd::new(libc::EFD_NONBLOCK).unwrap(),
+            inflight: None,
+        }
+    }
+
+    fn turn() -> ThreadTurn {
+        ThreadTurn::default()
+    }
+
+    #[test]
+    fn host_connect_to_guest_round_trip_through_the_queues() {
+        let mem = guest_memory(4 << 20);
+        let rxq = MockSplitQueue::create(&mem, GuestAddress(0x10_0000), 16);
+        let txq = MockSplitQueue::create(&mem, GuestAddress(0x20_0000), 16);
+        // Two rx buffers of 4 KiB.
+        rxq.add_desc_chains(
+            &[
+                desc(0x4_0000, 4096, F_WRITE, 0),
+                desc(0x5_0000, 4096, F_WRITE, 0),
+            ],
+            0,
+        )
+        .unwrap();
+        let path = std::env::temp_dir().join(format!("osprey-vsock-h-{}", std::process::id()));
+        let muxer = Muxer::bind(3, &path).unwrap();
+        let intr = FakeInterrupt::new();
+        let (tx_back, back) = mpsc::channel();
+        let mut h = VsockHandler::new(
+            1,
+            mem.clone(),
+            intr.clone(),
+            VsockQueues {
+                rx: aq(RX, &rxq),
+                tx: aq(TX, &txq),
+                event: None,
+            },
+            muxer,
+            tx_back,
+        );
+        let mut client = UnixStream::connect(&path).unwrap();
+        client.write_all(b"CONNECT 52\n").unwrap();
+        h.run(64, &turn());
+        // The guest got a REQUEST in the first rx buffer.
+        let mut b = [0u8; packet::HDR_LEN];
+        mem.read_slice(&mut b, GuestAddress(0x4_0000)).unwrap();
+        let req = Header::from_bytes(&b);
+        assert_eq!(
+            (req.op(), req.dst_port, req.dst_cid),
+            (Some(Op::Request), 52, 3)
+        );
+        assert!(intr.notifications() > 0);
+        // The guest answers RESPONSE.
+        let resp = Header {
+            src_cid: 3,
+            dst_cid: HOST_CID,
+            src_port: 52,
+            dst_port: req.src_port,
+            len: 0,
+            kind: TYPE_STREAM,
+            op: Op::Response.code(),
+            flags: 0,
+            buf_alloc: 65536,
+            fwd_cnt: 0,
+        };
+        mem.write_slice(&resp.to_bytes(), GuestAddress(0x6_0000))
+            .unwrap();
+        txq.add_desc_chains(&[desc(0x6_0000, 44, 0, 0)], 0).unwrap();
+        assert!(h.poll(), "the tx ring has work");
+        h.run(64, &turn());
+        let mut ok = vec![0u8; format!("OK {}\n", req.src_port).len()];
+        client.read_exact(&mut ok).unwrap();
+        // The client writes; the guest receives it in the second buffer.
+        client.write_all(b"data!").unwrap();
+        h.run(64, &turn());
+        mem.read_slice(&mut b, GuestAddress(0x5_0000)).unwrap();
+        let rw = Header::from_bytes(&b);
+        assert_eq!((rw.op(), rw.len), (Some(Op::Rw), 5));
+        let mut d = [0u8; 5];
+        mem.read_slice(&mut d, GuestAddress(0x5_0000 + 44)).unwrap();
+        assert_eq!(&d, b"data!");
+        Box::new(h).detach();
+        let r: Returned = back.recv().unwrap();
+        assert_eq!(r.queues.len(), 2);
+    }
+}

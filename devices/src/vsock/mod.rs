@@ -1,0 +1,14 @@
+//! virtio-vsock with Firecracker's host-side Unix sockets ("hybrid vsock"): packet parsing
+//! against hostile guest memory ([`packet`]), one connection's state and credit flow
+//! ([`conn`]), the Unix-socket side (`CONNECT <port>` on `uds_path`, `<uds_path>_<port>` for
+//! the guest's connections: [`muxer`]), the iothread handler over the three queues
+//! ([`handler`]) and the device model ([`device`]). docs/vsock.md describes the protocol.
+
+pub mod conn;
+pub mod device;
+pub mod handler;
+pub mod muxer;
+pub mod packet;
+
+pub use device::VirtioVsock;
+pub use muxer::MuxerError;

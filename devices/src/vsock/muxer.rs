@@ -1,0 +1,669 @@
+//! The host side of the vsock device: Firecracker's hybrid vsock over Unix sockets. A client
+//! connects to `uds_path` and writes `CONNECT <port>\n` (or `connect`); when the guest accepts,
+//! it reads `OK <host_port>\n` and the stream is the guest's socket. A guest connecting to the
+//! host's port P reaches the program listening on `<uds_path>_P`.
+//!
+//! The muxer owns the listener, the clients still sending their `CONNECT` line, and every
+//! [`Connection`], all watched by its own epoll fd (edge-triggered), which is the one fd the
+//! iothread watches for it. Everything is bounded: connections ([`MAX_CONNS`]), clients yet to
+//! name a port ([`MAX_PENDING`]), RSTs owed for unknown connections ([`MAX_ORPHAN_RSTS`]; a
+//! flood of bogus packets drops the excess), and work per call.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::io::{ErrorKind, Read};
+use std::os::unix::fs::FileTypeExt;
+use std::os::unix::io::{AsRawFd, RawFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+
+use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
+
+use super::conn::{ConnState, Connection, Outgoing};
+use super::packet::{Header, Op, HOST_CID, TYPE_STREAM};
+
+/// Connections at once.
+pub const MAX_CONNS: usize = 1024;
+/// Clients connected to `uds_path` that have not sent their `CONNECT` line yet.
+pub const MAX_PENDING: usize = 128;
+/// RSTs owed to the guest for packets of no connection.
+pub const MAX_ORPHAN_RSTS: usize = 256;
+/// The longest `CONNECT <port>\n` line.
+const MAX_LINE: usize = 32;
+/// epoll events taken per call.
+const EVENTS: usize = 64;
+/// The first host-side port given to host-initiated connections.
+const FIRST_LOCAL_PORT: u32 = 1 << 30;
+
+/// Why the muxer could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum MuxerError {
+    /// Binding `uds_path`.
+    #[error("binding the vsock socket {path}: {source}")]
+    Bind {
+        /// The path.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Creating or filling the epoll set.
+    #[error("vsock epoll set-up: {0}")]
+    Epoll(#[source] std::io::Error),
+}
+
+/// A connection's key: (host-side port, guest-side port).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ConnKey {
+    /// Host-side port.
+    pub local: u32,
+    /// Guest-side port.
+    pub peer: u32,
+}
+
+/// What an fd in the epoll set is.
+#[derive(Debug, Clone, Copy)]
+enum Entry {
+    Listener,
+    /// A client yet to send its `CONNECT` line.
+    Pending,
+    Conn(ConnKey),
+}
+
+/// A client yet to send its `CONNECT` line.
+#[derive(Debug)]
+struct PendingClient {
+    stream: UnixStream,
+    line: Vec<u8>,
+}
+
+/// The host side of one vsock device. Dropping it does not remove `uds_path`: it may drop on
+/// an iothread, whose seccomp filter has no `unlink`; the VMM removes the socket when the VM
+/// stops (`vmm::vm::running`).
+#[derive(Debug)]
+pub struct Muxer {
+    guest_cid: u64,
+    uds_path: PathBuf,
+    listener: UnixListener,
+    epoll: Epoll,
+    entries: HashMap<RawFd, Entry>,
+    pending: HashMap<RawFd, PendingClient>,
+    /// Arrival order of `pending`, to drop the oldest when full.
+    pending_order: VecDeque<RawFd>,
+    conns: HashMap<ConnKey, Connection>,
+    ready: VecDeque<ConnKey>,
+    queued: HashSet<ConnKey>,
+    orphan_rsts: VecDeque<Header>,
+    next_port: u32,
+    events: Vec<EpollEvent>,
+}
+
+/// Makes `stream` non-blocking with `fcntl` (std's `set_nonblocking` is an `ioctl`, which the
+/// iothread's seccomp filter does not allow for sockets).
+fn set_nonblocking(stream: &UnixStream) -> std::io::Result<()> {
+    let fd = stream.as_raw_fd();
+    // SAFETY: `fd` is a socket `stream` owns for the duration of the call; F_GETFL takes no
+    // pointer.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if flags < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: as above; F_SETFL takes an integer.
+    if unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Parses `CONNECT <port>` (any case of the verb); `line` without its newline.
+pub fn parse_connect(line: &[u8]) -> Option<u32> {
+    let s = std::str::from_utf8(line).ok()?;
+    let s = s.strip_suffix('\r').unwrap_or(s);
+    let (verb, port) = s.split_once(' ')?;
+    if !verb.eq_ignore_ascii_case("connect") {
+        return None;
+    }
+    port.trim().parse().ok()
+}
+
+impl Muxer {
+    /// Binds `uds_path` (a stale socket file there is removed first) for guest `guest_cid`.
+    pub fn bind(guest_cid: u64, uds_path: &Path) -> Result<Self, MuxerError> {
+        if std::fs::symlink_metadata(uds_path).is_ok_and(|m| m.file_type().is_socket()) {
+            let _ = std::fs::remove_file(uds_path);
+        }
+        let bind_err = |source| MuxerError::Bind {
+            path: uds_path.to_path_buf(),
+            source,
+        };
+        let listener = UnixListener::bind(uds_path).map_err(bind_err)?;
+        listener.set_nonblocking(true).map_err(bind_err)?;
+        let epoll = Epoll::new().map_err(MuxerError::Epoll)?;
+        let fd = listener.as_raw_fd();
+        epoll
+            .ctl(
+                ControlOperation::Add,
+                fd,
+                EpollEvent::new(EventSet::IN | EventSet::EDGE_TRIGGERED, fd as u64),
+            )
+            .map_err(MuxerError::Epoll)?;
+        let mut entries = HashMap::new();
+        entries.insert(fd, Entry::Listener);
+        Ok(Self {
+            guest_cid,
+            uds_path: uds_path.to_path_buf(),
+            listener,
+            epoll,
+            entries,
+            pending: HashMap::new(),
+            pending_order: VecDeque::new(),
+            conns: HashMap::new(),
+            ready: VecDeque::new(),
+            queued: HashSet::new(),
+            orphan_rsts: VecDeque::new(),
+            next_port: FIRST_LOCAL_PORT,
+            events: vec![EpollEvent::default(); EVENTS],
+        })
+    }
+
+    /// The fd that signals host-side work (the iothread watches it).
+    pub fn epoll_fd(&self) -> RawFd {
+        self.epoll.as_raw_fd()
+    }
+
+    /// The bound path.
+    pub fn uds_path(&self) -> &Path {
+        &self.uds_path
+    }
+
+    /// Open connections.
+    pub fn connections(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// Whether something may be owed to the guest (a cheap check, no syscall).
+    pub fn has_rx(&self) -> bool {
+        !self.orphan_rsts.is_empty() || !self.ready.is_empty()
+    }
+
+    fn mark(&mut self, key: ConnKey) {
+        if self.queued.insert(key) {
+            self.ready.push_back(key);
+        }
+    }
+
+    fn orphan_rst(&mut self, to: &Header) {
+        if self.orphan_rsts.len() >= MAX_ORPHAN_RSTS {
+            return;
+        }
+        self.orphan_rsts.push_back(Header {
+            src_cid: HOST_CID,
+            dst_cid: to.src_cid,
+            src_port: to.dst_port,
+            dst_port: to.src_port,
+            len: 0,
+            kind: TYPE_STREAM,
+            op: Op::Rst.code(),
+            flags: 0,
+            buf_alloc: 0,
+            fwd_cnt: 0,
+        });
+    }
+
+    fn remove(&mut self, key: ConnKey) {
+        if let Some(c) = self.conns.remove(&key) {
+            let fd = c.stream.as_raw_fd();
+            self.entries.remove(&fd);
+            let _ = self
+                .epoll
+                .ctl(ControlOperation::Delete, fd, EpollEvent::default());
+        }
+    }
+
+    fn watch_conn(&mut self, fd: RawFd, key: ConnKey, op: ControlOperation) -> bool {
+        let ev = EventSet::IN
+            | EventSet::OUT
+            | EventSet::READ_HANG_UP
+            | EventSet::HANG_UP
+            | EventSet::EDGE_TRIGGERED;
+        if self
+            .epoll
+            .ctl(op, fd, EpollEvent::new(ev, fd as u64))
+            .is_err()
+        {
+            return false;
+        }
+        self.entries.insert(fd, Entry::Conn(key));
+        true
+    }
+
+    fn free_local_port(&mut self, peer: u32) -> Option<u32> {
+        for _ in 0..=MAX_CONNS {
+            let p = self.next_port;
+            self.next_port = self.next_port.checked_add(1).unwrap_or(FIRST_LOCAL_PORT);
+            if !self.conns.contains_key(&ConnKey { local: p, peer }) {
+                return Some(p);
+            }
+        }
+        None
+    }
+
+    /// Takes the host side's events (without blocking; at most [`EVENTS`] per call); returns
+    /// true if it took as many as it could (more may wait).
+    pub fn process_events(&mut self) -> bool {
+        let n = match self.epoll.wait(0, &mut self.events) {
+            Ok(n) => n,
+            Err(_) => return false,
+        };
+        for i in 0..n {
+            let ev = self.events[i];
+            let fd = ev.fd();
+            match self.entries.get(&fd).copied() {
+                Some(Entry::Listener) => self.accept(),
+                Some(Entry::Pending) => self.read_connect(fd),
+                Some(Entry::Conn(key)) => {
+                    let set = ev.event_set();
+                    let Some(c) = self.conns.get_mut(&key) else {
+                        continue;
+                    };
+                    if set.intersects(EventSet::IN | EventSet::READ_HANG_UP | EventSet::HANG_UP) {
+                        c.host_hung_up();
+                    }
+                    if set.contains(EventSet::OUT) && c.buffered() > 0 && !c.flush_to_host() {
+                        c.kill(true);
+                    }
+                    self.mark(key);
+                }
+                None => {}
+            }
+        }
+        n == EVENTS
+    }
+
+    fn accept(&mut self) {
+        // Edge-triggered: accept what is queued, at most a bounded number per event (the
+        // epoll set is re-armed by the listener's next connection, and `process_events` is
+        // asked again while it reports more).
+        for _ in 0..MAX_PENDING {
+            let stream = match self.listener.accept() {
+                Ok((s, _)) => s,
+                Err(_) => return,
+            };
+            if set_nonblocking(&stream).is_err() {
+                continue;
+            }
+            if self.pending.len() >= MAX_PENDING {
+                if let Some(old) = self.pending_order.pop_front() {
+                    self.drop_pending(old);
+                }
+            }
+            let fd = stream.as_raw_fd();
+            let ev = EventSet::IN | EventSet::READ_HANG_UP | EventSet::EDGE_TRIGGERED;
+            if self
+                .epoll
+                .ctl(ControlOperation::Add, fd, EpollEvent::new(ev, fd as u64))
+                .is_err()
+            {
+                continue;
+            }
+            self.entries.insert(fd, Entry::Pending);
+            self.pending.insert(
+                fd,
+                PendingClient {
+                    stream,
+                    line: Vec::with_capacity(MAX_LINE),
+                },
+            );
+            self.pending_order.push_back(fd);
+            // The line may already be there.
+            self.read_connect(fd);
+        }
+    }
+
+    fn drop_pending(&mut self, fd: RawFd) {
+        self.pending.remove(&fd);
+        self.entries.remove(&fd);
+        self.pending_order.retain(|&f| f != fd);
+        let _ = self
+            .epoll
+            .ctl(ControlOperation::Delete, fd, EpollEvent::default());
+    }
+
+    /// Reads a client's `CONNECT` line a byte at a time (what follows it is the stream's).
+    fn read_connect(&mut self, fd: RawFd) {
+        let Some(p) = self.pending.get_mut(&fd) else {
+            return;
+        };
+        let mut done = None;
+        for _ in 0..MAX_LINE {
+            let mut b = [0u8; 1];
+            match p.stream.read(&mut b) {
+                Ok(0) => {
+                    done = Some(None);
+                    break;
+                }
+                Ok(_) if b[0] == b'\n' => {
+                    done = Some(parse_connect(&p.line));
+                    break;
+                }
+                Ok(_) => {
+                    p.line.push(b[0]);
+                    if p.line.len() >= MAX_LINE {
+                        done = Some(None);
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => {
+                    done = Some(None);
+                    break;
+                }
+            }
+        }
+        let Some(port) = done else {
+            return;
+        };
+        let Some(p) = self.pending.remove(&fd) else {
+            return;
+        };
+        self.pending_order.retain(|&f| f != fd);
+        self.entries.remove(&fd);
+        let Some(port) = port else {
+            // Not a CONNECT line (or the client left): closed, as Firecracker does.
+            let _ = self
+                .epoll
+                .ctl(ControlOperation::Delete, fd, EpollEvent::default());
+            return;
+        };
+        let local = match self.free_local_port(port) {
+            Some(l) if self.conns.len() < MAX_CONNS => l,
+            _ => {
+                let _ = self
+                    .epoll
+                    .ctl(ControlOperation::Delete, fd, EpollEvent::default());
+                return;
+            }
+        };
+        let key = ConnKey { local, peer: port };
+        if !self.watch_conn(fd, key, ControlOperation::Modify) {
+            return;
+        }
+        self.conns.insert(
+            key,
+            Connection::new(p.stream, self.guest_cid, local, port, ConnState::LocalInit),
+        );
+        self.mark(key);
+    }
+
+    /// Takes packet `hdr` with `payload` from the guest's tx queue.
+    pub fn from_guest(&mut self, hdr: &Header, payload: &[u8]) {
+        if hdr.src_cid != self.guest_cid || hdr.dst_cid != HOST_CID || hdr.kind != TYPE_STREAM {
+            if hdr.op() != Some(Op::Rst) {
+                self.orphan_rst(hdr);
+            }
+            return;
+        }
+        let key = ConnKey {
+            local: hdr.dst_port,
+            peer: hdr.src_port,
+        };
+        if let Some(c) = self.conns.get_mut(&key) {
+            c.from_guest(hdr, payload);
+            if c.is_done() {
+                self.remove(key);
+            } else {
+                self.mark(key);
+            }
+            return;
+        }
+        match hdr.op() {
+            Some(Op::Request) => self.guest_connect(hdr, key),
+            Some(Op::Rst) => {}
+            _ => self.orphan_rst(hdr),
+        }
+    }
+
+    /// The guest connects to host port `key.local`: `<uds_path>_<port>`.
+    fn guest_connect(&mut self, hdr: &Header, key: ConnKey) {
+        if self.conns.len() >= MAX_CONNS {
+            self.orphan_rst(hdr);
+            return;
+        }
+        let mut path = self.uds_path.clone().into_os_string();
+        path.push(format!("_{}", key.local));
+        let stream = match UnixStream::connect(&path) {
+            Ok(s) if set_nonblocking(&s).is_ok() => s,
+            _ => {
+                self.orphan_rst(hdr);
+                return;
+            }
+        };
+        if !self.watch_conn(stream.as_raw_fd(), key, ControlOperation::Add) {
+            self.orphan_rst(hdr);
+            return;
+        }
+        let mut c = Connection::new(
+            stream,
+            self.guest_cid,
+            key.local,
+            key.peer,
+            ConnState::PeerInit,
+        );
+        c.from_guest(
+            &Header {
+                op: Op::CreditUpdate.code(),
+                ..*hdr
+            },
+            &[],
+        );
+        self.conns.insert(key, c);
+        self.mark(key);
+    }
+
+    /// The next packet for the guest, if any: its header (with `len` 0 for control packets),
+    /// and for an RW packet its payload in `payload` (at most `room` bytes; cleared first).
+    pub fn next_rx(&mut self, room: usize, payload: &mut Vec<u8>) -> Option<Header> {
+        payload.clear();
+        if let Some(h) = self.orphan_rsts.pop_front() {
+            return Some(h);
+        }
+        // Each connection is looked at most twice per call (a data read that found end of file
+        // turns into a SHUTDOWN).
+        for _ in 0..self.ready.len().saturating_mul(2) {
+            let key = *self.ready.front()?;
+            let Some(c) = self.conns.get_mut(&key) else {
+                self.ready.pop_front();
+                self.queued.remove(&key);
+                continue;
+            };
+            match c.outgoing() {
+                Outgoing::Control(op) => {
+                    let h = c.control_header(op);
+                    c.sent_control(op);
+                    if c.is_done() {
+                        self.ready.pop_front();
+                        self.queued.remove(&key);
+                        self.remove(key);
+                    } else if c.outgoing() == Outgoing::Nothing {
+                        self.ready.pop_front();
+                        self.queued.remove(&key);
+                    }
+                    return Some(h);
+                }
+                Outgoing::Data => {
+                    payload.resize(room, 0);
+                    let n = c.read_data(payload, room);
+                    payload.truncate(n);
+                    if n > 0 {
+                        let mut h = c.header(Op::Rw);
+                        h.len = n as u32;
+                        // Round robin: to the back of the queue.
+                        self.ready.pop_front();
+                        self.ready.push_back(key);
+                        return Some(h);
+                    }
+                }
+                Outgoing::Nothing => {
+                    self.ready.pop_front();
+                    self.queued.remove(&key);
+                }
+            }
+        }
+        None
+    }
+
+    /// Closes every connection without telling the guest (a device reset, a transport reset
+    /// after a restore); the listener stays.
+    pub fn reset(&mut self) {
+        let keys: Vec<ConnKey> = self.conns.keys().copied().collect();
+        for k in keys {
+            self.remove(k);
+        }
+        self.ready.clear();
+        self.queued.clear();
+        self.orphan_rsts.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn sock_path(name: &str) -> PathBuf {
+        std::env::temp_dir().join(format!("osprey-vsock-{}-{name}", std::process::id()))
+    }
+
+    fn guest(op: Op, src_port: u32, dst_port: u32) -> Header {
+        Header {
+            src_cid: 3,
+            dst_cid: HOST_CID,
+            src_port,
+            dst_port,
+            len: 0,
+            kind: TYPE_STREAM,
+            op: op.code(),
+            flags: 0,
+            buf_alloc: 65536,
+            fwd_cnt: 0,
+        }
+    }
+
+    fn drain(m: &mut Muxer) -> Vec<Header> {
+        let mut out = Vec::new();
+        let mut p = Vec::new();
+        for _ in 0..100 {
+            m.process_events();
+            match m.next_rx(4096, &mut p) {
+                Some(h) => out.push(h),
+                None => break,
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn parses_connect_lines() {
+        assert_eq!(parse_connect(b"CONNECT 52"), Some(52));
+        assert_eq!(parse_connect(b"connect 10789"), Some(10789));
+        assert_eq!(parse_connect(b"CONNECT 52\r"), Some(52));
+        assert_eq!(parse_connect(b"CONNECT"), None);
+        assert_eq!(parse_connect(b"CONNECT -1"), None);
+        assert_eq!(parse_connect(b"LISTEN 52"), None);
+        assert_eq!(parse_connect(&[0xff, b' ', b'1']), None);
+    }
+
+    #[test]
+    fn host_connect_refused_by_the_guest_closes_the_client() {
+        let path = sock_path("refused");
+        let mut m = Muxer::bind(3, &path).unwrap();
+        let mut client = UnixStream::connect(&path).unwrap();
+        client.write_all(b"CONNECT 52\n").unwrap();
+        let out = drain(&mut m);
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!(out[0].op(), Some(Op::Request));
+        assert_eq!(out[0].dst_port, 52);
+        let mut rst = guest(Op::Rst, 52, out[0].src_port);
+        rst.buf_alloc = 0;
+        m.from_guest(&rst, &[]);
+        assert_eq!(m.connections(), 0);
+        let mut b = [0u8; 8];
+        assert_eq!(
+            client.read(&mut b).unwrap(),
+            0,
+            "the client sees end of file"
+        );
+    }
+
+    #[test]
+    fn host_connect_accepted_gets_ok_and_data_flows() {
+        let path = sock_path("ok");
+        let mut m = Muxer::bind(3, &path).unwrap();
+        let mut client = UnixStream::connect(&path).unwrap();
+        client.write_all(b"connect 52\nhi").unwrap();
+        let out = drain(&mut m);
+        let local = out[0].src_port;
+        m.from_guest(&guest(Op::Response, 52, local), &[]);
+        let mut ok = vec![0u8; format!("OK {local}\n").len()];
+        client.read_exact(&mut ok).unwrap();
+        assert_eq!(ok, format!("OK {local}\n").as_bytes());
+        // "hi" followed the line and is the stream's.
+        let mut p = Vec::new();
+        m.process_events();
+        let h = m.next_rx(4096, &mut p).unwrap();
+        assert_eq!((h.op(), h.len, p.as_slice()), (Some(Op::Rw), 2, &b"hi"[..]));
+    }
+
+    #[test]
+    fn guest_connect_reaches_the_port_listener_or_is_reset() {
+        let path = sock_path("gc");
+        let mut m = Muxer::bind(3, &path).unwrap();
+        // Nobody listens on port 7.
+        m.from_guest(&guest(Op::Request, 1000, 7), &[]);
+        let out = drain(&mut m);
+        assert_eq!(out[0].op(), Some(Op::Rst));
+        let lpath = PathBuf::from(format!("{}_7", path.display()));
+        let _ = std::fs::remove_file(&lpath);
+        let l = UnixListener::bind(&lpath).unwrap();
+        m.from_guest(&guest(Op::Request, 1000, 7), &[]);
+        let out = drain(&mut m);
+        assert_eq!(out[0].op(), Some(Op::Response));
+        let (mut s, _) = l.accept().unwrap();
+        let mut rw = guest(Op::Rw, 1000, 7);
+        rw.len = 3;
+        m.from_guest(&rw, b"abc");
+        let mut b = [0u8; 3];
+        s.read_exact(&mut b).unwrap();
+        assert_eq!(&b, b"abc");
+        let _ = std::fs::remove_file(&lpath);
+    }
+
+    #[test]
+    fn a_flood_of_bogus_packets_is_bounded() {
+        let path = sock_path("flood");
+        let mut m = Muxer::bind(3, &path).unwrap();
+        for i in 0..10_000u32 {
+            let mut h = guest(Op::Rw, i, 5);
+            if i % 2 == 0 {
+                h.src_cid = 99;
+            }
+            m.from_guest(&h, &[]);
+        }
+        assert_eq!(m.orphan_rsts.len(), MAX_ORPHAN_RSTS);
+        assert_eq!(m.connections(), 0);
+    }
+
+    #[test]
+    fn garbage_instead_of_connect_closes_the_client() {
+        let path = sock_path("garbage");
+        let mut m = Muxer::bind(3, &path).unwrap();
+        let mut client = UnixStream::connect(&path).unwrap();
+        client.write_all(&[b'x'; 40]).unwrap();
+        assert!(drain(&mut m).is_empty());
+        let mut b = [0u8; 8];
+        // Closed: end of file, or a reset (the bytes past the line were never read).
+        assert!(matches!(client.read(&mut b), Ok(0) | Err(_)));
+        drop(m);
+        let _ = std::fs::remove_file(&path);
+    }
+}
