@@ -93,6 +93,13 @@ NORETURN void vsock_main(const char *cmdline, size_t len, int connect)
         ensure_line_start();
         puts_serial("osprey-test-guest: error: vsock init: ");
         puts_serial(vsock_init_error(r));
+        for (int i = 0; i < 6; i++)
+            if (dev.vp.bar[i]) {
+                puts_serial(" bar");
+                put_u64((u64)i);
+                putc_serial('=');
+                put_hex(dev.vp.bar[i]);
+            }
         putc_serial('\n');
         guest_exit(1);
     }
