@@ -77,12 +77,14 @@ struct vsock_opts {
     u64 bytes;                  /* connect: bytes per connection */
     u32 par;                    /* connect: connections open at once */
     u64 timeout_ms;             /* no progress for this long: stop (connect, echo count>0) */
+    int hostile;                /* connect: malformed packets first (vsock_hostile.c) */
 };
 
 struct vsock_stats {
     u64 accepted, connected, closed, refused, verified;
     u64 rx_bytes, tx_bytes, rx_pkts, tx_pkts;
     u64 rst_sent, rst_rcvd, bad_pkts, mismatches, resets, drops;
+    u64 hostile_sent, hostile_rst;      /* malformed packets posted, RSTs they drew */
 };
 
 struct vsock_dev {
@@ -102,6 +104,7 @@ struct vsock_dev {
     int timed_out;
     int reset_seen;             /* a TRANSPORT_RESET arrived (ring 0 prints it) */
     const char *error;
+    struct vsock_hdr last_bad;  /* the last packet counted in bad_pkts */
 };
 
 struct vsockmem {
@@ -128,6 +131,14 @@ long vsock_prime_job(void *arg);        /* post rx and event buffers, tx free li
 #define VSOCK_LOOP_FAIL   2
 long vsock_loop_job(void *arg);
 long vsock_report_job(void *arg);       /* VSOCK line into vsockmem.report */
+int vsock_tx_slot(struct vsock_dev *d, int wait);   /* a free tx slot or -1 */
+/* Post hdr (hdr_len bytes of descriptor) and data_len bytes of tx_data[slot] as they are. */
+void vsock_tx_raw(struct vsock_dev *d, int slot, const struct vsock_hdr *h, u32 hdr_len,
+                  u32 data_len);
+void vsock_settle(struct vsock_dev *d, u64 ms);    /* poll rx/tx/events for ms */
+
+/* vsock_hostile.c (ring 3): malformed packets, then the device must still work. */
+long vsock_hostile_job(void *arg);
 
 /* vsock_main.c (ring 0) */
 NORETURN void vsock_main(const char *cmdline, size_t len, int connect);

@@ -1,7 +1,7 @@
 /*
  * vsock_main.c - mode=vsock-echo and mode=vsock-connect: the ring-0 side.
  *
- * Owns: parsing the vsock tokens (port=, count=, bytes=, par=, timeout_ms=), the TSC
+ * Owns: parsing the vsock tokens (port=, count=, bytes=, par=, timeout_ms=, hostile=), the TSC
  * frequency for the stall limit, device init, the `osprey-test-guest: vsock listening`
  * / `vsock connecting` lines, re-entering the ring-3 loop after each TRANSPORT_RESET
  * (printing `osprey-test-guest: vsock transport-reset cid=C`), the VSOCK line built in
@@ -49,6 +49,10 @@ static void parse(const char *s, size_t len, struct vsock_opts *o)
             if (parse_decimal(t + k, n - k, &v) || v == 0 || v > VSOCK_MAX_CONNS)
                 bad_option(t, n);
             o->par = (u32)v;
+        } else if ((k = prefix_len(t, n, "hostile="))) {
+            if (parse_decimal(t + k, n - k, &v) || v > 1)
+                bad_option(t, n);
+            o->hostile = (int)v;
         } else if ((k = prefix_len(t, n, "timeout_ms="))) {
             if (parse_decimal(t + k, n - k, &v) || v == 0 || v > 3600000)
                 bad_option(t, n);
@@ -109,6 +113,14 @@ NORETURN void vsock_main(const char *cmdline, size_t len, int connect)
     puts_serial(" port=");
     put_u64(o->port);
     putc_serial('\n');
+    if (o->hostile && o->mode == VSOCK_CONNECT) {
+        run_in_user(vsock_hostile_job, &dev);
+        puts_serial("osprey-test-guest: vsock hostile sent=");
+        put_u64(dev.s.hostile_sent);
+        puts_serial(" rst=");
+        put_u64(dev.s.hostile_rst);
+        putc_serial('\n');
+    }
     for (u32 round = 0;; round++) {
         long res = run_in_user(vsock_loop_job, &dev);
         if (res != VSOCK_LOOP_RESET || round >= 1000000)

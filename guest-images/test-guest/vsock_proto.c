@@ -105,7 +105,7 @@ static u64 ms_to_tsc(const struct vsock_dev *d, u64 ms)
 }
 
 /* A free tx slot; with wait, kick and reap until one frees (bounded by timeout_ms). */
-static int tx_slot(struct vsock_dev *d, int wait)
+int vsock_tx_slot(struct vsock_dev *d, int wait)
 {
     if (d->tx_nfree == 0)
         reap_tx(d);
@@ -157,10 +157,27 @@ static void tx_post(struct vsock_dev *d, int slot, u64 dst_cid, u32 src_port, u3
         d->s.rst_sent++;
 }
 
+void vsock_tx_raw(struct vsock_dev *d, int slot, const struct vsock_hdr *h, u32 hdr_len,
+                  u32 data_len)
+{
+    memcpy(vsockmem.tx_hdr[slot], h, sizeof(*h));
+    volatile struct vring_desc *hd = &d->txq.desc[2 * slot], *bd = &d->txq.desc[2 * slot + 1];
+    hd->addr = (u64)vsockmem.tx_hdr[slot];
+    hd->len = hdr_len;
+    hd->flags = data_len ? VRING_DESC_F_NEXT : 0;
+    hd->next = (u16)(2 * slot + 1);
+    bd->addr = (u64)vsockmem.tx_data[slot];
+    bd->len = data_len;
+    bd->flags = 0;
+    bd->next = 0;
+    vq_push(&d->txq, (u16)(2 * slot));
+    d->s.tx_pkts++;
+}
+
 /* A control packet (no data) on a connection; 0, or -1 when the tx queue stalled. */
 static int send_ctl(struct vsock_dev *d, struct vsock_conn *c, u16 op, u32 flags)
 {
-    int slot = tx_slot(d, 1);
+    int slot = vsock_tx_slot(d, 1);
     if (slot < 0)
         return -1;
     tx_post(d, slot, VSOCK_HOST_CID, c->local_port, c->peer_port, op, flags, 0, c->fwd_cnt);
@@ -172,7 +189,7 @@ static void rst_unknown(struct vsock_dev *d, const struct vsock_hdr *h)
 {
     if (h->op == VSOCK_OP_RST)
         return;                         /* never answer an RST */
-    int slot = tx_slot(d, 1);
+    int slot = vsock_tx_slot(d, 1);
     if (slot >= 0)
         tx_post(d, slot, h->src_cid, h->dst_port, h->src_port, VSOCK_OP_RST, 0, 0, 0);
 }
@@ -260,6 +277,7 @@ static void on_packet(struct vsock_dev *d, const struct vsock_hdr *h, const u8 *
     d->s.rx_pkts++;
     if (h->type != VSOCK_TYPE_STREAM || h->dst_cid != d->cid) {
         d->s.bad_pkts++;
+        d->last_bad = *h;
         rst_unknown(d, h);
         return;
     }
@@ -280,6 +298,8 @@ static void on_packet(struct vsock_dev *d, const struct vsock_hdr *h, const u8 *
         return;
     }
     if (!c) {
+        if (h->op == VSOCK_OP_RST)
+            d->s.rst_rcvd++;
         rst_unknown(d, h);
         return;
     }
@@ -344,9 +364,10 @@ static int do_rx(struct vsock_dev *d)
         struct vsock_hdr h;
         memcpy(&h, vsockmem.rx_hdr[chain], sizeof(h));
         if (len < VSOCK_HDR_LEN || h.len > VSOCK_BUF || len < VSOCK_HDR_LEN + h.len ||
-            (h.op != VSOCK_OP_RW && h.len != 0))
+            (h.op != VSOCK_OP_RW && h.len != 0)) {
             d->s.bad_pkts++;
-        else
+            d->last_bad = h;
+        } else
             on_packet(d, &h, vsockmem.rx_data[chain]);
         vq_push(&d->rxq, (u16)id);      /* the descriptors are unchanged */
         n++;
@@ -395,7 +416,7 @@ static int pump_echo(struct vsock_dev *d, struct vsock_conn *c)
                 c->asked = 1;           /* once, until the peer speaks again */
             break;
         }
-        int slot = tx_slot(d, 0);
+        int slot = vsock_tx_slot(d, 0);
         if (slot < 0)
             break;
         u32 n = c->pend_len;
@@ -430,7 +451,7 @@ static int pump_connect(struct vsock_dev *d, struct vsock_conn *c)
                 c->asked = 1;
             break;
         }
-        int slot = tx_slot(d, 0);
+        int slot = vsock_tx_slot(d, 0);
         if (slot < 0)
             break;
         u64 left = d->o.bytes - c->sent;
@@ -500,6 +521,19 @@ static int finished(const struct vsock_dev *d)
     return d->o.count && d->s.closed >= d->o.count;
 }
 
+/* Run the receive side for a while (the hostile cases wait for the device's answers). */
+void vsock_settle(struct vsock_dev *d, u64 ms)
+{
+    u64 t0 = rdtsc(), limit = ms_to_tsc(d, ms);
+    while (rdtsc() - t0 < limit) {
+        reap_tx(d);
+        do_events(d);
+        do_rx(d);
+        vq_kick(&d->txq);
+        cpu_relax();
+    }
+}
+
 long vsock_loop_job(void *arg)
 {
     struct vsock_dev *d = arg;
@@ -558,7 +592,21 @@ long vsock_report_job(void *arg)
     sb_key(&b, "mismatches"); sb_u64(&b, s->mismatches);
     sb_key(&b, "drops"); sb_u64(&b, s->drops);
     sb_key(&b, "resets"); sb_u64(&b, s->resets);
+    sb_key(&b, "hostile_sent"); sb_u64(&b, s->hostile_sent);
+    sb_key(&b, "hostile_rst"); sb_u64(&b, s->hostile_rst);
     sb_key(&b, "tx_kicks"); sb_u64(&b, d->txq.kicks);
+    if (s->bad_pkts) {                  /* the last packet refused, for the log */
+        const struct vsock_hdr *h = &d->last_bad;
+        sb_key(&b, "last_bad");
+        sb_puts(&b, "{\"op\":"); sb_u64(&b, h->op);
+        sb_puts(&b, ",\"type\":"); sb_u64(&b, h->type);
+        sb_puts(&b, ",\"len\":"); sb_u64(&b, h->len);
+        sb_puts(&b, ",\"src_cid\":"); sb_u64(&b, h->src_cid);
+        sb_puts(&b, ",\"dst_cid\":"); sb_u64(&b, h->dst_cid);
+        sb_puts(&b, ",\"src_port\":"); sb_u64(&b, h->src_port);
+        sb_puts(&b, ",\"dst_port\":"); sb_u64(&b, h->dst_port);
+        sb_putc(&b, '}');
+    }
     sb_key(&b, "timed_out"); sb_puts(&b, d->timed_out ? "true" : "false");
     sb_key(&b, "error");
     if (d->error)
