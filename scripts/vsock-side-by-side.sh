@@ -6,7 +6,8 @@
 # port=1024`, guest CID 3), in an order that rotates from round to round, waits for the guest's
 # listening line and runs scripts/vsock-bench.py against it: 64-byte round trips (mean, p99 over
 # ROUNDTRIPS), bulk echo over 1 and over 8 connections (MB/s of payload, compared on return) and
-# the VMM's CPU per MB in each bulk phase (/proc/PID/task/*/schedstat). It prints every round,
+# the VMM's CPU per MB in each bulk phase (/proc/PID/task/*/schedstat; non-vCPU threads apart
+# from the vCPU threads, which the polling guest keeps busy). It prints every round,
 # then the median of each figure per VMM. Say how busy the host was when you quote it.
 #
 # Usage: scripts/vsock-side-by-side.sh [ROUNDS (default 3, at least 3)]
@@ -109,14 +110,14 @@ echo "host load at end: $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 - "$OUT/results.jsonl" <<'EOF'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-keys = ["rtt_mean_us", "rtt_p99_us", "bulk1_MBps", "bulk8_MBps", "bulk1_cpu_ms_per_MB",
-        "bulk8_cpu_ms_per_MB"]
+keys = ["rtt_mean_us", "rtt_p99_us", "bulk1_MBps", "bulk8_MBps", "bulk1_vmm_ms_per_MB",
+        "bulk8_vmm_ms_per_MB", "bulk1_vcpu_ms_per_MB", "bulk8_vcpu_ms_per_MB"]
 vmms = list(dict.fromkeys(r["vmm"] for r in rows))
 print("median over rounds:")
-print("%-17s" % "vmm" + "".join("%21s" % k for k in keys))
+print("%-17s" % "vmm" + "".join("%22s" % k for k in keys))
 for v in vmms:
     ok = [r["result"] for r in rows if r["vmm"] == v and "error" not in r["result"]]
     bad = sum(1 for r in rows if r["vmm"] == v and "error" in r["result"])
-    cells = ["%21.2f" % statistics.median(x[k] for x in ok) if ok else "%21s" % "-" for k in keys]
+    cells = ["%22.2f" % statistics.median(x[k] for x in ok) if ok else "%22s" % "-" for k in keys]
     print("%-17s" % v + "".join(cells) + ("   (%d failed rounds)" % bad if bad else ""))
 EOF
