@@ -74,7 +74,7 @@ start() { # vmm dir -> sets PID, the VMM's serial output in dir/serial.txt
     esac
     PID=$!
     for _ in $(seq 1 1000); do
-        grep -qE 'vsock listening|VSOCK ready' "$dir/serial.txt" 2>/dev/null && [[ -S "$uds" ]] &&
+        grep -q '^VSOCK ready' "$dir/serial.txt" 2>/dev/null && [[ -S "$uds" ]] &&
             return 0
         kill -0 "$PID" 2>/dev/null || break
         sleep 0.02

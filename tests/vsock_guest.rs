@@ -62,7 +62,7 @@ fn run(s: &Scratch, uds: &Path, boot_args: &str) -> (std::process::ExitStatus, V
     let console = vmm.console_text();
     let line = console
         .lines()
-        .find_map(|l| l.strip_prefix("VSOCK "))
+        .find_map(|l| l.strip_prefix("VSOCK ").filter(|j| j.starts_with('{')))
         .unwrap_or_else(|| panic!("no VSOCK report\n{text}"));
     let report = serde_json::from_str(line).unwrap_or_else(|e| panic!("VSOCK not JSON ({e})"));
     (status, report, text)

@@ -2,10 +2,10 @@
  * vsock_main.c - mode=vsock-echo and mode=vsock-connect: the ring-0 side.
  *
  * Owns: parsing the vsock tokens (port=, count=, bytes=, par=, timeout_ms=, hostile=), the TSC
- * frequency for the stall limit, device init, the `osprey-test-guest: vsock listening`
- * / `vsock connecting` lines, re-entering the ring-3 loop after each TRANSPORT_RESET
- * (printing `osprey-test-guest: vsock transport-reset cid=C`), the VSOCK line built in
- * ring 3 and the exit status (0 when nothing failed, 1 otherwise, 2 for a bad option).
+ * frequency for the stall limit, device init, the `VSOCK ready cid=C port=N` (echo) /
+ * `osprey-test-guest: vsock connecting cid=C port=N` lines, re-entering the ring-3 loop
+ * after each TRANSPORT_RESET (printing `osprey-test-guest: vsock transport-reset cid=C`),
+ * the `VSOCK {...}` line built in ring 3 and the exit status (0 when nothing failed, 1 otherwise, 2 for a bad option).
  */
 #include "vsock.h"
 #include "hw.h"
@@ -107,8 +107,7 @@ NORETURN void vsock_main(const char *cmdline, size_t len, int connect)
         putc_serial('\n');
         guest_exit(1);
     }
-    puts_serial(connect ? "osprey-test-guest: vsock connecting cid="
-                        : "osprey-test-guest: vsock listening cid=");
+    puts_serial(connect ? "osprey-test-guest: vsock connecting cid=" : "VSOCK ready cid=");
     put_u64(dev.cid);
     puts_serial(" port=");
     put_u64(o->port);
