@@ -5,7 +5,8 @@
  * frequency for the stall limit, device init, the `VSOCK ready cid=C port=N` (echo) /
  * `osprey-test-guest: vsock connecting cid=C port=N` lines, re-entering the ring-3 loop
  * after each TRANSPORT_RESET (printing `osprey-test-guest: vsock transport-reset cid=C`),
- * the `VSOCK {...}` line built in ring 3 and the exit status (0 when nothing failed, 1 otherwise, 2 for a bad option).
+ * the `VSOCK {...}` line built in ring 3 and the exit status (0 when nothing failed, 1
+ * otherwise, 2 for a bad option).
  */
 #include "vsock.h"
 #include "hw.h"
