@@ -65,8 +65,9 @@ start() { # vmm dir -> sets PID, the VMM's serial output in dir/serial.txt
     case $vmm in
     osprey) "$OSPREY" --config "$dir/vm.json" >"$dir/serial.txt" 2>"$dir/vmm.log" </dev/null & ;;
     firecracker)
-        "$FC" --no-api --enable-pci --config-file "$dir/vm.json" >"$dir/serial.txt" \
-            2>"$dir/vmm.log" </dev/null & ;;
+        : >"$dir/fc.log" # its log would interleave with the serial lines on stdout
+        "$FC" --no-api --enable-pci --config-file "$dir/vm.json" --log-path "$dir/fc.log" \
+            >"$dir/serial.txt" 2>"$dir/vmm.log" </dev/null & ;;
     cloud-hypervisor)
         "$CH" --kernel "$GUEST" --cmdline "$GUEST_ARGS" --memory size=128M --cpus boot=1 \
             --serial tty --console off --vsock "cid=3,socket=$uds" >"$dir/serial.txt" \
