@@ -140,6 +140,11 @@ pd:
 /* Spare page directory for one 1 GiB MMIO window above 4 GiB (mmu.c). */
 pd_high:
     .fill   512, 8, 0
+/* Spare PDPT for that window when it lies above 512 GiB (Cloud Hypervisor's 64-bit BARs sit
+ * near the top of the physical address space). */
+    .globl pdpt_high
+pdpt_high:
+    .fill   512, 8, 0
 
 /* ------------------------------------------------------------------ */
     .section .stacks, "aw", @nobits

@@ -74,6 +74,8 @@ static int parse_mode(const char *v, size_t n, enum guest_mode *mode)
         *mode = MODE_INT3_LOOP;
     else if (token_eq(v, n, "vsock-echo"))
         *mode = MODE_VSOCK_ECHO;
+    else if (token_eq(v, n, "vsock-connect"))
+        *mode = MODE_VSOCK_CONNECT;
     else
         return -1;
     return 0;

@@ -80,7 +80,7 @@ static inline long run_in_user(user_fn fn, void *arg)
 /* cmdline.c */
 enum guest_mode {
     MODE_REPORT, MODE_USER, MODE_TRIPLE_FAULT, MODE_RESET, MODE_HALT, MODE_EXCEPTION,
-    MODE_MMIO_EXEC, MODE_BLK, MODE_KBD, MODE_INT3_LOOP, MODE_VSOCK_ECHO
+    MODE_MMIO_EXEC, MODE_BLK, MODE_KBD, MODE_INT3_LOOP, MODE_VSOCK_ECHO, MODE_VSOCK_CONNECT
 };
 struct cmdline_opts {
     enum guest_mode mode;
@@ -137,8 +137,9 @@ struct hvm_memmap_entry {
 
 /* blk_main.c: mode=blk (virtio-blk driver + load generator), see blk.h */
 NORETURN void blk_main(const char *cmdline, size_t len);
-/* vsock.c: mode=vsock-echo (virtio-vsock driver, echo server in ring 3) */
-NORETURN void vsock_main(const char *cmdline, size_t len);
+
+/* vsock_main.c: mode=vsock-echo / mode=vsock-connect (virtio-vsock), see vsock.h */
+NORETURN void vsock_main(const char *cmdline, size_t len, int connect);
 
 /* report.c */
 struct user_bench;

@@ -3,7 +3,8 @@
  *
  * Owns: the ready line, start_info validation, reading the command line,
  * dispatching on mode= (report, user, triple-fault, reset, halt,
- * exception, mmio-exec, blk, kbd), the boot-complete byte of `boot_timer` (Firecracker's
+ * exception, mmio-exec, blk, kbd, int3-loop, vsock-echo, vsock-connect), the boot-complete
+ * byte of `boot_timer` (Firecracker's
  * boot timer: 123 written to 0xc0000000, as its rootfs init does) and the debug exit (final
  * `osprey-test-guest: exit N` line, then outb to 0xf4).
  */
@@ -99,7 +100,8 @@ void kmain(u64 start_info_paddr)
     case MODE_INT3_LOOP:
         int3_loop_main();                   /* never returns */
     case MODE_VSOCK_ECHO:
-        vsock_main(cmdline, cmdline_len);   /* echoes until the VM stops */
+    case MODE_VSOCK_CONNECT:
+        vsock_main(cmdline, cmdline_len, opts.mode == MODE_VSOCK_CONNECT);  /* exits */
     case MODE_REPORT:
         break;
     }

@@ -5,15 +5,17 @@
  * mapped by boot.S (the top GiB, 0xC0000000 up, is PCD|PWT; lower 2 MiB
  * pages get PCD|PWT set here); above 4 GiB (firmware may place 64-bit BARs
  * there, e.g. SeaBIOS under QEMU) one extra page directory maps one 1 GiB
- * window identity, PCD|PWT, through a free PDPT slot (limit: below 512 GiB,
- * one window). Only the few 2 MiB entries covering the range are written.
+ * window identity, PCD|PWT, through a free PDPT slot (one window; above 512
+ * GiB through a spare PDPT in a free PML4 slot, below 128 TiB, as Cloud
+ * Hypervisor puts 64-bit BARs near 64 TiB). Only the few 2 MiB entries
+ * covering the range are written.
  */
 #include "blk.h"
 
 #define PTE_FLAGS_UC 0x9f   /* P|RW|US|PWT|PCD|PS(0x80) */
 #define GIB (1ULL << 30)
 
-extern u64 pdpt[512], pd[2048], pd_high[512];
+extern u64 pml4[512], pdpt[512], pd[2048], pd_high[512], pdpt_high[512];
 static u64 high_window = 0;     /* base of the mapped 1 GiB window, 0 = none */
 
 static void flush_tlb(void)
@@ -39,7 +41,7 @@ int mmio_map_uc(u64 addr, u64 len)
             flush_tlb();
         return 0;
     }
-    if (addr < 4 * GIB || end > 512 * GIB)
+    if (addr < 4 * GIB || end > (1ULL << 47))
         return -1;
     u64 base = addr & ~(GIB - 1);
     if ((end - 1) >> 30 != addr >> 30)
@@ -48,7 +50,12 @@ int mmio_map_uc(u64 addr, u64 len)
         return -1;
     if (!high_window) {
         high_window = base;
-        pdpt[base >> 30] = (u64)pd_high | 7;
+        u64 *dir = pdpt;
+        if (base >> 39) {
+            pml4[base >> 39] = (u64)pdpt_high | 7;
+            dir = pdpt_high;
+        }
+        dir[(base >> 30) & 511] = (u64)pd_high | 7;
     }
     for (u64 i = (addr - base) >> 21; i <= (end - 1 - base) >> 21; i++)
         pd_high[i] = (base + (i << 21)) | PTE_FLAGS_UC;

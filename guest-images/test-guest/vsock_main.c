@@ -1,0 +1,133 @@
+/*
+ * vsock_main.c - mode=vsock-echo and mode=vsock-connect: the ring-0 side.
+ *
+ * Owns: parsing the vsock tokens (port=, count=, bytes=, par=, timeout_ms=, hostile=), the TSC
+ * frequency for the stall limit, device init, the `VSOCK ready cid=C port=N` (echo) /
+ * `osprey-test-guest: vsock connecting cid=C port=N` lines, re-entering the ring-3 loop
+ * after each TRANSPORT_RESET (printing `osprey-test-guest: vsock transport-reset cid=C`),
+ * the `VSOCK {...}` line built in ring 3 and the exit status (0 when nothing failed, 1
+ * otherwise, 2 for a bad option).
+ */
+#include "vsock.h"
+#include "hw.h"
+
+#define TSC_KHZ_FALLBACK 2596146
+
+static struct vsock_dev dev;
+
+static NORETURN void bad_option(const char *t, size_t n)
+{
+    ensure_line_start();
+    puts_serial("osprey-test-guest: error: bad vsock option '");
+    for (size_t i = 0; i < n && i < 64; i++)
+        putc_serial(t[i]);
+    puts_serial("'\n");
+    guest_exit(EXIT_BAD_ARG);
+}
+
+static void parse(const char *s, size_t len, struct vsock_opts *o)
+{
+    size_t i = 0;
+    while (i < len) {
+        const char *t;
+        size_t n = cmdline_token(s, len, &i, &t), k;
+        u64 v;
+        if (n == 0)
+            break;
+        if ((k = prefix_len(t, n, "port="))) {
+            if (parse_decimal(t + k, n - k, &v) || v > 0xffffffffULL)
+                bad_option(t, n);
+            o->port = (u32)v;
+        } else if ((k = prefix_len(t, n, "count="))) {
+            if (parse_decimal(t + k, n - k, &v) || v > 1000000000ULL)
+                bad_option(t, n);
+            o->count = v;
+        } else if ((k = prefix_len(t, n, "bytes="))) {
+            if (parse_decimal(t + k, n - k, &v) || v > (1ULL << 40))
+                bad_option(t, n);
+            o->bytes = v;
+        } else if ((k = prefix_len(t, n, "par="))) {
+            if (parse_decimal(t + k, n - k, &v) || v == 0 || v > VSOCK_MAX_CONNS)
+                bad_option(t, n);
+            o->par = (u32)v;
+        } else if ((k = prefix_len(t, n, "hostile="))) {
+            if (parse_decimal(t + k, n - k, &v) || v > 1)
+                bad_option(t, n);
+            o->hostile = (int)v;
+        } else if ((k = prefix_len(t, n, "timeout_ms="))) {
+            if (parse_decimal(t + k, n - k, &v) || v == 0 || v > 3600000)
+                bad_option(t, n);
+            o->timeout_ms = v;
+        }
+    }
+}
+
+static u64 failures(const struct vsock_dev *d)
+{
+    const struct vsock_stats *s = &d->s;
+    u64 f = s->bad_pkts + s->mismatches + s->drops + (u64)d->timed_out + (d->error != 0);
+    if (d->o.mode == VSOCK_CONNECT)
+        f += s->refused + (d->o.count - (s->verified < d->o.count ? s->verified : d->o.count));
+    return f;
+}
+
+static NORETURN void finish(struct vsock_dev *d)
+{
+    run_in_user(vsock_report_job, d);
+    ensure_line_start();
+    puts_serial(vsockmem.report);
+    putc_serial('\n');
+    guest_exit(failures(d) ? 1 : 0);
+}
+
+NORETURN void vsock_main(const char *cmdline, size_t len, int connect)
+{
+    struct vsock_opts *o = &dev.o;
+    o->mode = connect ? VSOCK_CONNECT : VSOCK_ECHO;
+    o->port = connect ? 10789 : 1024;
+    o->count = connect ? 1 : 0;
+    o->bytes = 65536;
+    o->par = 8;
+    o->timeout_ms = 10000;
+    parse(cmdline, len, o);
+    u64 khz = kvmclock_tsc_khz();
+    dev.tsc_khz = (khz >= TSC_KHZ_MIN && khz <= TSC_KHZ_MAX) ? khz : TSC_KHZ_FALLBACK;
+
+    int r = vsock_init(&dev);
+    if (r) {
+        ensure_line_start();
+        puts_serial("osprey-test-guest: error: vsock init: ");
+        puts_serial(vsock_init_error(r));
+        for (int i = 0; i < 6; i++)
+            if (dev.vp.bar[i]) {
+                puts_serial(" bar");
+                put_u64((u64)i);
+                putc_serial('=');
+                put_hex(dev.vp.bar[i]);
+            }
+        putc_serial('\n');
+        guest_exit(1);
+    }
+    puts_serial(connect ? "osprey-test-guest: vsock connecting cid=" : "VSOCK ready cid=");
+    put_u64(dev.cid);
+    puts_serial(" port=");
+    put_u64(o->port);
+    putc_serial('\n');
+    if (o->hostile && o->mode == VSOCK_CONNECT) {
+        run_in_user(vsock_hostile_job, &dev);
+        puts_serial("osprey-test-guest: vsock hostile sent=");
+        put_u64(dev.s.hostile_sent);
+        puts_serial(" rst=");
+        put_u64(dev.s.hostile_rst);
+        putc_serial('\n');
+    }
+    for (u32 round = 0;; round++) {
+        long res = run_in_user(vsock_loop_job, &dev);
+        if (res != VSOCK_LOOP_RESET || round >= 1000000)
+            break;
+        puts_serial("osprey-test-guest: vsock transport-reset cid=");
+        put_u64(dev.cid);
+        putc_serial('\n');
+    }
+    finish(&dev);
+}
