@@ -197,7 +197,7 @@ impl Muxer {
         }
         self.orphan_rsts.push_back(Header {
             src_cid: HOST_CID,
-            dst_cid: to.src_cid,
+            dst_cid: self.guest_cid,
             src_port: to.dst_port,
             dst_port: to.src_port,
             len: 0,
@@ -397,7 +397,12 @@ impl Muxer {
 
     /// Takes packet `hdr` with `payload` from the guest's tx queue.
     pub fn from_guest(&mut self, hdr: &Header, payload: &[u8]) {
-        if hdr.src_cid != self.guest_cid || hdr.dst_cid != HOST_CID || hdr.kind != TYPE_STREAM {
+        // A source that is not the guest's CID is spoofed: dropped unanswered, since an RST
+        // would be a packet for another CID.
+        if hdr.src_cid != self.guest_cid {
+            return;
+        }
+        if hdr.dst_cid != HOST_CID || hdr.kind != TYPE_STREAM {
             if hdr.op() != Some(Op::Rst) {
                 self.orphan_rst(hdr);
             }
@@ -651,6 +656,11 @@ mod tests {
         }
         assert_eq!(m.orphan_rsts.len(), MAX_ORPHAN_RSTS);
         assert_eq!(m.connections(), 0);
+        // Every RST goes to the guest's CID; the spoofed half got none.
+        assert!(m
+            .orphan_rsts
+            .iter()
+            .all(|h| h.dst_cid == 3 && h.dst_port % 2 == 1));
     }
 
     #[test]
