@@ -109,11 +109,7 @@ impl RxPath {
                         // Leave the frames in the tap until the guest posts buffers.
                         return RxStop::NoBuffers;
                     }
-                    let mut iov = [libc::iovec {
-                        iov_base: self.buf.as_mut_ptr().cast(),
-                        iov_len: self.buf.len(),
-                    }];
-                    match tap.read_frame(&mut iov) {
+                    match tap.read_frame(&mut self.buf) {
                         Ok(len) if len < MIN_FRAME_LEN => {
                             NetStats::add(&stats.rx_dropped, 1);
                             continue;

@@ -1,7 +1,7 @@
 //! The tap: opens `/dev/net/tun` as a tap named by the host (IFF_TAP | IFF_NO_PI |
 //! IFF_VNET_HDR, IFF_MULTI_QUEUE when a NIC has several queue pairs), sets the virtio-net header
 //! size to 12 (TUNSETVNETHDRSZ) and the offloads the guest accepted (TUNSETOFFLOAD), and moves
-//! whole frames with `readv`/`writev` on a non-blocking fd: a full tap queue answers EAGAIN
+//! whole frames with `read`/`writev` on a non-blocking fd: a full tap queue answers EAGAIN
 //! (the device back-pressures), an empty one EAGAIN too (nothing to receive).
 //!
 //! Opened by the VMM before the sandbox: the device only reads, writes and sets offloads.
@@ -155,12 +155,11 @@ impl Tap {
         })
     }
 
-    /// Reads one frame into the buffers; its length, or EAGAIN when none waits.
-    pub fn read_frame(&self, iov: &mut [libc::iovec]) -> std::io::Result<usize> {
-        let n = iov.len().min(libc::UIO_MAXIOV as usize) as libc::c_int;
-        // SAFETY: every iovec names writable memory the caller owns (a host buffer or guest
-        // memory resolved by `HostMemory::range`) for the call; `n` entries are read.
-        let r = unsafe { libc::readv(self.file.as_raw_fd(), iov.as_ptr(), n) };
+    /// Reads one frame into `buf` (`read`, which every thread's seccomp filter allows); its
+    /// length, or EAGAIN when none waits. A frame longer than `buf` is cut short by the kernel.
+    pub fn read_frame(&self, buf: &mut [u8]) -> std::io::Result<usize> {
+        // SAFETY: `buf` is writable memory of `buf.len()` bytes the caller owns for the call.
+        let r = unsafe { libc::read(self.file.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
         usize::try_from(r).map_err(|_| std::io::Error::last_os_error())
     }
 
@@ -249,11 +248,7 @@ mod tests {
                 tap.set_offloads(features::GUEST_CSUM | features::GUEST_TSO4)
                     .expect("offloads");
                 let mut buf = [0u8; 64];
-                let mut iov = [libc::iovec {
-                    iov_base: buf.as_mut_ptr().cast(),
-                    iov_len: buf.len(),
-                }];
-                let e = tap.read_frame(&mut iov).expect_err("nothing yet");
+                let e = tap.read_frame(&mut buf).expect_err("nothing yet");
                 assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock);
             }
             Err(e) => eprintln!("no tap on this host: {e}"),

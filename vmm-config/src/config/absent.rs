@@ -121,15 +121,10 @@ impl AbsentSection {
 
 impl VmConfig {
     /// Every config section of an absent feature: `(its key, its value, the feature)`.
-    pub fn absent_sections(&self) -> [(&'static str, &AbsentSection, AbsentFeature); 8] {
+    pub fn absent_sections(&self) -> [(&'static str, &AbsentSection, AbsentFeature); 7] {
         [
             ("cpu-config", &self.cpu_config, AbsentFeature::CpuConfig),
             ("balloon", &self.balloon, AbsentFeature::Balloon),
-            (
-                "network-interfaces",
-                &self.network_interfaces,
-                AbsentFeature::NetworkInterfaces,
-            ),
             ("vsock", &self.vsock, AbsentFeature::Vsock),
             ("mmds-config", &self.mmds_config, AbsentFeature::Mmds),
             ("entropy", &self.entropy, AbsentFeature::Entropy),
@@ -210,11 +205,6 @@ mod tests {
                 r#","vsock":{"guest_cid":3,"uds_path":"/v.sock"}"#,
                 "vsock",
                 "vsock is not",
-            ),
-            (
-                r#","network-interfaces":[{"iface_id":"eth0","host_dev_name":"tap0"}]"#,
-                "network-interfaces",
-                "virtio-net",
             ),
             (
                 r#","balloon":{"amount_mib":1}"#,
