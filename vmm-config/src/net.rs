@@ -32,6 +32,24 @@ pub struct NetworkInterfaceConfig {
     pub iothread: Option<String>,
 }
 
+/// `PATCH /network-interfaces/{iface_id}` body (Firecracker's `PartialNetworkInterface`): each
+/// limiter absent: kept; `{}` or null: removed; a value: set.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkInterfaceUpdate {
+    /// Firecracker names the interface again: when given, it must equal the path's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iface_id: Option<String>,
+    /// The new receive limits.
+    #[serde(default, deserialize_with = "crate::field_update::present")]
+    #[schema(value_type = Option<RateLimiterConfig>)]
+    pub rx_rate_limiter: Option<Option<RateLimiterConfig>>,
+    /// The new transmit limits.
+    #[serde(default, deserialize_with = "crate::field_update::present")]
+    #[schema(value_type = Option<RateLimiterConfig>)]
+    pub tx_rate_limiter: Option<Option<RateLimiterConfig>>,
+}
+
 /// `network-interfaces`: a list, or null (Firecracker writes `[]` when unused).
 pub fn null_as_empty<'de, D: serde::Deserializer<'de>>(
     d: D,
