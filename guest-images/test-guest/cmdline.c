@@ -72,6 +72,8 @@ static int parse_mode(const char *v, size_t n, enum guest_mode *mode)
         *mode = MODE_KBD;
     else if (token_eq(v, n, "int3-loop"))
         *mode = MODE_INT3_LOOP;
+    else if (token_eq(v, n, "net-echo"))
+        *mode = MODE_NET_ECHO;
     else
         return -1;
     return 0;

@@ -98,6 +98,8 @@ void kmain(u64 start_info_paddr)
         kbd_main();                         /* resets on Ctrl+Alt+Del */
     case MODE_INT3_LOOP:
         int3_loop_main();                   /* never returns */
+    case MODE_NET_ECHO:
+        net_main(cmdline, cmdline_len);     /* answers for as long as the VM runs */
     case MODE_REPORT:
         break;
     }
