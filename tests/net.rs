@@ -23,11 +23,12 @@ struct TestTap {
 }
 
 impl TestTap {
-    fn create() -> Option<TestTap> {
+    /// The test's `n`th tap (0..4): its own name and /30 among the process's.
+    fn create(n: u32) -> Option<TestTap> {
         let id = std::process::id();
-        let (a, b) = ((id >> 6) % 250, (id % 64) * 4);
+        let (a, b) = ((id >> 4) % 250, ((id % 16) * 4 + n) * 4);
         let tap = TestTap {
-            name: format!("ospnet{}", id % 100_000),
+            name: format!("ospnet{}{n}", id % 100_000),
             host_ip: format!("172.30.{a}.{}", b + 1),
             guest_ip: format!("172.30.{a}.{}", b + 2),
         };
@@ -101,7 +102,7 @@ fn echo(sock: &UdpSocket, data: &[u8]) -> Vec<u8> {
 
 #[test]
 fn ping_udp_echo_and_a_live_tx_limit_through_a_tap() {
-    let Some(tap) = TestTap::create() else {
+    let Some(tap) = TestTap::create(0) else {
         eprintln!("NOT RUN: cannot create a tap (needs root and /dev/net/tun)");
         return;
     };
@@ -213,5 +214,94 @@ fn ping_udp_echo_and_a_live_tx_limit_through_a_tap() {
     );
     vmm.signal(libc::SIGTERM);
     vmm.wait_exit(Duration::from_secs(10));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A VM with a NIC snapshotted while it answers, restored in a new process onto the same tap
+/// (opened again by name): its driver's rings carry on, pings and UDP echoes answered.
+#[test]
+fn snapshot_and_restore_with_a_nic_keeps_answering() {
+    let Some(tap) = TestTap::create(1) else {
+        eprintln!("NOT RUN: cannot create a tap (needs root and /dev/net/tun)");
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("osprey-net-snap-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let first_sock = dir.join("a.sock");
+    let cfg = json!({
+        "boot-source": {
+            "kernel_image_path": test_guest(),
+            "boot_args": format!("mode=net-echo ip={}", tap.guest_ip),
+        },
+        "machine-config": {"vcpu_count": 1, "mem_size_mib": 128},
+        "network-interfaces": [{"iface_id": "eth0", "host_dev_name": tap.name}],
+        "api": {"socket": first_sock},
+    });
+    let cfg_path = dir.join("vm.json");
+    std::fs::write(&cfg_path, cfg.to_string()).expect("config");
+    let mut first = Vmm::spawn([std::ffi::OsStr::new("--config"), cfg_path.as_os_str()]);
+    assert!(
+        first
+            .wait_console(Duration::from_secs(30), |l| {
+                l.starts_with("osprey-test-guest: net-echo ready")
+            })
+            .is_some(),
+        "guest not ready:\n{}",
+        first.log_text()
+    );
+    let udp = UdpSocket::bind((tap.host_ip.as_str(), 0)).expect("bind");
+    udp.connect((tap.guest_ip.as_str(), 7)).expect("connect");
+    udp.set_read_timeout(Some(Duration::from_secs(2)))
+        .expect("timeout");
+    for i in 0..100u32 {
+        assert_eq!(echo(&udp, &i.to_be_bytes()), i.to_be_bytes());
+    }
+    let (st, body) = api_call(&first_sock, "PATCH", "/vm", Some(r#"{"state":"Paused"}"#));
+    assert_eq!(st, 204, "{body}");
+    let snap = json!({"snapshot_path": dir.join("s.state"), "mem_file_path": dir.join("s.mem"),
+        "snapshot_type": "Full"});
+    let (st, body) = api_call(
+        &first_sock,
+        "PUT",
+        "/snapshot/create",
+        Some(&snap.to_string()),
+    );
+    assert_eq!(st, 204, "{body}\n{}", first.log_text());
+    first.signal(libc::SIGKILL);
+    first.wait_exit(Duration::from_secs(10));
+
+    let second_sock = dir.join("b.sock");
+    let mut second = Vmm::spawn([std::ffi::OsStr::new("--api-sock"), second_sock.as_os_str()]);
+    let load = json!({"snapshot_path": dir.join("s.state"),
+        "mem_backend": {"backend_type": "File", "backend_path": dir.join("s.mem")},
+        "resume_vm": true});
+    let mut loaded = (0, serde_json::Value::Null);
+    for _ in 0..100 {
+        if second_sock.exists() {
+            loaded = api_call(
+                &second_sock,
+                "PUT",
+                "/snapshot/load",
+                Some(&load.to_string()),
+            );
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(loaded.0, 204, "{}\n{}", loaded.1, second.log_text());
+    for i in 100..300u32 {
+        assert_eq!(
+            echo(&udp, &i.to_be_bytes()),
+            i.to_be_bytes(),
+            "echo {i} after the restore:\n{}",
+            second.log_text()
+        );
+    }
+    if have_ping() {
+        let (sent, got, text) = ping(&["-c", "200", "-i", "0", "-q"], &tap.guest_ip);
+        assert_eq!((sent, got), (200, 200), "{text}");
+    }
+    second.signal(libc::SIGTERM);
+    second.wait_exit(Duration::from_secs(10));
     std::fs::remove_dir_all(&dir).ok();
 }

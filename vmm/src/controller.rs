@@ -191,7 +191,11 @@ impl Controller<'_> {
             ApiCommand::PatchDrive(id, update) => (self.patch_drive(&id, &update), Effect::None),
             ApiCommand::PatchNetworkInterface(id, update) => (
                 crate::live_tuning::patch_nic(
-                    &self.devices.nics,
+                    self.devices
+                        .nics
+                        .iter()
+                        .find(|n| n.id == id)
+                        .map(|n| (&n.rate_limits, &*n.iothread)),
                     &mut self.config.network_interfaces,
                     &id,
                     &update,

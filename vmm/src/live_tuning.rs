@@ -294,10 +294,11 @@ pub fn thread_reports() -> Vec<ThreadReport> {
 }
 
 /// Changes interface `id`'s rx and tx limiters (each absent: kept; `{}` or null: removed),
-/// checked whole first, in its device and its config entry; wakes its iothread so a throttled
-/// direction looks again at once.
+/// checked whole first, in its device (`nic`: its limiters and iothread, `None` when there is no
+/// such interface) and its config entry; wakes its iothread so a throttled direction looks
+/// again at once.
 pub fn patch_nic(
-    nics: &[crate::device_manager::NicHandle],
+    nic: Option<(&devices::net::throttle::NetRateLimits, &IoThread)>,
     configs: &mut [crate::net::NetworkInterfaceConfig],
     id: &str,
     u: &crate::net::NetworkInterfaceUpdate,
@@ -309,10 +310,8 @@ pub fn patch_nic(
             )));
         }
     }
-    let nic = nics
-        .iter()
-        .find(|n| n.id == id)
-        .ok_or_else(|| ApiError::NotFound(format!("no network interface `{id}`")))?;
+    let (rate_limits, iothread) =
+        nic.ok_or_else(|| ApiError::NotFound(format!("no network interface `{id}`")))?;
     let cfg = configs
         .iter_mut()
         .find(|c| c.iface_id == id)
@@ -326,14 +325,14 @@ pub fn patch_nic(
         }
     }
     if let Some(l) = u.rx_rate_limiter {
-        nic.rate_limits.rx.set(l.unwrap_or_default().to_dataplane());
+        rate_limits.rx.set(l.unwrap_or_default().to_dataplane());
         cfg.rx_rate_limiter = l;
     }
     if let Some(l) = u.tx_rate_limiter {
-        nic.rate_limits.tx.set(l.unwrap_or_default().to_dataplane());
+        rate_limits.tx.set(l.unwrap_or_default().to_dataplane());
         cfg.tx_rate_limiter = l;
     }
-    nic.iothread.wake_throttled().map_err(ApiError::failed)?;
+    iothread.wake_throttled().map_err(ApiError::failed)?;
     log::info!(
         "network interface {id}: rate limiters changed by the API: rx {}, tx {}",
         json!(cfg.rx_rate_limiter),
@@ -345,8 +344,8 @@ pub fn patch_nic(
 #[cfg(test)]
 mod nic_tests {
     use super::*;
-    use crate::device_manager::NicHandle;
     use crate::net::{NetworkInterfaceConfig, NetworkInterfaceUpdate};
+    use devices::net::throttle::NetRateLimits;
 
     /// A live `PATCH /network-interfaces/{id}`: the limiter the body names changes in the device
     /// and the config, the other stays; a bad value, another id in the body or an unknown
@@ -354,13 +353,8 @@ mod nic_tests {
     #[test]
     fn patch_nic_sets_the_named_limiter_and_checks_first() {
         let thread = IoThread::spawn("nic-patch", 0).expect("iothread");
-        let nics = [NicHandle {
-            id: "eth0".into(),
-            slot: 1,
-            stats: Default::default(),
-            rate_limits: Default::default(),
-            iothread: thread.clone(),
-        }];
+        let limits = NetRateLimits::default();
+        let nic = |id: &str| (id == "eth0").then_some((&limits, &*thread));
         let mut cfgs: Vec<NetworkInterfaceConfig> =
             vec![
                 serde_json::from_str(r#"{"iface_id":"eth0","host_dev_name":"tap0"}"#).expect("cfg"),
@@ -368,7 +362,7 @@ mod nic_tests {
         let update =
             |json: &str| -> NetworkInterfaceUpdate { serde_json::from_str(json).expect("body") };
         patch_nic(
-            &nics,
+            nic("eth0"),
             &mut cfgs,
             "eth0",
             &update(
@@ -376,8 +370,8 @@ mod nic_tests {
             ),
         )
         .expect("patched");
-        assert!(nics[0].rate_limits.rx.is_active());
-        assert!(!nics[0].rate_limits.tx.is_active(), "absent: kept");
+        assert!(limits.rx.is_active());
+        assert!(!limits.tx.is_active(), "absent: kept");
         assert!(cfgs[0].rx_rate_limiter.is_some());
         for (id, body, status) in [
             (
@@ -388,21 +382,18 @@ mod nic_tests {
             ("eth0", r#"{"iface_id":"eth1","rx_rate_limiter":null}"#, 400),
             ("eth9", r#"{"rx_rate_limiter":null}"#, 404),
         ] {
-            let e = patch_nic(&nics, &mut cfgs, id, &update(body)).expect_err(body);
+            let e = patch_nic(nic(id), &mut cfgs, id, &update(body)).expect_err(body);
             assert_eq!(e.status(), status, "{body}: {e}");
-            assert!(
-                nics[0].rate_limits.rx.is_active(),
-                "{body}: nothing changed"
-            );
+            assert!(limits.rx.is_active(), "{body}: nothing changed");
         }
         patch_nic(
-            &nics,
+            nic("eth0"),
             &mut cfgs,
             "eth0",
             &update(r#"{"rx_rate_limiter":{}}"#),
         )
         .expect("removed");
-        assert!(!nics[0].rate_limits.rx.is_active());
+        assert!(!limits.rx.is_active());
         thread.shutdown();
     }
 }

@@ -41,6 +41,8 @@ pub struct NicHandle {
     pub rate_limits: NetRateLimits,
     /// The iothread serving it.
     pub iothread: Arc<IoThread>,
+    /// Its virtio-pci function (a snapshot saves and restores its state).
+    pub transport: Arc<Mutex<VirtioPciDevice>>,
 }
 
 impl PciWiring<'_> {
@@ -89,11 +91,12 @@ impl PciWiring<'_> {
             self.ioevents.clone(),
         )
         .map_err(|e| err(NicError::VirtioPci(e)))?;
+        let transport = Arc::new(Mutex::new(dev));
         let slot = self
             .pci
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .add_device(Arc::new(Mutex::new(dev)))
+            .add_device(transport.clone())
             .map_err(|e| err(NicError::PciSlot(e)))?;
         log::info!(
             "network-interfaces[{i}] {}: virtio-net at 00:{slot:02x}.0 on tap {tap_name}, iothread {thread_id}",
@@ -105,6 +108,7 @@ impl PciWiring<'_> {
             stats,
             rate_limits,
             iothread: thread,
+            transport,
         })
     }
 }

@@ -345,20 +345,24 @@ fn load_guest(config: &VmConfig, mem: &GuestMemoryMmap) -> Result<BootEntry, VmE
 /// (`DRIVER_OK` activates it on its iothread); then the legacy devices' registers and the rate
 /// limiters' bucket levels.
 fn restore_devices(devices: &Devices, state: &SnapshotState) -> Result<(), VmError> {
-    for (drive, saved) in devices.drives.iter().zip(&state.transports) {
+    let functions = devices
+        .drives
+        .iter()
+        .map(|d| (&d.id, d.slot, &d.transport))
+        .chain(devices.nics.iter().map(|n| (&n.id, n.slot, &n.transport)));
+    for ((id, slot, transport), saved) in functions.zip(&state.transports) {
         {
             let mut root = devices.pci.lock().unwrap_or_else(|p| p.into_inner());
             for (offset, value) in saved.config_writes() {
-                root.config_write(0, drive.slot, 0, offset, &value.to_le_bytes());
+                root.config_write(0, slot, 0, offset, &value.to_le_bytes());
             }
         }
-        drive
-            .transport
+        transport
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .restore_state(saved)
             .map_err(|source| RestoreError::Device {
-                drive: drive.id.clone(),
+                drive: id.clone(),
                 source,
             })?;
     }
