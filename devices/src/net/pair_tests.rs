@@ -450,3 +450,37 @@ fn a_merged_frame_waits_for_enough_buffers_and_takes_none_before() {
     want[NUM_BUFFERS_OFFSET..NUM_BUFFERS_OFFSET + 2].copy_from_slice(&3u16.to_le_bytes());
     assert!(got == want, "the whole frame, in order");
 }
+
+/// The rx limiter's frame bucket: frames beyond it wait (one in the host, the rest in the tap)
+/// until the deadline the pair hands the thread; removing the limit lets them all in.
+#[test]
+fn rx_rate_limit_holds_frames_in_the_tap_until_the_bucket_refills() {
+    let mem = guest_memory(0x400_0000);
+    let limits = NetRateLimits {
+        rx: Arc::new(RateLimiter::new(LimitConfig {
+            ops: Some(BucketConfig {
+                size: 1,
+                one_time_burst: 0,
+                refill_time_ms: 100,
+            }),
+            bandwidth: None,
+        })),
+        tx: Arc::default(),
+    };
+    let (mut p, mut rx, _tx, mut r) = pair(&mem, true, &limits);
+    post_rx(&mem, &mut rx, 4, 2048);
+    for i in 0..3 {
+        r.host
+            .write_all(&frame(VNET_HDR_LEN + 100, i))
+            .expect("host write");
+    }
+    let end = run(&mut p);
+    assert_eq!(rx.used_idx(&mem), 1, "one frame a bucket");
+    assert!(end.wake_at.is_some(), "{end:?}");
+    assert!(!p.poll(), "a throttled side is not polled");
+    assert_eq!(stats(&r).rx_throttled, 1);
+    limits.rx.set(LimitConfig::default());
+    run(&mut p);
+    assert_eq!(rx.used_idx(&mem), 3, "the limit removed live");
+    assert_eq!(stats(&r).rx_dropped, 0);
+}
