@@ -76,15 +76,18 @@ struct Walk {
     dir: PathBuf,
     kernel: PathBuf,
     disk: PathBuf,
+    /// The tap `$TAP` names (created by Osprey at start-up, gone when it exits).
+    tap: String,
     findings: Vec<String>,
 }
 
 impl Walk {
-    /// `$KERNEL`, `$DISK` and `$DIR` in a table body replaced by this walk's files.
+    /// `$KERNEL`, `$DISK`, `$DIR` and `$TAP` in a table body replaced by this walk's files.
     fn fill(&self, body: &str) -> String {
         body.replace("$KERNEL", &self.kernel.display().to_string())
             .replace("$DISK", &self.disk.display().to_string())
             .replace("$DIR", &self.dir.display().to_string())
+            .replace("$TAP", &self.tap)
     }
 
     /// Sends a request as Firecracker's go-sdk does (JSON content type and accept headers).
@@ -400,6 +403,7 @@ fn every_firecracker_route_answers_as_the_spec_says() {
         dir: scratch.0.clone(),
         kernel: test_guest(),
         disk,
+        tap: format!("ospsw{}", std::process::id() % 100_000),
         findings: Vec::new(),
     };
 

@@ -35,6 +35,8 @@ pub enum ApiCommand {
     /// `PATCH /drives/{id}`: the drive's `rate_limiter`; the reply is the drive with the values
     /// in force.
     PatchDrive(String, DriveUpdate),
+    /// `PATCH /network-interfaces/{id}`: the interface's rx/tx limiters, live.
+    PatchNetworkInterface(String, crate::net::NetworkInterfaceUpdate),
     /// `GET /rate-limit-groups`.
     ListRateLimitGroups,
     /// `GET /rate-limit-groups/{id}`.
@@ -57,6 +59,9 @@ pub enum ApiCommand {
     PutBootSource(BootSourceConfig),
     /// `PUT /drives/{id}` (before `InstanceStart`): adds or replaces the drive.
     PutDrive(String, Box<DriveConfig>),
+    /// `PUT /network-interfaces/{id}` (before `InstanceStart`): adds or replaces the
+    /// interface.
+    PutNetworkInterface(String, Box<crate::net::NetworkInterfaceConfig>),
     /// `PUT /iothreads/{id}` (before `InstanceStart`): adds or replaces the iothread.
     PutIoThread(String, Box<IoThreadConfig>),
     /// `PUT /rate-limit-groups/{id}` (before `InstanceStart`): adds or replaces the group.
@@ -194,6 +199,7 @@ impl ApiCommand {
             ApiCommand::PatchMachineConfig(_) => "PATCH /machine-config",
             ApiCommand::PutBootSource(_) => "PUT /boot-source",
             ApiCommand::PutDrive(..) => "PUT /drives",
+            ApiCommand::PutNetworkInterface(..) => "PUT /network-interfaces",
             ApiCommand::PutIoThread(..) => "PUT /iothreads",
             ApiCommand::PutRateLimitGroup(..) => "PUT /rate-limit-groups",
             ApiCommand::PutLogger(_) => "PUT /logger",

@@ -106,6 +106,29 @@ pub async fn put_drive(
     .await
 }
 
+/// `PUT /network-interfaces/{iface_id}`: Firecracker's `NetworkInterface` (and Osprey's
+/// `iothread`).
+#[utoipa::path(put, path = "/network-interfaces/{id}", tag = "pre-boot", params(PathId),
+    request_body(content = crate::net::NetworkInterfaceConfig, examples(
+        ("tap" = (summary = "A tap with a fixed MAC",
+            value = json!({"iface_id": "eth0", "host_dev_name": "tap0", "guest_mac": "06:00:ac:10:00:02"}))))),
+    responses((status = 204, description = "Added or replaced."), (status = 400, description = "A bad body or value (nothing changed), or the VM runs already.", body = FaultBody)))]
+pub async fn put_network_interface(
+    State(s): State<ApiState>,
+    id: Result<Path<String>, PathRejection>,
+    request: Request,
+) -> Response {
+    put_with_id::<crate::net::NetworkInterfaceConfig>(
+        &s,
+        id,
+        request,
+        "iface_id",
+        |n| &n.iface_id,
+        |id, n| ApiCommand::PutNetworkInterface(id, Box::new(n)),
+    )
+    .await
+}
+
 /// `PUT /iothreads/{id}`: an `iothreads` entry.
 #[utoipa::path(put, path = "/iothreads/{id}", tag = "pre-boot", params(PathId),
     request_body(content = IoThreadConfig, examples(

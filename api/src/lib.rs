@@ -40,7 +40,9 @@ pub use socket::ApiServerError;
 pub use vmm_config::socket;
 
 // The types the API's commands and replies carry, from the crate below (paths as in the VMM).
-pub(crate) use vmm_config::{config, field_update, instance, logger, metrics, rate_limit, sandbox};
+pub(crate) use vmm_config::{
+    config, field_update, instance, logger, metrics, net, rate_limit, sandbox,
+};
 
 #[cfg(any(test, feature = "test-utils"))]
 pub mod test_utils;

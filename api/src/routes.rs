@@ -82,6 +82,10 @@ pub fn documented() -> OpenApiRouter<ApiState> {
         ))
         .routes(routes!(list_drives))
         .routes(routes!(get_drive, configure::put_drive, patch_drive))
+        .routes(routes!(
+            configure::put_network_interface,
+            patch_network_interface
+        ))
         .routes(routes!(list_groups))
         .routes(routes!(get_group, configure::put_group, patch_group))
         .routes(routes!(metrics, configure::put_metrics))
@@ -267,6 +271,24 @@ async fn patch_drive(
     request: Request,
 ) -> Response {
     patch::<DriveUpdate>(&s, id, request, ApiCommand::PatchDrive).await
+}
+
+/// Change a running interface's limiters (absent: kept; `{}` or `null`: removed), as
+/// Firecracker's `PATCH /network-interfaces/{iface_id}`.
+#[utoipa::path(patch, path = "/network-interfaces/{id}", tag = "network-interfaces", params(PathId),
+    request_body(content = crate::net::NetworkInterfaceUpdate, examples(
+        ("rx_1mb" = (summary = "1 MB/s received",
+            value = json!({"iface_id": "eth0", "rx_rate_limiter": {"bandwidth": {"size": 100000, "refill_time": 100}}}))))),
+    responses((status = 204, description = "Changed."),
+        (status = 400, description = "A bad body or value, or the VM has not started.", body = FaultBody),
+        (status = 404, description = "No interface with this id.", body = FaultBody)))]
+async fn patch_network_interface(
+    State(s): State<ApiState>,
+    id: Result<Path<String>, PathRejection>,
+    request: Request,
+) -> Response {
+    patch::<crate::net::NetworkInterfaceUpdate>(&s, id, request, ApiCommand::PatchNetworkInterface)
+        .await
 }
 
 /// Every rate-limit group.

@@ -13,8 +13,6 @@ use crate::config::AbsentFeature;
 
 /// `(method, path, what is missing)` for every such route of Firecracker v1.16.1.
 pub const UNSUPPORTED: &[(&str, &str, &str)] = &[
-    ("PUT", "/network-interfaces/{id}", NET),
-    ("PATCH", "/network-interfaces/{id}", NET),
     ("DELETE", "/network-interfaces/{id}", NET),
     ("GET", "/balloon", BALLOON),
     ("PUT", "/balloon", BALLOON),

@@ -9,6 +9,7 @@ pub mod block;
 pub mod bus;
 pub mod debug_exit;
 pub mod i8042;
+pub mod net;
 pub mod pci;
 pub mod serial;
 #[cfg(any(test, feature = "test-utils"))]

@@ -76,6 +76,8 @@ static int parse_mode(const char *v, size_t n, enum guest_mode *mode)
         *mode = MODE_VSOCK_ECHO;
     else if (token_eq(v, n, "vsock-connect"))
         *mode = MODE_VSOCK_CONNECT;
+    else if (token_eq(v, n, "net-echo"))
+        *mode = MODE_NET_ECHO;
     else
         return -1;
     return 0;

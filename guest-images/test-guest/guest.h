@@ -80,7 +80,8 @@ static inline long run_in_user(user_fn fn, void *arg)
 /* cmdline.c */
 enum guest_mode {
     MODE_REPORT, MODE_USER, MODE_TRIPLE_FAULT, MODE_RESET, MODE_HALT, MODE_EXCEPTION,
-    MODE_MMIO_EXEC, MODE_BLK, MODE_KBD, MODE_INT3_LOOP, MODE_VSOCK_ECHO, MODE_VSOCK_CONNECT
+    MODE_MMIO_EXEC, MODE_BLK, MODE_KBD, MODE_INT3_LOOP, MODE_VSOCK_ECHO, MODE_VSOCK_CONNECT,
+    MODE_NET_ECHO
 };
 struct cmdline_opts {
     enum guest_mode mode;
@@ -137,6 +138,8 @@ struct hvm_memmap_entry {
 
 /* blk_main.c: mode=blk (virtio-blk driver + load generator), see blk.h */
 NORETURN void blk_main(const char *cmdline, size_t len);
+/* net.c: mode=net-echo (virtio-net driver; ARP, ICMP echo, UDP port 7 answered for ip=) */
+NORETURN void net_main(const char *cmdline, size_t len);
 
 /* vsock_main.c: mode=vsock-echo / mode=vsock-connect (virtio-vsock), see vsock.h */
 NORETURN void vsock_main(const char *cmdline, size_t len, int connect);

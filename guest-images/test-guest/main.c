@@ -102,6 +102,8 @@ void kmain(u64 start_info_paddr)
     case MODE_VSOCK_ECHO:
     case MODE_VSOCK_CONNECT:
         vsock_main(cmdline, cmdline_len, opts.mode == MODE_VSOCK_CONNECT);  /* exits */
+    case MODE_NET_ECHO:
+        net_main(cmdline, cmdline_len);     /* answers for as long as the VM runs */
     case MODE_REPORT:
         break;
     }

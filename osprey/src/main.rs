@@ -16,7 +16,10 @@ const EXIT_VMM: i32 = 1;
 /// The config from the file and flags, prepared as start-up needs it
 /// ([`vmm::launch::prepare`]: the values checked, the host checked, the drives opened, the
 /// defaults filled in; warnings logged).
-fn effective_config(cli: &Cli) -> Result<(VmConfig, Vec<OpenedDrive>), ConfigError> {
+/// The effective config, its drives' files and its taps, opened.
+type Effective = (VmConfig, Vec<OpenedDrive>, Vec<vmm::net::Tap>);
+
+fn effective_config(cli: &Cli) -> Result<Effective, ConfigError> {
     let (config, mut warnings) = cli.vm_config()?;
     let file = cli.config_path().map(|(path, _)| path);
     if !cli.check_config {
@@ -27,7 +30,7 @@ fn effective_config(cli: &Cli) -> Result<(VmConfig, Vec<OpenedDrive>), ConfigErr
     for w in warnings {
         log::warn!("{w}");
     }
-    Ok((prepared.config, prepared.drives))
+    Ok((prepared.config, prepared.drives, prepared.taps))
 }
 
 /// The config file's `logger` section, applied as `PUT /logger` is, after the flags' logger: a
@@ -175,7 +178,7 @@ fn main() {
         restore(dir, &cli.restore_drive, cli.api_sock.as_deref());
     }
 
-    let (config, drives) = match effective_config(&cli) {
+    let (config, drives, taps) = match effective_config(&cli) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("osprey: error: {e}");
@@ -193,5 +196,5 @@ fn main() {
         }
         return;
     }
-    exit_with(vmm::vm::run(&config, drives))
+    exit_with(vmm::vm::run(&config, drives, taps))
 }

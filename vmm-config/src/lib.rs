@@ -16,6 +16,7 @@ pub mod identity;
 pub mod instance;
 pub mod logger;
 pub mod metrics;
+pub mod net;
 pub mod preflight;
 pub mod rate_limit;
 pub mod sandbox;

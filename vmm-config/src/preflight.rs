@@ -16,6 +16,8 @@ use crate::drive::OpenedDrive;
 pub struct Preflight {
     /// Each drive's backing file, opened and sized, in `drives` order.
     pub drives: Vec<OpenedDrive>,
+    /// Each network interface's tap, opened, in `network-interfaces` order.
+    pub taps: Vec<devices::net::Tap>,
     /// What start-up would warn about.
     pub warnings: Vec<ConfigWarning>,
 }
@@ -39,7 +41,12 @@ pub fn run(config: &VmConfig) -> Result<Preflight, ConfigError> {
         .enumerate()
         .map(|(i, d)| open_drive(i, d, &mut warnings))
         .collect::<Result<_, _>>()?;
-    Ok(Preflight { drives, warnings })
+    let taps = crate::net::open_taps(&config.network_interfaces)?;
+    Ok(Preflight {
+        drives,
+        taps,
+        warnings,
+    })
 }
 
 /// The vCPU count against this host's KVM: above its hard limit refused, above the count it

@@ -337,8 +337,9 @@ const fn size<T>() -> usize {
 /// for a snapshot; the VM ioctls of device activation and MSI-X programming (irqfds,
 /// ioeventfds, GSI routes, MSIs); and the reads of a snapshot's vCPU state, which each parked
 /// vCPU makes on its own fd (`snapshot::kvm_state::VcpuState::save`; nothing is written back);
-/// `KVM_TRANSLATE` for the bytes before a pausing vCPU's RIP (`vmm::soft_exception`).
-const VCPU_IOCTLS: [u64; 18] = [
+/// `KVM_TRANSLATE` for the bytes before a pausing vCPU's RIP (`vmm::soft_exception`); and a
+/// virtio-net activation's `TUNSETOFFLOAD` on its tap.
+const VCPU_IOCTLS: [u64; 19] = [
     kvm_ioc(0, 0x80, 0),                                 // KVM_RUN
     kvm_ioc(IOC_READ, 0x81, size::<kvm_regs>()),         // KVM_GET_REGS
     kvm_ioc(IOC_READ, 0x83, size::<kvm_sregs>()),        // KVM_GET_SREGS
@@ -357,7 +358,12 @@ const VCPU_IOCTLS: [u64; 18] = [
     kvm_ioc(IOC_READ_WRITE, 0x88, size::<kvm_msrs>()),   // KVM_GET_MSRS
     kvm_ioc(IOC_READ, 0x9f, size::<kvm_vcpu_events>()),  // KVM_GET_VCPU_EVENTS
     kvm_ioc(IOC_READ_WRITE, 0x85, TRANSLATION_SIZE),     // KVM_TRANSLATE
+    TUNSETOFFLOAD,
 ];
+
+/// `TUNSETOFFLOAD` (`_IOW('T', 208, unsigned int)`): a virtio-net device's activation sets its
+/// tap's offloads to the features the guest accepted, on the vCPU that wrote `DRIVER_OK`.
+const TUNSETOFFLOAD: u64 = 0x4004_54d0;
 
 /// `struct kvm_translation`'s size (`KVM_TRANSLATE` reads and writes it).
 const TRANSLATION_SIZE: usize = size::<kvm_translation>();
@@ -597,13 +603,15 @@ mod tests {
     fn kvm_run_is_the_known_number() {
         assert_eq!(VCPU_IOCTLS[0], 0xae80);
         assert_eq!(VCPU_IOCTLS[3], 0x4020_ae76);
+        // `<linux/if_tun.h>`'s TUNSETOFFLOAD, as strace prints it.
+        assert_eq!(VCPU_IOCTLS[18], 0x4004_54d0);
     }
 
     #[test]
     fn the_snapshot_reads_are_linux_numbers() {
         // `<linux/kvm.h>`'s values on x86-64 (as strace and Firecracker's filters print them).
         assert_eq!(
-            VCPU_IOCTLS[7..],
+            VCPU_IOCTLS[7..18],
             [
                 0x8004_ae98, // KVM_GET_MP_STATE
                 0x81a0_ae8c, // KVM_GET_FPU

@@ -189,12 +189,27 @@ impl Controller<'_> {
                 Effect::None,
             ),
             ApiCommand::PatchDrive(id, update) => (self.patch_drive(&id, &update), Effect::None),
+            ApiCommand::PatchNetworkInterface(id, update) => (
+                crate::live_tuning::patch_nic(
+                    self.devices
+                        .nics
+                        .iter()
+                        .find(|n| n.id == id)
+                        .map(|n| (&n.rate_limits, &*n.iothread)),
+                    &mut self.config.network_interfaces,
+                    &id,
+                    &update,
+                )
+                .map(|()| Reply::Done),
+                Effect::None,
+            ),
             ApiCommand::GetMetrics => (Ok(Reply::Metrics(Box::new(self.metrics()))), Effect::None),
             ApiCommand::Action(action) => self.action(action),
             ApiCommand::PutMachineConfig(_)
             | ApiCommand::PatchMachineConfig(_)
             | ApiCommand::PutBootSource(_)
             | ApiCommand::PutDrive(..)
+            | ApiCommand::PutNetworkInterface(..)
             | ApiCommand::PutIoThread(..)
             | ApiCommand::PutRateLimitGroup(..)
             | ApiCommand::PutLogger(_)

@@ -25,6 +25,10 @@ use devices::ExitRequester;
 use kvm_ioctls::VmFd;
 use vmm_sys_util::eventfd::EventFd;
 
+pub mod nic;
+
+pub use nic::{NicError, NicHandle};
+
 use crate::config::{DriveConfig, IoThreadConfig, IoUringConfig, VmConfig};
 use crate::drive::OpenedDrive;
 use crate::interrupts::{GsiRouter, KvmIoEvents};
@@ -101,6 +105,25 @@ pub enum DeviceError {
     /// The vsock device could not be built (its socket, its PCI function).
     #[error("vsock: {0}")]
     Vsock(#[source] crate::vsock_device::VsockDeviceError),
+    /// A network interface could not be built.
+    #[error("network-interfaces[{index}]: {source}")]
+    Nic {
+        /// The interface's index in `network-interfaces`.
+        index: usize,
+        /// Why.
+        source: NicError,
+    },
+    /// A restored VM's tap could not be opened.
+    #[error(transparent)]
+    NicTap(crate::config::ConfigError),
+    /// The preflight opened a different number of taps than the config has interfaces.
+    #[error("{opened} tap(s) opened for {configured} network interface(s)")]
+    Taps {
+        /// Taps opened by the preflight.
+        opened: usize,
+        /// Interfaces in the config.
+        configured: usize,
+    },
     /// The preflight opened a different number of drives than the config has.
     #[error("{opened} drive file(s) opened for {configured} drive(s)")]
     DriveFiles {
@@ -171,6 +194,8 @@ pub struct Devices {
     pub iothreads: BTreeMap<String, Arc<IoThread>>,
     /// Drives in config order.
     pub drives: Vec<DriveHandle>,
+    /// Network interfaces in config order.
+    pub nics: Vec<NicHandle>,
     /// `rate_limit_groups`, by id.
     pub rate_limit_groups: BTreeMap<String, Arc<RateLimiter>>,
     /// The PCI root.
@@ -207,6 +232,7 @@ impl std::fmt::Debug for Devices {
 pub fn build(
     config: &VmConfig,
     drive_files: Vec<OpenedDrive>,
+    taps: Vec<devices::net::Tap>,
     vm: &Arc<VmFd>,
     mem: &GuestMemory,
     exit: Arc<dyn ExitRequester>,
@@ -216,6 +242,12 @@ pub fn build(
         return Err(DeviceError::DriveFiles {
             opened: drive_files.len(),
             configured: config.drives.len(),
+        });
+    }
+    if taps.len() != config.network_interfaces.len() {
+        return Err(DeviceError::Taps {
+            opened: taps.len(),
+            configured: config.network_interfaces.len(),
         });
     }
     let legacy = LegacyDevices::build(vm, exit)?;
@@ -242,6 +274,13 @@ pub fn build(
         Some(v) => Some(pci_wiring.add_vsock(v, &iothreads)?),
         None => None,
     };
+    let nics = config
+        .network_interfaces
+        .iter()
+        .zip(taps)
+        .enumerate()
+        .map(|(i, (n, tap))| pci_wiring.add_nic(i, n, tap, &iothreads))
+        .collect::<Result<_, _>>()?;
     Ok(Devices {
         pio: Arc::new(legacy.pio),
         mmio: Arc::new(legacy.mmio),
@@ -249,6 +288,7 @@ pub fn build(
         i8042: legacy.i8042,
         iothreads,
         drives,
+        nics,
         rate_limit_groups,
         pci: legacy.pci,
         pci_config: legacy.pci_config,

@@ -12,6 +12,8 @@ pub struct Prepared {
     pub config: VmConfig,
     /// Each drive's backing file, opened, in `config.drives` order.
     pub drives: Vec<OpenedDrive>,
+    /// Each network interface's tap, opened, in `config.network_interfaces` order.
+    pub taps: Vec<devices::net::Tap>,
     /// What the user should be told (not errors).
     pub warnings: Vec<ConfigWarning>,
 }
@@ -25,6 +27,7 @@ pub fn prepare(mut config: VmConfig) -> Result<Prepared, ConfigError> {
     Ok(Prepared {
         config,
         drives: preflight.drives,
+        taps: preflight.taps,
         warnings,
     })
 }

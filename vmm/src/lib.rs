@@ -25,7 +25,7 @@ pub mod vsock_device;
 pub use api;
 pub use vmm_config::{
     affinity, allowed_folders, boot_timing, config, drive, fault_injection, host, identity,
-    instance, logger, metrics, rate_limit, sandbox, seccomp, snapshot_folder, swap_folder,
+    instance, logger, metrics, net, rate_limit, sandbox, seccomp, snapshot_folder, swap_folder,
     thread_weights,
 };
 pub(crate) use vmm_config::{field_update, preflight};

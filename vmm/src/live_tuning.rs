@@ -292,3 +292,108 @@ pub fn thread_reports() -> Vec<ThreadReport> {
         })
         .collect()
 }
+
+/// Changes interface `id`'s rx and tx limiters (each absent: kept; `{}` or null: removed),
+/// checked whole first, in its device (`nic`: its limiters and iothread, `None` when there is no
+/// such interface) and its config entry; wakes its iothread so a throttled direction looks
+/// again at once.
+pub fn patch_nic(
+    nic: Option<(&devices::net::throttle::NetRateLimits, &IoThread)>,
+    configs: &mut [crate::net::NetworkInterfaceConfig],
+    id: &str,
+    u: &crate::net::NetworkInterfaceUpdate,
+) -> Result<(), ApiError> {
+    if let Some(named) = &u.iface_id {
+        if named != id {
+            return Err(ApiError::BadRequest(format!(
+                "iface_id: `{named}` does not match the path's `{id}`"
+            )));
+        }
+    }
+    let (rate_limits, iothread) =
+        nic.ok_or_else(|| ApiError::NotFound(format!("no network interface `{id}`")))?;
+    let cfg = configs
+        .iter_mut()
+        .find(|c| c.iface_id == id)
+        .ok_or_else(|| ApiError::Internal(format!("network interface {id} has no config")))?;
+    for (name, limits) in [
+        ("rx_rate_limiter", &u.rx_rate_limiter),
+        ("tx_rate_limiter", &u.tx_rate_limiter),
+    ] {
+        if let Some(Some(r)) = limits {
+            r.check(name).map_err(ApiError::invalid)?;
+        }
+    }
+    if let Some(l) = u.rx_rate_limiter {
+        rate_limits.rx.set(l.unwrap_or_default().to_dataplane());
+        cfg.rx_rate_limiter = l;
+    }
+    if let Some(l) = u.tx_rate_limiter {
+        rate_limits.tx.set(l.unwrap_or_default().to_dataplane());
+        cfg.tx_rate_limiter = l;
+    }
+    iothread.wake_throttled().map_err(ApiError::failed)?;
+    log::info!(
+        "network interface {id}: rate limiters changed by the API: rx {}, tx {}",
+        json!(cfg.rx_rate_limiter),
+        json!(cfg.tx_rate_limiter)
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod nic_tests {
+    use super::*;
+    use crate::net::{NetworkInterfaceConfig, NetworkInterfaceUpdate};
+    use devices::net::throttle::NetRateLimits;
+
+    /// A live `PATCH /network-interfaces/{id}`: the limiter the body names changes in the device
+    /// and the config, the other stays; a bad value, another id in the body or an unknown
+    /// interface changes nothing.
+    #[test]
+    fn patch_nic_sets_the_named_limiter_and_checks_first() {
+        let thread = IoThread::spawn("nic-patch", 0).expect("iothread");
+        let limits = NetRateLimits::default();
+        let nic = |id: &str| (id == "eth0").then_some((&limits, &*thread));
+        let mut cfgs: Vec<NetworkInterfaceConfig> =
+            vec![
+                serde_json::from_str(r#"{"iface_id":"eth0","host_dev_name":"tap0"}"#).expect("cfg"),
+            ];
+        let update =
+            |json: &str| -> NetworkInterfaceUpdate { serde_json::from_str(json).expect("body") };
+        patch_nic(
+            nic("eth0"),
+            &mut cfgs,
+            "eth0",
+            &update(
+                r#"{"iface_id":"eth0","rx_rate_limiter":{"ops":{"size":10,"refill_time":100}}}"#,
+            ),
+        )
+        .expect("patched");
+        assert!(limits.rx.is_active());
+        assert!(!limits.tx.is_active(), "absent: kept");
+        assert!(cfgs[0].rx_rate_limiter.is_some());
+        for (id, body, status) in [
+            (
+                "eth0",
+                r#"{"rx_rate_limiter":{"ops":{"size":10,"refill_time":0}}}"#,
+                400,
+            ),
+            ("eth0", r#"{"iface_id":"eth1","rx_rate_limiter":null}"#, 400),
+            ("eth9", r#"{"rx_rate_limiter":null}"#, 404),
+        ] {
+            let e = patch_nic(nic(id), &mut cfgs, id, &update(body)).expect_err(body);
+            assert_eq!(e.status(), status, "{body}: {e}");
+            assert!(limits.rx.is_active(), "{body}: nothing changed");
+        }
+        patch_nic(
+            nic("eth0"),
+            &mut cfgs,
+            "eth0",
+            &update(r#"{"rx_rate_limiter":{}}"#),
+        )
+        .expect("removed");
+        assert!(!limits.rx.is_active());
+        thread.shutdown();
+    }
+}

@@ -116,6 +116,7 @@ pub fn answer(command: &ApiCommand) -> ApiReply {
         | ApiCommand::PatchMachineConfig(_)
         | ApiCommand::PutBootSource(_)
         | ApiCommand::PutDrive(..)
+        | ApiCommand::PutNetworkInterface(..)
         | ApiCommand::PutIoThread(..)
         | ApiCommand::PutRateLimitGroup(..)
         | ApiCommand::PutLogger(_)
@@ -159,6 +160,8 @@ pub fn answer(command: &ApiCommand) -> ApiReply {
         ApiCommand::GetDrive(id) => not_found("drive", id),
         ApiCommand::PatchDrive(id, _) if id == "disk0" => Ok(Reply::Done),
         ApiCommand::PatchDrive(id, _) => not_found("drive", id),
+        ApiCommand::PatchNetworkInterface(id, _) if id == "eth0" => Ok(Reply::Done),
+        ApiCommand::PatchNetworkInterface(id, _) => not_found("network interface", id),
         ApiCommand::ListRateLimitGroups => Ok(Reply::Groups(vec![GroupView::Running(group())])),
         ApiCommand::GetRateLimitGroup(id) if id == "tenant" => {
             Ok(Reply::Group(Box::new(GroupView::Running(group()))))

@@ -24,6 +24,8 @@ fn spec() -> Value {
 fn concrete(path: &str) -> String {
     if path.starts_with("/drives/") {
         path.replace("{id}", "disk0")
+    } else if path.starts_with("/network-interfaces/") {
+        path.replace("{id}", "eth0")
     } else if path.starts_with("/rate-limit-groups/") {
         path.replace("{id}", "tenant")
     } else {
@@ -111,8 +113,8 @@ fn every_request_example_is_accepted() {
     }
     // PATCH iothread 4, PUT iothread 1, PATCH drive 5 (a file swap), PUT drive 1, PATCH group 2,
     // PUT group 1, PUT /actions 4, PATCH /vm 2, machine-config 2, boot-source 1, logger 1,
-    // metrics 1, vsock 1, snapshot/create 1, snapshot/load 1.
-    assert_eq!(count, 28);
+    // metrics 1, vsock 1, snapshot/create 1, snapshot/load 1, PUT and PATCH network-interfaces 1 each.
+    assert_eq!(count, 30);
 }
 
 #[test]

@@ -48,6 +48,8 @@ pub mod status {
 pub mod device_type {
     /// virtio-blk.
     pub const BLOCK: u32 = super::virtio_ids::VIRTIO_ID_BLOCK;
+    /// virtio-net.
+    pub const NET: u32 = super::virtio_ids::VIRTIO_ID_NET;
 }
 
 /// How a device model signals the guest. Implemented by the transport (MSI-X for virtio-pci).

@@ -121,15 +121,10 @@ impl AbsentSection {
 
 impl VmConfig {
     /// Every config section of an absent feature: `(its key, its value, the feature)`.
-    pub fn absent_sections(&self) -> [(&'static str, &AbsentSection, AbsentFeature); 7] {
+    pub fn absent_sections(&self) -> [(&'static str, &AbsentSection, AbsentFeature); 6] {
         [
             ("cpu-config", &self.cpu_config, AbsentFeature::CpuConfig),
             ("balloon", &self.balloon, AbsentFeature::Balloon),
-            (
-                "network-interfaces",
-                &self.network_interfaces,
-                AbsentFeature::NetworkInterfaces,
-            ),
             ("mmds-config", &self.mmds_config, AbsentFeature::Mmds),
             ("entropy", &self.entropy, AbsentFeature::Entropy),
             ("pmem", &self.pmem, AbsentFeature::Pmem),
@@ -205,11 +200,6 @@ mod tests {
     #[test]
     fn a_real_value_is_refused_naming_the_feature() {
         for (extra, field, words) in [
-            (
-                r#","network-interfaces":[{"iface_id":"eth0","host_dev_name":"tap0"}]"#,
-                "network-interfaces",
-                "virtio-net",
-            ),
             (
                 r#","balloon":{"amount_mib":1}"#,
                 "balloon",

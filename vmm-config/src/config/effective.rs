@@ -8,13 +8,20 @@ impl VmConfig {
     /// Fills in the defaults start-up would choose: with drives or a vsock and no iothreads, one
     /// iothread `io0` with default parameters; a drive without `iothread` runs on the first iothread.
     pub fn fill_defaults(&mut self) {
-        if self.iothreads.is_empty() && (!self.drives.is_empty() || self.vsock.is_some()) {
+        if self.iothreads.is_empty()
+            && !(self.drives.is_empty()
+                && self.network_interfaces.is_empty()
+                && self.vsock.is_none())
+        {
             self.iothreads
                 .push(IoThreadConfig::with_id(DEFAULT_IOTHREAD));
         }
         if let Some(first) = self.iothreads.first().map(|t| t.id.clone()) {
             for d in &mut self.drives {
                 d.iothread.get_or_insert_with(|| first.clone());
+            }
+            for n in &mut self.network_interfaces {
+                n.iothread.get_or_insert_with(|| first.clone());
             }
         }
     }

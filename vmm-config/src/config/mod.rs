@@ -36,6 +36,14 @@ pub const DEFAULT_IOTHREAD: &str = "io0";
 /// Errors in a VM config: each names the file or JSON path at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// A network interface's tap could not be opened (`field` names it).
+    #[error("{field}: {source}")]
+    Tap {
+        /// The field (`network-interfaces[i].host_dev_name`).
+        field: String,
+        /// Why.
+        source: devices::net::TapError,
+    },
     /// The config file could not be read.
     #[error("{path}: {source}")]
     Read {
@@ -210,14 +218,14 @@ pub struct VmConfig {
     #[serde(default, skip_serializing_if = "AbsentSection::skip")]
     #[schema(value_type = Option<Object>)]
     pub balloon: AbsentSection,
-    /// Firecracker's network interfaces: absent from Osprey (`[]` or null only).
+    /// Network interfaces (virtio-net over host taps); null reads as none.
     #[serde(
         rename = "network-interfaces",
         default,
-        skip_serializing_if = "AbsentSection::skip"
+        deserialize_with = "crate::net::null_as_empty",
+        skip_serializing_if = "Vec::is_empty"
     )]
-    #[schema(value_type = Option<Vec<Object>>)]
-    pub network_interfaces: AbsentSection,
+    pub network_interfaces: Vec<crate::net::NetworkInterfaceConfig>,
     /// Firecracker's vsock: a virtio-vsock device whose host side is Unix sockets.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vsock: Option<crate::vsock::VsockConfig>,

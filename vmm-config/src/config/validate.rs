@@ -50,6 +50,8 @@ impl VmConfig {
             }
             self.check_drive(i, d, &iothreads, &groups)?;
         }
+        let ids: Vec<&str> = iothreads.iter().copied().collect();
+        crate::net::check_all(&self.network_interfaces, &ids)?;
         Ok(())
     }
 

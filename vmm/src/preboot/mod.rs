@@ -199,7 +199,12 @@ fn start(pending: &PendingVm, serving: ServingApi) -> Result<RunningVm, StartErr
     }
     prepared.config.api = api;
     crate::boot_timing::mark(crate::boot_timing::Step::ConfigParsed);
-    let mut vm = crate::vm::start(&prepared.config, prepared.drives, Some(serving))?;
+    let mut vm = crate::vm::start(
+        &prepared.config,
+        prepared.drives,
+        prepared.taps,
+        Some(serving),
+    )?;
     vm.set_process_exits_after();
     Ok(vm)
 }

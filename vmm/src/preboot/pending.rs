@@ -238,6 +238,33 @@ impl PendingVm {
             }
             ApiCommand::PatchIoThread(..) => Err(not_started("PATCH /iothreads (use PUT)")),
             ApiCommand::PatchDrive(..) => Err(not_started("PATCH /drives (use PUT)")),
+            ApiCommand::PatchNetworkInterface(..) => {
+                Err(not_started("PATCH /network-interfaces (use PUT)"))
+            }
+            ApiCommand::PutNetworkInterface(id, n) => {
+                let at = self
+                    .config
+                    .network_interfaces
+                    .iter()
+                    .position(|e| e.iface_id == id)
+                    .unwrap_or(self.config.network_interfaces.len());
+                n.check(&format!("network-interfaces[{at}]")).map_err(bad)?;
+                if let Some(other) = self
+                    .config
+                    .network_interfaces
+                    .iter()
+                    .find(|e| e.host_dev_name == n.host_dev_name && e.iface_id != id)
+                {
+                    return Err(ApiError::BadRequest(format!(
+                        "host_dev_name: tap `{}` is already used by interface `{}`",
+                        n.host_dev_name, other.iface_id
+                    )));
+                }
+                upsert(&mut self.config.network_interfaces, &id, *n, |e| {
+                    &e.iface_id
+                });
+                Ok(Reply::Done)
+            }
             ApiCommand::PatchRateLimitGroup(..) => {
                 Err(not_started("PATCH /rate-limit-groups (use PUT)"))
             }
@@ -474,5 +501,67 @@ mod tests {
         );
         let config = body(vm.execute(ApiCommand::GetConfig));
         assert!(config.get("boot-source").is_none(), "{config}");
+    }
+}
+
+#[cfg(test)]
+mod net_tests {
+    use super::*;
+    use crate::net::NetworkInterfaceConfig;
+
+    fn nic(json: &str) -> Box<NetworkInterfaceConfig> {
+        Box::new(serde_json::from_str(json).expect("nic"))
+    }
+
+    fn fault(reply: ApiReply) -> String {
+        match reply {
+            Err(e) if e.status() == 400 => e.to_string(),
+            other => panic!("expected a 400, got {other:?}"),
+        }
+    }
+
+    /// `PUT /network-interfaces/{id}` adds or replaces the interface; a bad value is a 400
+    /// naming its field and changes nothing; a tap already used by another interface is refused.
+    #[test]
+    fn put_network_interface_checks_then_upserts() {
+        let mut vm = PendingVm::new(VmConfig::default(), None);
+        let m = fault(vm.execute(ApiCommand::PutNetworkInterface(
+            "eth0".into(),
+            nic(r#"{"iface_id":"eth0","host_dev_name":"tap0","guest_mac":"06:00"}"#),
+        )));
+        assert!(m.contains("network-interfaces[0].guest_mac"), "{m}");
+        assert!(vm.config.network_interfaces.is_empty());
+        let put = |vm: &mut PendingVm, id: &str, json: &str| {
+            vm.execute(ApiCommand::PutNetworkInterface(id.into(), nic(json)))
+        };
+        assert!(matches!(
+            put(
+                &mut vm,
+                "eth0",
+                r#"{"iface_id":"eth0","host_dev_name":"tap0","rx_rate_limiter":{}}"#
+            ),
+            Ok(Reply::Done)
+        ));
+        assert!(matches!(
+            put(
+                &mut vm,
+                "eth0",
+                r#"{"iface_id":"eth0","host_dev_name":"tap1"}"#
+            ),
+            Ok(Reply::Done)
+        ));
+        assert_eq!(vm.config.network_interfaces.len(), 1, "replaced");
+        assert_eq!(vm.config.network_interfaces[0].host_dev_name, "tap1");
+        let m = fault(put(
+            &mut vm,
+            "eth1",
+            r#"{"iface_id":"eth1","host_dev_name":"tap1"}"#,
+        ));
+        assert!(m.contains("host_dev_name") && m.contains("eth0"), "{m}");
+        let m = fault(vm.execute(ApiCommand::PatchNetworkInterface(
+            "eth0".into(),
+            Default::default(),
+        )));
+        assert!(m.contains("PATCH /network-interfaces"), "{m}");
     }
 }

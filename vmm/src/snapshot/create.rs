@@ -166,13 +166,20 @@ pub fn create(
     };
     let vcpus = vcpu_states(live)?;
     let vm = VmState::save(live.vm)?;
-    let mut transports = Vec::with_capacity(live.devices.drives.len());
-    for d in &live.devices.drives {
-        let t = d.transport.lock().unwrap_or_else(|p| p.into_inner());
+    // The drives' functions, then the network interfaces'.
+    let functions = live
+        .devices
+        .drives
+        .iter()
+        .map(|d| (&d.id, &d.transport))
+        .chain(live.devices.nics.iter().map(|n| (&n.id, &n.transport)));
+    let mut transports = Vec::with_capacity(live.devices.drives.len() + live.devices.nics.len());
+    for (id, transport) in functions {
+        let t = transport.lock().unwrap_or_else(|p| p.into_inner());
         transports.push(
             t.save_state()
                 .map_err(|source| SnapshotCreateError::Device {
-                    drive: d.id.clone(),
+                    drive: id.clone(),
                     source,
                 })?,
         );

@@ -168,8 +168,13 @@ pub fn load(
         usize::from(config.machine.vcpu_count),
     )
     .or_else(|| shape("drives", state.drives.len(), config.drives.len()))
-    .or_else(|| shape("device states", state.transports.len(), config.drives.len()))
-    {
+    .or_else(|| {
+        shape(
+            "device states",
+            state.transports.len(),
+            config.drives.len() + config.network_interfaces.len(),
+        )
+    }) {
         return Err(e);
     }
     state.check_drives()?;

@@ -29,7 +29,7 @@ pub struct SnapshotState {
     pub vm: VmState,
     /// Each drive's backing file as it was, in config order.
     pub drives: Vec<DriveState>,
-    /// Each drive's virtio-pci function, in config order.
+    /// Each drive's virtio-pci function, in config order, then each network interface's.
     pub transports: Vec<devices::virtio::pci::state::VirtioPciState>,
     /// The PCI configuration latch and COM1.
     pub legacy: super::legacy::LegacyState,

@@ -84,9 +84,10 @@ enum Origin<'a> {
 pub fn start(
     config: &VmConfig,
     drive_files: Vec<OpenedDrive>,
+    taps: Vec<devices::net::Tap>,
     serving: Option<ServingApi>,
 ) -> Result<RunningVm, VmError> {
-    start_from(config, drive_files, serving, Origin::Boot)
+    start_from(config, (drive_files, taps), serving, Origin::Boot)
 }
 
 /// Restores the snapshot `checked` (`snapshot::restore::load` checked it and opened its files):
@@ -117,12 +118,17 @@ pub fn restore(
         mem_file: &mem_file,
         resume,
     };
-    start_from(&config, drives, serving, origin)
+    // The snapshot's interfaces on the taps of the same names, opened here: before the sandbox
+    // when Osprey serves no API yet, after its early part (no new network namespace then) when
+    // it does.
+    let taps = crate::net::open_taps(&config.network_interfaces)
+        .map_err(|e| VmError::Devices(crate::device_manager::DeviceError::NicTap(e)))?;
+    start_from(&config, (drives, taps), serving, origin)
 }
 
 fn start_from(
     config: &VmConfig,
-    drive_files: Vec<OpenedDrive>,
+    (drive_files, taps): (Vec<OpenedDrive>, Vec<devices::net::Tap>),
     serving: Option<ServingApi>,
     origin: Origin<'_>,
 ) -> Result<RunningVm, VmError> {
@@ -159,7 +165,7 @@ fn start_from(
     steps.mark("control loop and metrics");
     let (sandbox, light_vcpus) = prepare_sandbox(config)?;
     steps.mark("sandbox prepared");
-    let devices = device_manager::build(config, drive_files, &vm, &mem, exit, light_vcpus)?;
+    let devices = device_manager::build(config, drive_files, taps, &vm, &mem, exit, light_vcpus)?;
     confine_iothreads(&devices, &sandbox)?;
     steps.mark("devices");
     let boot = match origin {
@@ -339,20 +345,24 @@ fn load_guest(config: &VmConfig, mem: &GuestMemoryMmap) -> Result<BootEntry, VmE
 /// (`DRIVER_OK` activates it on its iothread); then the legacy devices' registers and the rate
 /// limiters' bucket levels.
 fn restore_devices(devices: &Devices, state: &SnapshotState) -> Result<(), VmError> {
-    for (drive, saved) in devices.drives.iter().zip(&state.transports) {
+    let functions = devices
+        .drives
+        .iter()
+        .map(|d| (&d.id, d.slot, &d.transport))
+        .chain(devices.nics.iter().map(|n| (&n.id, n.slot, &n.transport)));
+    for ((id, slot, transport), saved) in functions.zip(&state.transports) {
         {
             let mut root = devices.pci.lock().unwrap_or_else(|p| p.into_inner());
             for (offset, value) in saved.config_writes() {
-                root.config_write(0, drive.slot, 0, offset, &value.to_le_bytes());
+                root.config_write(0, slot, 0, offset, &value.to_le_bytes());
             }
         }
-        drive
-            .transport
+        transport
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .restore_state(saved)
             .map_err(|source| RestoreError::Device {
-                drive: drive.id.clone(),
+                drive: id.clone(),
                 source,
             })?;
     }
@@ -575,8 +585,12 @@ fn enter_control_sandbox(sandbox: &Sandbox) -> Result<(), VmError> {
 
 /// Builds, runs and waits for the VM on the drive files the preflight opened; the process is to
 /// exit when this returns (the engines' Linux AIO contexts are left to the exit to free).
-pub fn run(config: &VmConfig, drive_files: Vec<OpenedDrive>) -> Result<StopReason, VmError> {
-    let mut vm = start(config, drive_files, None)?;
+pub fn run(
+    config: &VmConfig,
+    drive_files: Vec<OpenedDrive>,
+    taps: Vec<devices::net::Tap>,
+) -> Result<StopReason, VmError> {
+    let mut vm = start(config, drive_files, taps, None)?;
     vm.process_exits_after = true;
     Ok(vm.wait())
 }

@@ -1,0 +1,371 @@
+//! One queue pair of a virtio-net device on an iothread: a `dataplane::Handler` that serves the
+//! tx ring and the tap's receive side in each turn, and a `Poll` whose cheap check looks at the
+//! tx ring (and, when the receive side waits for buffers, the rx ring), so the thread polls a
+//! NIC under the same adaptive policy and knobs (`poll_max_ns`, `poll_weight`, `max_batch`) as
+//! a disk. Frames arriving on the tap wake the thread through the tap's fd (watched
+//! edge-triggered like a kick): a tap has no memory to look at without a syscall.
+//!
+//! Guest notifications: the tx ring's are on while the thread sleeps and off while it polls;
+//! the rx ring's are on only while the receive side waits for buffers (a driver that refills
+//! its rx ring need not kick a device that has nothing for it).
+
+use std::os::unix::io::{AsRawFd, RawFd};
+use std::sync::mpsc::Sender;
+use std::sync::Arc;
+use std::time::Instant;
+
+use dataplane::{Handler, Poll, ThreadTurn, TurnEnd, Watch};
+use virtio_queue::Queue;
+use vmm_sys_util::eventfd::EventFd;
+
+use super::rx::{RxPath, RxStop};
+use super::stats::NetStats;
+use super::tap::Tap;
+use super::throttle::{DirectionThrottle, NetRateLimits};
+use super::tx::{TxPath, TxStop};
+use crate::virtio::host_ring::{HostMemory, HostRing};
+use crate::virtio::{ActivatedQueue, GuestMemory, VirtioInterrupt};
+
+/// Where the pair is in its life on the iothread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lifecycle {
+    /// Moving frames.
+    Running,
+    /// The device is leaving the iothread (reset): move nothing more.
+    Draining,
+    /// The guest broke a ring (DEVICE_NEEDS_RESET): move nothing until the device is reset.
+    Broken,
+}
+
+/// One ring of the pair.
+#[derive(Debug)]
+struct Side {
+    index: u16,
+    queue: Queue,
+    ring: Option<HostRing>,
+    kick: EventFd,
+    /// Used entries added since the last notification check.
+    used: bool,
+}
+
+impl Side {
+    fn new(q: ActivatedQueue, mem: &HostMemory) -> (Self, Option<String>) {
+        let (ring, err) = match HostRing::new(&q.queue, mem) {
+            Ok(ring) => (Some(ring), None),
+            Err(e) => (
+                None,
+                Some(format!("queue {}: unusable rings: {e}", q.index)),
+            ),
+        };
+        (
+            Self {
+                index: q.index,
+                queue: q.queue,
+                ring,
+                kick: q.kick,
+                used: false,
+            },
+            err,
+        )
+    }
+
+    fn into_queue(mut self) -> ActivatedQueue {
+        if let Some(ring) = self.ring.as_mut() {
+            ring.publish_used();
+            ring.sync_to(&mut self.queue);
+        }
+        ActivatedQueue {
+            index: self.index,
+            queue: self.queue,
+            kick: self.kick,
+            inflight: None,
+        }
+    }
+}
+
+/// Signals the guest for `side`'s used entries when its suppression rules ask for it.
+fn signal(stats: &NetStats, interrupt: &dyn VirtioInterrupt, side: &mut Side) {
+    if !std::mem::take(&mut side.used) {
+        return;
+    }
+    let Some(ring) = side.ring.as_mut() else {
+        return;
+    };
+    if ring.needs_notification() {
+        NetStats::add(&stats.notifications, 1);
+        if let Err(e) = interrupt.notify_queue(side.index) {
+            log::warn!("virtio-net queue {}: interrupt failed: {e}", side.index);
+        }
+    }
+}
+
+/// One rx/tx queue pair of a virtio-net device and its tap queue.
+pub struct NetQueuePair {
+    owner: u64,
+    rx: Side,
+    tx: Side,
+    mem: HostMemory,
+    interrupt: Arc<dyn VirtioInterrupt>,
+    tap: Tap,
+    rx_path: RxPath,
+    tx_path: TxPath,
+    rx_throttle: DirectionThrottle,
+    tx_throttle: DirectionThrottle,
+    stats: Arc<NetStats>,
+    lifecycle: Lifecycle,
+    /// The receive side waits for the guest's buffers (rx notifications are on).
+    rx_starved: bool,
+    /// The tap's queue was full at the last try (the thread retries on a timer).
+    tap_full: bool,
+    polling: bool,
+    owner_end: Option<Sender<ActivatedQueue>>,
+}
+
+impl std::fmt::Debug for NetQueuePair {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NetQueuePair")
+            .field("owner", &self.owner)
+            .field("rx", &self.rx.index)
+            .field("tx", &self.tx.index)
+            .finish()
+    }
+}
+
+impl NetQueuePair {
+    /// A pair serving `rx` and `tx` over `tap`, owned by device `owner`; `mergeable`: the
+    /// driver accepted MRG_RXBUF.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        owner: u64,
+        (rx, tx): (ActivatedQueue, ActivatedQueue),
+        mem: &GuestMemory,
+        interrupt: Arc<dyn VirtioInterrupt>,
+        tap: Tap,
+        mergeable: bool,
+        limits: &NetRateLimits,
+        stats: Arc<NetStats>,
+    ) -> Self {
+        let mem = HostMemory::new(mem);
+        let (rx, rx_err) = Side::new(rx, &mem);
+        let (tx, tx_err) = Side::new(tx, &mem);
+        let mut pair = Self {
+            owner,
+            rx,
+            tx,
+            mem,
+            interrupt,
+            tap,
+            rx_path: RxPath::new(mergeable),
+            tx_path: TxPath::default(),
+            rx_throttle: DirectionThrottle::new(limits.rx.clone()),
+            tx_throttle: DirectionThrottle::new(limits.tx.clone()),
+            stats,
+            lifecycle: Lifecycle::Running,
+            rx_starved: false,
+            tap_full: false,
+            polling: false,
+            owner_end: None,
+        };
+        if let Some(why) = rx_err.or(tx_err) {
+            pair.fail(&why);
+        }
+        if let Some(ring) = pair.rx.ring.as_mut() {
+            ring.disable_notification();
+        }
+        pair
+    }
+
+    /// Sends the queues to `owner_end` when the handler leaves the iothread (a device reset).
+    pub fn returning_to(mut self, owner_end: Sender<ActivatedQueue>) -> Self {
+        self.owner_end = Some(owner_end);
+        self
+    }
+
+    fn fail(&mut self, why: &str) {
+        if self.lifecycle != Lifecycle::Broken {
+            log::error!("virtio-net: {why}; the device needs a reset");
+            self.lifecycle = Lifecycle::Broken;
+            self.interrupt.set_needs_reset();
+        }
+    }
+
+    fn running(&self) -> bool {
+        self.lifecycle == Lifecycle::Running
+    }
+
+    /// Turns rx notifications on (starved) or off; true when buffers raced in.
+    fn set_rx_starved(&mut self, starved: bool) -> bool {
+        self.rx_starved = starved;
+        let Some(ring) = self.rx.ring.as_mut() else {
+            return false;
+        };
+        if starved {
+            ring.enable_notification()
+        } else {
+            ring.disable_notification();
+            false
+        }
+    }
+
+    fn wake_at(&self) -> Option<Instant> {
+        match (self.rx_throttle.until(), self.tx_throttle.until()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+impl Handler for NetQueuePair {
+    fn owner(&self) -> u64 {
+        self.owner
+    }
+
+    fn wake_fds(&self) -> Vec<RawFd> {
+        // The rx kick, the tx kick, the tap (frames arrived).
+        vec![
+            self.rx.kick.as_raw_fd(),
+            self.tx.kick.as_raw_fd(),
+            self.tap.as_raw_fd(),
+        ]
+    }
+
+    fn run(&mut self, max_batch: usize, _turn: &ThreadTurn) -> TurnEnd {
+        if !self.running() {
+            return TurnEnd {
+                stopped: self.lifecycle == Lifecycle::Broken,
+                ..TurnEnd::IDLE
+            };
+        }
+        let budget = max_batch.max(1);
+        self.tap_full = false;
+        let mut tx_stop = TxStop::Empty;
+        if let Some(ring) = self.tx.ring.as_mut() {
+            tx_stop = self.tx_path.run(
+                ring,
+                &self.mem,
+                &self.tap,
+                &mut self.tx_throttle,
+                &self.stats,
+                budget,
+                &mut self.tx.used,
+            );
+        }
+        let mut rx_stop = RxStop::Empty;
+        if let Some(ring) = self.rx.ring.as_mut() {
+            rx_stop = self.rx_path.run(
+                ring,
+                &self.mem,
+                &self.tap,
+                &mut self.rx_throttle,
+                &self.stats,
+                budget,
+                &mut self.rx.used,
+            );
+        }
+        signal(&self.stats, &*self.interrupt, &mut self.tx);
+        signal(&self.stats, &*self.interrupt, &mut self.rx);
+        let mut more = false;
+        match tx_stop {
+            TxStop::Broken(e) => self.fail(&format!("tx ring: {e}")),
+            TxStop::Budget => more = true,
+            TxStop::TapFull => self.tap_full = true,
+            TxStop::Empty | TxStop::Throttled => {}
+        }
+        match rx_stop {
+            RxStop::Broken(e) => self.fail(&format!("rx ring: {e}")),
+            RxStop::Budget => {
+                more = true;
+                self.set_rx_starved(false);
+            }
+            RxStop::NoBuffers => more |= self.set_rx_starved(true),
+            RxStop::Empty | RxStop::Throttled => {
+                self.set_rx_starved(false);
+            }
+        }
+        if !self.running() {
+            return TurnEnd {
+                stopped: true,
+                ..TurnEnd::IDLE
+            };
+        }
+        TurnEnd {
+            more,
+            retry: self.tap_full,
+            wake_at: self.wake_at(),
+            stopped: false,
+        }
+    }
+
+    fn drain(&mut self, _turn: &ThreadTurn) -> usize {
+        // Every frame is copied or written synchronously: nothing is ever in flight.
+        if self.running() {
+            self.lifecycle = Lifecycle::Draining;
+        }
+        0
+    }
+
+    fn resume(&mut self) {
+        if self.lifecycle == Lifecycle::Draining {
+            self.lifecycle = Lifecycle::Running;
+        }
+    }
+
+    fn detach(mut self: Box<Self>) {
+        let owner_end = self.owner_end.take();
+        let this = *self;
+        for side in [this.rx, this.tx] {
+            let q = side.into_queue();
+            if let Some(end) = &owner_end {
+                if end.send(q).is_err() {
+                    log::warn!("virtio-net: a queue left its iothread after its device was gone");
+                }
+            }
+        }
+    }
+
+    fn poller(&mut self) -> Option<&mut dyn Poll> {
+        Some(self)
+    }
+}
+
+impl Poll for NetQueuePair {
+    fn poll(&mut self) -> bool {
+        if !self.running() {
+            return false;
+        }
+        let tx = !self.tap_full
+            && self.tx_throttle.until().is_none()
+            && self.tx.ring.as_ref().is_some_and(HostRing::has_avail);
+        let rx = self.rx_starved
+            && self.rx_throttle.until().is_none()
+            && self.rx.ring.as_ref().is_some_and(HostRing::has_avail);
+        tx || rx
+    }
+
+    fn watch(&mut self, what: Watch, on: bool) -> bool {
+        if what != Watch::Polling {
+            return false;
+        }
+        self.polling = on;
+        if !self.running() {
+            return false;
+        }
+        let Some(tx) = self.tx.ring.as_mut() else {
+            return false;
+        };
+        if on {
+            tx.disable_notification();
+            false
+        } else {
+            let tx_more = tx.enable_notification() && self.tx_throttle.until().is_none();
+            let rx_more = self.rx_starved && self.set_rx_starved(true);
+            tx_more || rx_more
+        }
+    }
+
+    fn completed(&self) -> u64 {
+        let s = &self.stats;
+        s.rx_frames.load(std::sync::atomic::Ordering::Relaxed)
+            + s.tx_frames.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}

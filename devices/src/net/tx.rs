@@ -1,0 +1,170 @@
+//! The transmit path, guest → tap: pops the tx ring's chains, gathers each into an iovec list
+//! over guest memory (checked: readable descriptors only, every buffer inside guest memory, at
+//! most [`MAX_TX_SEGMENTS`] buffers and [`MAX_FRAME_LEN`] bytes, a chain that ends where it
+//! says it ends) and writes it to the tap in one `writev`. A malformed chain is the guest's own
+//! frame lost: it is returned unsent and counted. A full tap answers EAGAIN: the chain goes back
+//! on the ring (back-pressure; the guest's ring fills and its driver stops) and the handler asks
+//! for a retry.
+
+use std::io::ErrorKind;
+
+use virtio_bindings::virtio_ring;
+
+use super::stats::NetStats;
+use super::tap::Tap;
+use super::throttle::DirectionThrottle;
+use super::{LogLimit, MAX_FRAME_LEN, MIN_FRAME_LEN, VNET_HDR_LEN};
+use crate::virtio::host_ring::{HostMemory, HostRing, RingError};
+
+/// The most buffers one tx chain may have.
+pub const MAX_TX_SEGMENTS: usize = 64;
+
+const F_NEXT: u16 = virtio_ring::VRING_DESC_F_NEXT as u16;
+const F_WRITE: u16 = virtio_ring::VRING_DESC_F_WRITE as u16;
+
+/// Why the transmit side stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxStop {
+    /// The ring is empty.
+    Empty,
+    /// The turn's budget is spent and chains may remain.
+    Budget,
+    /// The tap's queue is full: the chain stays on the ring.
+    TapFull,
+    /// The rate limiter refused the next frame: it stays on the ring.
+    Throttled,
+    /// The guest broke the ring.
+    Broken(RingError),
+}
+
+/// Why a chain is not a frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Malformed {
+    WriteOnly,
+    OutsideMemory,
+    TooManySegments,
+    TooLong,
+    TooShort,
+    Truncated,
+}
+
+/// The transmit side's scratch: the iovec list, allocated once.
+#[derive(Debug)]
+pub struct TxPath {
+    iov: Vec<libc::iovec>,
+    log: LogLimit,
+}
+
+// SAFETY: the iovecs point into guest memory only between `gather` and the `writev` of the same
+// call; between calls they are stale values never dereferenced.
+unsafe impl Send for TxPath {}
+
+impl Default for TxPath {
+    fn default() -> Self {
+        Self {
+            iov: Vec::with_capacity(MAX_TX_SEGMENTS),
+            log: LogLimit::default(),
+        }
+    }
+}
+
+impl TxPath {
+    /// Sends up to `budget` frames; `used` is set when a used entry was added.
+    #[allow(clippy::too_many_arguments)]
+    pub fn run(
+        &mut self,
+        ring: &mut HostRing,
+        mem: &HostMemory,
+        tap: &Tap,
+        throttle: &mut DirectionThrottle,
+        stats: &NetStats,
+        budget: usize,
+        used: &mut bool,
+    ) -> TxStop {
+        for _ in 0..budget {
+            let head = match ring.pop() {
+                Ok(Some(head)) => head,
+                Ok(None) => return TxStop::Empty,
+                Err(e) => return TxStop::Broken(e),
+            };
+            match self.gather(ring, head, mem) {
+                Err(why) => {
+                    NetStats::add(&stats.tx_malformed, 1);
+                    if self.log.allow() {
+                        log::warn!("virtio-net: tx chain {head} dropped: {why:?}");
+                    }
+                }
+                Ok(len) => {
+                    let bytes = (len - VNET_HDR_LEN) as u64;
+                    if !throttle.admit(bytes, &stats.tx_throttled) {
+                        ring.undo_pop();
+                        return TxStop::Throttled;
+                    }
+                    match tap.write_frame(&self.iov) {
+                        Ok(_) => {
+                            NetStats::add(&stats.tx_frames, 1);
+                            NetStats::add(&stats.tx_bytes, bytes);
+                        }
+                        Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                            ring.undo_pop();
+                            NetStats::add(&stats.tx_tap_full, 1);
+                            return TxStop::TapFull;
+                        }
+                        Err(e) => {
+                            // The tap is gone or down: the frame is lost, the VM runs on.
+                            NetStats::add(&stats.tx_errors, 1);
+                            if self.log.allow() {
+                                log::warn!("virtio-net: writing to tap {}: {e}", tap.name());
+                            }
+                        }
+                    }
+                }
+            }
+            if let Err(e) = ring.add_used(head, 0) {
+                return TxStop::Broken(e);
+            }
+            *used = true;
+        }
+        TxStop::Budget
+    }
+
+    /// Fills `self.iov` with the chain's buffers; the frame's length.
+    fn gather(&mut self, ring: &HostRing, head: u16, mem: &HostMemory) -> Result<usize, Malformed> {
+        self.iov.clear();
+        let mut total = 0usize;
+        let mut last_flags = 0;
+        for d in ring.chain(head, mem) {
+            last_flags = d.flags();
+            if d.flags() & F_WRITE != 0 {
+                return Err(Malformed::WriteOnly);
+            }
+            let len = d.len() as usize;
+            total += len;
+            if total > MAX_FRAME_LEN {
+                return Err(Malformed::TooLong);
+            }
+            let addr = d.addr().0;
+            let host = mem
+                .range(addr, len as u64)
+                .ok_or(Malformed::OutsideMemory)?;
+            if len == 0 {
+                continue;
+            }
+            if self.iov.len() == MAX_TX_SEGMENTS {
+                return Err(Malformed::TooManySegments);
+            }
+            self.iov.push(libc::iovec {
+                iov_base: host.cast(),
+                iov_len: len,
+            });
+        }
+        if last_flags & F_NEXT != 0 {
+            // The walk ended early: a loop, a next index outside the table, a bad indirect table.
+            return Err(Malformed::Truncated);
+        }
+        if total < MIN_FRAME_LEN {
+            return Err(Malformed::TooShort);
+        }
+        Ok(total)
+    }
+}

@@ -1,0 +1,114 @@
+//! Network interfaces on the PCI bus: each `network-interfaces` entry becomes a virtio-net
+//! device over the tap the preflight opened, served by its iothread, with its rx/tx rate
+//! limiters (kept in the [`NicHandle`] for a live `PATCH`).
+
+use std::sync::{Arc, Mutex};
+
+use dataplane::rate_limit::RateLimiter;
+use dataplane::IoThread;
+use devices::net::throttle::NetRateLimits;
+use devices::net::{NetDeviceConfig, NetStats, Tap, VirtioNet};
+use devices::pci::root::PciRootError;
+use devices::virtio::pci::{VirtioPciDevice, VirtioPciError};
+
+use super::{os, DeviceError, PciWiring};
+use crate::net::NetworkInterfaceConfig;
+
+/// Why a network interface could not be put on the bus.
+#[derive(Debug, thiserror::Error)]
+pub enum NicError {
+    /// Its virtio-pci device could not be built.
+    #[error("PCI: {0}")]
+    VirtioPci(#[source] VirtioPciError),
+    /// It could not be put on the PCI bus.
+    #[error("PCI: {0}")]
+    PciSlot(#[source] PciRootError),
+    /// It names an iothread that was not started (the config's defaults were not filled in).
+    #[error("iothread `{0}` missing")]
+    NoIoThread(String),
+}
+
+/// A network interface as the rest of the VMM sees it.
+#[derive(Debug)]
+pub struct NicHandle {
+    /// `iface_id`.
+    pub id: String,
+    /// Its PCI slot.
+    pub slot: u8,
+    /// Its counters.
+    pub stats: Arc<NetStats>,
+    /// Its rx and tx limiters (set live with `RateLimiter::set`, then wake `iothread`).
+    pub rate_limits: NetRateLimits,
+    /// The iothread serving it.
+    pub iothread: Arc<IoThread>,
+    /// Its virtio-pci function (a snapshot saves and restores its state).
+    pub transport: Arc<Mutex<VirtioPciDevice>>,
+}
+
+impl PciWiring<'_> {
+    /// Interface `i` as a virtio-net device over `tap`, on the next PCI slot.
+    pub(super) fn add_nic(
+        &mut self,
+        i: usize,
+        n: &NetworkInterfaceConfig,
+        tap: Tap,
+        iothreads: &std::collections::BTreeMap<String, Arc<IoThread>>,
+    ) -> Result<NicHandle, DeviceError> {
+        let err = |source| DeviceError::Nic { index: i, source };
+        let thread_id = n.iothread.clone().unwrap_or_default();
+        let thread = iothreads
+            .get(&thread_id)
+            .cloned()
+            .ok_or_else(|| err(NicError::NoIoThread(thread_id.clone())))?;
+        let limiter = |c: &Option<crate::rate_limit::RateLimiterConfig>| -> Arc<RateLimiter> {
+            Arc::new(RateLimiter::new(c.unwrap_or_default().to_dataplane()))
+        };
+        let rate_limits = NetRateLimits {
+            rx: limiter(&n.rx_rate_limiter),
+            tx: limiter(&n.tx_rate_limiter),
+        };
+        let tap_name = tap.name().to_string();
+        let net = VirtioNet::new(
+            NetDeviceConfig {
+                iface_id: n.iface_id.clone(),
+                tap,
+                mac: n.mac(),
+                rate_limits: rate_limits.clone(),
+            },
+            thread.clone(),
+        );
+        let stats = net.stats();
+        // One vector per queue and one for configuration changes.
+        let vectors = self
+            .router
+            .allocate_vectors(3)
+            .map_err(os(format!("network-interfaces[{i}]: MSI-X vectors")))?;
+        let dev = VirtioPciDevice::new(
+            Box::new(net),
+            self.mem.clone(),
+            vectors,
+            self.router.clone(),
+            self.ioevents.clone(),
+        )
+        .map_err(|e| err(NicError::VirtioPci(e)))?;
+        let transport = Arc::new(Mutex::new(dev));
+        let slot = self
+            .pci
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .add_device(transport.clone())
+            .map_err(|e| err(NicError::PciSlot(e)))?;
+        log::info!(
+            "network-interfaces[{i}] {}: virtio-net at 00:{slot:02x}.0 on tap {tap_name}, iothread {thread_id}",
+            n.iface_id
+        );
+        Ok(NicHandle {
+            id: n.iface_id.clone(),
+            slot,
+            stats,
+            rate_limits,
+            iothread: thread,
+            transport,
+        })
+    }
+}
