@@ -185,8 +185,10 @@ fn ping_udp_echo_and_a_live_tx_limit_through_a_tap() {
         at.push(Instant::now());
     }
     let rate = 200.0 / at[300].duration_since(at[100]).as_secs_f64();
+    // At most 5 % over (the limit holds); under, a stalled host can slow the echo loop too
+    // (as tests/rate_limit.rs allows 10 %).
     assert!(
-        (95.0..=105.0).contains(&rate),
+        (90.0..=105.0).contains(&rate),
         "tx limited to 100 frames/s held {rate:.1}/s"
     );
     let (status, body) = api_call(
