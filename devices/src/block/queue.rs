@@ -1005,10 +1005,12 @@ mod tests {
             .map(|vq| f64::from(vq.used().idx().load()))
             .collect();
         let total: f64 = done.iter().sum();
-        // The full bucket at the start, then 6,000 per second.
+        // The full bucket at the start, then 6,000 per second: at most 3 % over (the limit
+        // holds); under, at most 10 % (a late sleep or a busy host only slows the loop: 4.3 %
+        // under once seen with the other unit tests running beside it).
         let want = 60.0 + 6000.0 * elapsed;
         assert!(
-            (total - want).abs() <= want * 0.03,
+            (want * 0.90..=want * 1.03).contains(&total),
             "the group's two drives completed {total} in {elapsed:.3} s, want {want:.0}: {done:?}"
         );
         assert!(
