@@ -132,6 +132,20 @@ impl ThreadKind {
             ThreadKind::Api => &[libc::FIONBIO],
             ThreadKind::Control => &CONTROL_IOCTLS,
         };
+        if self == ThreadKind::Stdin {
+            // The last reference to an fd the stdin thread shares (its sandbox hook's) may drop
+            // on it, after its filter: Rust's debug builds check an fd with fcntl(F_GETFD)
+            // before closing it. The other thread types may call fcntl anyway.
+            rules.insert(
+                libc::SYS_fcntl,
+                vec![SeccompRule::new(vec![SeccompCondition::new(
+                    1,
+                    SeccompCmpArgLen::Dword,
+                    SeccompCmpOp::Eq,
+                    libc::F_GETFD as u64,
+                )?])?],
+            );
+        }
         if self == ThreadKind::IoThread {
             rules.insert(libc::SYS_setpriority, vec![iothread_setpriority()?]);
             rules.insert(libc::SYS_socket, vec![unix_socket_only()?]);
