@@ -264,14 +264,14 @@ pub(crate) fn drain(devices: &Devices) -> Result<(), SnapshotCreateError> {
         let mut next_nudge = Instant::now() + NUDGE_AFTER;
         loop {
             let transport = d.transport.lock().unwrap_or_else(|p| p.into_inner());
-            let settled =
+            let behind =
                 transport
-                    .rings_settled()
+                    .unsettled_queues()
                     .map_err(|source| SnapshotCreateError::Device {
                         drive: d.id.clone(),
                         source,
                     })?;
-            if settled {
+            if behind.is_empty() {
                 break;
             }
             if Instant::now() >= next_nudge {
@@ -282,7 +282,7 @@ pub(crate) fn drain(devices: &Devices) -> Result<(), SnapshotCreateError> {
                     "drain: drive {}: queues (index, avail, used) {:?} not settled after {:.0} ms; \
                      nudging them",
                     d.id,
-                    transport.unsettled_queues(),
+                    behind,
                     started.elapsed().as_secs_f64() * 1e3
                 );
                 transport.nudge_queues();

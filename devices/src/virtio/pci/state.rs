@@ -158,9 +158,17 @@ impl VirtioPciDevice {
     /// queue's used ring index equals its avail ring index (both read from guest memory). With
     /// the vCPUs paused no request can be added, so once this holds the device is drained.
     pub fn rings_settled(&self) -> Result<bool, VirtioPciStateError> {
+        Ok(self.unsettled_queues()?.is_empty())
+    }
+
+    /// The enabled queues whose avail index is ahead of their used index, as
+    /// `(queue, avail, used)`: what a drain that does not settle is waiting for. None before
+    /// `DRIVER_OK`.
+    pub fn unsettled_queues(&self) -> Result<Vec<(usize, u16, u16)>, VirtioPciStateError> {
         if self.irq.status() & status::DRIVER_OK == 0 {
-            return Ok(true);
+            return Ok(Vec::new());
         }
+        let mut behind = Vec::new();
         for (queue, q) in self.common.queues.iter().enumerate() {
             if !q.enabled {
                 continue;
@@ -168,29 +176,10 @@ impl VirtioPciDevice {
             let avail = self.ring_index(queue, q.driver)?;
             let used = self.ring_index(queue, q.device)?;
             if avail != used {
-                return Ok(false);
+                behind.push((queue, avail, used));
             }
         }
-        Ok(true)
-    }
-
-    /// The enabled queues whose avail index is ahead of their used index, as
-    /// `(queue, avail, used)`: what a drain that does not settle is waiting for.
-    pub fn unsettled_queues(&self) -> Vec<(usize, u16, u16)> {
-        if self.irq.status() & status::DRIVER_OK == 0 {
-            return Vec::new();
-        }
-        self.common
-            .queues
-            .iter()
-            .enumerate()
-            .filter(|(_, q)| q.enabled)
-            .filter_map(|(queue, q)| {
-                let avail = self.ring_index(queue, q.driver).ok()?;
-                let used = self.ring_index(queue, q.device).ok()?;
-                (avail != used).then_some((queue, avail, used))
-            })
-            .collect()
+        Ok(behind)
     }
 
     /// Signals every queue's kick as a driver's notify would: the queue's handler looks at its

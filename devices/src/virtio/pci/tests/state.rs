@@ -180,11 +180,11 @@ fn an_unsettled_queue_is_named_and_a_nudge_signals_its_kick() {
     let d = driver();
     d.bring_up();
     let dev = || d.dev.lock().expect("lock");
-    assert!(dev().unsettled_queues().is_empty());
+    assert!(dev().unsettled_queues().expect("check").is_empty());
     // Queue 1: 5 available, 4 used (a request its handler has not completed).
     set_ring_idx(&d, 0x2_1000, 5);
     set_ring_idx(&d, 0x2_2000, 4);
-    assert_eq!(dev().unsettled_queues(), vec![(1, 5, 4)]);
+    assert_eq!(dev().unsettled_queues().expect("check"), vec![(1, 5, 4)]);
     let kicks: Vec<_> = d
         .state
         .lock()
