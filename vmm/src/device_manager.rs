@@ -19,15 +19,17 @@ use devices::pci::config_io::{PciConfigIo, PCI_CONFIG_IO_BASE, PCI_CONFIG_IO_LEN
 use devices::pci::mmio_window::PciMmioWindow;
 use devices::pci::root::{PciRoot, PciRootError};
 use devices::serial::{SerialConsole, COM1_IRQ, COM1_LEN, COM1_PORT};
-use devices::virtio::pci::{VirtioPciDevice, VirtioPciError};
+use devices::virtio::pci::VirtioPciDevice;
 use devices::virtio::GuestMemory;
 use devices::ExitRequester;
 use kvm_ioctls::VmFd;
 use vmm_sys_util::eventfd::EventFd;
 
 pub mod nic;
+pub mod pci_wiring;
 
 pub use nic::{NicError, NicHandle};
+pub use pci_wiring::{AttachError, Attached, PciWiring};
 
 use crate::config::{DriveConfig, IoThreadConfig, IoUringConfig, VmConfig};
 use crate::drive::OpenedDrive;
@@ -66,21 +68,13 @@ pub enum DeviceError {
     /// The PCI root could not be set up.
     #[error("PCI: {0}")]
     PciRoot(#[source] PciRootError),
-    /// A drive's virtio-pci device could not be built.
-    #[error("PCI: drives[{index}]: {source}")]
-    VirtioPci {
-        /// The drive's index in `drives`.
-        index: usize,
-        /// Why.
-        source: VirtioPciError,
-    },
     /// A drive's device could not be put on the PCI bus.
-    #[error("PCI: drives[{index}]: {source}")]
-    PciSlot {
+    #[error("drives[{index}]: {source}")]
+    DriveAttach {
         /// The drive's index in `drives`.
         index: usize,
         /// Why.
-        source: PciRootError,
+        source: AttachError,
     },
     /// An iothread could not be started or pinned.
     #[error(transparent)]
@@ -428,14 +422,6 @@ fn drive_rate_limits(
     })
 }
 
-/// What a virtio-pci device is wired to: the root bus, MSI routes, ioeventfds, guest memory.
-struct PciWiring<'a> {
-    pci: Arc<Mutex<PciRoot>>,
-    router: Arc<GsiRouter>,
-    ioevents: Arc<KvmIoEvents>,
-    mem: &'a GuestMemory,
-}
-
 impl PciWiring<'_> {
     /// The vsock device of `v` on the next PCI slot, served by the first iothread.
     fn add_vsock(
@@ -443,17 +429,7 @@ impl PciWiring<'_> {
         v: &vmm_config::vsock::VsockConfig,
         iothreads: &BTreeMap<String, Arc<IoThread>>,
     ) -> Result<crate::vsock_device::VsockHandle, DeviceError> {
-        crate::vsock_device::add(
-            crate::vsock_device::Wiring {
-                pci: &self.pci,
-                router: &self.router,
-                ioevents: &self.ioevents,
-                mem: self.mem,
-            },
-            v,
-            iothreads,
-        )
-        .map_err(DeviceError::Vsock)
+        crate::vsock_device::add(self, v, iothreads).map_err(DeviceError::Vsock)
     }
 
     /// Drive `i` as a virtio-blk device on `file`, served by `thread`, on the next PCI slot.
@@ -497,25 +473,9 @@ impl PciWiring<'_> {
         );
         let stats = block.stats();
         let swap = block.swap_handle();
-        let vectors = self
-            .router
-            .allocate_vectors(usize::from(d.num_queues) + 1)
-            .map_err(os(format!("drives[{i}]: MSI-X vectors")))?;
-        let dev = VirtioPciDevice::new(
-            Box::new(block),
-            self.mem.clone(),
-            vectors,
-            self.router.clone(),
-            self.ioevents.clone(),
-        )
-        .map_err(|source| DeviceError::VirtioPci { index: i, source })?;
-        let transport = Arc::new(Mutex::new(dev));
-        let slot = self
-            .pci
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .add_device(transport.clone())
-            .map_err(|source| DeviceError::PciSlot { index: i, source })?;
+        let Attached { slot, transport } = self
+            .attach(Box::new(block))
+            .map_err(|source| DeviceError::DriveAttach { index: i, source })?;
         log::info!(
             "drives[{i}] {}: virtio-blk at 00:{slot:02x}.0, {} sectors, {} queue(s) of {}, engine {:?}, iothread {thread_id}{}",
             d.drive_id,

@@ -7,16 +7,11 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use dataplane::IoThread;
-use devices::pci::root::{PciRoot, PciRootError};
-use devices::virtio::pci::{VirtioPciDevice, VirtioPciError};
-use devices::virtio::GuestMemory;
+use devices::virtio::pci::VirtioPciDevice;
 use devices::vsock::{MuxerError, VirtioVsock};
 use vmm_config::vsock::VsockConfig;
 
-use crate::interrupts::{GsiRouter, KvmIoEvents};
-
-/// MSI-X vectors: rx, tx, event and the config change.
-const VECTORS: usize = 4;
+use crate::device_manager::{AttachError, Attached, PciWiring};
 
 /// Why the vsock device could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -27,15 +22,9 @@ pub enum VsockDeviceError {
     /// Its socket.
     #[error(transparent)]
     Muxer(#[from] MuxerError),
-    /// Its MSI-X vectors.
-    #[error("MSI-X vectors: {0}")]
-    Vectors(#[source] std::io::Error),
-    /// Its virtio-pci function.
-    #[error("PCI: {0}")]
-    VirtioPci(#[from] VirtioPciError),
-    /// Its PCI slot.
-    #[error("PCI: {0}")]
-    Slot(#[from] PciRootError),
+    /// Its place on the PCI bus.
+    #[error(transparent)]
+    Attach(#[from] AttachError),
 }
 
 /// The vsock device as the rest of the VMM sees it.
@@ -51,22 +40,9 @@ pub struct VsockHandle {
     pub transport: Arc<Mutex<VirtioPciDevice>>,
 }
 
-/// What a virtio-pci device is wired to (the device manager's).
-#[derive(Debug)]
-pub struct Wiring<'a> {
-    /// The PCI root.
-    pub pci: &'a Arc<Mutex<PciRoot>>,
-    /// MSI routes.
-    pub router: &'a Arc<GsiRouter>,
-    /// ioeventfds.
-    pub ioevents: &'a Arc<KvmIoEvents>,
-    /// Guest memory.
-    pub mem: &'a GuestMemory,
-}
-
 /// Builds the device of `v` (binding its socket) on the next PCI slot.
 pub fn add(
-    w: Wiring<'_>,
+    w: &PciWiring<'_>,
     v: &VsockConfig,
     iothreads: &BTreeMap<String, Arc<IoThread>>,
 ) -> Result<VsockHandle, VsockDeviceError> {
@@ -76,23 +52,7 @@ pub fn add(
         .cloned()
         .ok_or(VsockDeviceError::NoIoThread)?;
     let device = VirtioVsock::new(v.guest_cid, &v.uds_path, thread.clone())?;
-    let vectors = w
-        .router
-        .allocate_vectors(VECTORS)
-        .map_err(VsockDeviceError::Vectors)?;
-    let dev = VirtioPciDevice::new(
-        Box::new(device),
-        w.mem.clone(),
-        vectors,
-        w.router.clone(),
-        w.ioevents.clone(),
-    )?;
-    let transport = Arc::new(Mutex::new(dev));
-    let slot = w
-        .pci
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .add_device(transport.clone())?;
+    let Attached { slot, transport } = w.attach(Box::new(device))?;
     log::info!(
         "vsock: virtio-vsock at 00:{slot:02x}.0, guest cid {}, socket {}, iothread {}",
         v.guest_cid,

@@ -8,21 +8,17 @@ use dataplane::rate_limit::RateLimiter;
 use dataplane::IoThread;
 use devices::net::throttle::NetRateLimits;
 use devices::net::{NetDeviceConfig, NetStats, Tap, VirtioNet};
-use devices::pci::root::PciRootError;
-use devices::virtio::pci::{VirtioPciDevice, VirtioPciError};
+use devices::virtio::pci::VirtioPciDevice;
 
-use super::{os, DeviceError, PciWiring};
+use super::{AttachError, Attached, DeviceError, PciWiring};
 use crate::net::NetworkInterfaceConfig;
 
 /// Why a network interface could not be put on the bus.
 #[derive(Debug, thiserror::Error)]
 pub enum NicError {
-    /// Its virtio-pci device could not be built.
-    #[error("PCI: {0}")]
-    VirtioPci(#[source] VirtioPciError),
     /// It could not be put on the PCI bus.
-    #[error("PCI: {0}")]
-    PciSlot(#[source] PciRootError),
+    #[error(transparent)]
+    Attach(AttachError),
     /// It names an iothread that was not started (the config's defaults were not filled in).
     #[error("iothread `{0}` missing")]
     NoIoThread(String),
@@ -78,26 +74,9 @@ impl PciWiring<'_> {
             thread.clone(),
         );
         let stats = net.stats();
-        // One vector per queue and one for configuration changes.
-        let vectors = self
-            .router
-            .allocate_vectors(3)
-            .map_err(os(format!("network-interfaces[{i}]: MSI-X vectors")))?;
-        let dev = VirtioPciDevice::new(
-            Box::new(net),
-            self.mem.clone(),
-            vectors,
-            self.router.clone(),
-            self.ioevents.clone(),
-        )
-        .map_err(|e| err(NicError::VirtioPci(e)))?;
-        let transport = Arc::new(Mutex::new(dev));
-        let slot = self
-            .pci
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .add_device(transport.clone())
-            .map_err(|e| err(NicError::PciSlot(e)))?;
+        let Attached { slot, transport } = self
+            .attach(Box::new(net))
+            .map_err(|e| err(NicError::Attach(e)))?;
         log::info!(
             "network-interfaces[{i}] {}: virtio-net at 00:{slot:02x}.0 on tap {tap_name}, iothread {thread_id}",
             n.iface_id
