@@ -14,6 +14,7 @@ pub mod pci;
 pub mod serial;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod test_utils;
+pub mod uds;
 pub mod vhost_user;
 pub mod virtio;
 pub mod vsock;

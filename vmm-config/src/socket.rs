@@ -3,7 +3,7 @@
 
 use std::fs;
 use std::io;
-use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 
@@ -87,8 +87,8 @@ fn shorten_backlog(listener: &UnixListener) -> io::Result<()> {
     }
 }
 
-/// Binds `path` (non-blocking, mode 0600, a backlog of [`BACKLOG`]), first removing a stale socket file left by a process
-/// that is gone.
+/// Binds `path` (non-blocking, mode 0600, a backlog of [`BACKLOG`], listening before the path
+/// appears: [`devices::uds`]), first removing a stale socket file left by a process that is gone.
 pub fn bind(path: &Path) -> Result<UnixListener, ApiServerError> {
     let io_err = |source| ApiServerError::Socket {
         path: path.to_path_buf(),
@@ -98,13 +98,13 @@ pub fn bind(path: &Path) -> Result<UnixListener, ApiServerError> {
         log::info!("Replacing stale API socket {}", path.display());
         fs::remove_file(path).map_err(io_err)?;
     }
-    let listener = UnixListener::bind(path).map_err(io_err)?;
-    // Under the usual umask (022) the socket is created without write permission for others,
-    // so nobody else can connect in the window before this narrows it to the owner.
-    let restrict = fs::set_permissions(path, fs::Permissions::from_mode(0o600))
-        .and_then(|()| listener.set_nonblocking(true))
+    // Listening, and closed to others (the usual umask leaves write permission to the owner
+    // only, and this narrows it before anyone can see the path), before the path appears.
+    let listener = devices::uds::bind_listening(path, Some(0o600)).map_err(io_err)?;
+    let ready = listener
+        .set_nonblocking(true)
         .and_then(|()| shorten_backlog(&listener));
-    if let Err(e) = restrict {
+    if let Err(e) = ready {
         let _ = fs::remove_file(path);
         return Err(io_err(e));
     }

@@ -32,7 +32,7 @@ impl VhostUserServer {
                 std::fs::remove_file(path).map_err(err)?;
             }
         }
-        let listener = UnixListener::bind(path).map_err(err)?;
+        let listener = crate::uds::bind_listening(path, None).map_err(err)?;
         Ok(Self {
             path: path.to_owned(),
             listener,

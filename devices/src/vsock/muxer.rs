@@ -135,7 +135,7 @@ impl Muxer {
             path: uds_path.to_path_buf(),
             source,
         };
-        let listener = UnixListener::bind(uds_path).map_err(bind_err)?;
+        let listener = crate::uds::bind_listening(uds_path, None).map_err(bind_err)?;
         listener.set_nonblocking(true).map_err(bind_err)?;
         let epoll = Epoll::new().map_err(MuxerError::Epoll)?;
         let fd = listener.as_raw_fd();
