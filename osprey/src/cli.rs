@@ -54,7 +54,7 @@ pub struct Cli {
 
     /// Firecracker's config file: the same sections as --config, but relative paths in it are
     /// taken from the working directory (as Firecracker takes them), and the API is served on
-    /// /run/firecracker.socket unless --api-sock or --no-api says otherwise.
+    /// /run/firecracker.socket unless --api-sock, --no-api or the file's api.socket says otherwise.
     #[arg(long, value_name = "FILE", help_heading = FIRECRACKER)]
     pub config_file: Option<PathBuf>,
 
@@ -488,8 +488,17 @@ impl Cli {
                 }
             }
         }
-        if let Some(socket) = self.api_socket() {
-            config.api = Some(ApiConfig { socket });
+        // `--api-sock` wins; Firecracker's default socket only where the file names none.
+        match (&self.api_sock, self.api_socket()) {
+            (Some(socket), _) => {
+                config.api = Some(ApiConfig {
+                    socket: socket.clone(),
+                })
+            }
+            (None, Some(default)) if config.api.is_none() => {
+                config.api = Some(ApiConfig { socket: default })
+            }
+            _ => {}
         }
         config.resolve_paths(std::path::Path::new(""));
         Ok((config, warnings))
@@ -857,6 +866,33 @@ mod tests {
         let given = Cli::parse_from(["osprey", "--config-file", "vm.json", "--api-sock", "/s"]);
         assert_eq!(given.api_socket(), Some(PathBuf::from("/s")));
         assert!(Cli::try_parse_from(["osprey", "--config", "a", "--config-file", "b"]).is_err());
+    }
+
+    /// A `--config-file` naming its own `api.socket` is served there, not on Firecracker's
+    /// default (which it used to replace); `--api-sock` still wins.
+    #[test]
+    fn a_config_files_api_socket_wins_over_firecrackers_default() {
+        let dir = std::env::temp_dir().join(format!("osprey-cli-api-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let file = dir.join("vm.json");
+        std::fs::write(
+            &file,
+            r#"{"boot-source": {"kernel_image_path": "/k"}, "api": {"socket": "/tmp/file.sock"}}"#,
+        )
+        .expect("write");
+        let socket = |extra: &[&str]| {
+            let mut args = vec!["osprey", "--config-file", file.to_str().expect("utf-8")];
+            args.extend_from_slice(extra);
+            let (config, _) = Cli::parse_from(&args).vm_config().expect("config");
+            config.api.map(|a| a.socket)
+        };
+        assert_eq!(socket(&[]), Some(PathBuf::from("/tmp/file.sock")));
+        assert_eq!(socket(&["--no-api"]), Some(PathBuf::from("/tmp/file.sock")));
+        assert_eq!(socket(&["--api-sock", "/s"]), Some(PathBuf::from("/s")));
+        std::fs::write(&file, r#"{"boot-source": {"kernel_image_path": "/k"}}"#).expect("write");
+        assert_eq!(socket(&[]), Some(PathBuf::from(FIRECRACKER_API_SOCK)));
+        assert_eq!(socket(&["--no-api"]), None);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// Firecracker v1.16.1's flags that used to end Osprey with "unexpected argument".
