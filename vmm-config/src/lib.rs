@@ -14,6 +14,7 @@ pub mod field_update;
 pub mod host;
 pub mod identity;
 pub mod instance;
+pub mod line_sink;
 pub mod logger;
 pub mod metrics;
 pub mod net;

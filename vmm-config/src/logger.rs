@@ -10,6 +10,8 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
+use crate::line_sink::LineSink;
+
 /// `logger`: Firecracker's `PUT /logger` body.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -91,7 +93,7 @@ pub enum LoggerError {
 }
 
 /// Where lines go: `None` is standard error.
-static SINK: Mutex<Option<File>> = Mutex::new(None);
+static SINK: Mutex<Option<LineSink>> = Mutex::new(None);
 /// Lines carry their level (Osprey's default; Firecracker's `show_level`).
 static SHOW_LEVEL: AtomicBool = AtomicBool::new(true);
 static SHOW_ORIGIN: AtomicBool = AtomicBool::new(false);
@@ -127,9 +129,10 @@ impl Write for Sink {
         let mut file = SINK.lock().unwrap_or_else(|p| p.into_inner());
         match file.as_mut() {
             // One write per line (env_logger formats the line first). A log file opened
-            // non-blocking (a FIFO) that cannot take it drops it, counted, and never blocks.
+            // non-blocking (a FIFO) that cannot take it drops it, counted, and never blocks; a
+            // line it took in part is finished before the next ([`LineSink`]).
             Some(f) => {
-                if !matches!(f.write(buf), Ok(n) if n == buf.len()) {
+                if f.write_line(buf).is_err() {
                     MISSED_LINES.fetch_add(1, Ordering::Relaxed);
                 }
                 Ok(buf.len())
@@ -185,7 +188,7 @@ pub fn apply(config: &LoggerConfig) -> Result<(), LoggerError> {
             path: path.clone(),
             source,
         })?;
-        *SINK.lock().unwrap_or_else(|p| p.into_inner()) = Some(file);
+        *SINK.lock().unwrap_or_else(|p| p.into_inner()) = Some(LineSink::new(file));
     }
     if let Some(m) = &config.module {
         *MODULE.lock().unwrap_or_else(|p| p.into_inner()) = Some(m.clone());
@@ -202,7 +205,7 @@ pub fn apply(config: &LoggerConfig) -> Result<(), LoggerError> {
 /// standard error: a snapshot must never replace it (`snapshot::commit`).
 pub fn file_metadata() -> Option<std::fs::Metadata> {
     let file = SINK.lock().unwrap_or_else(|p| p.into_inner());
-    file.as_ref().and_then(|f| f.metadata().ok())
+    file.as_ref().and_then(|f| f.file().metadata().ok())
 }
 
 /// Opens `path` for appending, created if missing, without blocking on a FIFO.

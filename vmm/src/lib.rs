@@ -28,4 +28,4 @@ pub use vmm_config::{
     instance, logger, metrics, net, rate_limit, sandbox, seccomp, snapshot_folder, swap_folder,
     thread_weights,
 };
-pub(crate) use vmm_config::{field_update, preflight};
+pub(crate) use vmm_config::{field_update, line_sink, preflight};

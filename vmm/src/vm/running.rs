@@ -313,7 +313,7 @@ impl RunningVm {
 /// Osprey's metrics under their keys, and Firecracker's groups beside them for the tools that
 /// decode Firecracker's lines (`metrics::firecracker`).
 pub(super) struct MetricsFile {
-    file: std::fs::File,
+    file: crate::line_sink::LineSink,
     firecracker: crate::metrics::firecracker::FirecrackerGroups,
 }
 
@@ -322,7 +322,7 @@ impl MetricsFile {
     pub(super) fn open(cfg: &crate::config::MetricsConfig) -> Option<MetricsFile> {
         match crate::logger::open_nonblocking(&cfg.path) {
             Ok(file) => Some(MetricsFile {
-                file,
+                file: crate::line_sink::LineSink::new(file),
                 firecracker: Default::default(),
             }),
             Err(e) => {
@@ -337,7 +337,6 @@ impl MetricsFile {
 
     fn write(&mut self, report: &crate::api::replies::MetricsReport) {
         let metrics = crate::metrics::report::json_of(report);
-        use std::io::Write;
         let ts = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_millis() as u64)
@@ -351,24 +350,18 @@ impl MetricsFile {
             l.extend(firecracker);
         }
         // One write per line (the file is unbuffered: `writeln!` of a JSON value would make a
-        // syscall per token).
-        // A file opened non-blocking (a FIFO nobody reads) that cannot take the line drops it,
-        // counted (Firecracker's `logger.missed_metrics_count`); the first drop is logged.
+        // syscall per token). A file opened non-blocking (a FIFO nobody reads) that cannot take
+        // the line drops it, counted (Firecracker's `logger.missed_metrics_count`), and the
+        // first drop is logged; a line longer than a pipe takes at once is finished before the
+        // next (`line_sink`), so a reader never sees two lines glued together.
         let text = format!("{line}\n");
-        match self.file.write(text.as_bytes()) {
-            Ok(n) if n == text.len() => {}
-            other => {
-                let missed = &crate::metrics::firecracker::MISSED_METRICS_LINES;
-                if missed.fetch_add(1, std::sync::atomic::Ordering::Relaxed) == 0 {
-                    log::warn!(
-                        "metrics line dropped ({}); later drops are counted in \
-                         logger.missed_metrics_count",
-                        match other {
-                            Ok(n) => format!("{n} of {} bytes written", text.len()),
-                            Err(e) => e.to_string(),
-                        }
-                    );
-                }
+        if let Err(e) = self.file.write_line(text.as_bytes()) {
+            let missed = &crate::metrics::firecracker::MISSED_METRICS_LINES;
+            if missed.fetch_add(1, std::sync::atomic::Ordering::Relaxed) == 0 {
+                log::warn!(
+                    "metrics line dropped ({e}); later drops are counted in \
+                     logger.missed_metrics_count"
+                );
             }
         }
     }
