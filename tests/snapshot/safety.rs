@@ -22,9 +22,12 @@ use super::{assert_verified, drive_requests, wait_for_socket};
 use serde_json::{json, Value};
 
 /// A short verify run (4,096 blocks written and read back) for the tests that let it finish.
-const SHORT_VERIFY: &str = "mode=blk rw=verify bs=4096 qd=16 queues=2 count=8192";
+/// `timeout_ms`: see [`super::NO_STALL_LIMIT`].
+const SHORT_VERIFY: &str =
+    "mode=blk rw=verify bs=4096 qd=16 queues=2 count=8192 timeout_ms=3600000";
 /// Reads that never end, for the tests that only need a guest doing I/O.
-const ENDLESS_READS: &str = "mode=blk rw=randread bs=4096 qd=16 queues=2 count=100000000";
+const ENDLESS_READS: &str =
+    "mode=blk rw=randread bs=4096 qd=16 queues=2 count=100000000 timeout_ms=3600000";
 const SMALL_DISK: u64 = 32 << 20;
 
 /// Boots the test guest on `disk` (its kernel copied beside it, so the kernel lies in the API
