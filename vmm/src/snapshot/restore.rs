@@ -95,6 +95,18 @@ pub enum RestoreError {
         /// Why.
         source: devices::virtio::pci::state::VirtioPciStateError,
     },
+    /// The vsock device's saved state does not fit the saved configuration's vsock (there in
+    /// one and not the other, or another CID).
+    #[error("snapshot's vsock state (guest_cid {saved:?}) does not match its configuration's vsock (guest_cid {configured:?})")]
+    VsockShape {
+        /// The state's CID, `None` without a vsock state.
+        saved: Option<u64>,
+        /// The configuration's CID, `None` without a vsock.
+        configured: Option<u64>,
+    },
+    /// The vsock device's state does not replay.
+    #[error("vsock: {0}")]
+    VsockDevice(#[source] devices::virtio::pci::state::VirtioPciStateError),
     /// The legacy devices' saved registers do not replay.
     #[error("legacy devices: {0}")]
     Legacy(#[source] devices::serial::SerialRestoreError),
@@ -176,6 +188,14 @@ pub fn load(
         )
     }) {
         return Err(e);
+    }
+    let saved_cid = state.vsock.as_ref().map(|v| v.guest_cid);
+    let configured_cid = config.vsock.as_ref().map(|v| v.guest_cid);
+    if saved_cid != configured_cid {
+        return Err(RestoreError::VsockShape {
+            saved: saved_cid,
+            configured: configured_cid,
+        });
     }
     state.check_drives()?;
     let drives = config

@@ -213,6 +213,9 @@ fn start_from(
         },
     )?;
     steps.mark("vcpus");
+    if let Origin::Snapshot { state, .. } = origin {
+        vsock_transport_reset(&devices, state);
+    }
     spawn_stdin_reader(devices.serial.clone(), sandbox.hook(ThreadKind::Stdin));
     let api = match serving {
         Some(serving) => Some(take_over_api(serving, &tx, &sandbox)?),
@@ -366,6 +369,19 @@ fn restore_devices(devices: &Devices, state: &SnapshotState) -> Result<(), VmErr
                 source,
             })?;
     }
+    if let (Some(v), Some(saved)) = (&devices.vsock, &state.vsock) {
+        let mut root = devices.pci.lock().unwrap_or_else(|p| p.into_inner());
+        for (offset, value) in saved.transport.config_writes() {
+            root.config_write(0, v.slot, 0, offset, &value.to_le_bytes());
+        }
+        drop(root);
+        // A fresh muxer: the snapshot's connections were another process's (docs/vsock.md).
+        v.transport
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .restore_state(&saved.transport)
+            .map_err(RestoreError::VsockDevice)?;
+    }
     state
         .legacy
         .apply(&devices.pci_config, &devices.serial)
@@ -385,6 +401,19 @@ fn restore_devices(devices: &Devices, state: &SnapshotState) -> Result<(), VmErr
         }
     }
     Ok(())
+}
+
+/// A restored vsock device the guest's driver had running gets a TRANSPORT_RESET event, sent
+/// once the vCPUs exist with their restored local APICs (an interrupt sent before would be
+/// lost); the guest takes it when it runs.
+fn vsock_transport_reset(devices: &Devices, state: &SnapshotState) {
+    let (Some(v), Some(saved)) = (&devices.vsock, &state.vsock) else {
+        return;
+    };
+    if saved.transport.status & devices::virtio::status::DRIVER_OK != 0 {
+        v.transport_reset();
+        log::info!("vsock: the guest is sent a TRANSPORT_RESET (connections are not restored)");
+    }
 }
 
 /// How a vCPU gets its first state.
