@@ -1,8 +1,9 @@
 //! The VM's virtio-vsock device (config `vsock`, `PUT /vsock`): made when the devices are
 //! built, so its Unix socket is bound before the VM runs, and removed when the device goes
 //! (the VM's exit). It sits on the first iothread, beside the disks. A snapshot holds it
-//! still ([`VsockHandle::hold`]) while it reads its state and guest memory; a restored VM's
-//! guest gets a TRANSPORT_RESET ([`VsockHandle::transport_reset`]).
+//! still ([`VsockHandle::hold`]) while it reads its state and guest memory; a restore holds it
+//! from its replay until the vCPUs exist, its guest then getting a TRANSPORT_RESET
+//! (`vm::restore_devices`).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -56,17 +57,10 @@ impl VsockHandle {
         self.iothread.run_on_thread(Box::new(|| Ok(())))
     }
 
-    /// Ends a [`VsockHandle::hold`]; the queues are nudged so the handler looks at what
-    /// waited.
+    /// Ends a hold (a snapshot's, a restore's); the queues are nudged so the handler looks at
+    /// what waited (and sends an asked TRANSPORT_RESET).
     pub fn release(&self) {
         self.control.set_gate(Gate::Open);
-        self.nudge();
-    }
-
-    /// Drops every connection and sends the guest a TRANSPORT_RESET event (with its
-    /// interrupt) at the handler's next turn, made to happen now.
-    pub fn transport_reset(&self) {
-        self.control.request_transport_reset();
         self.nudge();
     }
 

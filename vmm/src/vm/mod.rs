@@ -214,7 +214,7 @@ fn start_from(
     )?;
     steps.mark("vcpus");
     if let Origin::Snapshot { state, .. } = origin {
-        vsock_transport_reset(&devices, state);
+        release_restored_vsock(&devices, state);
     }
     spawn_stdin_reader(devices.serial.clone(), sandbox.hook(ThreadKind::Stdin));
     let api = match serving {
@@ -376,6 +376,12 @@ fn restore_devices(devices: &Devices, state: &SnapshotState) -> Result<(), VmErr
         }
         drop(root);
         // A fresh muxer: the snapshot's connections were another process's (docs/vsock.md).
+        // Held until the vCPUs exist ([`release_restored_vsock`]): an interrupt it sent now
+        // would reach no local APIC, or one about to be overwritten by its saved state.
+        v.control.set_gate(devices::vsock::Gate::Held);
+        if saved.transport.status & devices::virtio::status::DRIVER_OK != 0 {
+            v.control.request_transport_reset();
+        }
         v.transport
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -403,17 +409,16 @@ fn restore_devices(devices: &Devices, state: &SnapshotState) -> Result<(), VmErr
     Ok(())
 }
 
-/// A restored vsock device the guest's driver had running gets a TRANSPORT_RESET event, sent
-/// once the vCPUs exist with their restored local APICs (an interrupt sent before would be
-/// lost); the guest takes it when it runs.
-fn vsock_transport_reset(devices: &Devices, state: &SnapshotState) {
-    let (Some(v), Some(saved)) = (&devices.vsock, &state.vsock) else {
+/// A restored vsock device, held since its state was replayed, is released once the vCPUs exist
+/// with their restored local APICs: its first turn drops every connection and sends the
+/// TRANSPORT_RESET event (asked in [`restore_devices`] when the guest's driver had the device
+/// running) with its interrupt, which the guest takes when it runs.
+fn release_restored_vsock(devices: &Devices, state: &SnapshotState) {
+    let (Some(v), Some(_)) = (&devices.vsock, &state.vsock) else {
         return;
     };
-    if saved.transport.status & devices::virtio::status::DRIVER_OK != 0 {
-        v.transport_reset();
-        log::info!("vsock: the guest is sent a TRANSPORT_RESET (connections are not restored)");
-    }
+    v.release();
+    log::info!("vsock: restored without connections; the guest is sent a TRANSPORT_RESET");
 }
 
 /// How a vCPU gets its first state.
