@@ -123,6 +123,34 @@ fn host_initiated_connections_echo_close_and_refuse_as_firecracker() {
     }
     assert_eq!(ports.len(), 100, "each connection has its own host port");
 
+    // A snapshot holds the device only while it is taken: resumed in this process, an open
+    // connection goes on echoing.
+    let (c, _) = connect(&uds, PORT).expect("CONNECT 52");
+    let mut w = c.try_clone().expect("clone");
+    let data = pattern(500, 65536);
+    assert!(echo(c.try_clone().expect("clone"), data.clone()) == data);
+    let paused = json!({"state": "Paused"}).to_string();
+    assert_eq!(api_call(&api, "PATCH", "/vm", Some(&paused)).0, 204);
+    w.write_all(b"sent while paused")
+        .expect("write while paused");
+    let body = json!({"snapshot_type": "Full", "snapshot_path": s.0.join("vm.snap"),
+                      "mem_file_path": s.0.join("vm.mem")})
+    .to_string();
+    let (status, fault) = api_call(&api, "PUT", "/snapshot/create", Some(&body));
+    assert_eq!(status, 204, "{fault}\n{}", vmm.log_text());
+    let resumed = json!({"state": "Resumed"}).to_string();
+    assert_eq!(api_call(&api, "PATCH", "/vm", Some(&resumed)).0, 204);
+    let mut r = c.try_clone().expect("clone");
+    let mut got = [0u8; 17];
+    r.read_exact(&mut got)
+        .expect("the echo of what was sent while paused");
+    assert_eq!(&got, b"sent while paused");
+    let data = pattern(501, 65536);
+    assert!(
+        echo(c, data.clone()) == data,
+        "the echo after the resume differs"
+    );
+
     vmm.signal(libc::SIGTERM);
     let status = vmm.wait_exit(TIMEOUT);
     assert!(status.success(), "{status:?}\n{}", vmm.log_text());
