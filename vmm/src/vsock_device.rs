@@ -1,14 +1,18 @@
 //! The VM's virtio-vsock device (config `vsock`, `PUT /vsock`): made when the devices are
 //! built, so its Unix socket is bound before the VM runs, and removed when the device goes
-//! (the VM's exit). It sits on the first iothread, beside the disks.
+//! (the VM's exit). It sits on the first iothread, beside the disks. A snapshot holds it
+//! still ([`VsockHandle::hold`]) while it reads its state and guest memory; a restore holds it
+//! from its replay until the vCPUs exist, its guest then getting a TRANSPORT_RESET
+//! (`vm::restore_devices`).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use dataplane::IoThread;
+use dataplane::IoThreadError;
 use devices::virtio::pci::VirtioPciDevice;
-use devices::vsock::{MuxerError, VirtioVsock};
+use devices::vsock::{Gate, MuxerError, VirtioVsock, VsockControl};
 use vmm_config::vsock::VsockConfig;
 
 use crate::device_manager::{AttachError, Attached, PciWiring};
@@ -38,6 +42,34 @@ pub struct VsockHandle {
     pub uds_path: PathBuf,
     /// Its transport (the snapshot's way to it).
     pub transport: Arc<Mutex<VirtioPciDevice>>,
+    /// Its control block (hold, transport reset).
+    pub control: Arc<VsockControl>,
+    /// The iothread serving it.
+    pub iothread: Arc<IoThread>,
+}
+
+impl VsockHandle {
+    /// Holds the device still: once this returns, its handler delivers nothing to the guest
+    /// and reads no host socket until [`VsockHandle::release`] (a turn in progress when the
+    /// gate closed has ended: the iothread ran a no-op between two turns).
+    pub fn hold(&self) -> Result<(), IoThreadError> {
+        self.control.set_gate(Gate::Held);
+        self.iothread.run_on_thread(Box::new(|| Ok(())))
+    }
+
+    /// Ends a hold (a snapshot's, a restore's); the queues are nudged so the handler looks at
+    /// what waited (and sends an asked TRANSPORT_RESET).
+    pub fn release(&self) {
+        self.control.set_gate(Gate::Open);
+        self.nudge();
+    }
+
+    fn nudge(&self) {
+        self.transport
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .nudge_queues();
+    }
 }
 
 /// Builds the device of `v` (binding its socket) on the next PCI slot.
@@ -52,6 +84,7 @@ pub fn add(
         .cloned()
         .ok_or(VsockDeviceError::NoIoThread)?;
     let device = VirtioVsock::new(v.guest_cid, &v.uds_path, thread.clone())?;
+    let control = device.control();
     let Attached { slot, transport } = w.attach(Box::new(device))?;
     log::info!(
         "vsock: virtio-vsock at 00:{slot:02x}.0, guest cid {}, socket {}, iothread {}",
@@ -64,5 +97,7 @@ pub fn add(
         guest_cid: v.guest_cid,
         uds_path: v.uds_path.clone(),
         transport,
+        control,
+        iothread: thread,
     })
 }

@@ -2,7 +2,8 @@
 //! config space `guest_cid` (le64). It binds its Unix socket when made ([`Muxer::bind`]; the
 //! VMM removes it when the VM stops), and
 //! on activation moves its queues and the muxer onto an iothread as one [`VsockHandler`]; a
-//! reset takes them back and closes every connection.
+//! reset takes them back and closes every connection. Its [`VsockControl`] is how a snapshot
+//! holds it still and how a restore asks for the guest's TRANSPORT_RESET.
 
 use std::path::Path;
 use std::sync::mpsc::{self, Receiver};
@@ -11,6 +12,7 @@ use std::time::Duration;
 
 use dataplane::{Detach, IoThread};
 
+use super::control::VsockControl;
 use super::handler::{Returned, VsockHandler, VsockQueues, EVENT, RX, TX};
 use super::muxer::{Muxer, MuxerError};
 use crate::block::queue::next_owner_id;
@@ -35,8 +37,7 @@ pub struct VirtioVsock {
     acked: u64,
     queue_sizes: [u16; 3],
     returned: Option<Receiver<Returned>>,
-    /// The next activation owes the guest a TRANSPORT_RESET event (after a restore).
-    owe_reset_event: bool,
+    control: Arc<VsockControl>,
 }
 
 impl std::fmt::Debug for VirtioVsock {
@@ -64,7 +65,7 @@ impl VirtioVsock {
             acked: 0,
             queue_sizes: [QUEUE_SIZE; 3],
             returned: None,
-            owe_reset_event: false,
+            control: Arc::default(),
         })
     }
 
@@ -73,9 +74,10 @@ impl VirtioVsock {
         self.guest_cid
     }
 
-    /// After a restore: the guest's next activation gets a TRANSPORT_RESET event.
-    pub fn owe_transport_reset(&mut self) {
-        self.owe_reset_event = true;
+    /// Its control block (the VMM keeps a clone: snapshots hold the device, restores ask for
+    /// the guest's TRANSPORT_RESET).
+    pub fn control(&self) -> Arc<VsockControl> {
+        self.control.clone()
     }
 }
 
@@ -148,17 +150,15 @@ impl VirtioDevice for VirtioVsock {
             return Err(ActivateError::AlreadyActive);
         };
         let (back, returned) = mpsc::channel();
-        let mut h = VsockHandler::new(
+        let h = VsockHandler::new(
             self.owner,
             mem,
             interrupt,
             VsockQueues { rx, tx, event },
             muxer,
             back,
-        );
-        if std::mem::take(&mut self.owe_reset_event) {
-            h = h.owe_transport_reset();
-        }
+        )
+        .with_control(self.control.clone());
         if let Err(e) = self.iothread.attach(vec![Box::new(h)]) {
             // A handler the thread refused is dropped with its muxer: take it back if it came.
             if let Ok(r) = returned.try_recv() {
@@ -189,6 +189,8 @@ impl VirtioDevice for VirtioVsock {
         }
         let got = returned.try_recv();
         self.returned = None;
+        // A new driver instance starts without connections: it is owed no reset event.
+        self.control.cancel_transport_reset();
         match got {
             Ok(mut r) => {
                 r.muxer.reset();

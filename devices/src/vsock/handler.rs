@@ -2,7 +2,9 @@
 //! the [`Muxer`]. It wakes on the rx and tx kicks and on the muxer's epoll fd (one fd for any
 //! number of connections, so the iothread's fixed fd set never changes), moves tx packets to
 //! the muxer and the muxer's packets into rx buffers. Its [`Poll`] check reads the tx ring, and
-//! the rx ring when the muxer has packets waiting; no syscall.
+//! the rx ring when the muxer has packets waiting; no syscall. Each turn first reads the
+//! device's [`VsockControl`]: a held device does nothing, and an asked TRANSPORT_RESET drops
+//! every connection and goes to the guest in the next event buffer.
 
 use std::os::unix::io::RawFd;
 use std::sync::atomic::Ordering;
@@ -12,6 +14,7 @@ use std::sync::Arc;
 use dataplane::{Handler, Poll, ThreadTurn, TurnEnd, Watch};
 use virtio_queue::{Queue, QueueOwnedT, QueueT};
 
+use super::control::{Gate, VsockControl};
 use super::muxer::Muxer;
 use super::packet::{self, MAX_PAYLOAD};
 use crate::virtio::{ActivatedQueue, GuestMemory, VirtioInterrupt};
@@ -61,6 +64,7 @@ pub struct VsockHandler {
     completed: u64,
     /// A TRANSPORT_RESET event waits for an event buffer.
     reset_event_owed: bool,
+    control: Arc<VsockControl>,
 }
 
 impl std::fmt::Debug for VsockHandler {
@@ -96,14 +100,19 @@ impl VsockHandler {
             broken: false,
             completed: 0,
             reset_event_owed: false,
+            control: Arc::default(),
         }
     }
 
-    /// Sends the guest a TRANSPORT_RESET event (after a restore) as soon as it has an event
-    /// buffer.
-    pub fn owe_transport_reset(mut self) -> Self {
-        self.reset_event_owed = true;
+    /// Reads `control` (the device's) at each turn instead of a control block of its own.
+    pub fn with_control(mut self, control: Arc<VsockControl>) -> Self {
+        self.control = control;
         self
+    }
+
+    /// Whether a snapshot holds the device still.
+    fn held(&self) -> bool {
+        self.control.gate() == Gate::Held
     }
 
     fn has_avail(q: &Queue, mem: &GuestMemory) -> bool {
@@ -271,6 +280,18 @@ impl Handler for VsockHandler {
                 ..TurnEnd::IDLE
             };
         }
+        if self.held() {
+            // The wakes of this turn are lost: the release nudges the queues.
+            return TurnEnd::IDLE;
+        }
+        if self.control.take_transport_reset() {
+            // The connections were another VM's (the snapshot's): the guest drops its side on
+            // the event, the host clients see their sockets closed.
+            if let Some(m) = self.muxer.as_mut() {
+                m.reset();
+            }
+            self.reset_event_owed = true;
+        }
         let budget = max_batch.max(1);
         let tx = self.process_tx(budget);
         let more_events = self.muxer.as_mut().is_some_and(Muxer::process_events);
@@ -316,6 +337,9 @@ impl Handler for VsockHandler {
 
 impl Poll for VsockHandler {
     fn poll(&mut self) -> bool {
+        if self.held() {
+            return false;
+        }
         Self::has_avail(&self.tx.queue, &self.mem)
             || (self.muxer.as_ref().is_some_and(Muxer::has_rx)
                 && Self::has_avail(&self.rx.queue, &self.mem))
@@ -348,7 +372,7 @@ mod tests {
     use std::os::unix::net::UnixStream;
     use std::sync::mpsc;
     use virtio_queue::mock::MockSplitQueue;
-    use vm_memory::{Bytes, GuestAddress};
+    use vm_memory::{Address, Bytes, GuestAddress};
     use vmm_sys_util::eventfd::EventFd;
 
     fn aq(index: u16, vq: &MockSplitQueue<GuestMemory>) -> ActivatedQueue {
@@ -438,5 +462,162 @@ mod tests {
         Box::new(h).detach();
         let r: Returned = back.recv().unwrap();
         assert_eq!(r.queues.len(), 2);
+    }
+
+    /// A handler over three mock queues (rx with two 4 KiB buffers, tx empty, event with one
+    /// 4-byte buffer at 0x7_0000 filled with 0xff) and a muxer on `name`'s socket.
+    struct Rig {
+        mem: GuestMemory,
+        txq: MockSplitQueue<'static, GuestMemory>,
+        evq: MockSplitQueue<'static, GuestMemory>,
+        rxq: MockSplitQueue<'static, GuestMemory>,
+        intr: Arc<FakeInterrupt>,
+        control: Arc<VsockControl>,
+        path: std::path::PathBuf,
+    }
+
+    fn rig(name: &str) -> (Rig, VsockHandler, mpsc::Receiver<Returned>) {
+        // Leaked: the mock queues borrow their memory for the test's life.
+        let mem: &'static GuestMemory = Box::leak(Box::new(guest_memory(4 << 20)));
+        let rxq = MockSplitQueue::create(mem, GuestAddress(0x10_0000), 16);
+        let txq = MockSplitQueue::create(mem, GuestAddress(0x20_0000), 16);
+        let evq = MockSplitQueue::create(mem, GuestAddress(0x30_0000), 4);
+        rxq.add_desc_chains(
+            &[
+                desc(0x4_0000, 4096, F_WRITE, 0),
+                desc(0x5_0000, 4096, F_WRITE, 0),
+            ],
+            0,
+        )
+        .unwrap();
+        mem.write_obj(u32::MAX, GuestAddress(0x7_0000)).unwrap();
+        evq.add_desc_chains(&[desc(0x7_0000, 4, F_WRITE, 0)], 0)
+            .unwrap();
+        let path = std::env::temp_dir().join(format!("osprey-vsock-{name}-{}", std::process::id()));
+        let muxer = Muxer::bind(3, &path).unwrap();
+        let intr = FakeInterrupt::new();
+        let control = Arc::new(VsockControl::default());
+        let (tx_back, back) = mpsc::channel();
+        let h = VsockHandler::new(
+            1,
+            mem.clone(),
+            intr.clone(),
+            VsockQueues {
+                rx: aq(RX, &rxq),
+                tx: aq(TX, &txq),
+                event: Some(aq(EVENT, &evq)),
+            },
+            muxer,
+            tx_back,
+        )
+        .with_control(control.clone());
+        let r = Rig {
+            mem: mem.clone(),
+            txq,
+            evq,
+            rxq,
+            intr,
+            control,
+            path,
+        };
+        (r, h, back)
+    }
+
+    /// A host client `CONNECT`s to guest port 52 and the guest answers RESPONSE: the
+    /// connection is open, the client has read its `OK` line.
+    fn open_connection(r: &Rig, h: &mut VsockHandler) -> UnixStream {
+        let mut client = UnixStream::connect(&r.path).unwrap();
+        client.write_all(b"CONNECT 52\n").unwrap();
+        h.run(64, &turn());
+        let mut b = [0u8; packet::HDR_LEN];
+        r.mem.read_slice(&mut b, GuestAddress(0x4_0000)).unwrap();
+        let req = Header::from_bytes(&b);
+        assert_eq!(req.op(), Some(Op::Request));
+        let resp = Header {
+            src_cid: 3,
+            dst_cid: HOST_CID,
+            src_port: 52,
+            dst_port: req.src_port,
+            len: 0,
+            kind: TYPE_STREAM,
+            op: Op::Response.code(),
+            flags: 0,
+            buf_alloc: 65536,
+            fwd_cnt: 0,
+        };
+        r.mem
+            .write_slice(&resp.to_bytes(), GuestAddress(0x6_0000))
+            .unwrap();
+        r.txq
+            .add_desc_chains(&[desc(0x6_0000, 44, 0, 0)], 0)
+            .unwrap();
+        h.run(64, &turn());
+        let mut ok = vec![0u8; format!("OK {}\n", req.src_port).len()];
+        client.read_exact(&mut ok).unwrap();
+        client
+    }
+
+    fn used_idx(mem: &GuestMemory, q: &MockSplitQueue<'_, GuestMemory>) -> u16 {
+        mem.read_obj(q.used_addr().unchecked_add(2)).unwrap()
+    }
+
+    /// After a restore the VMM asks for a TRANSPORT_RESET: the next turn closes every
+    /// connection (the host client reads end of file) and puts the event (id 0, 4 bytes) in
+    /// the guest's event buffer, with an interrupt; one event, however many turns follow.
+    #[test]
+    fn an_asked_transport_reset_closes_connections_and_fills_an_event_buffer() {
+        let (r, mut h, back) = rig("reset");
+        let mut client = open_connection(&r, &mut h);
+        assert_eq!(used_idx(&r.mem, &r.evq), 0, "no event before it is asked");
+        let before = r.intr.notifications();
+        r.control.request_transport_reset();
+        h.run(64, &turn());
+        assert_eq!(used_idx(&r.mem, &r.evq), 1, "the event buffer was used");
+        let id: u32 = r.mem.read_obj(GuestAddress(0x7_0000)).unwrap();
+        assert_eq!(id, EVENT_TRANSPORT_RESET);
+        let len: u32 = r
+            .mem
+            .read_obj(r.evq.used_addr().unchecked_add(4 + 4))
+            .unwrap();
+        assert_eq!(len, 4, "the used entry's length");
+        assert!(r.intr.notifications() > before, "the guest was interrupted");
+        client
+            .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        let mut b = [0u8; 8];
+        assert_eq!(client.read(&mut b).unwrap(), 0, "the host client sees EOF");
+        h.run(64, &turn());
+        assert_eq!(used_idx(&r.mem, &r.evq), 1, "one event only");
+        Box::new(h).detach();
+        let ret: Returned = back.recv().unwrap();
+        assert_eq!(ret.muxer.connections(), 0);
+        assert_eq!(ret.queues.len(), 3);
+        let _ = std::fs::remove_file(&r.path);
+    }
+
+    /// A held device (a snapshot reading its state) writes nothing to guest memory however
+    /// much the host sends; released, it delivers what waited.
+    #[test]
+    fn a_held_device_delivers_nothing_until_released() {
+        let (r, mut h, _back) = rig("held");
+        let mut client = open_connection(&r, &mut h);
+        let rx_used = used_idx(&r.mem, &r.rxq);
+        r.control.set_gate(Gate::Held);
+        client.write_all(b"while paused").unwrap();
+        r.control.request_transport_reset();
+        for _ in 0..3 {
+            h.run(64, &turn());
+        }
+        assert!(!h.poll(), "a held device has no work");
+        assert_eq!(
+            used_idx(&r.mem, &r.rxq),
+            rx_used,
+            "nothing delivered while held"
+        );
+        assert_eq!(used_idx(&r.mem, &r.evq), 0, "no event while held");
+        r.control.set_gate(Gate::Open);
+        h.run(64, &turn());
+        assert_eq!(used_idx(&r.mem, &r.evq), 1, "the event once released");
+        let _ = std::fs::remove_file(&r.path);
     }
 }

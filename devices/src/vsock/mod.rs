@@ -2,13 +2,16 @@
 //! against hostile guest memory ([`packet`]), one connection's state and credit flow
 //! ([`conn`]), the Unix-socket side (`CONNECT <port>` on `uds_path`, `<uds_path>_<port>` for
 //! the guest's connections: [`muxer`]), the iothread handler over the three queues
-//! ([`handler`]) and the device model ([`device`]). docs/vsock.md describes the protocol.
+//! ([`handler`]), the device model ([`device`]) and what snapshots ask of it ([`control`]).
+//! docs/vsock.md describes the protocol.
 
 pub mod conn;
+pub mod control;
 pub mod device;
 pub mod handler;
 pub mod muxer;
 pub mod packet;
 
+pub use control::{Gate, VsockControl};
 pub use device::VirtioVsock;
 pub use muxer::MuxerError;

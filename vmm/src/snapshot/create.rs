@@ -1,7 +1,10 @@
 //! Taking a snapshot of a paused VM (`PUT /snapshot/create`), on the control thread: wait until
 //! the iothreads have completed every request the guest made available (the drain), read each
 //! vCPU's state on its own thread, the VM's in-kernel state, each drive's virtio-pci function
-//! and the rate limiters' bucket levels, then write guest memory and the state file.
+//! and the rate limiters' bucket levels, then write guest memory and the state file. A vsock
+//! device is held still from before its state is read until the files are written (host
+//! clients' data would otherwise reach guest memory after its rings were read); its
+//! connections are not saved (docs/vsock.md).
 //!
 //! With the sandbox on, both files must lie in a folder where Osprey may create them
 //! ([`crate::snapshot_folder`]: the API socket's, and `snapshot.folder`); the paths are checked
@@ -30,7 +33,7 @@ use super::file::{self, StateFileError, OSPREY_VERSION};
 use super::kvm_state::{xsave_support, KvmStateError, VcpuState, VmState};
 use super::legacy::LegacyState;
 use super::mem_file;
-use super::state::{file_size, DriveState, LimiterLevels, LimiterOwner, SnapshotState};
+use super::state::{file_size, DriveState, LimiterLevels, LimiterOwner, SnapshotState, VsockState};
 use crate::config::VmConfig;
 use crate::device_manager::Devices;
 use crate::events::PauseState;
@@ -54,10 +57,12 @@ pub enum SnapshotCreateError {
     /// `snapshot_type` other than `Full`.
     #[error("snapshot_type {0:?}: Osprey takes Full snapshots only")]
     Type(String),
-    /// The VM has a vsock device, whose state snapshots do not save yet (a restored guest
-    /// would find its device unconfigured).
-    #[error("vsock: snapshots of a VM with a vsock device are not supported yet (docs/vsock.md)")]
-    Vsock,
+    /// The vsock device could not be held still (its iothread did not answer).
+    #[error("vsock: holding the device for the snapshot: {0}")]
+    VsockHold(#[source] dataplane::IoThreadError),
+    /// The vsock device's state cannot be saved.
+    #[error("vsock: {0}")]
+    VsockDevice(#[source] devices::virtio::pci::state::VirtioPciStateError),
     /// The drain did not finish.
     #[error("drive {drive}: requests still in flight after {}s", DRAIN_LIMIT.as_secs())]
     Drain {
@@ -147,9 +152,6 @@ pub fn create(
     if snapshot_type != "Full" {
         return Err(SnapshotCreateError::Type(snapshot_type.into()));
     }
-    if live.devices.vsock.is_some() {
-        return Err(SnapshotCreateError::Vsock);
-    }
     let (snapshot_path, mem_file_path) = match live.folders {
         Some(folders) => (folders.check(snapshot_path)?, folders.check(mem_file_path)?),
         None => (snapshot_path.to_path_buf(), mem_file_path.to_path_buf()),
@@ -160,6 +162,10 @@ pub fn create(
         &protected_files(live.config),
     )?;
     drain(live.devices)?;
+    let _held = match &live.devices.vsock {
+        Some(v) => Some(HeldVsock::hold(v)?),
+        None => None,
+    };
     let mut times = CreateTimes {
         drain: started.elapsed(),
         ..Default::default()
@@ -184,6 +190,18 @@ pub fn create(
                 })?,
         );
     }
+    let vsock = match &live.devices.vsock {
+        Some(v) => Some(VsockState {
+            guest_cid: v.guest_cid,
+            transport: v
+                .transport
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .save_state()
+                .map_err(SnapshotCreateError::VsockDevice)?,
+        }),
+        None => None,
+    };
     let legacy = LegacyState::save(&live.devices.pci_config, &live.devices.serial);
     let mut drives = Vec::with_capacity(live.config.drives.len());
     for d in &live.config.drives {
@@ -224,6 +242,7 @@ pub fn create(
         transports,
         legacy,
         rate_limits,
+        vsock,
     };
     targets.recover()?;
     let written = write_files(
@@ -249,6 +268,25 @@ pub fn create(
         times.memory.as_secs_f64() * 1e3,
     );
     Ok(times)
+}
+
+/// The vsock device held still for the snapshot ([`crate::vsock_device::VsockHandle::hold`]);
+/// released when dropped, whatever the create's outcome.
+struct HeldVsock<'a>(&'a crate::vsock_device::VsockHandle);
+
+impl<'a> HeldVsock<'a> {
+    fn hold(v: &'a crate::vsock_device::VsockHandle) -> Result<Self, SnapshotCreateError> {
+        let held = HeldVsock(v);
+        // Dropped (released) on failure too: the gate may have closed before the barrier.
+        v.hold().map_err(SnapshotCreateError::VsockHold)?;
+        Ok(held)
+    }
+}
+
+impl Drop for HeldVsock<'_> {
+    fn drop(&mut self) {
+        self.0.release();
+    }
 }
 
 /// A drive not settled after this long has its queues nudged (`VirtioPciDevice::nudge_queues`),

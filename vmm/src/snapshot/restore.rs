@@ -95,6 +95,18 @@ pub enum RestoreError {
         /// Why.
         source: devices::virtio::pci::state::VirtioPciStateError,
     },
+    /// The vsock device's saved state does not fit the saved configuration's vsock (there in
+    /// one and not the other, or another CID).
+    #[error("snapshot's vsock state (guest_cid {saved:?}) does not match its configuration's vsock (guest_cid {configured:?})")]
+    VsockShape {
+        /// The state's CID, `None` without a vsock state.
+        saved: Option<u64>,
+        /// The configuration's CID, `None` without a vsock.
+        configured: Option<u64>,
+    },
+    /// The vsock device's state does not replay.
+    #[error("vsock: {0}")]
+    VsockDevice(#[source] devices::virtio::pci::state::VirtioPciStateError),
     /// The legacy devices' saved registers do not replay.
     #[error("legacy devices: {0}")]
     Legacy(#[source] devices::serial::SerialRestoreError),
@@ -177,6 +189,7 @@ pub fn load(
     }) {
         return Err(e);
     }
+    check_vsock(&state, &config)?;
     state.check_drives()?;
     let drives = config
         .drives
@@ -189,6 +202,17 @@ pub fn load(
         mem_file,
         drives,
     })
+}
+
+/// The saved vsock state fits the saved configuration: both have a vsock, of one CID, or
+/// neither has.
+fn check_vsock(state: &SnapshotState, config: &VmConfig) -> Result<(), RestoreError> {
+    let saved = state.vsock.as_ref().map(|v| v.guest_cid);
+    let configured = config.vsock.as_ref().map(|v| v.guest_cid);
+    if saved != configured {
+        return Err(RestoreError::VsockShape { saved, configured });
+    }
+    Ok(())
 }
 
 /// The state file and the memory file, checked to be a pair (the same id); rolls forward to the
@@ -258,4 +282,53 @@ fn check_memory(
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod vsock_tests {
+    use super::*;
+    use crate::snapshot::state::VsockState;
+
+    fn config(vsock: Option<u64>) -> VmConfig {
+        let mut cfg = serde_json::json!({"boot-source": {"kernel_image_path": "k"}});
+        if let Some(cid) = vsock {
+            cfg["vsock"] = serde_json::json!({"guest_cid": cid, "uds_path": "/tmp/v.sock"});
+        }
+        serde_json::from_value(cfg).expect("config")
+    }
+
+    fn state(vsock: Option<u64>) -> SnapshotState {
+        SnapshotState {
+            vsock: vsock.map(|guest_cid| VsockState {
+                guest_cid,
+                transport: devices::virtio::pci::state::VirtioPciState {
+                    config_space: vec![0; 64],
+                    msix_table: Vec::new(),
+                    msix_pending: Vec::new(),
+                    driver_features: 0,
+                    status: 0,
+                    config_generation: 0,
+                    config_vector: 0,
+                    queues: Vec::new(),
+                    selects: Default::default(),
+                },
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// A state file whose vsock state does not fit its own configuration (a writer's bug, or a
+    /// file put together by hand) is refused before anything is built, naming both CIDs.
+    #[test]
+    fn the_vsock_state_must_fit_the_saved_config() {
+        check_vsock(&state(None), &config(None)).expect("neither has one");
+        check_vsock(&state(Some(3)), &config(Some(3))).expect("the same CID");
+        for (saved, configured) in [(Some(3), None), (None, Some(3)), (Some(3), Some(4))] {
+            let e = check_vsock(&state(saved), &config(configured)).expect_err("refused");
+            assert!(
+                matches!(e, RestoreError::VsockShape { saved: s, configured: c } if s == saved && c == configured),
+                "{e}"
+            );
+        }
+    }
 }

@@ -35,6 +35,19 @@ pub struct SnapshotState {
     pub legacy: super::legacy::LegacyState,
     /// The rate limiters' bucket levels: each drive's own, then each group's.
     pub rate_limits: Vec<LimiterLevels>,
+    /// The vsock device, when the VM has one (format v4).
+    pub vsock: Option<VsockState>,
+}
+
+/// The vsock device at the snapshot: its virtio-pci function and its config space. Its
+/// connections are not saved: a restore starts with none, binds `uds_path` again and sends
+/// the guest a TRANSPORT_RESET event (docs/vsock.md, "Snapshots").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VsockState {
+    /// The config space's `guest_cid` (the restore checks it against the saved config's).
+    pub guest_cid: u64,
+    /// Its virtio-pci function.
+    pub transport: devices::virtio::pci::state::VirtioPciState,
 }
 
 /// Whose rate limiter a [`LimiterLevels`] is.

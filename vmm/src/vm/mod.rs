@@ -213,6 +213,9 @@ fn start_from(
         },
     )?;
     steps.mark("vcpus");
+    if let Origin::Snapshot { state, .. } = origin {
+        release_restored_vsock(&devices, state);
+    }
     spawn_stdin_reader(devices.serial.clone(), sandbox.hook(ThreadKind::Stdin));
     let api = match serving {
         Some(serving) => Some(take_over_api(serving, &tx, &sandbox)?),
@@ -366,6 +369,25 @@ fn restore_devices(devices: &Devices, state: &SnapshotState) -> Result<(), VmErr
                 source,
             })?;
     }
+    if let (Some(v), Some(saved)) = (&devices.vsock, &state.vsock) {
+        let mut root = devices.pci.lock().unwrap_or_else(|p| p.into_inner());
+        for (offset, value) in saved.transport.config_writes() {
+            root.config_write(0, v.slot, 0, offset, &value.to_le_bytes());
+        }
+        drop(root);
+        // A fresh muxer: the snapshot's connections were another process's (docs/vsock.md).
+        // Held until the vCPUs exist ([`release_restored_vsock`]): an interrupt it sent now
+        // would reach no local APIC, or one about to be overwritten by its saved state.
+        v.control.set_gate(devices::vsock::Gate::Held);
+        if saved.transport.status & devices::virtio::status::DRIVER_OK != 0 {
+            v.control.request_transport_reset();
+        }
+        v.transport
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .restore_state(&saved.transport)
+            .map_err(RestoreError::VsockDevice)?;
+    }
     state
         .legacy
         .apply(&devices.pci_config, &devices.serial)
@@ -385,6 +407,18 @@ fn restore_devices(devices: &Devices, state: &SnapshotState) -> Result<(), VmErr
         }
     }
     Ok(())
+}
+
+/// A restored vsock device, held since its state was replayed, is released once the vCPUs exist
+/// with their restored local APICs: its first turn drops every connection and sends the
+/// TRANSPORT_RESET event (asked in [`restore_devices`] when the guest's driver had the device
+/// running) with its interrupt, which the guest takes when it runs.
+fn release_restored_vsock(devices: &Devices, state: &SnapshotState) {
+    let (Some(v), Some(_)) = (&devices.vsock, &state.vsock) else {
+        return;
+    };
+    v.release();
+    log::info!("vsock: restored without connections; the guest is sent a TRANSPORT_RESET");
 }
 
 /// How a vCPU gets its first state.

@@ -30,6 +30,31 @@ pub(crate) fn sample() -> SnapshotState {
         state.vcpus.push(vcpu);
     }
     state.vm.clock.clock = 987_654_321;
+    state.vsock = Some(crate::snapshot::state::VsockState {
+        guest_cid: 3,
+        transport: devices::virtio::pci::state::VirtioPciState {
+            config_space: vec![0x1053_1af4; 64],
+            msix_table: vec![[0xfee0_0000, 0, 0x41, 0]; 4],
+            msix_pending: vec![2],
+            driver_features: 1 << 32,
+            status: 0xf,
+            config_generation: 0,
+            config_vector: 0xffff,
+            queues: vec![
+                devices::virtio::pci::state::QueueState {
+                    size: 256,
+                    enabled: true,
+                    desc: 0x10_0000,
+                    driver: 0x10_1000,
+                    device: 0x10_2000,
+                    vector: 0xffff,
+                    used_idx: 7,
+                };
+                3
+            ],
+            selects: Default::default(),
+        },
+    });
     state
 }
 
@@ -42,6 +67,7 @@ fn a_good_file_round_trips() {
     assert_eq!(back.vcpus[0].msrs, vec![(0x10, 12345), (0x2ff, 0xc06)]);
     assert_eq!(back.vm.clock.clock, 987_654_321);
     assert_eq!(back.drives, sample().drives);
+    assert_eq!(back.vsock, sample().vsock);
     assert_eq!(encode(&back).expect("again"), bytes);
 }
 
