@@ -1,8 +1,15 @@
 //! Osprey under an orchestrator's client that its authors did not write: the unmodified
 //! firecracker-go-sdk v1.0.0 (the library under firecracker-containerd, flintlock and Ignite)
-//! boots Osprey's test guest with a root drive and a second drive, pauses and resumes it, swaps
-//! the second drive's file with `UpdateGuestDrive` while the guest reads it, reads the metrics
-//! file it configured, and shuts it down with `Shutdown` then `StopVMM`.
+//! boots Osprey's test guest with a root drive, a second drive, a vsock (`VsockDevices`) and a
+//! network interface on a tap of the test's own (`NetworkInterfaces` with a
+//! `StaticNetworkConfiguration`: tap name and MAC), pauses and resumes it, swaps the second
+//! drive's file with `UpdateGuestDrive` while the guest reads it, reaches the guest's agent port
+//! through the vsock as firecracker-containerd does (`CONNECT 10789`, a line starting `OK `
+//! within 1 s, retried) and checks the echo, pings the guest through the tap, reads the metrics
+//! file it configured, and shuts it down with `Shutdown` then `StopVMM`. One boot: the guest's
+//! `mode=blk ... hang=3` reads the drive, then serves the agent's vsock port and the ping
+//! (`mode=agent`'s services). Where no tap can be made (not root) or iputils' `ping` is missing,
+//! the network interface or the ping is left out with a `NOT RUN` line for that part.
 //!
 //! The client is the Go program in `tests/gosdk/` (its go.mod and go.sum pin the SDK and every
 //! dependency). This test builds it with the `go` found on PATH or in the usual install places
@@ -19,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use common::scratch::Scratch;
 use common::stamp::write_stamp_file;
+use common::tap::{have_ping, TestTap};
 use common::{osprey, output_within, repo_root, test_guest};
 use serde_json::{json, Value};
 
@@ -38,6 +46,8 @@ const TAG_A: u32 = 0xA1;
 const TAG_B: u32 = 0xB2;
 const A_BYTES: u64 = 4 << 20;
 const B_BYTES: u64 = 6 << 20;
+/// firecracker-containerd's agent port (`defaultVSockPort`); the guest echoes on it.
+const AGENT_PORT: u32 = 10789;
 
 /// A `go` command and its version: `OSPREY_GO` when set (a path, e.g. another Go version), else
 /// `go` from PATH or the usual install places; `Err` says why none.
@@ -126,17 +136,19 @@ fn build_client(go: &Path, dir: &Path) -> Result<PathBuf, String> {
 
 /// The guest's workload: read the second virtio-blk device (`dev=1`: the root drive is the first,
 /// as in Firecracker) at QD8, check each sector's stamp, print a `stamp tag=` line when the tag
-/// changes, end the run 1000 requests after tag B shows, print the BLK line and stay up
-/// (`hang=2`) for the shutdown steps.
-fn guest_args() -> String {
+/// changes, end the run 1000 requests after tag B shows, print the BLK line, then stay up
+/// (`hang=3`) as the agent's stand-in: the vsock echo on `AGENT_PORT` and, with `guest_ip`, the
+/// answers to ping.
+fn guest_args(guest_ip: Option<&str>) -> String {
+    let ip = guest_ip.map(|ip| format!(" ip={ip}")).unwrap_or_default();
     format!(
         "mode=blk dev=1 rw=stamp bs=4096 qd=8 count=4000000000 range={A_BYTES} \
-         stamp_until={TAG_B} timeout_ms=20000 hang=2"
+         stamp_until={TAG_B} timeout_ms=20000 hang=3 port={AGENT_PORT}{ip}"
     )
 }
 
 #[test]
-fn firecracker_go_sdk_boots_pauses_swaps_a_drive_and_stops_osprey() {
+fn firecracker_go_sdk_boots_pauses_swaps_a_drive_reaches_vsock_and_nic_and_stops_osprey() {
     let (go, version) = match find_go() {
         Ok(found) => found,
         Err(reason) => {
@@ -165,6 +177,14 @@ fn firecracker_go_sdk_boots_pauses_swaps_a_drive_and_stops_osprey() {
     write_stamp_file(&data, TAG_A, A_BYTES);
     let swap_to = scratch.0.join("data-b.img");
     write_stamp_file(&swap_to, TAG_B, B_BYTES);
+    let tap = TestTap::create(0);
+    if tap.is_none() {
+        println!("NOT RUN (network interface and ping): cannot create a tap (needs root and /dev/net/tun)");
+    }
+    let ping = tap.as_ref().filter(|_| have_ping());
+    if tap.is_some() && ping.is_none() {
+        println!("NOT RUN (ping): iputils' ping is not installed");
+    }
     let mut cmd = Command::new(&client);
     cmd.arg("-osprey")
         .arg(osprey())
@@ -179,7 +199,11 @@ fn firecracker_go_sdk_boots_pauses_swaps_a_drive_and_stops_osprey() {
         .arg("-workdir")
         .arg(&scratch.0)
         .arg("-kernel-args")
-        .arg(guest_args())
+        .arg(guest_args(ping.map(|t| t.guest_ip.as_str())))
+        .arg("-vsock")
+        .arg(scratch.0.join("firecracker.vsock"))
+        .arg("-vsock-port")
+        .arg(AGENT_PORT.to_string())
         .arg("-report")
         .arg(format!("^osprey-test-guest: stamp tag={TAG_A} "))
         .arg("-after-swap")
@@ -187,6 +211,12 @@ fn firecracker_go_sdk_boots_pauses_swaps_a_drive_and_stops_osprey() {
             "^osprey-test-guest: stamp tag={TAG_B} capacity_bytes={B_BYTES} "
         ))
         .args(["-final", "^BLK "]);
+    if let Some(tap) = &tap {
+        cmd.args(["-tap", &tap.name, "-mac", &tap.guest_mac]);
+    }
+    if let Some(tap) = ping {
+        cmd.args(["-ping", &tap.guest_ip]);
+    }
     let t0 = Instant::now();
     let out = output_within(cmd, RUN_TIMEOUT);
     let said = text(&out);
@@ -196,6 +226,13 @@ fn firecracker_go_sdk_boots_pauses_swaps_a_drive_and_stops_osprey() {
         out.status
     );
     assert!(said.contains("gosdk: PASS"), "no PASS line:\n{said}");
+    assert!(
+        said.contains(&format!("CONNECT {AGENT_PORT} answered OK")),
+        "the agent's port was not reached:\n{said}"
+    );
+    if ping.is_some() {
+        assert!(said.contains(" 0% packet loss"), "no ping:\n{said}");
+    }
 
     // What the guest read, from its BLK line (echoed by the client as `guest| BLK {...}`):
     // tag A then tag B, every sector right, every request issued completed.

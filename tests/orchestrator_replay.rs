@@ -11,29 +11,27 @@
 //! `runtime/runc_jailer.go`, `config/config.go` and the go-sdk v1 handlers it runs
 //! (`handlers.go`: logger, metrics, machine-config, boot source, drives, start).
 //!
-//! Not replayed yet (each needs a device that lands later; the `#[ignore]`d tests below name
-//! them, so nothing passes in their place):
-//! - vsock (issue 51): Kata Go's `vsock {vsock_id: "root"}` section and the chmod of its socket
-//!   after `Running`; runtime-rs's `PUT /vsock` sent twice (`prepare_hvsock`), its lower-case
-//!   `connect 1024\n` handshake expecting `OK`; firecracker-containerd's
-//!   `PUT /vsock {"guest_cid": 0, "uds_path": "firecracker.vsock", "vsock_id": "agent_api"}`
-//!   and `CONNECT 10789\n` expecting a line starting `OK ` within 1 s, retried for 60 s.
-//! - virtio-net (issue 52): Kata Go's `network-interfaces` with `rx_rate_limiter`/
-//!   `tx_rate_limiter` `{}`; runtime-rs's `add_net_device` with `guest_mac: null`;
-//!   firecracker-containerd's CNI `default_network_interfaces`.
+//! The agents' channel and the pod network, host side: each client's vsock section or `PUT
+//! /vsock` bodies, its handshake on the socket (the test guest's `mode=agent` echoes on the
+//! agent's port, standing in for kata-agent and firecracker-containerd's agent), and its
+//! `network-interfaces` bodies on a tap the test makes (`tests/common/tap.rs`; not root: a `NOT
+//! RUN` line for the network part, the rest runs). What the agents then do over the channel
+//! needs their Linux user space, which this host cannot boot (docs/orchestration.md).
 
 mod common;
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{BufRead, BufReader};
-use std::os::unix::fs::OpenOptionsExt;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::scratch::Scratch;
 use common::stamp::write_stamp_file;
+use common::tap::{have_ping, TestTap};
 use common::{api_call, output_within, test_guest, Vmm};
 use serde_json::{json, Value};
 
@@ -61,6 +59,95 @@ fn wait_socket(vmm: &mut Vmm, sock: &Path) {
         assert!(t0.elapsed() < TIMEOUT, "no socket:\n{}", vmm.log_text());
         std::thread::sleep(Duration::from_millis(5));
     }
+}
+
+/// One hybrid-vsock handshake on `uds`: connect, write `line` in full (a failed write is the
+/// caller's error, as for every client here), read the reply up to `\n` (at most 32 bytes)
+/// within `read_timeout`. `Err` says why the attempt failed (the socket not there yet, the
+/// reply closed or late: each client retries those).
+fn handshake(
+    uds: &Path,
+    line: &str,
+    read_timeout: Duration,
+) -> Result<(UnixStream, String), String> {
+    let mut s = UnixStream::connect(uds).map_err(|e| format!("connect: {e}"))?;
+    s.write_all(line.as_bytes())
+        .unwrap_or_else(|e| panic!("writing {line:?} failed (fatal for the client): {e}"));
+    s.set_read_timeout(Some(read_timeout)).expect("timeout");
+    let mut reply = Vec::new();
+    let mut b = [0u8; 1];
+    while reply.len() < 32 {
+        match s.read(&mut b) {
+            Ok(1) => {
+                reply.push(b[0]);
+                if b[0] == b'\n' {
+                    break;
+                }
+            }
+            Ok(_) => return Err(format!("closed after {reply:?}")),
+            Err(e) => return Err(format!("reading the reply: {e}")),
+        }
+    }
+    s.set_read_timeout(None).expect("timeout");
+    Ok((s, String::from_utf8_lossy(&reply).into_owned()))
+}
+
+/// `handshake` retried every `every` until `accept` takes the reply, for at most `TIMEOUT`.
+fn dial(
+    uds: &Path,
+    line: &str,
+    read_timeout: Duration,
+    every: Duration,
+    accept: impl Fn(&str) -> bool,
+) -> (UnixStream, String, u32) {
+    let t0 = Instant::now();
+    let mut last;
+    for attempt in 1.. {
+        match handshake(uds, line, read_timeout) {
+            Ok((s, reply)) if accept(&reply) => return (s, reply, attempt),
+            Ok((_, reply)) => last = format!("refused reply {reply:?}"),
+            Err(e) => last = e,
+        }
+        assert!(
+            t0.elapsed() < TIMEOUT,
+            "{line:?} on {} never answered (last: {last})",
+            uds.display()
+        );
+        std::thread::sleep(every);
+    }
+    unreachable!()
+}
+
+/// Sends a pattern on an agent connection and checks that the guest echoes it back.
+fn echoes(mut s: UnixStream, n: usize) {
+    let data: Vec<u8> = (0..n).map(|i| (i * 31 + i / 256) as u8).collect();
+    let mut w = s.try_clone().expect("clone");
+    let sent = data.clone();
+    let writer = std::thread::spawn(move || w.write_all(&sent).expect("write"));
+    s.set_read_timeout(Some(TIMEOUT)).expect("timeout");
+    let mut got = vec![0u8; n];
+    s.read_exact(&mut got).expect("the echo");
+    writer.join().expect("writer");
+    assert!(got == data, "the agent's echo differs");
+}
+
+/// The guest answers every echo request through `tap` (when iputils' ping is there).
+fn pings(tap: &TestTap) {
+    if !have_ping() {
+        println!("NOT RUN (ping): iputils' ping is not installed");
+        return;
+    }
+    let (sent, got, text) = tap.ping(5);
+    assert_eq!((sent, got), (5, 5), "{text}");
+}
+
+/// A tap for the client's network interface, or a NOT RUN line for that part.
+fn tap_or_not_run(n: u32) -> Option<TestTap> {
+    let tap = TestTap::create(n);
+    if tap.is_none() {
+        println!("NOT RUN (network-interfaces): cannot create a tap (needs root and /dev/net/tun)");
+    }
+    tap
 }
 
 /// Kata Go's `waitVMMRunning`: `GET /` every 10 ms until `state` is `Running`.
@@ -140,14 +227,21 @@ fn kata_stop(vmm: &mut Vmm) {
 /// readers before the VMM starts; `fcInitConfiguration` writes `fcConfig.json` (boot source,
 /// `machine-config` with `smt: false`, the read-only, non-root `rootfs` drive from
 /// `fcSetVMRootfs`, the 8 zero-byte placeholders `drive_0`..`drive_7` of `createDiskPool`,
-/// `logger {level: "Error"}`, `metrics`); `fcStartVM` runs `--api-sock S --config-file F` and
-/// never sends InstanceStart, `waitVMMRunning` polls `GET /` every 10 ms; `GetThreadIDs`;
+/// `logger {level: "Error"}`, `metrics`, `vsock` from `fcAddVsock`: `vsock_id: "root"`,
+/// `guest_cid` 3, `uds_path` `<sandbox>/kata.hvsock`; `network-interfaces` from
+/// `fcAddNetDevice`: the endpoint's name, MAC and tap, `rx_rate_limiter`/`tx_rate_limiter`
+/// always sent, `{}` when no rate is set); `fcStartVM` runs `--api-sock S --config-file F` and
+/// never sends InstanceStart, `waitVMMRunning` polls `GET /` every 10 ms; `StartVM` then
+/// chmods the hybrid vsock socket to 0640 (an error if it is not there); the agent is dialled
+/// by `HybridVSockDialer` (`pkg/agent/protocols/client/client.go`: `CONNECT 1024\n`, the reply
+/// read to its newline, retried until the agent answers); `GetThreadIDs`;
 /// `hotplugBlockDevice` bind-mounts the device over the placeholder's path and
 /// `fcUpdateBlockDrive` PATCHes that same path (and on removal unmounts and PATCHes it again);
 /// `updateMetrics`/`readMetrics` decode each line; `fcEnd` stops it.
 #[test]
-fn kata_go_runtime_config_file_hotplug_metrics_and_stop() {
+fn kata_go_runtime_config_file_vsock_net_hotplug_metrics_and_stop() {
     let s = Scratch::new("kata-go");
+    let tap = tap_or_not_run(1);
     let fc = firecracker_in(&s.0);
     let out = output_within(
         {
@@ -203,14 +297,27 @@ fn kata_go_runtime_config_file_hotplug_metrics_and_stop() {
             "is_read_only": false, "is_root_device": false,
         }));
     }
-    let config = json!({
+    // The agent's stand-in: vsock echo on kata-agent's port 1024, ping answers on the tap.
+    let ip = tap
+        .as_ref()
+        .map(|t| format!(" ip={}", t.guest_ip))
+        .unwrap_or_default();
+    let hvsock = s.0.join("kata.hvsock");
+    let mut config = json!({
         "boot-source": {"kernel_image_path": test_guest(),
-                        "boot_args": "console=ttyS0 reboot=k panic=1 pci=off mode=kbd"},
+                        "boot_args": format!("console=ttyS0 reboot=k panic=1 pci=off mode=agent port=1024{ip}")},
         "drives": drives,
         "machine-config": {"vcpu_count": 1, "mem_size_mib": 128, "smt": false},
         "logger": {"log_path": log_fifo, "level": "Error"},
         "metrics": {"metrics_path": metrics_fifo},
+        "vsock": {"guest_cid": 3, "uds_path": hvsock, "vsock_id": "root"},
     });
+    if let Some(tap) = &tap {
+        config["network-interfaces"] = json!([{
+            "iface_id": "eth0", "guest_mac": tap.guest_mac, "host_dev_name": tap.name,
+            "rx_rate_limiter": {}, "tx_rate_limiter": {},
+        }]);
+    }
     let cfg = s.file("fcConfig.json", &config.to_string());
     let sock = s.0.join("firecracker.socket");
     let mut vmm = Vmm::spawn_program_in(
@@ -224,13 +331,36 @@ fn kata_go_runtime_config_file_hotplug_metrics_and_stop() {
         ],
     );
     poll_running(&mut vmm, &sock);
-    assert!(
-        vmm.wait_console(TIMEOUT, |l| l.contains("kbd ready"))
-            .is_some(),
+    // StartVM: "make sure 'others' don't have access to this socket".
+    std::fs::set_permissions(&hvsock, std::fs::Permissions::from_mode(0o640))
+        .unwrap_or_else(|e| panic!("chmod {}: {e}\n{}", hvsock.display(), vmm.log_text()));
+    assert_eq!(fc_vcpu_threads(vmm.pid()), [0]);
+    // HybridVSockDialer: CONNECT 1024, the reply read to its newline (10 s handshake timeout).
+    let (agent, reply, _) = dial(
+        &hvsock,
+        "CONNECT 1024\n",
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        |r| r.contains("OK"),
+    );
+    assert!(reply.starts_with("OK "), "{reply:?}");
+    echoes(agent, 64 << 10);
+    let ready = vmm.wait_console(TIMEOUT, |l| l.contains("agent ready"));
+    assert_eq!(
+        ready.map(|l| l.text),
+        Some(format!(
+            "osprey-test-guest: agent ready vsock=1 net={} kbd=0",
+            u8::from(tap.is_some())
+        )),
         "{}",
         vmm.log_text()
     );
-    assert_eq!(fc_vcpu_threads(vmm.pid()), [0]);
+    if let Some(tap) = &tap {
+        let (_, shown) = api_call(&sock, "GET", "/vm/config", None);
+        let nic = &shown["network-interfaces"][0];
+        assert_eq!(nic["host_dev_name"], json!(tap.name), "{shown}");
+        pings(tap);
+    }
 
     let (_, d) = api_call(&sock, "GET", "/drives/drive_0", None);
     assert_eq!(d["capacity_bytes"], 0, "a zero-byte placeholder: {d}");
@@ -303,13 +433,21 @@ fn kata_go_runtime_config_file_hotplug_metrics_and_stop() {
 /// through `request_with_retry` (`fc_api.rs`: any error or non-2xx retried, 500 times, 10 ms
 /// apart, from before the socket exists); `prepare_vmm_resources`: `PUT /boot-source`,
 /// `/machine-config` `{mem_size_mib, vcpu_count}`, `/drives/rootfs` (read-only, not root),
-/// the zero-byte placeholders `drive1`..`drive5` (`DISK_POOL_SIZE` 6), then InstanceStart
-/// (`inner_hypervisor.rs` `start_vm`); `patch_container_rootfs` PATCHes `driveN` with its
-/// `rate_limiter` (null when unset, or a bucket whose `one_time_burst` is null). The end of
-/// the VMM's stderr is the VM's end.
+/// the zero-byte placeholders `drive1`..`drive5` (`DISK_POOL_SIZE` 6); `prepare_hvsock`
+/// (`fc_api.rs`): the socket file removed, `PUT /vsock {"guest_cid": 3, "uds_path":
+/// "<vm_path>/kata.hvsock", "vsock_id": "root"}`; the devices queued before the VMM was ready
+/// (`inner_device.rs` `add_device`): `add_net_device` (`PUT /network-interfaces/eth0` with
+/// `guest_mac: null` when the endpoint has none) and `add_hvsock` (`PUT /vsock` again, the same
+/// path: Firecracker drops the first socket and binds anew); then InstanceStart
+/// (`inner_hypervisor.rs` `start_vm`); the agent dialled by `HybridVsock::connect`
+/// (`crates/agent/src/sock/hybrid_vsock.rs` `connect_helper`: a lower-case `connect 1024\n`,
+/// one line read, `OK` somewhere in it, retried); `patch_container_rootfs` PATCHes `driveN`
+/// with its `rate_limiter` (null when unset, or a bucket whose `one_time_burst` is null). The
+/// end of the VMM's stderr is the VM's end.
 #[test]
-fn kata_runtime_rs_puts_retries_patches_and_exit() {
+fn kata_runtime_rs_puts_vsock_twice_net_handshake_patches_and_exit() {
     let s = Scratch::new("kata-rs");
+    let tap = tap_or_not_run(2);
     let fc = firecracker_in(&s.0);
     let sock = s.0.join("firecracker.socket");
     let mut vmm = Vmm::spawn_program_in(&fc, &s.0, ["--api-sock".as_ref(), sock.as_os_str()]);
@@ -330,14 +468,19 @@ fn kata_runtime_rs_puts_retries_patches_and_exit() {
         panic!("{method} {uri}: After 500 attempts, it still doesn't work.");
     };
     // The kernel in the VM's folder, as runtime-rs's jailed layout puts it (`get_resource`):
-    // with its sandbox on, Osprey takes the API's paths from the socket's folder only.
+    // with its sandbox on, Osprey takes the API's paths from the socket's folder only. The
+    // guest stands in for kata-agent (port 1024), resets on Ctrl+Alt+Del, answers ping.
+    let ip = tap
+        .as_ref()
+        .map(|t| format!(" ip={}", t.guest_ip))
+        .unwrap_or_default();
     let kernel = s.0.join("vmlinux");
     std::fs::copy(test_guest(), &kernel).expect("kernel");
     send(
         "PUT",
         "/boot-source",
         json!({"kernel_image_path": kernel,
-               "boot_args": "pci=off iommu=off reboot=k panic=1 mode=kbd"}),
+               "boot_args": format!("pci=off iommu=off reboot=k panic=1 mode=agent kbd=1 port=1024{ip}")}),
     );
     send(
         "PUT",
@@ -363,7 +506,37 @@ fn kata_runtime_rs_puts_retries_patches_and_exit() {
                    "is_root_device": false, "is_read_only": false}),
         );
     }
+    // prepare_hvsock, then the queued devices: add_net_device, add_hvsock.
+    let hvsock = s.0.join("kata.hvsock");
+    let _ = std::fs::remove_file(&hvsock);
+    let vsock = json!({"guest_cid": 3, "uds_path": hvsock, "vsock_id": "root"});
+    send("PUT", "/vsock", vsock);
+    if let Some(tap) = &tap {
+        send(
+            "PUT",
+            "/network-interfaces/eth0",
+            json!({"iface_id": "eth0", "guest_mac": null, "host_dev_name": tap.name}),
+        );
+    }
+    send(
+        "PUT",
+        "/vsock",
+        json!({"vsock_id": "root", "guest_cid": 3, "uds_path": hvsock}),
+    );
     send("PUT", "/actions", json!({"action_type": "InstanceStart"}));
+    // connect_helper: lower-case `connect 1024`, `OK` anywhere in the line.
+    let (agent, reply, _) = dial(
+        &hvsock,
+        "connect 1024\n",
+        TIMEOUT,
+        Duration::from_millis(10),
+        |r| r.contains("OK"),
+    );
+    assert!(reply.starts_with("OK "), "{reply:?}");
+    echoes(agent, 64 << 10);
+    if let Some(tap) = &tap {
+        pings(tap);
+    }
     // patch_container_rootfs: the container's rootfs behind drive1, no limits configured.
     // The device where runtime-rs's jailed layout puts it (`get_resource` bind-mounts it into
     // the VM's `root`): beside the placeholders (see docs/orchestration.md for the unjailed).
@@ -414,11 +587,20 @@ fn kata_runtime_rs_puts_retries_patches_and_exit() {
 /// log and metrics FIFOs it `mkfifo`s and nobody reads (`PUT /logger`, `PUT /metrics`), the
 /// machine config with its default `cpu_template: "T2"` (`config/config.go`
 /// `defaultCPUTemplate`), the boot source with its default kernel args, the root drive and a
-/// 512-byte stub drive (`createStubDrives`), InstanceStart; `GET /` state checks around
+/// 512-byte stub drive (`createStubDrives`), the agent's vsock (`VsockDevices` with `ID:
+/// "agent_api"`, `Path: "firecracker.vsock"` relative to the shim's folder and `CID` left at 0:
+/// `PUT /vsock {"guest_cid": 0, ...}`), InstanceStart; the agent dialled at once and until it
+/// answers (`internal/vm/vsock.go` `VSockDial`: every 100 ms, `tryConnect` writes `CONNECT
+/// 10789\n` within 100 ms, a failed write fatal, then waits 1 s for a line starting `OK `,
+/// never closing before it reads it; here bounded at 60 s); `GET /` state checks around
 /// `PauseVM`/`ResumeVM`; the container's image swapped behind the stub (`UpdateGuestDrive`,
-/// `PATCH /drives/{id}`, a path relative to the shim's folder), seen by the guest.
+/// `PATCH /drives/{id}`, a path relative to the shim's folder), seen by the guest; the agent's
+/// connection echoes; `StopVM`'s `Shutdown` (Ctrl+Alt+Del; the guest resets as Linux with
+/// `reboot=k`) and the VMM's exit, 0, within 5 s. The test guest reads the stub, then (its
+/// `hang=3`) stands in for the agent on port 10789: the dial waits for it, as the shim's does
+/// for a booting guest.
 #[test]
-fn firecracker_containerd_shim_relative_socket_fifos_t2_stub_swap() {
+fn firecracker_containerd_shim_relative_socket_fifos_t2_stub_vsock_swap() {
     const STUB_TAG: u32 = 20;
     const IMAGE_TAG: u32 = 21;
     let s = Scratch::new("fc-ctrd");
@@ -487,7 +669,7 @@ fn firecracker_containerd_shim_relative_socket_fifos_t2_stub_swap() {
     let args = format!(
         "console=ttyS0 noapic reboot=k panic=1 pci=off nomodules rw \
          mode=blk dev=1 rw=stamp bs=512 qd=1 queues=1 count=4000000000 \
-         stamp_until={IMAGE_TAG} timeout_ms=20000"
+         stamp_until={IMAGE_TAG} timeout_ms=20000 hang=3 port=10789 kbd=1"
     );
     std::fs::copy(test_guest(), s.0.join("vmlinux")).expect("kernel");
     assert_eq!(
@@ -519,10 +701,29 @@ fn firecracker_containerd_shim_relative_socket_fifos_t2_stub_swap() {
         .0,
         204
     );
+    // AddVsocksHandler: the go-sdk's VsockDevice with its CID left at 0.
+    let (st, reply) = put(
+        "/vsock",
+        json!({"guest_cid": 0, "uds_path": "firecracker.vsock", "vsock_id": "agent_api"}),
+    );
+    assert_eq!(st, 204, "{reply}");
     assert_eq!(
         put("/actions", json!({"action_type": "InstanceStart"})).0,
         204
     );
+    // The shim dials its agent as soon as the VM starts (VSockDial, tryConnect).
+    let uds = s.0.join("firecracker.vsock");
+    let agent = std::thread::spawn(move || {
+        let t0 = Instant::now();
+        let (conn, reply, attempts) = dial(
+            &uds,
+            "CONNECT 10789\n",
+            Duration::from_secs(1),
+            Duration::from_millis(100),
+            |r| r.starts_with("OK "),
+        );
+        (conn, reply, attempts, t0.elapsed())
+    });
     let seen = vmm.wait_console(TIMEOUT, |l| {
         l.starts_with(&format!("osprey-test-guest: stamp tag={STUB_TAG} "))
     });
@@ -581,23 +782,23 @@ fn firecracker_containerd_shim_relative_socket_fifos_t2_stub_swap() {
         "{line}"
     );
     assert!(!line.ends_with("config_changes=0"), "{line}");
-    // The guest ends its run on its own (the reboot through the i8042 is runtime-rs's test).
-    let status = vmm.wait_exit(TIMEOUT);
+    // The agent answered once the guest served its port (CID 0, as configured).
+    let (conn, reply, attempts, took) = agent.join().expect("the dialer");
+    assert!(reply.ends_with('\n'), "{reply:?}");
+    println!("CONNECT 10789: {reply:?} after {attempts} attempt(s), {took:?}");
+    echoes(conn, 64 << 10);
+    assert!(
+        vmm.console_text().contains("VSOCK ready cid=0 port=10789"),
+        "{}",
+        vmm.console_text()
+    );
+    // StopVM: Shutdown (SendCtrlAltDel); the guest resets, Osprey exits 0 within 5 s.
+    assert_eq!(
+        put("/actions", json!({"action_type": "SendCtrlAltDel"})).0,
+        204
+    );
+    let status = vmm.wait_exit(Duration::from_secs(5));
     assert_eq!(status.code(), Some(0), "{}", vmm.log_text());
-}
-
-#[test]
-#[ignore = "needs vsock (issue 51): Kata's `vsock {vsock_id: \"root\"}`, runtime-rs's PUT /vsock \
-            twice and `connect 1024`, firecracker-containerd's `CONNECT 10789`"]
-fn vsock_steps_of_the_three_clients() {
-    panic!("not written: vsock is not in Osprey yet");
-}
-
-#[test]
-#[ignore = "needs virtio-net (issue 52): network-interfaces with rate limiters `{}` and \
-            `guest_mac: null`"]
-fn network_steps_of_the_three_clients() {
-    panic!("not written: virtio-net is not in Osprey yet");
 }
 
 /// A copy of `src` at `dst`, its folder made.

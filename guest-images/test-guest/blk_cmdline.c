@@ -97,7 +97,7 @@ static const struct num_opt num_opts[] = {
     { "irq=", 0, 1 }, { "discard=", 0, 1 }, { "write_zeroes=", 0, 1 }, { "hostile=", 0, 1 },
     { "reinit=", 0, 1 }, { "pattern_lba=", 0, ~0ULL }, { "tsc_khz=", TSC_KHZ_MIN, TSC_KHZ_MAX },
     { "timeout_ms=", 1, 3600000 }, { "think_us=", 0, 10000000 }, { "indirect=", 0, 1 },
-    { "pattern_check=", 0, 1 }, { "hang=", 0, 2 }, { "broken_idle_ms=", 0, 600000 },
+    { "pattern_check=", 0, 1 }, { "hang=", 0, 3 }, { "broken_idle_ms=", 0, 600000 },
     { "dev=", 0, 31 }, { "stamp_until=", 0, 0xffffffffULL }, { "tsc_stamp=", 0, 1 },
 };
 

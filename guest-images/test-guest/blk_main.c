@@ -23,6 +23,8 @@ static struct hostile_result hres;
 static struct blk_summary sum;
 static struct wl_job job;
 static struct stamp_state stamp;
+static const char *blk_cmdline;
+static size_t blk_cmdline_len;
 
 static const char *init_error(int r)
 {
@@ -45,7 +47,8 @@ static const char *init_error(int r)
     }
 }
 
-/* hang=2: the vCPU stays in ring 3 (no exit), so the VM stays up for the test. */
+/* hang=2: the vCPU stays in ring 3 (no exit), so the VM stays up for the test; hang=3: the
+ * device reset, then mode=agent's services (vsock and net echo) for as long as the VM runs. */
 static long idle_forever_job(void *arg)
 {
     (void)arg;
@@ -64,6 +67,11 @@ static NORETURN void finish(void)
     putc_serial('\n');
     if (opts.hang) {
         puts_serial("osprey-test-guest: hang\n");
+        if (opts.hang == 3) {
+            if (vp_reset(&dev.vp))
+                puts_serial("osprey-test-guest: error: blk reset before the agent timed out\n");
+            agent_main(blk_cmdline, blk_cmdline_len);
+        }
         if (opts.hang == 2)
             run_in_user(idle_forever_job, 0);
         for (;;)
@@ -128,6 +136,8 @@ static int extra_failed(const struct extra_result *e)
 
 NORETURN void blk_main(const char *cmdline, size_t len)
 {
+    blk_cmdline = cmdline;
+    blk_cmdline_len = len;
     if (blk_opts_parse(cmdline, len, &opts))
         guest_exit(EXIT_BAD_ARG);
     if (opts.tsc_source == TSC_DEFAULT) {

@@ -78,6 +78,8 @@ static int parse_mode(const char *v, size_t n, enum guest_mode *mode)
         *mode = MODE_VSOCK_CONNECT;
     else if (token_eq(v, n, "net-echo"))
         *mode = MODE_NET_ECHO;
+    else if (token_eq(v, n, "agent"))
+        *mode = MODE_AGENT;
     else
         return -1;
     return 0;

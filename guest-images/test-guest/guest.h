@@ -62,6 +62,8 @@ NORETURN void guest_exit(u8 status);
 
 /* kbd.c: mode=kbd, the polled i8042 keyboard driver (resets on Ctrl+Alt+Del). */
 NORETURN void kbd_main(void);
+void kbd_start(void);   /* the probe and the ready line (mode=agent) */
+void kbd_poll(void);    /* ring 0: the key bytes waiting; resets on Ctrl+Alt+Del */
 
 /* cpu.c: GDT TSS slot, IDT, exception reporting. */
 void cpu_init(void);
@@ -81,7 +83,7 @@ static inline long run_in_user(user_fn fn, void *arg)
 enum guest_mode {
     MODE_REPORT, MODE_USER, MODE_TRIPLE_FAULT, MODE_RESET, MODE_HALT, MODE_EXCEPTION,
     MODE_MMIO_EXEC, MODE_BLK, MODE_KBD, MODE_INT3_LOOP, MODE_VSOCK_ECHO, MODE_VSOCK_CONNECT,
-    MODE_NET_ECHO
+    MODE_NET_ECHO, MODE_AGENT
 };
 struct cmdline_opts {
     enum guest_mode mode;
@@ -140,6 +142,13 @@ struct hvm_memmap_entry {
 NORETURN void blk_main(const char *cmdline, size_t len);
 /* net.c: mode=net-echo (virtio-net driver; ARP, ICMP echo, UDP port 7 answered for ip=) */
 NORETURN void net_main(const char *cmdline, size_t len);
+/* Ring 0: the device set up and the ready line when the command line has ip=; 0 without
+ * ip= (no device touched); a failed set-up exits 1. */
+int net_start(const char *cmdline, size_t len);
+int net_step(void);     /* ring 3: one round; 1 if frames came */
+
+/* agent.c: mode=agent and blk's hang=3: vsock echo, net echo and Ctrl+Alt+Del at once */
+NORETURN void agent_main(const char *cmdline, size_t len);
 
 /* vsock_main.c: mode=vsock-echo / mode=vsock-connect (virtio-vsock), see vsock.h */
 NORETURN void vsock_main(const char *cmdline, size_t len, int connect);

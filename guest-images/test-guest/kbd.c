@@ -8,6 +8,8 @@
  * 41, translated); then polling the status register for key bytes (set 1)
  * until Ctrl, Alt and Delete are down together, and resetting through the
  * controller (0xfe on port 0x64), as Linux's ctrl_alt_del() with reboot=k.
+ * kbd_start()/kbd_poll() give mode=agent the same probe and a non-blocking
+ * check between its ring-3 rounds.
  * Lines: `osprey-test-guest: kbd ready ctr=<config byte, hex>`, then
  * `osprey-test-guest: kbd ctrl-alt-del` before the reset. A probe step that
  * fails prints `osprey-test-guest: error: kbd ...` and exits 4.
@@ -90,33 +92,51 @@ static void probe(void)
     putc_serial('\n');
 }
 
+/* Ctrl, Alt and Delete as the set-1 bytes say they are (make/break, 0xe0 for Delete). */
+static int ctrl, alt, del, extended;
+
+/* Feeds one key byte; on Ctrl+Alt+Del prints the line and resets (never returns). */
+static void feed(u8 b)
+{
+    if (b == SET1_EXTENDED) {
+        extended = 1;
+        return;
+    }
+    int down = !(b & SET1_RELEASE);
+    u8 key = b & ~SET1_RELEASE;
+    if (extended && key == SET1_DELETE)
+        del = down;
+    else if (!extended && key == SET1_CTRL)
+        ctrl = down;
+    else if (!extended && key == SET1_ALT)
+        alt = down;
+    extended = 0;
+    if (ctrl && alt && del) {
+        puts_serial("osprey-test-guest: kbd ctrl-alt-del\n");
+        outb(PORT_I8042_CMD, 0xfe);
+        halt_forever();
+    }
+}
+
+void kbd_start(void)
+{
+    probe();
+}
+
+void kbd_poll(void)
+{
+    for (u32 i = 0; i < FLUSH_MAX && (inb(PORT_I8042_CMD) & STATUS_OUTPUT_FULL); i++)
+        feed(inb(PORT_I8042_DATA));
+}
+
 NORETURN void kbd_main(void)
 {
     probe();
-    int ctrl = 0, alt = 0, del = 0, extended = 0;
     for (;;) {
         if (!(inb(PORT_I8042_CMD) & STATUS_OUTPUT_FULL)) {
             __asm__ volatile("pause");
             continue;
         }
-        u8 b = inb(PORT_I8042_DATA);
-        if (b == SET1_EXTENDED) {
-            extended = 1;
-            continue;
-        }
-        int down = !(b & SET1_RELEASE);
-        u8 key = b & ~SET1_RELEASE;
-        if (extended && key == SET1_DELETE)
-            del = down;
-        else if (!extended && key == SET1_CTRL)
-            ctrl = down;
-        else if (!extended && key == SET1_ALT)
-            alt = down;
-        extended = 0;
-        if (ctrl && alt && del) {
-            puts_serial("osprey-test-guest: kbd ctrl-alt-del\n");
-            outb(PORT_I8042_CMD, 0xfe);
-            halt_forever();
-        }
+        feed(inb(PORT_I8042_DATA));
     }
 }

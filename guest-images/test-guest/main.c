@@ -3,7 +3,8 @@
  *
  * Owns: the ready line, start_info validation, reading the command line,
  * dispatching on mode= (report, user, triple-fault, reset, halt,
- * exception, mmio-exec, blk, kbd, int3-loop, vsock-echo, vsock-connect), the boot-complete
+ * exception, mmio-exec, blk, kbd, int3-loop, vsock-echo, vsock-connect, net-echo, agent), the
+ * boot-complete
  * byte of `boot_timer` (Firecracker's
  * boot timer: 123 written to 0xc0000000, as its rootfs init does) and the debug exit (final
  * `osprey-test-guest: exit N` line, then outb to 0xf4).
@@ -104,6 +105,8 @@ void kmain(u64 start_info_paddr)
         vsock_main(cmdline, cmdline_len, opts.mode == MODE_VSOCK_CONNECT);  /* exits */
     case MODE_NET_ECHO:
         net_main(cmdline, cmdline_len);     /* answers for as long as the VM runs */
+    case MODE_AGENT:
+        agent_main(cmdline, cmdline_len);   /* serves for as long as the VM runs */
     case MODE_REPORT:
         break;
     }

@@ -8,6 +8,7 @@
  * data pool for buffers), then a ring-3 loop, for as long as the VM runs,
  * that answers ARP requests for ip=A.B.C.D, ICMP echo requests to it and
  * UDP datagrams to its port 7 with the same payload. Polled, no interrupts.
+ * net_start()/net_step() give mode=agent the same device and one round at a time.
  */
 #include "blk.h"
 #include "hw.h"
@@ -145,28 +146,34 @@ static void answer(u8 *f, u32 len)
     tx_send(f, 14 + total);
 }
 
-/* Ring 3, for as long as the VM runs: rx -> answer -> tx, rx buffers reposted in batches. */
+/* Ring 3: one round of rx -> answer -> tx, rx buffers reposted in a batch; 1 if frames came. */
+int net_step(void)
+{
+    u32 id, len;
+    int got = 0;
+    while (vq_pop_used(&net.rx, &id, &len)) {
+        if (id < NET_QSIZE && len > VNET_HDR && len <= NET_BUF) {
+            u8 *b = net.rxbuf + (u64)id * NET_BUF;
+            answer(b + VNET_HDR, len - VNET_HDR);
+            net.rx_frames++;
+        }
+        if (id < NET_QSIZE)
+            rx_post((u16)id);
+        got = 1;
+    }
+    if (got)
+        vq_kick(&net.rx);
+    else
+        tx_reap();
+    return got;
+}
+
+/* Ring 3, for as long as the VM runs. */
 static long net_echo_job(void *arg)
 {
     (void)arg;
-    for (;;) {
-        u32 id, len;
-        int got = 0;
-        while (vq_pop_used(&net.rx, &id, &len)) {
-            if (id < NET_QSIZE && len > VNET_HDR && len <= NET_BUF) {
-                u8 *b = net.rxbuf + (u64)id * NET_BUF;
-                answer(b + VNET_HDR, len - VNET_HDR);
-                net.rx_frames++;
-            }
-            if (id < NET_QSIZE)
-                rx_post((u16)id);
-            got = 1;
-        }
-        if (got)
-            vq_kick(&net.rx);
-        else
-            tx_reap();
-    }
+    for (;;)
+        net_step();
     return 0;
 }
 
@@ -206,7 +213,7 @@ static NORETURN void net_fail(const char *why)
     guest_exit(1);
 }
 
-NORETURN void net_main(const char *cmdline, size_t len)
+int net_start(const char *cmdline, size_t len)
 {
     size_t at = 0;
     const char *t;
@@ -221,7 +228,7 @@ NORETURN void net_main(const char *cmdline, size_t len)
         }
     }
     if (!have_ip)
-        net_fail("ip=A.B.C.D is required");
+        return 0;
     struct vpci vp;
     if (vp_probe(&vp, 0x1041, 0))
         net_fail("no virtio-net-pci device");
@@ -273,6 +280,13 @@ NORETURN void net_main(const char *cmdline, size_t len)
         putc_serial(hex[net.mac[i] & 15]);
     }
     puts_serial("\n");
+    return 1;
+}
+
+NORETURN void net_main(const char *cmdline, size_t len)
+{
+    if (!net_start(cmdline, len))
+        net_fail("ip=A.B.C.D is required");
     run_in_user(net_echo_job, NULL);
     net_fail("the echo loop returned");
 }

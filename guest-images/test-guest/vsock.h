@@ -130,6 +130,7 @@ long vsock_prime_job(void *arg);        /* post rx and event buffers, tx free li
 #define VSOCK_LOOP_RESET  1             /* a TRANSPORT_RESET: ring 0 prints, re-enters */
 #define VSOCK_LOOP_FAIL   2
 long vsock_loop_job(void *arg);
+int vsock_step(struct vsock_dev *d);    /* one round of the loop; 1 if anything moved */
 long vsock_report_job(void *arg);       /* VSOCK line into vsockmem.report */
 int vsock_tx_slot(struct vsock_dev *d, int wait);   /* a free tx slot or -1 */
 /* Post hdr (hdr_len bytes of descriptor) and data_len bytes of tx_data[slot] as they are. */
@@ -142,5 +143,8 @@ long vsock_hostile_job(void *arg);
 
 /* vsock_main.c (ring 0) */
 NORETURN void vsock_main(const char *cmdline, size_t len, int connect);
+/* mode=agent: echo on `port` for ever; the `VSOCK ready` line; NULL when there is no
+ * virtio-vsock device (a failed init of one that is there exits 1). */
+struct vsock_dev *vsock_agent_start(u32 port);
 
 #endif

@@ -80,6 +80,47 @@ static NORETURN void finish(struct vsock_dev *d)
     guest_exit(failures(d) ? 1 : 0);
 }
 
+static NORETURN void init_failed(int r)
+{
+    ensure_line_start();
+    puts_serial("osprey-test-guest: error: vsock init: ");
+    puts_serial(vsock_init_error(r));
+    for (int i = 0; i < 6; i++)
+        if (dev.vp.bar[i]) {
+            puts_serial(" bar");
+            put_u64((u64)i);
+            putc_serial('=');
+            put_hex(dev.vp.bar[i]);
+        }
+    putc_serial('\n');
+    guest_exit(1);
+}
+
+struct vsock_dev *vsock_agent_start(u32 port)
+{
+    struct vpci probe;
+    if (vp_probe(&probe, VIRTIO_ID_VSOCK_PCI, 0))
+        return NULL;
+    struct vsock_opts *o = &dev.o;
+    o->mode = VSOCK_ECHO;
+    o->port = port;
+    o->count = 0;
+    o->bytes = 65536;
+    o->par = 8;
+    o->timeout_ms = 10000;
+    u64 khz = kvmclock_tsc_khz();
+    dev.tsc_khz = (khz >= TSC_KHZ_MIN && khz <= TSC_KHZ_MAX) ? khz : TSC_KHZ_FALLBACK;
+    int r = vsock_init(&dev);
+    if (r)
+        init_failed(r);
+    puts_serial("VSOCK ready cid=");
+    put_u64(dev.cid);
+    puts_serial(" port=");
+    put_u64(port);
+    putc_serial('\n');
+    return &dev;
+}
+
 NORETURN void vsock_main(const char *cmdline, size_t len, int connect)
 {
     struct vsock_opts *o = &dev.o;
@@ -94,20 +135,8 @@ NORETURN void vsock_main(const char *cmdline, size_t len, int connect)
     dev.tsc_khz = (khz >= TSC_KHZ_MIN && khz <= TSC_KHZ_MAX) ? khz : TSC_KHZ_FALLBACK;
 
     int r = vsock_init(&dev);
-    if (r) {
-        ensure_line_start();
-        puts_serial("osprey-test-guest: error: vsock init: ");
-        puts_serial(vsock_init_error(r));
-        for (int i = 0; i < 6; i++)
-            if (dev.vp.bar[i]) {
-                puts_serial(" bar");
-                put_u64((u64)i);
-                putc_serial('=');
-                put_hex(dev.vp.bar[i]);
-            }
-        putc_serial('\n');
-        guest_exit(1);
-    }
+    if (r)
+        init_failed(r);
     puts_serial(connect ? "osprey-test-guest: vsock connecting cid=" : "VSOCK ready cid=");
     put_u64(dev.cid);
     puts_serial(" port=");

@@ -534,6 +534,16 @@ void vsock_settle(struct vsock_dev *d, u64 ms)
     }
 }
 
+int vsock_step(struct vsock_dev *d)
+{
+    int progress = reap_tx(d);
+    progress |= do_events(d);
+    progress |= do_rx(d);
+    progress |= pump(d);
+    vq_kick(&d->txq);
+    return progress;
+}
+
 long vsock_loop_job(void *arg)
 {
     struct vsock_dev *d = arg;

@@ -9,6 +9,7 @@ pub mod firecracker_spec;
 pub mod linux;
 pub mod scratch;
 pub mod stamp;
+pub mod tap;
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};

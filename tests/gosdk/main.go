@@ -1,9 +1,12 @@
 // Command gosdk drives Osprey through the unmodified firecracker-go-sdk (v1.0.0, pinned in
 // go.mod), the client library under firecracker-containerd, flintlock and Ignite. It boots
-// Osprey's test guest with a root drive and a second drive, waits for the guest's report, pauses
-// and resumes the VM, swaps the second drive's backing file with UpdateGuestDrive and waits for
-// the guest to read the new file, reads the metrics file it configured, and shuts down with
-// Shutdown then StopVMM. It uses the SDK's public API only.
+// Osprey's test guest with a root drive and a second drive (and, when asked, a vsock in
+// VsockDevices and a tap in NetworkInterfaces' StaticConfiguration), waits for the guest's
+// report, pauses and resumes the VM, swaps the second drive's backing file with
+// UpdateGuestDrive and waits for the guest to read the new file, reaches the guest's agent
+// port through the vsock as firecracker-containerd does (CONNECT, "OK " within 1 s, retried)
+// and checks the echo, pings the guest through the tap, reads the metrics file it configured,
+// and shuts down with Shutdown then StopVMM. It uses the SDK's public API only.
 //
 // Every step prints a progress line; the first failing step prints "gosdk: FAILED at step N/M
 // (name): why" and the program exits 1 (2 for bad flags). tests/gosdk.rs builds and runs it in
@@ -30,6 +33,9 @@ type options struct {
 	vcpus, memMiB                               int64
 	guestTimeout, total                         time.Duration
 	sdkLogLevel                                 string
+	vsockPath                                   string
+	vsockPort, vsockCID                         uint
+	tap, mac, guestIP                           string
 }
 
 func parseOptions() (*options, error) {
@@ -53,6 +59,12 @@ func parseOptions() (*options, error) {
 	flag.DurationVar(&o.guestTimeout, "guest-timeout", 20*time.Second, "how long to wait for each console line")
 	flag.DurationVar(&o.total, "timeout", 55*time.Second, "limit for the whole run")
 	flag.StringVar(&o.sdkLogLevel, "sdk-log", "warning", "the SDK's own log level (logrus)")
+	flag.StringVar(&o.vsockPath, "vsock", "", "optional: a vsock (VsockDevices) with this uds_path; the guest's agent port is reached through it")
+	flag.UintVar(&o.vsockPort, "vsock-port", 10789, "the guest's agent port (firecracker-containerd's is 10789)")
+	flag.UintVar(&o.vsockCID, "vsock-cid", 3, "the vsock's guest CID")
+	flag.StringVar(&o.tap, "tap", "", "optional: a tap for NetworkInterfaces (StaticConfiguration.HostDevName)")
+	flag.StringVar(&o.mac, "mac", "", "the guest's MAC (StaticConfiguration.MacAddress), with -tap")
+	flag.StringVar(&o.guestIP, "ping", "", "with -tap: the guest's address, pinged through the tap")
 	flag.Parse()
 	for name, v := range map[string]string{"osprey": o.osprey, "kernel": o.kernel, "root": o.root,
 		"data": o.data, "swap-to": o.swapTo, "workdir": o.workdir, "report": report,

@@ -67,18 +67,27 @@ func newRun(o *options) *run {
 	}
 	r.plan = []step{
 		{"NewMachine (VMCommandBuilder.WithBin(osprey))", r.newMachine},
-		{"Start: logger, metrics, machine-config, boot-source, 2 drives, InstanceStart", r.start},
+		{"Start: logger, metrics, machine-config, boot-source, 2 drives, network-interfaces, vsock, InstanceStart", r.start},
 		{"DescribeInstanceInfo says Running; GetFirecrackerVersion", r.describeRunning},
 		{"the guest's report on the console", r.guestReport},
 		{"PauseVM, DescribeInstanceInfo says Paused", r.pause},
 		{"ResumeVM, DescribeInstanceInfo says Running", r.resume},
 		{"UpdateGuestDrive swaps the second drive's file", r.swapDrive},
 		{"the guest reads the new file", r.guestReadsNewFile},
+	}
+	if o.vsockPath != "" {
+		r.plan = append(r.plan, step{fmt.Sprintf("the agent through the vsock: CONNECT %d, OK within 1 s "+
+			"(retried as firecracker-containerd's VSockDial), 64 KiB echoed", o.vsockPort), r.reachAgent})
+	}
+	if o.tap != "" && o.guestIP != "" {
+		r.plan = append(r.plan, step{"ping the guest through the tap", r.pingGuest})
+	}
+	r.plan = append(r.plan, []step{
 		{"FlushMetrics; the metrics file shows the second drive's requests", r.flushMetrics},
 		{"Shutdown (SendCtrlAltDel)", r.shutdown},
 		{"StopVMM, Wait: the VMM exits cleanly", r.stop},
 		{"after the exit: the metrics and log files, no API socket left", r.filesAfterExit},
-	}
+	}...)
 	return r
 }
 
@@ -128,6 +137,14 @@ func (r *run) newMachine() error {
 			MemSizeMib: fc.Int64(r.o.memMiB),
 		},
 		VMID: "gosdk-test",
+	}
+	if r.o.vsockPath != "" {
+		cfg.VsockDevices = []fc.VsockDevice{{ID: "agent_api", Path: r.o.vsockPath, CID: uint32(r.o.vsockCID)}}
+	}
+	if r.o.tap != "" {
+		cfg.NetworkInterfaces = fc.NetworkInterfaces{{
+			StaticConfiguration: &fc.StaticNetworkConfiguration{MacAddress: r.o.mac, HostDevName: r.o.tap},
+		}}
 	}
 	// The SDK writes the log and metrics to existing paths (a file or a fifo); Firecracker's
 	// users create them first, so does this test.

@@ -9,6 +9,11 @@ use crate::config::{invalid, ConfigError};
 
 /// The lowest CID a guest may have (0-2 are the hypervisor's, the loopback's and the host's).
 pub const MIN_GUEST_CID: u64 = 3;
+/// The CID firecracker-containerd sends: the go-sdk's `VsockDevice.CID` left at its zero value
+/// (`PUT /vsock {"guest_cid": 0, ...}`). Firecracker takes it as it is, and so does Osprey: the
+/// guest reads 0 from the device's config, and host-initiated connections (`CONNECT <port>`)
+/// work the same, since the host side never names the guest's CID.
+pub const UNSET_GUEST_CID: u64 = 0;
 /// The longest `uds_path` (a Unix socket path is at most 107 bytes, and guest-initiated
 /// connections append `_<port>`, up to 11 bytes).
 pub const MAX_UDS_PATH: usize = 107 - 11;
@@ -20,7 +25,8 @@ pub struct VsockConfig {
     /// An id (Firecracker's, optional and unused).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vsock_id: Option<String>,
-    /// The guest's context id: at least 3, at most 2^32 - 1.
+    /// The guest's context id: 3 to 2^32 - 1, or 0 (firecracker-containerd's unset value, taken
+    /// as Firecracker takes it: the guest reads 0).
     pub guest_cid: u64,
     /// The Unix socket host programs connect to (`CONNECT <port>\n`); the guest's connections
     /// to host port P go to `<uds_path>_P`.
@@ -31,13 +37,13 @@ pub struct VsockConfig {
 impl VsockConfig {
     /// Checks the values; `at` is the JSON path of the section (`vsock`).
     pub fn check(&self, at: &str) -> Result<(), ConfigError> {
-        if !(MIN_GUEST_CID..=u64::from(u32::MAX)).contains(&self.guest_cid) {
+        let cid = self.guest_cid;
+        if cid != UNSET_GUEST_CID && !(MIN_GUEST_CID..=u64::from(u32::MAX)).contains(&cid) {
             return Err(invalid(
                 format!("{at}.guest_cid"),
                 format!(
-                    "must be from {MIN_GUEST_CID} to {}, got {}",
-                    u32::MAX,
-                    self.guest_cid
+                    "must be from {MIN_GUEST_CID} to {}, or {UNSET_GUEST_CID}, got {cid}",
+                    u32::MAX
                 ),
             ));
         }
@@ -81,6 +87,10 @@ mod tests {
     #[test]
     fn checks_name_the_field() {
         assert!(cfg(3, "/tmp/v.sock").check("vsock").is_ok());
+        // firecracker-containerd's `guest_cid: 0` (the go-sdk's zero value), as Firecracker.
+        assert!(cfg(0, "firecracker.vsock").check("vsock").is_ok());
+        let e = cfg(1, "/tmp/v.sock").check("vsock").unwrap_err();
+        assert!(e.to_string().starts_with("vsock.guest_cid: "), "{e}");
         let e = cfg(2, "/tmp/v.sock").check("vsock").unwrap_err();
         assert!(e.to_string().starts_with("vsock.guest_cid: "), "{e}");
         let e = cfg(1 << 32, "/tmp/v.sock").check("vsock").unwrap_err();
