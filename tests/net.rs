@@ -163,7 +163,10 @@ fn ping_udp_echo_and_a_live_tx_limit_through_a_tap() {
         assert_eq!((sent, got), (1000, 1000), "{text}");
         let (status, after) = api_call(&sock_path, "GET", "/metrics", None);
         assert_eq!(status, 200, "{after}");
-        assert_eq!(after["network_interfaces"][0]["iface_id"], "eth0", "{after}");
+        assert_eq!(
+            after["network_interfaces"][0]["iface_id"], "eth0",
+            "{after}"
+        );
         // 1,000 requests of 84 bytes (ICMP 64 + IPv4 20 + Ethernet 14: 98) went in and as many
         // answers came out; the host may add a frame or two of its own (ARP, IPv6).
         let d = |f: &str| nic(&after, f) - nic(&before, f);
@@ -280,8 +283,14 @@ fn ping_udp_echo_and_a_live_tx_limit_through_a_tap() {
     };
     let total = |f: &str| last["network_interfaces"][0][f].as_u64().expect(f);
     for group in ["net", "net_eth0"] {
-        assert!(sum(group, "rx_packets_count") >= total("rx_frames"), "{group}");
-        assert!(sum(group, "tx_packets_count") >= total("tx_frames"), "{group}");
+        assert!(
+            sum(group, "rx_packets_count") >= total("rx_frames"),
+            "{group}"
+        );
+        assert!(
+            sum(group, "tx_packets_count") >= total("tx_frames"),
+            "{group}"
+        );
         assert!(sum(group, "tx_bytes_count") >= total("tx_bytes"), "{group}");
         assert!(sum(group, "rx_bytes_count") >= total("rx_bytes"), "{group}");
         assert!(sum(group, "tx_packets_count") >= 1000 + 300, "{group}");
@@ -353,7 +362,11 @@ fn snapshot_restored_onto_a_new_tap_with_network_overrides() {
     // The clone's network: the host's end of the guest's /30 now on the new tap; the old tap
     // stays (a restore by the saved name would open it) without an address.
     let prefix = format!("{}/30", tap.host_ip);
-    assert!(ip(&["addr", "flush", "dev", &tap.name]), "flush {}", tap.name);
+    assert!(
+        ip(&["addr", "flush", "dev", &tap.name]),
+        "flush {}",
+        tap.name
+    );
     assert!(ip(&["addr", "flush", "dev", &new_tap.name]));
     assert!(ip(&["addr", "add", &prefix, "dev", &new_tap.name]));
     let old_rx = link_counter(&tap.name, "rx_packets");

@@ -351,7 +351,9 @@ mod tests {
         let e = override_taps(&mut c, &[("eth9".into(), "tapX".into())]).expect_err("no eth9");
         let text = e.to_string();
         assert!(
-            text.contains("network_overrides") && text.contains("\"eth9\"") && text.contains("eth0, eth1"),
+            text.contains("network_overrides")
+                && text.contains("\"eth9\"")
+                && text.contains("eth0, eth1"),
             "{text}"
         );
         let e = override_taps(
