@@ -1,7 +1,10 @@
 //! virtio-net end to end: the test guest's `mode=net-echo` behind a tap of the test's own,
 //! served by Osprey's iothread, against the host's own tools. One boot does it all: 1,000 pings
 //! with none lost, a flood ping, UDP echo of 1,000 datagrams of 1 to 1,472 bytes verified, and a
-//! tx rate limit set live with `PATCH /network-interfaces/eth0`, held, then removed.
+//! tx rate limit set live with `PATCH /network-interfaces/eth0`, held, then removed; the NIC's
+//! counters in `GET /metrics` and the metrics file (Firecracker's `net` and `net_eth0` groups)
+//! match what crossed. A second boot is snapshotted and restored onto another tap
+//! (`network_overrides`).
 //!
 //! Needs root (the test creates its tap with `ip tuntap` and deletes it, also on failure) and
 //! iputils' `ping` for the ping parts (`.ci/run` installs it); without them: NOT RUN.
@@ -32,12 +35,6 @@ impl TestTap {
             host_ip: format!("172.30.{a}.{}", b + 1),
             guest_ip: format!("172.30.{a}.{}", b + 2),
         };
-        let ip = |args: &[&str]| {
-            Command::new("ip")
-                .args(args)
-                .output()
-                .is_ok_and(|o| o.status.success())
-        };
         if !ip(&["tuntap", "add", "dev", &tap.name, "mode", "tap"]) {
             return None;
         }
@@ -50,6 +47,23 @@ impl TestTap {
         ]) && ip(&["link", "set", &tap.name, "up"]);
         ok.then_some(tap)
     }
+}
+
+/// `ip args...` succeeded.
+fn ip(args: &[&str]) -> bool {
+    Command::new("ip")
+        .args(args)
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// A counter of interface `dev` in /sys/class/net/DEV/statistics (`rx_packets`: frames the
+/// host received from it, i.e. that the VMM wrote into the tap).
+fn link_counter(dev: &str, name: &str) -> u64 {
+    std::fs::read_to_string(format!("/sys/class/net/{dev}/statistics/{name}"))
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{dev}'s {name}"))
 }
 
 impl Drop for TestTap {
@@ -123,6 +137,7 @@ fn ping_udp_echo_and_a_live_tx_limit_through_a_tap() {
             "tx_rate_limiter": null,
         }],
         "api": {"socket": sock_path},
+        "metrics": {"metrics_path": dir.join("metrics.json")},
     });
     let cfg_path = dir.join("vm.json");
     std::fs::write(&cfg_path, cfg.to_string()).expect("config");
@@ -138,14 +153,49 @@ fn ping_udp_echo_and_a_live_tx_limit_through_a_tap() {
     );
 
     if have_ping() {
+        let nic = |m: &serde_json::Value, f: &str| {
+            m["network_interfaces"][0][f]
+                .as_u64()
+                .unwrap_or_else(|| panic!("network_interfaces[0].{f} in {m}"))
+        };
+        let (_, before) = api_call(&sock_path, "GET", "/metrics", None);
         let (sent, got, text) = ping(&["-c", "1000", "-i", "0", "-q"], &tap.guest_ip);
         assert_eq!((sent, got), (1000, 1000), "{text}");
+        let (status, after) = api_call(&sock_path, "GET", "/metrics", None);
+        assert_eq!(status, 200, "{after}");
+        assert_eq!(
+            after["network_interfaces"][0]["iface_id"], "eth0",
+            "{after}"
+        );
+        // 1,000 requests of 84 bytes (ICMP 64 + IPv4 20 + Ethernet 14: 98) went in and as many
+        // answers came out; the host may add a frame or two of its own (ARP, IPv6).
+        let d = |f: &str| nic(&after, f) - nic(&before, f);
+        assert!((1000..1010).contains(&d("rx_frames")), "rx {after}");
+        assert!((1000..1010).contains(&d("tx_frames")), "tx {after}");
+        assert!(d("rx_bytes") >= 1000 * 98, "rx bytes {after}");
+        assert!(d("tx_bytes") >= 1000 * 98, "tx bytes {after}");
+        assert_eq!(d("tx_malformed") + d("rx_dropped"), 0, "{after}");
+        let (status, prom) = api_call(&sock_path, "GET", "/metrics?format=prometheus", None);
+        assert_eq!(status, 200);
+        let prom = prom.as_str().unwrap_or_default();
+        assert!(
+            prom.contains(&format!(
+                "osprey_nic_rx_frames_total{{iface=\"eth0\"}} {}",
+                nic(&after, "rx_frames")
+            )),
+            "{prom}"
+        );
         let (sent, got, text) = ping(&["-f", "-c", "100000", "-q"], &tap.guest_ip);
         eprintln!("flood: {text}");
         assert_eq!(sent, 100_000, "{text}");
         // A flood sends the next request when the reply is lost only after a 10 ms wait; the
         // guest drops nothing of its own, so what is lost is the host's (counted by the tap).
         assert!(got * 1000 >= sent * 999, "more than 0.1 % lost: {text}");
+        let (_, flood) = api_call(&sock_path, "GET", "/metrics", None);
+        assert!(
+            nic(&flood, "tx_frames") - nic(&after, "tx_frames") >= got,
+            "the guest answered {got}: {flood}"
+        );
     } else {
         eprintln!("NOT RUN (ping parts): iputils' ping is not installed");
     }
@@ -214,16 +264,52 @@ fn ping_udp_echo_and_a_live_tx_limit_through_a_tap() {
         json!(tap.name),
         "{cfg}"
     );
+    let (_, last) = api_call(&sock_path, "GET", "/metrics", None);
     vmm.signal(libc::SIGTERM);
     vmm.wait_exit(Duration::from_secs(10));
+    // The metrics file: a line at the exit at least; Firecracker's groups carry the change since
+    // the line before, so summed they are the totals, the aggregate `net` as the interface's.
+    let lines = std::fs::read_to_string(dir.join("metrics.json")).expect("metrics file");
+    let sum = |group: &str, field: &str| -> u64 {
+        lines
+            .lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).expect("a JSON line");
+                v[group][field]
+                    .as_u64()
+                    .unwrap_or_else(|| panic!("{group}.{field} in {l}"))
+            })
+            .sum()
+    };
+    let total = |f: &str| last["network_interfaces"][0][f].as_u64().expect(f);
+    for group in ["net", "net_eth0"] {
+        assert!(
+            sum(group, "rx_packets_count") >= total("rx_frames"),
+            "{group}"
+        );
+        assert!(
+            sum(group, "tx_packets_count") >= total("tx_frames"),
+            "{group}"
+        );
+        assert!(sum(group, "tx_bytes_count") >= total("tx_bytes"), "{group}");
+        assert!(sum(group, "rx_bytes_count") >= total("rx_bytes"), "{group}");
+        assert!(sum(group, "tx_packets_count") >= 1000 + 300, "{group}");
+    }
+    assert_eq!(
+        sum("net", "tx_rate_limiter_throttled"),
+        sum("net_eth0", "tx_rate_limiter_throttled")
+    );
+    assert!(sum("net_eth0", "tx_rate_limiter_throttled") > 0, "{lines}");
     std::fs::remove_dir_all(&dir).ok();
 }
 
-/// A VM with a NIC snapshotted while it answers, restored in a new process onto the same tap
-/// (opened again by name): its driver's rings carry on, pings and UDP echoes answered.
+/// A VM with a NIC snapshotted while it answers, restored in a new process onto another tap
+/// (`network_overrides`; the host's address moved to it): its driver's rings carry on, pings and
+/// UDP echoes answered through the new tap, the old one unused. An override naming no interface
+/// of the snapshot is refused first, with nothing started.
 #[test]
-fn snapshot_and_restore_with_a_nic_keeps_answering() {
-    let Some(tap) = TestTap::create(1) else {
+fn snapshot_restored_onto_a_new_tap_with_network_overrides() {
+    let (Some(tap), Some(new_tap)) = (TestTap::create(1), TestTap::create(2)) else {
         eprintln!("NOT RUN: cannot create a tap (needs root and /dev/net/tun)");
         return;
     };
@@ -258,6 +344,7 @@ fn snapshot_and_restore_with_a_nic_keeps_answering() {
     for i in 0..100u32 {
         assert_eq!(echo(&udp, &i.to_be_bytes()), i.to_be_bytes());
     }
+    drop(udp);
     let (st, body) = api_call(&first_sock, "PATCH", "/vm", Some(r#"{"state":"Paused"}"#));
     assert_eq!(st, 204, "{body}");
     let snap = json!({"snapshot_path": dir.join("s.state"), "mem_file_path": dir.join("s.mem"),
@@ -272,25 +359,49 @@ fn snapshot_and_restore_with_a_nic_keeps_answering() {
     first.signal(libc::SIGKILL);
     first.wait_exit(Duration::from_secs(10));
 
+    // The clone's network: the host's end of the guest's /30 now on the new tap; the old tap
+    // stays (a restore by the saved name would open it) without an address.
+    let prefix = format!("{}/30", tap.host_ip);
+    assert!(
+        ip(&["addr", "flush", "dev", &tap.name]),
+        "flush {}",
+        tap.name
+    );
+    assert!(ip(&["addr", "flush", "dev", &new_tap.name]));
+    assert!(ip(&["addr", "add", &prefix, "dev", &new_tap.name]));
+    let old_rx = link_counter(&tap.name, "rx_packets");
+    let new_rx = link_counter(&new_tap.name, "rx_packets");
+
     let second_sock = dir.join("b.sock");
     let mut second = Vmm::spawn([std::ffi::OsStr::new("--api-sock"), second_sock.as_os_str()]);
-    let load = json!({"snapshot_path": dir.join("s.state"),
-        "mem_backend": {"backend_type": "File", "backend_path": dir.join("s.mem")},
-        "resume_vm": true});
-    let mut loaded = (0, serde_json::Value::Null);
+    let load = |overrides: serde_json::Value| {
+        json!({"snapshot_path": dir.join("s.state"),
+            "mem_backend": {"backend_type": "File", "backend_path": dir.join("s.mem")},
+            "resume_vm": true, "network_overrides": overrides})
+        .to_string()
+    };
     for _ in 0..100 {
         if second_sock.exists() {
-            loaded = api_call(
-                &second_sock,
-                "PUT",
-                "/snapshot/load",
-                Some(&load.to_string()),
-            );
             break;
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert_eq!(loaded.0, 204, "{}\n{}", loaded.1, second.log_text());
+    let unknown = load(json!([{"iface_id": "eth9", "host_dev_name": new_tap.name}]));
+    let (st, body) = api_call(&second_sock, "PUT", "/snapshot/load", Some(&unknown));
+    assert_eq!(st, 400, "{body}\n{}", second.log_text());
+    let message = body.to_string();
+    assert!(
+        message.contains("network_overrides") && message.contains("eth9"),
+        "the refusal names the field and the interface: {message}"
+    );
+    let good = load(json!([{"iface_id": "eth0", "host_dev_name": new_tap.name}]));
+    let (st, body) = api_call(&second_sock, "PUT", "/snapshot/load", Some(&good));
+    assert_eq!(st, 204, "{body}\n{}", second.log_text());
+
+    let udp = UdpSocket::bind((tap.host_ip.as_str(), 0)).expect("bind");
+    udp.connect((tap.guest_ip.as_str(), 7)).expect("connect");
+    udp.set_read_timeout(Some(Duration::from_secs(2)))
+        .expect("timeout");
     for i in 100..300u32 {
         assert_eq!(
             echo(&udp, &i.to_be_bytes()),
@@ -303,6 +414,19 @@ fn snapshot_and_restore_with_a_nic_keeps_answering() {
         let (sent, got, text) = ping(&["-c", "200", "-i", "0", "-q"], &tap.guest_ip);
         assert_eq!((sent, got), (200, 200), "{text}");
     }
+    let (st, cfg) = api_call(&second_sock, "GET", "/vm/config", None);
+    assert_eq!(st, 200, "{cfg}");
+    assert_eq!(
+        cfg["network-interfaces"][0]["host_dev_name"],
+        json!(new_tap.name),
+        "{cfg}"
+    );
+    assert_eq!(
+        link_counter(&tap.name, "rx_packets"),
+        old_rx,
+        "the old tap carried frames from the restored VM"
+    );
+    assert!(link_counter(&new_tap.name, "rx_packets") >= new_rx + 200);
     second.signal(libc::SIGTERM);
     second.wait_exit(Duration::from_secs(10));
     std::fs::remove_dir_all(&dir).ok();

@@ -111,11 +111,20 @@ pub struct SnapshotLoadRequest {
     /// from where it stopped, as in Firecracker.
     #[serde(default)]
     pub clock_realtime: bool,
-    /// Firecracker's new host tap devices for the snapshot's network interfaces: Osprey has
-    /// none (`docs/orchestration.md`), so only an empty list is accepted.
+    /// Firecracker's: other host taps for some network interfaces of the snapshot (a clone's
+    /// own), opened in the load's preflight; an `iface_id` the snapshot lacks is refused.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schema(value_type = Vec<Object>)]
-    pub network_overrides: Vec<serde_json::Value>,
+    pub network_overrides: Vec<NetworkOverride>,
+}
+
+/// Firecracker's `NetworkOverride`: a network interface of the snapshot on another host tap.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkOverride {
+    /// The interface (`iface_id` of the snapshot's `network-interfaces`).
+    pub iface_id: String,
+    /// Its host tap for this restore (1 to 15 bytes).
+    pub host_dev_name: String,
 }
 
 /// A drive of the snapshot on another backing file.
@@ -143,13 +152,6 @@ pub struct MemBackend {
 impl SnapshotLoadRequest {
     /// The memory file: `mem_backend` (type `File`) or `mem_file_path`, exactly one.
     pub fn mem_path(&self) -> Result<&std::path::Path, ApiError> {
-        if !self.network_overrides.is_empty() {
-            return Err(ApiError::BadRequest(format!(
-                "PUT /snapshot/load: network_overrides: {} (docs/orchestration.md lists what \
-                 Osprey implements); only [] is accepted",
-                crate::config::AbsentFeature::NetworkInterfaces.what()
-            )));
-        }
         if self.enable_diff_snapshots || self.track_dirty_pages {
             return Err(ApiError::BadRequest(
                 "PUT /snapshot/load: Osprey takes full snapshots only (no dirty-page tracking)"

@@ -229,6 +229,8 @@ pub struct MetricsReport {
     pub iothreads: Vec<IoThreadReport>,
     /// Each drive's counters.
     pub drives: Vec<DriveCounters>,
+    /// Each network interface's counters.
+    pub network_interfaces: Vec<crate::metrics::nic::NicCounters>,
     /// Each rate-limit group.
     pub rate_limit_groups: Vec<GroupReport>,
     /// CPU time by thread name.

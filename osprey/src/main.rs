@@ -96,7 +96,7 @@ fn restore(
     api_socket: Option<&std::path::Path>,
 ) -> ! {
     let files = vmm::snapshot::restore::SnapshotFiles::in_folder(dir);
-    let checked = match vmm::snapshot::restore::load(&files.state, &files.memory, overrides) {
+    let checked = match vmm::snapshot::restore::load(&files.state, &files.memory, overrides, &[]) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("osprey: error: --restore {}: {e}", dir.display());

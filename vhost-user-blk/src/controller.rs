@@ -193,6 +193,7 @@ impl BackendController {
                 .map(|(id, t)| iothread_report(id, t))
                 .collect(),
             drives: self.drives.iter().map(Self::counters).collect(),
+            network_interfaces: Vec::new(),
             rate_limit_groups: group_reports(&self.groups, &drive_groups(&self.config.drives)),
             threads: vmm::live_tuning::thread_reports(),
         }

@@ -355,6 +355,12 @@ impl Controller<'_> {
                 .map(|(id, t)| iothread_report(id, t))
                 .collect(),
             drives: self.devices.drives.iter().map(|d| d.counters()).collect(),
+            network_interfaces: self
+                .devices
+                .nics
+                .iter()
+                .map(|n| crate::metrics::nic::NicCounters::new(&n.id, &n.stats))
+                .collect(),
             rate_limit_groups: group_reports(
                 &self.devices.rate_limit_groups,
                 &drive_groups(&self.config.drives),

@@ -107,9 +107,6 @@ pub enum DeviceError {
         /// Why.
         source: NicError,
     },
-    /// A restored VM's tap could not be opened.
-    #[error(transparent)]
-    NicTap(crate::config::ConfigError),
     /// The preflight opened a different number of taps than the config has interfaces.
     #[error("{opened} tap(s) opened for {configured} network interface(s)")]
     Taps {

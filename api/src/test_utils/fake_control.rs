@@ -88,6 +88,10 @@ pub fn metrics_report() -> MetricsReport {
         },
         iothreads: vec![iothread(&IoThreadUpdate::default())],
         drives: vec![drive_counters()],
+        network_interfaces: vec![crate::metrics::nic::NicCounters::new(
+            "eth0",
+            &devices::net::stats::NetStats::default(),
+        )],
         rate_limit_groups: vec![group()],
         threads: vec![ThreadReport::new("vcpu0", &vcpu)],
     }

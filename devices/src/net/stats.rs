@@ -1,68 +1,58 @@
 //! virtio-net counters: written by the queue pair's handler on its iothread (one writer, so
-//! relaxed loads and stores), read lock-free by anyone (tests, the API).
+//! relaxed loads and stores), read lock-free by anyone (tests, the API). Declared once with
+//! `osprey_metrics::metric_set!`: each field's doc comment and `#[metric]` attribute feed a NIC's
+//! JSON in `GET /metrics`, the Prometheus view and docs/api/metrics.md; Firecracker's `net`
+//! groups of the metrics file are mapped from these fields (`vmm_config::metrics::firecracker`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Counters of one queue pair.
-#[derive(Debug, Default)]
-pub struct NetStats {
-    /// Frames delivered to the guest.
-    pub rx_frames: AtomicU64,
-    /// Bytes delivered to the guest (virtio-net header excluded).
-    pub rx_bytes: AtomicU64,
-    /// Frames read from the tap and dropped: shorter than a header, larger than the guest's
-    /// buffers (without MRG_RXBUF), or offered to a broken rx chain.
-    pub rx_dropped: AtomicU64,
-    /// Times the tap had a frame and the guest had posted no rx buffer for it (the frame waits,
-    /// one at most; later frames stay in the tap, which drops them when its queue is full).
-    pub rx_no_buffers: AtomicU64,
-    /// Frames sent to the tap.
-    pub tx_frames: AtomicU64,
-    /// Bytes sent to the tap (virtio-net header excluded).
-    pub tx_bytes: AtomicU64,
-    /// Guest frames dropped: malformed chains (a write-only descriptor, a buffer outside guest
-    /// memory, too many descriptors), oversized or undersized frames.
-    pub tx_malformed: AtomicU64,
-    /// Guest frames the tap refused with an error other than a full queue (e.g. the tap was
-    /// deleted): dropped.
-    pub tx_errors: AtomicU64,
-    /// Times the tap's queue was full: the frame stayed on the ring (back-pressure).
-    pub tx_tap_full: AtomicU64,
-    /// Times a rate limiter stopped the receive side.
-    pub rx_throttled: AtomicU64,
-    /// Times a rate limiter stopped the transmit side.
-    pub tx_throttled: AtomicU64,
-    /// Interrupts sent to the guest.
-    pub notifications: AtomicU64,
-}
-
-/// A copy of [`NetStats`] at one moment.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
-pub struct NetStatsSnapshot {
-    /// See [`NetStats::rx_frames`].
-    pub rx_frames: u64,
-    /// See [`NetStats::rx_bytes`].
-    pub rx_bytes: u64,
-    /// See [`NetStats::rx_dropped`].
-    pub rx_dropped: u64,
-    /// See [`NetStats::rx_no_buffers`].
-    pub rx_no_buffers: u64,
-    /// See [`NetStats::tx_frames`].
-    pub tx_frames: u64,
-    /// See [`NetStats::tx_bytes`].
-    pub tx_bytes: u64,
-    /// See [`NetStats::tx_malformed`].
-    pub tx_malformed: u64,
-    /// See [`NetStats::tx_errors`].
-    pub tx_errors: u64,
-    /// See [`NetStats::tx_tap_full`].
-    pub tx_tap_full: u64,
-    /// See [`NetStats::rx_throttled`].
-    pub rx_throttled: u64,
-    /// See [`NetStats::tx_throttled`].
-    pub tx_throttled: u64,
-    /// See [`NetStats::notifications`].
-    pub notifications: u64,
+osprey_metrics::metric_set! {
+    snapshot NetStatsSnapshot;
+    /// Counters of one queue pair.
+    #[derive(Debug, Default)]
+    pub struct NetStats {
+        /// Frames delivered to the guest.
+        #[metric(counter)]
+        pub rx_frames: AtomicU64,
+        /// Bytes delivered to the guest (virtio-net header excluded).
+        #[metric(counter, bytes)]
+        pub rx_bytes: AtomicU64,
+        /// Frames read from the tap and dropped: shorter than a header, larger than the
+        /// guest's buffers (without MRG_RXBUF), or offered to a broken rx chain.
+        #[metric(counter)]
+        pub rx_dropped: AtomicU64,
+        /// Times the tap had a frame and the guest had posted no rx buffer for it (the frame
+        /// waits, one at most; later frames stay in the tap, which drops them when its queue is
+        /// full).
+        #[metric(counter)]
+        pub rx_no_buffers: AtomicU64,
+        /// Frames sent to the tap.
+        #[metric(counter)]
+        pub tx_frames: AtomicU64,
+        /// Bytes sent to the tap (virtio-net header excluded).
+        #[metric(counter, bytes)]
+        pub tx_bytes: AtomicU64,
+        /// Guest frames dropped: malformed chains (a write-only descriptor, a buffer outside
+        /// guest memory, too many descriptors), oversized or undersized frames.
+        #[metric(counter)]
+        pub tx_malformed: AtomicU64,
+        /// Guest frames the tap refused with an error other than a full queue (e.g. the tap
+        /// was deleted): dropped.
+        #[metric(counter)]
+        pub tx_errors: AtomicU64,
+        /// Times the tap's queue was full: the frame stayed on the ring (back-pressure).
+        #[metric(counter)]
+        pub tx_tap_full: AtomicU64,
+        /// Times a rate limiter stopped the receive side.
+        #[metric(counter)]
+        pub rx_throttled: AtomicU64,
+        /// Times a rate limiter stopped the transmit side.
+        #[metric(counter)]
+        pub tx_throttled: AtomicU64,
+        /// Interrupts sent to the guest.
+        #[metric(counter)]
+        pub notifications: AtomicU64,
+    }
 }
 
 impl NetStats {
@@ -74,23 +64,37 @@ impl NetStats {
             Ordering::Relaxed,
         );
     }
+}
 
-    /// The counters now.
-    pub fn snapshot(&self) -> NetStatsSnapshot {
-        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        NetStatsSnapshot {
-            rx_frames: g(&self.rx_frames),
-            rx_bytes: g(&self.rx_bytes),
-            rx_dropped: g(&self.rx_dropped),
-            rx_no_buffers: g(&self.rx_no_buffers),
-            tx_frames: g(&self.tx_frames),
-            tx_bytes: g(&self.tx_bytes),
-            tx_malformed: g(&self.tx_malformed),
-            tx_errors: g(&self.tx_errors),
-            tx_tap_full: g(&self.tx_tap_full),
-            rx_throttled: g(&self.rx_throttled),
-            tx_throttled: g(&self.tx_throttled),
-            notifications: g(&self.notifications),
-        }
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use osprey_metrics::{Kind, MetricSet, Unit};
+
+    #[test]
+    fn every_counter_is_declared_and_read_in_order() {
+        let s = NetStats::default();
+        NetStats::add(&s.rx_frames, 3);
+        NetStats::add(&s.tx_bytes, 1500);
+        NetStats::add(&s.tx_throttled, 1);
+        let fields: Vec<&str> = NetStats::METRICS.iter().map(|m| m.field).collect();
+        assert_eq!(fields.len(), 12);
+        assert!(NetStats::METRICS.iter().all(|m| m.kind == Kind::Counter));
+        let unit = |f: &str| {
+            NetStats::METRICS
+                .iter()
+                .find(|m| m.field == f)
+                .map(|m| m.unit)
+        };
+        assert_eq!(unit("rx_bytes"), Some(Unit::Bytes));
+        assert_eq!(unit("rx_frames"), Some(Unit::Count));
+        let read: Vec<Option<u64>> = s.readings().iter().map(|r| r.number()).collect();
+        let at = |f: &str| fields.iter().position(|x| *x == f).expect(f);
+        assert_eq!(read[at("rx_frames")], Some(3));
+        assert_eq!(read[at("tx_bytes")], Some(1500));
+        assert_eq!(read[at("tx_throttled")], Some(1));
+        assert_eq!(read[at("rx_bytes")], Some(0));
+        let snap = s.snapshot();
+        assert_eq!((snap.rx_frames, snap.tx_bytes), (3, 1500));
     }
 }

@@ -3,7 +3,9 @@
 //! `FirecrackerMetrics` struct (`api_server`, `block`, `vcpu`, `vmm`, `seccomp`, `signals`,
 //! `latencies_us`, …, every field an unsigned integer). Each line carries these groups beside
 //! Osprey's own keys (`vm`, `drives`, `iothreads`, …, unchanged), so nothing Osprey reports is
-//! renamed and nothing of Firecracker's is missing. As in Firecracker, a counter in these groups
+//! renamed and nothing of Firecracker's is missing. As Firecracker does, the `net` group is
+//! every network interface's summed, and each interface has its own `net_<iface_id>` group with
+//! the same fields ([`FROM_NICS`]). As in Firecracker, a counter in these groups
 //! is the change since the previous line; fields Osprey has no counterpart for are 0
 //! (docs/orchestration.md lists which are counted).
 
@@ -266,11 +268,49 @@ const FROM_DRIVES: &[(&str, &str, &[&str])] = &[
     ),
 ];
 
+/// The `net` fields Osprey counts: `(field, the interfaces' fields summed)` (names as in
+/// `devices::net::stats::NetStats`). Firecracker counts a frame in both `rx_count` and
+/// `rx_packets_count` (and `tx_count`, `tx_packets_count`); `tx_fails` is its tap write errors.
+const FROM_NICS: &[(&str, &[&str])] = &[
+    ("no_rx_avail_buffer", &["rx_no_buffers"]),
+    ("rx_bytes_count", &["rx_bytes"]),
+    ("rx_packets_count", &["rx_frames"]),
+    ("rx_count", &["rx_frames"]),
+    ("rx_fails", &["rx_dropped"]),
+    ("rx_rate_limiter_throttled", &["rx_throttled"]),
+    ("tap_write_fails", &["tx_errors"]),
+    ("tx_fails", &["tx_errors"]),
+    ("tx_bytes_count", &["tx_bytes"]),
+    ("tx_packets_count", &["tx_frames"]),
+    ("tx_count", &["tx_frames"]),
+    ("tx_malformed_frames", &["tx_malformed"]),
+    ("tx_rate_limiter_throttled", &["tx_throttled"]),
+];
+
+/// The fields of Firecracker's `net` group (and of each `net_<iface_id>`).
+fn net_fields() -> &'static [&'static str] {
+    GROUPS
+        .iter()
+        .find(|(g, _)| *g == "net")
+        .map(|(_, f)| *f)
+        .unwrap_or(&[])
+}
+
+/// The sum of `sources` over `objects` (a field missing or not a number: 0).
+fn summed<'a>(objects: impl IntoIterator<Item = &'a Value>, sources: &[&str]) -> u64 {
+    objects
+        .into_iter()
+        .flat_map(|o| sources.iter().map(move |s| o[*s].as_u64().unwrap_or(0)))
+        .fold(0u64, u64::saturating_add)
+}
+
 /// The Firecracker groups of successive metrics lines: remembers the last totals, so each line
 /// carries the change since the one before (Firecracker's counters are written that way).
 #[derive(Debug, Default)]
 pub struct FirecrackerGroups {
     last: BTreeMap<(&'static str, &'static str), u64>,
+    /// The same for each interface's `net_<iface_id>` group.
+    last_nics: BTreeMap<(String, &'static str), u64>,
 }
 
 impl FirecrackerGroups {
@@ -290,23 +330,43 @@ impl FirecrackerGroups {
             }
             line.insert((*group).to_string(), Value::Object(object));
         }
+        for nic in list(osprey, "network_interfaces") {
+            let Some(id) = nic["iface_id"].as_str() else {
+                continue;
+            };
+            let mut object = Map::new();
+            for field in net_fields() {
+                let total = FROM_NICS
+                    .iter()
+                    .find(|(f, _)| f == field)
+                    .map_or(0, |(_, sources)| summed([nic], sources));
+                let last = self
+                    .last_nics
+                    .insert((id.to_string(), *field), total)
+                    .unwrap_or(0);
+                object.insert((*field).to_string(), total.saturating_sub(last).into());
+            }
+            line.insert(format!("net_{id}"), Value::Object(object));
+        }
         line
     }
+}
+
+/// The objects of `osprey`'s list `key` (none when absent).
+fn list<'a>(osprey: &'a Value, key: &str) -> &'a [Value] {
+    osprey[key].as_array().map(Vec::as_slice).unwrap_or(&[])
 }
 
 /// The running totals of the fields Osprey counts.
 fn totals(osprey: &Value, exits: &VcpuExitCounts) -> BTreeMap<(&'static str, &'static str), u64> {
     let mut totals = BTreeMap::new();
-    let drives = osprey["drives"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or(&[]);
+    let drives = list(osprey, "drives");
     for (group, field, sources) in FROM_DRIVES {
-        let sum = drives
-            .iter()
-            .flat_map(|d| sources.iter().map(move |s| d[*s].as_u64().unwrap_or(0)))
-            .fold(0u64, u64::saturating_add);
-        totals.insert((*group, *field), sum);
+        totals.insert((*group, *field), summed(drives, sources));
+    }
+    let nics = list(osprey, "network_interfaces");
+    for (field, sources) in FROM_NICS {
+        totals.insert(("net", *field), summed(nics, sources));
     }
     let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
     for (field, value) in [
@@ -348,6 +408,37 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn net_is_every_interface_summed_and_each_has_its_own_group() {
+        let exits = VcpuExitCounts::default();
+        let nics = |a: u64, b: u64| {
+            json!({"network_interfaces": [
+                {"iface_id": "eth0", "rx_frames": a, "rx_bytes": a * 98, "tx_frames": a,
+                 "tx_throttled": 2, "tx_errors": 1},
+                {"iface_id": "eth1", "rx_frames": b, "rx_dropped": 3},
+            ]})
+        };
+        let mut groups = FirecrackerGroups::default();
+        let first = groups.next(&nics(1000, 5), &exits);
+        decodes_as_kata_does(&first);
+        for (group, rx) in [("net", 1005), ("net_eth0", 1000), ("net_eth1", 5)] {
+            let g = first[group].as_object().expect(group);
+            assert_eq!(g.len(), net_fields().len(), "{group}: every net field");
+            assert_eq!(g["rx_packets_count"], rx, "{group}");
+            assert_eq!(g["rx_count"], rx, "{group}");
+        }
+        assert_eq!(first["net"]["rx_bytes_count"], 98_000);
+        assert_eq!(first["net"]["rx_fails"], 3);
+        assert_eq!(first["net_eth0"]["tx_rate_limiter_throttled"], 2);
+        assert_eq!(first["net_eth0"]["tap_write_fails"], 1);
+        assert_eq!(first["net_eth1"]["tx_packets_count"], 0);
+        let second = groups.next(&nics(1500, 5), &exits);
+        assert_eq!(second["net"]["rx_packets_count"], 500);
+        assert_eq!(second["net_eth0"]["rx_packets_count"], 500);
+        assert_eq!(second["net_eth1"]["rx_packets_count"], 0);
+        assert_eq!(second["net_eth0"]["tx_rate_limiter_throttled"], 0);
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Every metric Osprey reports, from its one declaration. The stats structs are declared with
 //! `osprey_metrics::metric_set!` (the iothread's in `dataplane::stats`, a queue's in
-//! `devices::block::stats`, a limiter's in `dataplane::rate_limit`, and the few the VMM itself
+//! `devices::block::stats`, a NIC's in `devices::net::stats` ([`nic`]), a limiter's in `dataplane::rate_limit`, and the few the VMM itself
 //! knows below); this module turns them into the API's JSON ([`to_json`], [`combined_json`]; the typed objects
 //! that hold them are [`report`]),
 //! lists them by scope for the Prometheus view ([`SCOPES`], rendered by
@@ -10,6 +10,7 @@ use osprey_metrics::{Kind, Metric, MetricSet, Reading};
 use serde_json::{Map, Value};
 
 pub mod firecracker;
+pub mod nic;
 pub mod report;
 pub mod table;
 #[cfg(any(test, feature = "test-utils"))]
@@ -144,6 +145,16 @@ pub const SCOPES: &[Scope] = &[
                 metrics: dataplane::rate_limit::LimiterStats::METRICS,
             },
         ],
+    },
+    Scope {
+        json: "network_interfaces",
+        array: true,
+        prefix: "osprey_nic",
+        labels: &[("iface", "iface_id")],
+        groups: &[Group {
+            sub: None,
+            metrics: devices::net::stats::NetStats::METRICS,
+        }],
     },
     Scope {
         json: "rate_limit_groups",

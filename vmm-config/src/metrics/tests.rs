@@ -59,6 +59,9 @@ pub fn full_snapshot() -> Value {
             },
         )
     });
+    let nic = devices::net::stats::NetStats::default();
+    nic.rx_frames.store(1000, Ordering::Relaxed);
+    nic.tx_bytes.store(98_000, Ordering::Relaxed);
     let vm = VmMetrics {
         uptime_ms: 83_412,
         vcpus: 2,
@@ -68,6 +71,7 @@ pub fn full_snapshot() -> Value {
         "vm": vm_json("Running", &vm),
         "iothreads": [iothread_json("io0", &params, &io)],
         "drives": [drive_json("disk0", &[&queues[0], &queues[1]], &limiter)],
+        "network_interfaces": [super::nic::nic_json("eth0", &nic)],
         "rate_limit_groups": [crate::rate_limit::group_json("tenant", &Arc::new(group), &["disk0"])],
         "threads": threads_json(threads),
     })
@@ -105,6 +109,16 @@ fn the_json_keeps_the_api_shape() {
         (d["ops_tokens"].clone(), d["bandwidth_tokens"].clone()),
         (json!(60), Value::Null)
     );
+    let n = &m["network_interfaces"][0];
+    assert_eq!(
+        (
+            n["iface_id"].as_str(),
+            n["rx_frames"].as_u64(),
+            n["tx_bytes"].as_u64()
+        ),
+        (Some("eth0"), Some(1000), Some(98_000))
+    );
+    assert_eq!(n["tx_throttled"], 0);
     let g = &m["rate_limit_groups"][0];
     assert_eq!(
         (g["id"].as_str(), g["drives"].clone()),

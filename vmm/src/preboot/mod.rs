@@ -162,8 +162,14 @@ fn restore(
         .iter()
         .map(|o| (o.drive_id.clone(), o.path_on_host.clone()))
         .collect();
-    let mut checked = crate::snapshot::restore::load(&load.snapshot_path, mem_path, &overrides)
-        .map_err(|e| fail(&e))?;
+    let nics: Vec<_> = load
+        .network_overrides
+        .iter()
+        .map(|o| (o.iface_id.clone(), o.host_dev_name.clone()))
+        .collect();
+    let mut checked =
+        crate::snapshot::restore::load(&load.snapshot_path, mem_path, &overrides, &nics)
+            .map_err(|e| fail(&e))?;
     checked
         .state
         .vm

@@ -1,9 +1,11 @@
 //! What a restore checks before it builds anything ([`load`]): the state file (`file.rs`'s
 //! checks), the memory file (a regular file of the saved size whose trailer carries the state
 //! file's id: `mem_file.rs`), the configuration the state holds, its shape against that
-//! configuration, and each drive's file (there, same size). Every file is opened without
-//! blocking and refused unless regular (a drive may be a block device). Every refusal is a
-//! [`RestoreError`] that names the file and the reason; none leaves a VM half built.
+//! configuration, and each drive's file (there, same size); then it opens each network
+//! interface's tap (the saved name, or the one a network override gives: this is the load's
+//! preflight, before the VM's sandbox). Every file is opened without blocking and refused unless
+//! regular (a drive may be a block device). Every refusal is a [`RestoreError`] that names the
+//! file and the reason; none leaves a VM half built.
 //!
 //! Rolling forward: a create stopped between renaming its memory file into place and its state
 //! file (`commit.rs`) leaves the new memory file beside the old state file, and the new state
@@ -47,6 +49,17 @@ pub enum RestoreError {
     /// A drive override names no drive of the snapshot.
     #[error("drive override {0:?}: the snapshot has no such drive")]
     UnknownDrive(String),
+    /// A network override names no interface of the snapshot.
+    #[error("network_overrides: iface_id {id:?}: the snapshot has no such network interface (it has {known})")]
+    UnknownInterface {
+        /// The override's `iface_id`.
+        id: String,
+        /// The snapshot's interfaces, listed for the message.
+        known: String,
+    },
+    /// A network override's tap name is refused, or a tap cannot be opened.
+    #[error(transparent)]
+    Tap(crate::config::ConfigError),
     /// A drive's file cannot be opened as the configuration asks.
     #[error(transparent)]
     DriveOpen(#[from] DriveOpenError),
@@ -142,18 +155,26 @@ pub struct CheckedSnapshot {
     pub mem_file: File,
     /// Each drive's file, opened as the configuration asks.
     pub drives: Vec<OpenedDrive>,
+    /// Each network interface's tap, opened (in the configuration's order).
+    pub taps: Vec<devices::net::Tap>,
 }
 
 /// Another backing file for a drive of the snapshot (a clone's own copy): `(drive id, path)`.
 pub type DriveOverride = (String, PathBuf);
 
+/// Another host tap for a network interface of the snapshot (Firecracker's `network_overrides`):
+/// `(iface_id, host_dev_name)`.
+pub type NetworkOverride = (String, String);
+
 /// Reads the state file at `snapshot_path` and checks it, the drives (each at its override's
 /// path when `overrides` names it; the file must have the saved size) and the memory file at
-/// `mem_path`.
+/// `mem_path`, then opens the interfaces' taps (each on its override's tap when `nics` names
+/// it).
 pub fn load(
     snapshot_path: &Path,
     mem_path: &Path,
     overrides: &[DriveOverride],
+    nics: &[NetworkOverride],
 ) -> Result<CheckedSnapshot, RestoreError> {
     let (mut state, mem_file) = read_pair(snapshot_path, mem_path)?;
     let mut config: VmConfig =
@@ -167,6 +188,7 @@ pub fn load(
         saved.path = path.clone();
         configured.path_on_host = path.clone();
     }
+    override_taps(&mut config, nics)?;
     let shape = |what, saved: usize, configured: usize| {
         (saved != configured).then_some(RestoreError::Shape {
             what,
@@ -196,11 +218,14 @@ pub fn load(
         .iter()
         .map(|d| crate::drive::open(&d.path_on_host, d.is_read_only, d.direct))
         .collect::<Result<Vec<_>, _>>()?;
+    // The interfaces' taps last: nothing else is left to refuse once they are open.
+    let taps = crate::net::open_taps(&config.network_interfaces).map_err(RestoreError::Tap)?;
     Ok(CheckedSnapshot {
         state,
         config,
         mem_file,
         drives,
+        taps,
     })
 }
 
@@ -211,6 +236,40 @@ fn check_vsock(state: &SnapshotState, config: &VmConfig) -> Result<(), RestoreEr
     let configured = config.vsock.as_ref().map(|v| v.guest_cid);
     if saved != configured {
         return Err(RestoreError::VsockShape { saved, configured });
+    }
+    Ok(())
+}
+
+/// Puts each interface `nics` names on its new tap in `config`: an id the snapshot lacks, or a
+/// name that is no interface name, is refused (naming `network_overrides[i]`).
+fn override_taps(config: &mut VmConfig, nics: &[NetworkOverride]) -> Result<(), RestoreError> {
+    for (i, (id, tap)) in nics.iter().enumerate() {
+        let known = || {
+            let ids: Vec<&str> = config
+                .network_interfaces
+                .iter()
+                .map(|n| n.iface_id.as_str())
+                .collect();
+            if ids.is_empty() {
+                "none".to_string()
+            } else {
+                ids.join(", ")
+            }
+        };
+        let Some(nic) = config
+            .network_interfaces
+            .iter()
+            .position(|n| &n.iface_id == id)
+        else {
+            return Err(RestoreError::UnknownInterface {
+                id: id.clone(),
+                known: known(),
+            });
+        };
+        let nic = &mut config.network_interfaces[nic];
+        nic.host_dev_name = tap.clone();
+        nic.check(&format!("network_overrides[{i}]"))
+            .map_err(RestoreError::Tap)?;
     }
     Ok(())
 }
@@ -330,5 +389,54 @@ mod vsock_tests {
                 "{e}"
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn two_nics() -> VmConfig {
+        VmConfig::from_json(
+            r#"{"boot-source":{"kernel_image_path":"/k"},"network-interfaces":[
+                {"iface_id":"eth0","host_dev_name":"tap0"},
+                {"iface_id":"eth1","host_dev_name":"tap1"}]}"#,
+            "vm.json",
+        )
+        .expect("parses")
+    }
+
+    #[test]
+    fn a_network_override_moves_only_its_interface() {
+        let mut c = two_nics();
+        override_taps(&mut c, &[("eth1".into(), "clone7".into())]).expect("taken");
+        let taps: Vec<&str> = c
+            .network_interfaces
+            .iter()
+            .map(|n| n.host_dev_name.as_str())
+            .collect();
+        assert_eq!(taps, ["tap0", "clone7"]);
+    }
+
+    #[test]
+    fn an_unknown_interface_or_a_bad_tap_name_is_refused_by_name() {
+        let mut c = two_nics();
+        let e = override_taps(&mut c, &[("eth9".into(), "tapX".into())]).expect_err("no eth9");
+        let text = e.to_string();
+        assert!(
+            text.contains("network_overrides")
+                && text.contains("\"eth9\"")
+                && text.contains("eth0, eth1"),
+            "{text}"
+        );
+        let e = override_taps(
+            &mut c,
+            &[("eth0".into(), "ok".into()), ("eth1".into(), "a/b".into())],
+        )
+        .expect_err("not a name");
+        assert!(
+            e.to_string().contains("network_overrides[1].host_dev_name"),
+            "{e}"
+        );
     }
 }

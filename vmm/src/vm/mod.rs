@@ -105,6 +105,7 @@ pub fn restore(
         mut config,
         mem_file,
         drives,
+        taps,
     } = checked;
     // The saved API socket was the snapshotted process's: the restoring process serves the
     // API on its own socket (the serving one, or `api_socket`), or none.
@@ -118,11 +119,9 @@ pub fn restore(
         mem_file: &mem_file,
         resume,
     };
-    // The snapshot's interfaces on the taps of the same names, opened here: before the sandbox
-    // when Osprey serves no API yet, after its early part (no new network namespace then) when
-    // it does.
-    let taps = crate::net::open_taps(&config.network_interfaces)
-        .map_err(|e| VmError::Devices(crate::device_manager::DeviceError::NicTap(e)))?;
+    // The snapshot's interfaces on the taps `load` opened (the saved names or the overrides'):
+    // before the sandbox when Osprey serves no API yet, after its early part (no new network
+    // namespace then) when it does.
     start_from(&config, (drives, taps), serving, origin)
 }
 
