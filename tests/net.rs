@@ -12,50 +12,11 @@
 mod common;
 
 use std::net::UdpSocket;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::tap::{have_ping, ip, TestTap};
 use common::{api_call, test_guest, Vmm};
 use serde_json::json;
-
-/// A tap with the host's end at `host_ip`/30, deleted when dropped.
-struct TestTap {
-    name: String,
-    host_ip: String,
-    guest_ip: String,
-}
-
-impl TestTap {
-    /// The test's `n`th tap (0..4): its own name and /30 among the process's.
-    fn create(n: u32) -> Option<TestTap> {
-        let id = std::process::id();
-        let (a, b) = ((id >> 4) % 250, ((id % 16) * 4 + n) * 4);
-        let tap = TestTap {
-            name: format!("ospnet{}{n}", id % 100_000),
-            host_ip: format!("172.30.{a}.{}", b + 1),
-            guest_ip: format!("172.30.{a}.{}", b + 2),
-        };
-        if !ip(&["tuntap", "add", "dev", &tap.name, "mode", "tap"]) {
-            return None;
-        }
-        let ok = ip(&[
-            "addr",
-            "add",
-            &format!("{}/30", tap.host_ip),
-            "dev",
-            &tap.name,
-        ]) && ip(&["link", "set", &tap.name, "up"]);
-        ok.then_some(tap)
-    }
-}
-
-/// `ip args...` succeeded.
-fn ip(args: &[&str]) -> bool {
-    Command::new("ip")
-        .args(args)
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
 
 /// A counter of interface `dev` in /sys/class/net/DEV/statistics (`rx_packets`: frames the
 /// host received from it, i.e. that the VMM wrote into the tap).
@@ -66,44 +27,14 @@ fn link_counter(dev: &str, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("{dev}'s {name}"))
 }
 
-impl Drop for TestTap {
-    fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["tuntap", "del", "dev", &self.name, "mode", "tap"])
-            .output();
-    }
-}
-
-fn have_ping() -> bool {
-    Command::new("ping")
-        .arg("-V")
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
-/// `ping args... guest`: (transmitted, received, the output).
+/// `ping args... guest`: (transmitted, received, the output), which must have a summary.
 fn ping(args: &[&str], guest: &str) -> (u64, u64, String) {
-    let out = common::output_within(
-        {
-            let mut c = Command::new("ping");
-            c.args(args).arg(guest);
-            c
-        },
-        Duration::from_secs(120),
+    let (sent, got, text) = common::tap::ping(args, guest, Duration::from_secs(120));
+    assert!(
+        text.contains("packets transmitted"),
+        "no summary from ping {args:?}:\n{text}"
     );
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    let line = text
-        .lines()
-        .find(|l| l.contains("packets transmitted"))
-        .unwrap_or_else(|| panic!("no summary from ping {args:?}:\n{text}"));
-    let num = |word: &str| -> u64 {
-        line.split(',')
-            .find(|p| p.contains(word))
-            .and_then(|p| p.split_whitespace().next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("{word} in {line}"))
-    };
-    (num("transmitted"), num("received"), text)
+    (sent, got, text)
 }
 
 /// Sends `data` to the guest's port 7 and waits for the echo.

@@ -1,4 +1,4 @@
-//! A tap of a test's own for the orchestrator tests (tests/gosdk.rs, tests/orchestrator_replay.rs):
+//! A tap of a test's own (tests/net.rs, tests/gosdk.rs, tests/orchestrator_replay.rs):
 //! made with `ip tuntap`, the host's end addressed and up, deleted when dropped (also when the
 //! test fails); whether iputils' `ping` is there; and `ping` itself. `None` where no tap can be
 //! made (not root, no /dev/net/tun): the caller prints a NOT RUN line for the network part.
@@ -16,22 +16,15 @@ pub struct TestTap {
 }
 
 impl TestTap {
-    /// The process's `n`th tap (0..4): its own name and /30 in 172.29.0.0/16 (tests/net.rs
-    /// takes 172.30.0.0/16).
+    /// The process's `n`th tap (0..4): its own name and /30 in 172.29.0.0/16.
     pub fn create(n: u32) -> Option<TestTap> {
         let id = std::process::id();
         let (a, b) = ((id >> 4) % 250, ((id % 16) * 4 + n) * 4);
         let tap = TestTap {
-            name: format!("ospcl{}{n}", id % 100_000),
+            name: format!("osptap{}{n}", id % 100_000),
             host_ip: format!("172.29.{a}.{}", b + 1),
             guest_ip: format!("172.29.{a}.{}", b + 2),
             guest_mac: format!("06:00:ac:1d:{a:02x}:{:02x}", b + 2),
-        };
-        let ip = |args: &[&str]| {
-            Command::new("ip")
-                .args(args)
-                .output()
-                .is_ok_and(|o| o.status.success())
         };
         if !ip(&["tuntap", "add", "dev", &tap.name, "mode", "tap"]) {
             return None;
@@ -45,30 +38,40 @@ impl TestTap {
 
     /// `ping -c count -i 0.2 -W 2 guest_ip`: (transmitted, received, ping's output).
     pub fn ping(&self, count: u32) -> (u64, u64, String) {
-        let out = super::output_within(
-            {
-                let mut c = Command::new("ping");
-                c.args(["-c", &count.to_string(), "-i", "0.2", "-W", "2", "-q"])
-                    .arg(&self.guest_ip);
-                c
-            },
+        let count = count.to_string();
+        ping(
+            &["-c", &count, "-i", "0.2", "-W", "2", "-q"],
+            &self.guest_ip,
             Duration::from_secs(60),
-        );
-        let text = String::from_utf8_lossy(&out.stdout).to_string();
-        let line = text
-            .lines()
-            .find(|l| l.contains("packets transmitted"))
-            .unwrap_or_default()
-            .to_string();
-        let num = |word: &str| -> u64 {
-            line.split(',')
-                .find(|p| p.contains(word))
-                .and_then(|p| p.split_whitespace().next())
-                .and_then(|n| n.parse().ok())
-                .unwrap_or(0)
-        };
-        (num("transmitted"), num("received"), text)
+        )
     }
+}
+
+/// `ping args... guest`, stopped after `limit`: (transmitted, received, ping's output); zeros
+/// when it printed no summary.
+pub fn ping(args: &[&str], guest: &str, limit: Duration) -> (u64, u64, String) {
+    let out = super::output_within(
+        {
+            let mut c = Command::new("ping");
+            c.args(args).arg(guest);
+            c
+        },
+        limit,
+    );
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let line = text
+        .lines()
+        .find(|l| l.contains("packets transmitted"))
+        .unwrap_or_default()
+        .to_string();
+    let num = |word: &str| -> u64 {
+        line.split(',')
+            .find(|p| p.contains(word))
+            .and_then(|p| p.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
+    (num("transmitted"), num("received"), text)
 }
 
 impl Drop for TestTap {
@@ -77,6 +80,14 @@ impl Drop for TestTap {
             .args(["tuntap", "del", "dev", &self.name, "mode", "tap"])
             .output();
     }
+}
+
+/// `ip args...` succeeded.
+pub fn ip(args: &[&str]) -> bool {
+    Command::new("ip")
+        .args(args)
+        .output()
+        .is_ok_and(|o| o.status.success())
 }
 
 /// Whether iputils' `ping` is installed (`.ci/run` installs it).

@@ -12,8 +12,6 @@
 
 use std::io::ErrorKind;
 
-use virtio_bindings::virtio_ring;
-
 use super::stats::NetStats;
 use super::tap::Tap;
 use super::throttle::DirectionThrottle;
@@ -22,9 +20,6 @@ use crate::virtio::host_ring::{HostMemory, HostRing, RingError};
 
 /// The most buffers (descriptors) one frame may be spread over.
 pub const MAX_RX_SEGMENTS: usize = 256;
-
-const F_NEXT: u16 = virtio_ring::VRING_DESC_F_NEXT as u16;
-const F_WRITE: u16 = virtio_ring::VRING_DESC_F_WRITE as u16;
 
 /// Why the receive side stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -245,10 +240,10 @@ impl RxPath {
         want: usize,
     ) -> Option<usize> {
         let mut room = 0usize;
-        let mut last_flags = 0;
+        let mut last_has_next = false;
         for d in ring.chain(head, mem) {
-            last_flags = d.flags();
-            if d.flags() & F_WRITE == 0 {
+            last_has_next = d.has_next();
+            if !d.is_write_only() {
                 return None;
             }
             let len = d.len() as usize;
@@ -262,7 +257,7 @@ impl RxPath {
             self.segs.push((host as usize, len));
             room += len;
         }
-        if last_flags & F_NEXT != 0 {
+        if last_has_next {
             return None;
         }
         Some(room)

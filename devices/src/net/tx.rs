@@ -8,8 +8,6 @@
 
 use std::io::ErrorKind;
 
-use virtio_bindings::virtio_ring;
-
 use super::stats::NetStats;
 use super::tap::Tap;
 use super::throttle::DirectionThrottle;
@@ -18,9 +16,6 @@ use crate::virtio::host_ring::{HostMemory, HostRing, RingError};
 
 /// The most buffers one tx chain may have.
 pub const MAX_TX_SEGMENTS: usize = 64;
-
-const F_NEXT: u16 = virtio_ring::VRING_DESC_F_NEXT as u16;
-const F_WRITE: u16 = virtio_ring::VRING_DESC_F_WRITE as u16;
 
 /// Why the transmit side stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,10 +127,10 @@ impl TxPath {
     fn gather(&mut self, ring: &HostRing, head: u16, mem: &HostMemory) -> Result<usize, Malformed> {
         self.iov.clear();
         let mut total = 0usize;
-        let mut last_flags = 0;
+        let mut last_has_next = false;
         for d in ring.chain(head, mem) {
-            last_flags = d.flags();
-            if d.flags() & F_WRITE != 0 {
+            last_has_next = d.has_next();
+            if d.is_write_only() {
                 return Err(Malformed::WriteOnly);
             }
             let len = d.len() as usize;
@@ -158,7 +153,7 @@ impl TxPath {
                 iov_len: len,
             });
         }
-        if last_flags & F_NEXT != 0 {
+        if last_has_next {
             // The walk ended early: a loop, a next index outside the table, a bad indirect table.
             return Err(Malformed::Truncated);
         }
