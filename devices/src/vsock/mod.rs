@@ -2,7 +2,8 @@
 //! against hostile guest memory ([`packet`]), one connection's state and credit flow
 //! ([`conn`]), the Unix-socket side (`CONNECT <port>` on `uds_path`, `<uds_path>_<port>` for
 //! the guest's connections: [`muxer`]), the iothread handler over the three queues
-//! ([`handler`]), the device model ([`device`]) and what snapshots ask of it ([`control`]).
+//! ([`handler`]), the device model ([`device`]), what snapshots ask of it ([`control`]) and
+//! the socket `PUT /vsock` binds before the device exists ([`prebound`]).
 //! docs/vsock.md describes the protocol.
 
 pub mod conn;
@@ -11,6 +12,7 @@ pub mod device;
 pub mod handler;
 pub mod muxer;
 pub mod packet;
+pub mod prebound;
 
 pub use control::{Gate, VsockControl};
 pub use device::VirtioVsock;

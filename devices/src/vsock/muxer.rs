@@ -11,7 +11,6 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::{ErrorKind, Read};
-use std::os::unix::fs::FileTypeExt;
 use std::os::unix::io::{AsRawFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -126,16 +125,20 @@ pub fn parse_connect(line: &[u8]) -> Option<u32> {
 }
 
 impl Muxer {
-    /// Binds `uds_path` (a stale socket file there is removed first) for guest `guest_cid`.
+    /// Binds `uds_path` (a stale socket file there is removed first), or takes the socket the
+    /// pre-boot API bound there ([`super::prebound`]), for guest `guest_cid`.
     pub fn bind(guest_cid: u64, uds_path: &Path) -> Result<Self, MuxerError> {
-        if std::fs::symlink_metadata(uds_path).is_ok_and(|m| m.file_type().is_socket()) {
-            let _ = std::fs::remove_file(uds_path);
-        }
         let bind_err = |source| MuxerError::Bind {
             path: uds_path.to_path_buf(),
             source,
         };
-        let listener = crate::uds::bind_listening(uds_path, None).map_err(bind_err)?;
+        let listener = match super::prebound::take(uds_path) {
+            Some(listener) => listener,
+            None => {
+                super::prebound::remove_socket_file(uds_path);
+                crate::uds::bind_listening(uds_path, None).map_err(bind_err)?
+            }
+        };
         listener.set_nonblocking(true).map_err(bind_err)?;
         let epoll = Epoll::new().map_err(MuxerError::Epoll)?;
         let fd = listener.as_raw_fd();

@@ -189,6 +189,11 @@ impl PendingVm {
             ApiCommand::PutVsock(v) => {
                 v.check("vsock").map_err(bad)?;
                 self.check_path("uds_path", &v.uds_path)?;
+                // Bound now, as Firecracker binds it: its clients may look for the socket before
+                // `InstanceStart`. The device takes it over when it is built.
+                devices::vsock::prebound::hold(&v.uds_path).map_err(|e| {
+                    ApiError::BadRequest(format!("vsock.uds_path: {}: {e}", v.uds_path.display()))
+                })?;
                 self.config.vsock = Some(v);
                 Ok(Reply::Done)
             }
@@ -424,17 +429,28 @@ mod tests {
         assert!(m.starts_with("vsock.guest_cid: "), "{m}");
         let m = fault(vm.execute(ApiCommand::PutVsock(v(3, ""))));
         assert!(m.starts_with("vsock.uds_path: "), "{m}");
-        assert_eq!(
-            vm.execute(ApiCommand::PutVsock(v(3, "/tmp/a.sock"))),
-            Ok(Reply::Done)
+        let dir = std::env::temp_dir().join(format!("osprey-put-vsock-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let (a, b) = (dir.join("a.sock"), dir.join("b.sock"));
+        let put = |vm: &mut PendingVm, cid, p: &std::path::Path| {
+            vm.execute(ApiCommand::PutVsock(v(cid, p.to_str().expect("utf-8"))))
+        };
+        assert_eq!(put(&mut vm, 3, &a), Ok(Reply::Done));
+        assert!(
+            std::os::unix::net::UnixStream::connect(&a).is_ok(),
+            "bound at the PUT, as Firecracker binds it"
         );
-        assert_eq!(
-            vm.execute(ApiCommand::PutVsock(v(4, "/tmp/b.sock"))),
-            Ok(Reply::Done)
-        );
+        assert_eq!(put(&mut vm, 4, &b), Ok(Reply::Done));
+        assert!(!a.exists(), "the first socket is gone");
+        assert!(std::os::unix::net::UnixStream::connect(&b).is_ok());
         let shown = body(vm.execute(ApiCommand::GetConfig));
         assert_eq!(shown["vsock"]["guest_cid"], 4, "{shown}");
-        assert_eq!(shown["vsock"]["uds_path"], "/tmp/b.sock", "{shown}");
+        assert_eq!(
+            shown["vsock"]["uds_path"],
+            b.to_str().expect("utf-8"),
+            "{shown}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
