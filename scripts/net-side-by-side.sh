@@ -16,6 +16,7 @@
 # Environment: OSPREY=path (default target/release/osprey), OSPREY_FIRECRACKER=path (default
 # /work/anchors/firecracker), OSPREY_CLOUD_HYPERVISOR=path (default
 # /work/anchors/cloud-hypervisor), OSPREY_QEMU=path (default qemu-system-x86_64 on PATH),
+# OSPREY_B=path (a second Osprey build, run as `osprey-b`: a before/after in the same run),
 # LOADS="idle busy" (either or both), PINGS (default 10000), FLOOD (default 100000),
 # OUT=dir (default target/net-side-by-side/<UTC timestamp>).
 # A VMM whose binary is absent prints NOT RUN; the others still run.
@@ -56,6 +57,9 @@ VMMS=()
 [[ -x "$FC" ]] && VMMS+=(firecracker) || echo "NOT RUN: firecracker (no binary at $FC)"
 [[ -x "$CH" ]] && VMMS+=(cloud-hypervisor) || echo "NOT RUN: cloud-hypervisor (no binary at $CH)"
 [[ -x "$QEMU" ]] && VMMS+=(qemu) || echo "NOT RUN: qemu (no binary at $QEMU)"
+if [[ -n "${OSPREY_B:-}" ]]; then # a second Osprey build, for a before/after in the same run
+    [[ -x "$OSPREY_B" ]] && VMMS+=(osprey-b) || echo "NOT RUN: osprey-b (no binary at $OSPREY_B)"
+fi
 ((${#VMMS[@]})) || exit 0
 
 PID= HOG= TAPS=()
@@ -88,6 +92,7 @@ start() { # vmm dir tap ip mac -> sets PID, the guest's serial output in dir/ser
 EOF
     case $vmm in
     osprey) "$OSPREY" --config "$dir/vm.json" >"$dir/serial.txt" 2>"$dir/vmm.log" </dev/null & ;;
+    osprey-b) "$OSPREY_B" --config "$dir/vm.json" >"$dir/serial.txt" 2>"$dir/vmm.log" </dev/null & ;;
     firecracker)
         : >"$dir/fc.log" # its log would interleave with the serial lines on stdout
         "$FC" --no-api --enable-pci --config-file "$dir/vm.json" --log-path "$dir/fc.log" \
