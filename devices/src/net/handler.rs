@@ -5,21 +5,19 @@
 //! a disk. Frames arriving on the tap wake the thread through the tap's fd (watched
 //! edge-triggered like a kick): a tap has no memory to look at without a syscall.
 //!
-//! Guest notifications: the tx ring's are on while the thread sleeps and off while it polls or
-//! watches for the guest's answer to frames it received ([`super::reply`]); the rx ring's are
-//! on only while the receive side waits for buffers (a driver that refills its rx ring need not
-//! kick a device that has nothing for it).
+//! Guest notifications: the tx ring's are on while the thread sleeps and off while it polls;
+//! the rx ring's are on only while the receive side waits for buffers (a driver that refills
+//! its rx ring need not kick a device that has nothing for it).
 
 use std::os::unix::io::{AsRawFd, RawFd};
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::Instant;
 
-use dataplane::{CompletionState, Handler, Poll, ThreadTurn, TurnEnd, Watch};
+use dataplane::{Handler, Poll, ThreadTurn, TurnEnd, Watch};
 use virtio_queue::Queue;
 use vmm_sys_util::eventfd::EventFd;
 
-use super::reply::ReplyWatch;
 use super::rx::{RxPath, RxStop};
 use super::stats::NetStats;
 use super::tap::Tap;
@@ -120,8 +118,6 @@ pub struct NetQueuePair {
     /// The tap's queue was full at the last try (the thread retries on a timer).
     tap_full: bool,
     polling: bool,
-    /// Whether the guest's answer to frames it received is awaited.
-    reply: ReplyWatch,
     owner_end: Option<Sender<ActivatedQueue>>,
 }
 
@@ -168,7 +164,6 @@ impl NetQueuePair {
             rx_starved: false,
             tap_full: false,
             polling: false,
-            reply: ReplyWatch::default(),
             owner_end: None,
         };
         if let Some(why) = rx_err.or(tx_err) {
@@ -209,34 +204,6 @@ impl NetQueuePair {
         } else {
             ring.disable_notification();
             false
-        }
-    }
-
-    /// The cheap check of the tx side: chains the pair can send now.
-    fn poll_tx(&self) -> bool {
-        !self.tap_full
-            && self.tx_throttle.until().is_none()
-            && self.tx.ring.as_ref().is_some_and(HostRing::has_avail)
-    }
-
-    /// Starts or ends the thread's watch for the guest's answer (`Watch::Completions`): tx
-    /// notifications off while the thread spins on the ring; at the end back on (unless the
-    /// thread polls) and one more look, true when chains raced in.
-    fn watch_answer(&mut self, on: bool) -> bool {
-        if !on {
-            self.reply.watch_ended();
-        }
-        if !self.running() || self.polling {
-            return false;
-        }
-        let Some(tx) = self.tx.ring.as_mut() else {
-            return false;
-        };
-        if on {
-            tx.disable_notification();
-            false
-        } else {
-            tx.enable_notification() && self.tx_throttle.until().is_none()
         }
     }
 
@@ -294,12 +261,6 @@ impl Handler for NetQueuePair {
                 budget,
                 &mut self.rx.used,
             );
-        }
-        if self.tx.used {
-            self.reply.answered();
-        }
-        if self.rx.used {
-            self.reply.delivered();
         }
         signal(&self.stats, &*self.interrupt, &mut self.tx);
         signal(&self.stats, &*self.interrupt, &mut self.rx);
@@ -372,27 +333,18 @@ impl Poll for NetQueuePair {
         if !self.running() {
             return false;
         }
-        let tx = self.poll_tx();
+        let tx = !self.tap_full
+            && self.tx_throttle.until().is_none()
+            && self.tx.ring.as_ref().is_some_and(HostRing::has_avail);
         let rx = self.rx_starved
             && self.rx_throttle.until().is_none()
             && self.rx.ring.as_ref().is_some_and(HostRing::has_avail);
         tx || rx
     }
 
-    fn completion_state(&self) -> CompletionState {
-        if !self.running() || !self.reply.expecting() {
-            return CompletionState::Idle;
-        }
-        if self.poll_tx() {
-            CompletionState::Ready
-        } else {
-            CompletionState::Pending
-        }
-    }
-
     fn watch(&mut self, what: Watch, on: bool) -> bool {
-        if what == Watch::Completions {
-            return self.watch_answer(on);
+        if what != Watch::Polling {
+            return false;
         }
         self.polling = on;
         if !self.running() {

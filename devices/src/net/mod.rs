@@ -10,7 +10,6 @@
 
 pub mod device;
 pub mod handler;
-pub mod reply;
 pub mod rx;
 pub mod stats;
 pub mod tap;
