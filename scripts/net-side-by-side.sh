@@ -62,8 +62,10 @@ if [[ -n "${OSPREY_B:-}" ]]; then # a second Osprey build, for a before/after in
 fi
 ((${#VMMS[@]})) || exit 0
 
-PID= HOG= TAPS=()
+PID= HOG= BENCH= TAPS=()
 cleanup() {
+    [[ -n "$BENCH" ]] && pkill -9 -P "$BENCH" 2>/dev/null || true # its ping
+    [[ -n "$BENCH" ]] && kill -9 "$BENCH" 2>/dev/null || true
     [[ -n "$PID" ]] && kill -9 "$PID" 2>/dev/null || true
     [[ -n "$HOG" ]] && kill -9 "$HOG" 2>/dev/null || true
     for t in "${TAPS[@]}"; do ip link del "$t" 2>/dev/null || true; done
@@ -125,8 +127,12 @@ measure() { # load ip file: the JSON into file (not in a subshell: cleanup must 
         taskset -c 1 sh -c 'while :; do :; done' &
         HOG=$!
     fi
+    # In the background, so that a signal runs the cleanup at once, not after the pings.
     python3 scripts/net-bench.py --ip "$ip" --pid "$PID" --count "$PINGS" --flood "$FLOOD" \
-        >"$file" || true
+        >"$file" &
+    BENCH=$!
+    wait "$BENCH" || true
+    BENCH=
     if [[ -n "$HOG" ]]; then
         kill -9 "$HOG" 2>/dev/null || true
         wait "$HOG" 2>/dev/null || true
