@@ -4,7 +4,7 @@ CARGO ?= cargo
 GUEST := guest-images/build/test-guest.elf
 DISK := guest-images/build/disk.img
 
-.PHONY: all build guest kernel kit run test test-linux test-unit test-guest-check test-snapshot-long test-cloud-hypervisor lint fmt clean help
+.PHONY: all build guest kernel kit run test test-linux test-unit test-guest-check test-snapshot-long test-cloud-hypervisor bench-net lint fmt clean help
 
 help:
 	@echo "make run     build everything and boot examples/test-guest.json: a disk workload (the main job)"
@@ -18,6 +18,7 @@ help:
 	@echo "make test-snapshot-long  snapshot, kill, restore mid-I/O 100 times in a row (make test: 20)"
 	@echo "make test-cloud-hypervisor  the vhost-user tests with Cloud Hypervisor as the frontend"
 	@echo "             (OSPREY_CLOUD_HYPERVISOR=PATH or cloud-hypervisor on PATH; scripts/build-cloud-hypervisor.sh)"
+	@echo "make bench-net  virtio-net side by side with Firecracker, Cloud Hypervisor, QEMU (root; docs/network.md)"
 
 all: build guest
 
@@ -60,6 +61,10 @@ test: guest test-guest-check build
 # The issue-43 acceptance run: 20 snapshot/kill/restore rounds, each paused at its own point.
 test-snapshot-long: guest
 	OSPREY_SNAPSHOT_ROUNDS=100 $(CARGO) test -p osprey --test snapshot restored_in_a_new_process -- --nocapture
+
+# The virtio-net side by side (a benchmark, not in make test): ROUNDS=N (default 3).
+bench-net: build guest
+	scripts/net-side-by-side.sh $(ROUNDS)
 
 # Cloud Hypervisor as the vhost-user frontend (ignored by make test: CI has no build of it).
 test-cloud-hypervisor: guest

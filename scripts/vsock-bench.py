@@ -10,8 +10,8 @@ Talks Firecracker's hybrid-vsock protocol to a guest that echoes (the test guest
 - bulk1 / bulk8: 1 and 8 connections at once, each writing its share of TOTAL bytes (random,
   compared when they come back) while a second thread reads the echo; MB/s of payload echoed
   (one direction, MB = 10^6 bytes) from the first write to the last byte read back.
-- CPU: the VMM's on-CPU time over each bulk phase (sum over /proc/PID/task/*/schedstat field 1,
-  threads that exit mid-phase are missed) divided by the payload MB, split into the vCPU threads
+- CPU: the VMM's on-CPU time over each bulk phase (scripts/lib/vmm_cpu.py: /proc/PID/task/*/
+  schedstat, KVM's kernel worker left out) divided by the payload MB, split into the vCPU threads
   (`vcpu_ms_per_MB`: the test guest polls its rings, so this is mostly how long the vCPU ran,
   not work done) and all other threads (`vmm_ms_per_MB`: the device side, the figure to compare).
 
@@ -21,8 +21,12 @@ import argparse
 import json
 import os
 import socket
+import sys
 import threading
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+import vmm_cpu  # noqa: E402
 
 
 def connect(path, port, timeout):
@@ -50,29 +54,6 @@ def recv_exact(s, n):
             raise RuntimeError("connection closed after %d of %d bytes" % (len(buf), n))
         buf += c
     return bytes(buf)
-
-
-def cpu_ns(pid):
-    """(non-vCPU threads, vCPU threads) on-CPU nanoseconds; a thread is a vCPU when its name
-    holds "vcpu" (Osprey and Cloud Hypervisor "vcpu0", Firecracker "fc_vcpu 0")."""
-    dev, vcpu = 0, 0
-    try:
-        tasks = os.listdir("/proc/%d/task" % pid)
-    except OSError:
-        return 0, 0
-    for t in tasks:
-        try:
-            with open("/proc/%d/task/%s/comm" % (pid, t)) as f:
-                is_vcpu = "vcpu" in f.read()
-            with open("/proc/%d/task/%s/schedstat" % (pid, t)) as f:
-                ns = int(f.read().split()[0])
-        except (OSError, ValueError, IndexError):
-            continue
-        if is_vcpu:
-            vcpu += ns
-        else:
-            dev += ns
-    return dev, vcpu
 
 
 def rtt(path, port, rounds, timeout):
@@ -115,16 +96,17 @@ def bulk(path, port, conns, total, pid, timeout):
             s.close()
 
     threads = [threading.Thread(target=run, args=(s, d)) for s, d in zip(socks, datas)]
-    c0, t0 = cpu_ns(pid), time.perf_counter()
+    c0, t0 = vmm_cpu.cpu_ns(pid), time.perf_counter()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    secs, c1 = time.perf_counter() - t0, cpu_ns(pid)
+    secs, c1 = time.perf_counter() - t0, vmm_cpu.cpu_ns(pid)
     if errors:
         raise RuntimeError(errors[0])
     mb = share * conns / 1e6
-    return mb / secs, (c1[0] - c0[0]) / 1e6 / mb, (c1[1] - c0[1]) / 1e6 / mb
+    cpu = vmm_cpu.delta(c0, c1)
+    return mb / secs, cpu["dev"] / 1e6 / mb, cpu["vcpu"] / 1e6 / mb
 
 
 def main():

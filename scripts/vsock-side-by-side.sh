@@ -93,6 +93,7 @@ for r in $(seq 1 "$ROUNDS"); do
         vmm=${VMMS[$(((i + r) % n))]}
         dir=$OUT/r$r-$vmm
         mkdir -p "$dir"
+        la=$(cut -d' ' -f1 /proc/loadavg)
         if start "$vmm" "$dir"; then
             res=$(python3 scripts/vsock-bench.py --uds "$dir/v.sock" --port $PORT --pid "$PID" \
                 --rounds "$ROUNDTRIPS" --total "$BULK_BYTES" || true)
@@ -102,23 +103,12 @@ for r in $(seq 1 "$ROUNDS"); do
         kill -9 "$PID" 2>/dev/null || true
         wait "$PID" 2>/dev/null || true
         PID=
-        echo "round $r $vmm: $res"
-        echo "{\"round\": $r, \"vmm\": \"$vmm\", \"result\": $res}" >>"$OUT/results.jsonl"
+        echo "round $r $vmm (load avg $la): $res"
+        echo "{\"round\": $r, \"vmm\": \"$vmm\", \"loadavg\": $la, \"result\": $res}" \
+            >>"$OUT/results.jsonl"
     done
 done
 echo "host load at end: $(cut -d' ' -f1-3 /proc/loadavg)"
 
-python3 - "$OUT/results.jsonl" <<'EOF'
-import json, statistics, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
-keys = ["rtt_mean_us", "rtt_p99_us", "bulk1_MBps", "bulk8_MBps", "bulk1_vmm_ms_per_MB",
-        "bulk8_vmm_ms_per_MB", "bulk1_vcpu_ms_per_MB", "bulk8_vcpu_ms_per_MB"]
-vmms = list(dict.fromkeys(r["vmm"] for r in rows))
-print("median over rounds:")
-print("%-17s" % "vmm" + "".join("%22s" % k for k in keys))
-for v in vmms:
-    ok = [r["result"] for r in rows if r["vmm"] == v and "error" not in r["result"]]
-    bad = sum(1 for r in rows if r["vmm"] == v and "error" in r["result"])
-    cells = ["%22.2f" % statistics.median(x[k] for x in ok) if ok else "%22s" % "-" for k in keys]
-    print("%-17s" % v + "".join(cells) + ("   (%d failed rounds)" % bad if bad else ""))
-EOF
+python3 scripts/lib/sbs_median.py "$OUT/results.jsonl" rtt_mean_us rtt_p99_us bulk1_MBps \
+    bulk8_MBps bulk1_vmm_ms_per_MB bulk8_vmm_ms_per_MB bulk1_vcpu_ms_per_MB bulk8_vcpu_ms_per_MB

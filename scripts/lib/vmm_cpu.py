@@ -1,0 +1,60 @@
+"""vmm_cpu.py: a VMM's on-CPU time split by thread, for the side-by-side benchmarks
+(scripts/vsock-bench.py, scripts/net-bench.py). Imported, not run.
+
+Reads /proc/PID/task/*/{comm,stat,schedstat} (schedstat field 1: nanoseconds on a CPU). Each
+thread is one of:
+- "vcpu": the VMM's vCPU threads, by name: Osprey and Cloud Hypervisor `vcpuN`, Firecracker
+  `fc_vcpu N`, QEMU (`-name ...,debug-threads=on`) `CPU n/KVM`;
+- "kernel": kernel workers living in the process (KVM's `kvm-nx-lpage-re`: PF_KTHREAD in the
+  task flags), the same under every VMM and not the VMM's work;
+- "dev": everything else (device threads, iothreads, the VMM's main loop): the figure the
+  side-by-side compares.
+Threads that exit between two samples are missed.
+"""
+import os
+import re
+
+PF_KTHREAD = 0x00200000
+VCPU_NAME = re.compile(r"^(vcpu\d+|fc_vcpu \d+|CPU \d+/KVM)$")
+
+
+def kind(comm, flags):
+    """"vcpu", "kernel" or "dev" for a thread named `comm` with task flags `flags`."""
+    if flags & PF_KTHREAD:
+        return "kernel"
+    if VCPU_NAME.match(comm):
+        return "vcpu"
+    return "dev"
+
+
+def _flags(stat):
+    # Field 9 of stat, counted after the ")" that closes the name (which may hold spaces).
+    rest = stat[stat.rindex(")") + 2:].split()
+    return int(rest[6])
+
+
+def cpu_ns(pid):
+    """{"dev": ns, "vcpu": ns, "kernel": ns}: on-CPU time of the process's threads so far."""
+    out = {"dev": 0, "vcpu": 0, "kernel": 0}
+    try:
+        tasks = os.listdir("/proc/%d/task" % pid)
+    except OSError:
+        return out
+    for t in tasks:
+        base = "/proc/%d/task/%s/" % (pid, t)
+        try:
+            with open(base + "comm") as f:
+                comm = f.read().rstrip("\n")
+            with open(base + "stat") as f:
+                flags = _flags(f.read())
+            with open(base + "schedstat") as f:
+                ns = int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+        out[kind(comm, flags)] += ns
+    return out
+
+
+def delta(before, after):
+    """after - before, per kind."""
+    return {k: after[k] - before[k] for k in before}
