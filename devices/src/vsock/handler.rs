@@ -388,6 +388,22 @@ mod tests {
         ThreadTurn::default()
     }
 
+    /// The guest's RESPONSE (from its port 52) to the host's REQUEST `req`.
+    fn response_to(req: &Header) -> Header {
+        Header {
+            src_cid: 3,
+            dst_cid: HOST_CID,
+            src_port: 52,
+            dst_port: req.src_port,
+            len: 0,
+            kind: TYPE_STREAM,
+            op: Op::Response.code(),
+            flags: 0,
+            buf_alloc: 65536,
+            fwd_cnt: 0,
+        }
+    }
+
     #[test]
     fn host_connect_to_guest_round_trip_through_the_queues() {
         let mem = guest_memory(4 << 20);
@@ -431,18 +447,7 @@ mod tests {
         );
         assert!(intr.notifications() > 0);
         // The guest answers RESPONSE.
-        let resp = Header {
-            src_cid: 3,
-            dst_cid: HOST_CID,
-            src_port: 52,
-            dst_port: req.src_port,
-            len: 0,
-            kind: TYPE_STREAM,
-            op: Op::Response.code(),
-            flags: 0,
-            buf_alloc: 65536,
-            fwd_cnt: 0,
-        };
+        let resp = response_to(&req);
         mem.write_slice(&resp.to_bytes(), GuestAddress(0x6_0000))
             .unwrap();
         txq.add_desc_chains(&[desc(0x6_0000, 44, 0, 0)], 0).unwrap();
@@ -533,18 +538,7 @@ mod tests {
         r.mem.read_slice(&mut b, GuestAddress(0x4_0000)).unwrap();
         let req = Header::from_bytes(&b);
         assert_eq!(req.op(), Some(Op::Request));
-        let resp = Header {
-            src_cid: 3,
-            dst_cid: HOST_CID,
-            src_port: 52,
-            dst_port: req.src_port,
-            len: 0,
-            kind: TYPE_STREAM,
-            op: Op::Response.code(),
-            flags: 0,
-            buf_alloc: 65536,
-            fwd_cnt: 0,
-        };
+        let resp = response_to(&req);
         r.mem
             .write_slice(&resp.to_bytes(), GuestAddress(0x6_0000))
             .unwrap();
