@@ -10,7 +10,7 @@ mod common;
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::scratch::Scratch;
@@ -67,9 +67,9 @@ fn pattern(seed: u32, n: usize) -> Vec<u8> {
         .collect()
 }
 
-#[test]
-fn host_initiated_connections_echo_close_and_refuse_as_firecracker() {
-    let s = Scratch::new("vsock");
+/// The test guest in `vsock-echo` on port [`PORT`], CID 3, its vsock on `S/v.sock`, the API
+/// on `S/api_name`: (the VMM, the vsock socket, the API socket).
+fn boot_echo(s: &Scratch, api_name: &str) -> (Vmm, PathBuf, PathBuf) {
     let uds = s.0.join("v.sock");
     let cfg = json!({
         "machine-config": {"vcpu_count": 1, "mem_size_mib": 128},
@@ -78,13 +78,20 @@ fn host_initiated_connections_echo_close_and_refuse_as_firecracker() {
         "vsock": {"guest_cid": 3, "uds_path": uds},
     });
     let path = s.file("vm.json", &cfg.to_string());
-    let api = s.0.join("api.sock");
-    let mut vmm = Vmm::spawn([
+    let api = s.0.join(api_name);
+    let vmm = Vmm::spawn([
         "--config-file".as_ref(),
         path.as_os_str(),
         "--api-sock".as_ref(),
         api.as_os_str(),
     ]);
+    (vmm, uds, api)
+}
+
+#[test]
+fn host_initiated_connections_echo_close_and_refuse_as_firecracker() {
+    let s = Scratch::new("vsock");
+    let (mut vmm, uds, api) = boot_echo(&s, "api.sock");
     let ready = vmm.wait_console(TIMEOUT, |l| l.starts_with("VSOCK ready"));
     assert_eq!(
         ready.map(|l| l.text),
@@ -191,21 +198,7 @@ fn wait_for(path: &Path) {
 #[test]
 fn a_snapshot_with_open_connections_restores_with_a_transport_reset() {
     let s = Scratch::new("vsock-snap");
-    let uds = s.0.join("v.sock");
-    let cfg = json!({
-        "machine-config": {"vcpu_count": 1, "mem_size_mib": 128},
-        "boot-source": {"kernel_image_path": test_guest(),
-                        "boot_args": format!("mode=vsock-echo port={PORT}")},
-        "vsock": {"guest_cid": 3, "uds_path": uds},
-    });
-    let path = s.file("vm.json", &cfg.to_string());
-    let api = s.0.join("a.sock");
-    let mut first = Vmm::spawn([
-        "--config-file".as_ref(),
-        path.as_os_str(),
-        "--api-sock".as_ref(),
-        api.as_os_str(),
-    ]);
+    let (mut first, uds, api) = boot_echo(&s, "a.sock");
     let ready = first.wait_console(TIMEOUT, |l| l.starts_with("VSOCK ready"));
     assert!(
         ready.is_some(),
