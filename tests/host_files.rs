@@ -3,7 +3,8 @@
 //! One VM runs a disk workload with the API and metrics on, under `strace -f`, with its working
 //! directory, `TMPDIR` and `HOME` pointing at empty folders. Every call that can create a file
 //! system entry (open/openat/creat with O_CREAT, mkdir, mknod, link, symlink, rename, and bind of a
-//! Unix socket) must name one of the two configured paths; afterwards the empty folders are still
+//! Unix socket) must name one of the two configured paths (or the socket's temporary name, which
+//! it is renamed from once it listens); afterwards the empty folders are still
 //! empty and only the metrics file is left (the socket is removed at exit).
 
 mod common;
@@ -70,6 +71,24 @@ fn creating_calls(trace: &str) -> Vec<(String, Vec<String>, String)> {
         found.push((name.to_string(), quoted(args), line.to_string()));
     }
     found
+}
+
+/// Whether `path` is the temporary name a socket at `sock` is bound under before it is renamed
+/// into place: `.NAME.PID~` in the same folder.
+fn is_temporary_name_of(path: &str, sock: &Path) -> bool {
+    let (Some(folder), Some(name)) = (sock.parent(), sock.file_name()) else {
+        return false;
+    };
+    let path = Path::new(path);
+    let Some(file) = path.file_name().and_then(|f| f.to_str()) else {
+        return false;
+    };
+    let prefix = format!(".{}.", name.to_string_lossy());
+    path.parent() == Some(folder)
+        && file
+            .strip_prefix(&prefix)
+            .and_then(|rest| rest.strip_suffix('~'))
+            .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
 }
 
 fn entries(dir: &Path) -> Vec<String> {
@@ -183,15 +202,21 @@ fn vmm_creates_only_the_files_its_config_names() {
         calls.iter().any(|c| c.1.contains(&allowed[0])),
         "the trace must show the metrics file being created (is the parser blind?)\n{trace}"
     );
+    // The socket is bound under a temporary name beside it and renamed into place once it
+    // listens (devices::uds): the bind names that name, the rename both.
+    let temporary = |p: &String| is_temporary_name_of(p, &sock);
     assert!(
         calls
             .iter()
-            .any(|c| c.0 == "bind" && c.1.contains(&allowed[1])),
-        "the trace must show the API socket's bind"
+            .any(|c| c.0 == "bind" && c.1.iter().any(temporary))
+            && calls
+                .iter()
+                .any(|c| c.0.starts_with("rename") && c.1.contains(&allowed[1])),
+        "the trace must show the API socket's bind and its rename into place"
     );
     let stray: Vec<&String> = calls
         .iter()
-        .filter(|(_, paths, _)| !paths.iter().any(|p| allowed.contains(p)))
+        .filter(|(_, paths, _)| !paths.iter().any(|p| allowed.contains(p) || temporary(p)))
         .map(|(_, _, line)| line)
         .collect();
     assert!(
