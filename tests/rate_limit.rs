@@ -1,8 +1,9 @@
 //! Rate limiting end to end with the test guest, which times its own requests: an ops limit and
 //! a bandwidth limit hold the guest to their rate (at most 3 % above it, at most 20 % below: a
-//! loaded host only slows the guest), a one-time burst is spent first and once, a group's limit binds a drive that names it, and on one running VM a throttled queue
-//! costs its iothread almost no CPU while `PATCH` raises and then removes the limit (the rate
-//! the API's counters show follows each change within 100 ms).
+//! loaded host only slows the guest), a one-time burst is spent first and once, a group's limit
+//! binds a drive that names it, and on one running VM a throttled queue costs its iothread
+//! almost no CPU while `PATCH` raises and then removes the limit (the rate the API's counters
+//! show follows each change within 100 ms).
 
 mod common;
 
