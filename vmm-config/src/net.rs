@@ -178,15 +178,17 @@ pub fn check_all(nics: &[NetworkInterfaceConfig], iothreads: &[&str]) -> Result<
     Ok(())
 }
 
-/// Opens each interface's tap, in order (before the sandbox: a new network namespace would not
+/// Opens each interface's tap, in order, one queue per pair (before the sandbox: a new network namespace would not
 /// see the host's taps, and seccomp does not allow `/dev/net/tun`'s ioctls).
 pub fn open_taps(nics: &[NetworkInterfaceConfig]) -> Result<Vec<devices::net::Tap>, ConfigError> {
     nics.iter()
         .enumerate()
         .map(|(i, n)| {
-            devices::net::Tap::open(&n.host_dev_name, false).map_err(|source| ConfigError::Tap {
-                field: format!("network-interfaces[{i}].host_dev_name"),
-                source,
+            devices::net::Tap::open_queues(&n.host_dev_name, n.queue_pairs()).map_err(|source| {
+                ConfigError::Tap {
+                    field: format!("network-interfaces[{i}].host_dev_name"),
+                    source,
+                }
             })
         })
         .collect()

@@ -12,12 +12,15 @@
 pub mod ctrl;
 pub mod device;
 pub mod handler;
+pub mod mq;
 pub mod rx;
 pub mod stats;
 pub mod tap;
 pub mod throttle;
 pub mod tx;
 
+#[cfg(test)]
+mod mq_tests;
 #[cfg(test)]
 mod pair_tests;
 
@@ -72,6 +75,8 @@ pub mod features {
     pub const MRG_RXBUF: u64 = 1 << vn::VIRTIO_NET_F_MRG_RXBUF;
     /// `max_virtqueue_pairs` is valid and the driver may use several queue pairs.
     pub const MQ: u64 = 1 << vn::VIRTIO_NET_F_MQ;
+    /// The control queue (the last queue) is there; MQ needs it.
+    pub const CTRL_VQ: u64 = 1 << vn::VIRTIO_NET_F_CTRL_VQ;
 
     /// The offloads Firecracker offers.
     pub const OFFLOADS: u64 =
