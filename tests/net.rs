@@ -367,7 +367,8 @@ fn snapshot_restored_onto_a_new_tap_with_network_overrides() {
 /// `num_queues: 4` on a multi-queue tap, the guest with `pairs=2`: it negotiates MQ, enables
 /// both pairs with VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET, and pings and UDP echoes from 16 sockets
 /// (16 flows the tap spreads over its two queues) are all answered; the guest says both rx
-/// queues carried frames, and GET /vm/config shows the field.
+/// queues carried frames, and GET /vm/config shows the field. Snapshotted and restored in a
+/// new process, the NIC comes back with both pairs enabled and answers.
 #[test]
 fn four_queues_answer_on_both_pairs() {
     let Some(tap) = TestTap::create_multi_queue(3) else {
@@ -441,7 +442,54 @@ fn four_queues_answer_on_both_pairs() {
             vmm.log_text()
         );
     }
-    vmm.signal(libc::SIGTERM);
+
+    // Snapshotted and restored in a new process on the same tap: both pairs come back enabled
+    // (the guest sends no second PAIRS_SET) and answer.
+    let (st, body) = api_call(&sock_path, "PATCH", "/vm", Some(r#"{"state":"Paused"}"#));
+    assert_eq!(st, 204, "{body}");
+    let snap = json!({"snapshot_path": dir.join("s.state"), "mem_file_path": dir.join("s.mem"),
+        "snapshot_type": "Full"});
+    let (st, body) = api_call(
+        &sock_path,
+        "PUT",
+        "/snapshot/create",
+        Some(&snap.to_string()),
+    );
+    assert_eq!(st, 204, "{body}\n{}", vmm.log_text());
+    vmm.signal(libc::SIGKILL);
     vmm.wait_exit(Duration::from_secs(10));
+    let second_sock = dir.join("b.sock");
+    let mut second = Vmm::spawn([std::ffi::OsStr::new("--api-sock"), second_sock.as_os_str()]);
+    for _ in 0..100 {
+        if second_sock.exists() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let load = json!({"snapshot_path": dir.join("s.state"),
+        "mem_backend": {"backend_type": "File", "backend_path": dir.join("s.mem")},
+        "resume_vm": true});
+    let (st, body) = api_call(
+        &second_sock,
+        "PUT",
+        "/snapshot/load",
+        Some(&load.to_string()),
+    );
+    assert_eq!(st, 204, "{body}\n{}", second.log_text());
+    for s in 0..16usize {
+        let udp = UdpSocket::bind((tap.host_ip.as_str(), 0)).expect("bind");
+        udp.connect((tap.guest_ip.as_str(), 7)).expect("connect");
+        udp.set_read_timeout(Some(Duration::from_secs(2)))
+            .expect("timeout");
+        let data = vec![s as u8; 100 + s];
+        assert_eq!(echo(&udp, &data), data, "socket {s} after the restore");
+    }
+    assert!(
+        second.log_text().contains("2 of 2 queue pairs enabled"),
+        "the restored NIC did not come back with both pairs:\n{}",
+        second.log_text()
+    );
+    second.signal(libc::SIGTERM);
+    second.wait_exit(Duration::from_secs(10));
     std::fs::remove_dir_all(&dir).ok();
 }

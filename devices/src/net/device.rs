@@ -142,6 +142,12 @@ impl VirtioNet {
         self.gate.enabled()
     }
 
+    /// The enabled pair count, shared with the device's queues (a snapshot reads it; a restore
+    /// sets it before the function's state activates the device).
+    pub fn pair_gate(&self) -> PairGate {
+        self.gate.clone()
+    }
+
     /// Restores the enabled pair count of a snapshot, before the restored device is activated
     /// (at most [`VirtioNet::max_pairs`]).
     pub fn restore_enabled_pairs(&mut self, enabled: u16) {
@@ -310,11 +316,13 @@ impl VirtioDevice for VirtioNet {
         self.state = State::Active;
         self.returned = Some(returned);
         log::info!(
-            "virtio-net {}: tap {} active on iothread {} (features {:#x})",
+            "virtio-net {}: tap {} active on iothread {} (features {:#x}, {} of {} queue pairs enabled)",
             self.iface_id,
             self.tap.name(),
             self.iothread.name(),
-            self.acked
+            self.acked,
+            self.gate.enabled(),
+            self.pairs
         );
         Ok(())
     }
