@@ -346,8 +346,16 @@ impl VirtioDevice for VirtioNet {
             }
         }
         self.state = State::Inactive;
-        // After a reset the driver starts again from one pair.
+        // After a reset the driver starts again from one pair: the other tap queues take no
+        // frames until it enables them.
         self.gate.set(1);
+        if self.pairs > 1 {
+            steer(
+                (0..usize::from(self.pairs)).filter_map(|k| self.tap.queue(k)),
+                1,
+                &mut LogLimit::default(),
+            );
+        }
         let mut queues: Vec<ActivatedQueue> = self
             .returned
             .take()
