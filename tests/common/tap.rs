@@ -18,6 +18,17 @@ pub struct TestTap {
 impl TestTap {
     /// The process's `n`th tap (0..4): its own name and /30 in 172.29.0.0/16.
     pub fn create(n: u32) -> Option<TestTap> {
+        Self::create_with(n, &[])
+    }
+
+    /// As [`TestTap::create`], a multi-queue tap (`ip tuntap ... multi_queue`), for a NIC
+    /// with `num_queues` > 2.
+    #[allow(dead_code)]
+    pub fn create_multi_queue(n: u32) -> Option<TestTap> {
+        Self::create_with(n, &["multi_queue"])
+    }
+
+    fn create_with(n: u32, flags: &[&str]) -> Option<TestTap> {
         let id = std::process::id();
         let (a, b) = ((id >> 4) % 250, ((id % 16) * 4 + n) * 4);
         let tap = TestTap {
@@ -26,7 +37,9 @@ impl TestTap {
             guest_ip: format!("172.29.{a}.{}", b + 2),
             guest_mac: format!("06:00:ac:1d:{a:02x}:{:02x}", b + 2),
         };
-        if !ip(&["tuntap", "add", "dev", &tap.name, "mode", "tap"]) {
+        let mut add = vec!["tuntap", "add", "dev", &tap.name, "mode", "tap"];
+        add.extend_from_slice(flags);
+        if !ip(&add) {
             return None;
         }
         // From here on, a failure deletes the tap (Drop).

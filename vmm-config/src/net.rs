@@ -30,7 +30,17 @@ pub struct NetworkInterfaceConfig {
     /// The iothread that serves it (an id from `iothreads`); absent: the first one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub iothread: Option<String>,
+    /// Virtqueues, rx and tx together (Cloud Hypervisor's name): even, 2 to
+    /// [`MAX_NET_QUEUES`]. Above 2 the tap is opened multi-queue (IFF_MULTI_QUEUE, one queue
+    /// per pair) and VIRTIO_NET_F_MQ and the control queue are offered; absent: one pair, no
+    /// MQ, no control queue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 2, maximum = 16)]
+    pub num_queues: Option<u16>,
 }
+
+/// The most virtqueues (rx and tx together) a network interface may ask for.
+pub const MAX_NET_QUEUES: u16 = 16;
 
 /// `PATCH /network-interfaces/{iface_id}` body (Firecracker's `PartialNetworkInterface`): each
 /// limiter absent: kept; `{}` or null: removed; a value: set.
@@ -77,6 +87,11 @@ impl NetworkInterfaceConfig {
         self.guest_mac.as_deref().and_then(parse_mac)
     }
 
+    /// Its rx/tx queue pairs (1 unless `num_queues` asks for more).
+    pub fn queue_pairs(&self) -> u16 {
+        self.num_queues.map_or(1, |n| (n / 2).max(1))
+    }
+
     /// Checks the values; errors name the field under `at` (e.g. `network-interfaces[0]`).
     pub fn check(&self, at: &str) -> Result<(), ConfigError> {
         let f = |name: &str| format!("{at}.{name}");
@@ -111,6 +126,14 @@ impl NetworkInterfaceConfig {
                     ))
                 }
                 Some(_) => {}
+            }
+        }
+        if let Some(n) = self.num_queues {
+            if !(2..=MAX_NET_QUEUES).contains(&n) || n % 2 != 0 {
+                return Err(invalid(
+                    f("num_queues"),
+                    format!("must be an even number from 2 to {MAX_NET_QUEUES}, got {n}"),
+                ));
             }
         }
         if let Some(r) = &self.rx_rate_limiter {
@@ -155,15 +178,17 @@ pub fn check_all(nics: &[NetworkInterfaceConfig], iothreads: &[&str]) -> Result<
     Ok(())
 }
 
-/// Opens each interface's tap, in order (before the sandbox: a new network namespace would not
+/// Opens each interface's tap, in order, one queue per pair (before the sandbox: a new network namespace would not
 /// see the host's taps, and seccomp does not allow `/dev/net/tun`'s ioctls).
 pub fn open_taps(nics: &[NetworkInterfaceConfig]) -> Result<Vec<devices::net::Tap>, ConfigError> {
     nics.iter()
         .enumerate()
         .map(|(i, n)| {
-            devices::net::Tap::open(&n.host_dev_name, false).map_err(|source| ConfigError::Tap {
-                field: format!("network-interfaces[{i}].host_dev_name"),
-                source,
+            devices::net::Tap::open_queues(&n.host_dev_name, n.queue_pairs()).map_err(|source| {
+                ConfigError::Tap {
+                    field: format!("network-interfaces[{i}].host_dev_name"),
+                    source,
+                }
             })
         })
         .collect()
@@ -189,6 +214,22 @@ mod tests {
         let n =
             nic(r#"{"iface_id":"eth0","host_dev_name":"tap0","guest_mac":"06:00:AC:10:00:02"}"#);
         assert_eq!(n.mac(), Some([6, 0, 0xac, 0x10, 0, 2]));
+    }
+
+    #[test]
+    fn num_queues_counts_rx_and_tx_and_absent_is_one_pair_and_not_shown() {
+        let n = nic(r#"{"iface_id":"eth0","host_dev_name":"tap0"}"#);
+        assert_eq!((n.num_queues, n.queue_pairs()), (None, 1));
+        let shown = serde_json::to_string(&n).expect("json");
+        assert!(!shown.contains("num_queues"), "{shown}");
+        let n = nic(r#"{"iface_id":"eth0","host_dev_name":"tap0","num_queues":8}"#);
+        n.check("n").expect("valid");
+        assert_eq!(n.queue_pairs(), 4);
+        let shown = serde_json::to_string(&n).expect("json");
+        assert!(shown.contains(r#""num_queues":8"#), "{shown}");
+        nic(r#"{"iface_id":"eth0","host_dev_name":"tap0","num_queues":2}"#)
+            .check("n")
+            .expect("one pair, said out loud");
     }
 
     #[test]
@@ -219,6 +260,14 @@ mod tests {
         ];
         assert!(matches!(check_all(&dup, &[]),
             Err(ConfigError::Invalid { field, .. }) if field == "network-interfaces[1].iface_id"));
+        for bad in ["0", "1", "3", "18", "65535"] {
+            assert_eq!(
+                at(&format!(
+                    r#"{{"iface_id":"e","host_dev_name":"tap0","num_queues":{bad}}}"#
+                )),
+                "network-interfaces[0].num_queues"
+            );
+        }
         assert!(parse_mac("06:00:ac:10:00:02:03").is_none());
         assert!(parse_mac("0g:00:ac:10:00:02").is_none());
     }

@@ -128,7 +128,8 @@ impl ThreadKind {
         }
         let ioctls: &[u64] = match self {
             ThreadKind::Vcpu => &VCPU_IOCTLS,
-            ThreadKind::IoThread | ThreadKind::Stdin => &[],
+            ThreadKind::IoThread => &IOTHREAD_IOCTLS,
+            ThreadKind::Stdin => &[],
             ThreadKind::Api => &[libc::FIONBIO],
             ThreadKind::Control => &CONTROL_IOCTLS,
         };
@@ -352,8 +353,9 @@ const fn size<T>() -> usize {
 /// ioeventfds, GSI routes, MSIs); and the reads of a snapshot's vCPU state, which each parked
 /// vCPU makes on its own fd (`snapshot::kvm_state::VcpuState::save`; nothing is written back);
 /// `KVM_TRANSLATE` for the bytes before a pausing vCPU's RIP (`vmm::soft_exception`); and a
-/// virtio-net activation's `TUNSETOFFLOAD` on its tap.
-const VCPU_IOCTLS: [u64; 19] = [
+/// virtio-net activation's `TUNSETOFFLOAD` on its tap and, for a multi-queue NIC,
+/// `TUNSETQUEUE` (detaching the tap queues of the pairs the guest has not enabled).
+const VCPU_IOCTLS: [u64; 20] = [
     kvm_ioc(0, 0x80, 0),                                 // KVM_RUN
     kvm_ioc(IOC_READ, 0x81, size::<kvm_regs>()),         // KVM_GET_REGS
     kvm_ioc(IOC_READ, 0x83, size::<kvm_sregs>()),        // KVM_GET_SREGS
@@ -373,11 +375,20 @@ const VCPU_IOCTLS: [u64; 19] = [
     kvm_ioc(IOC_READ, 0x9f, size::<kvm_vcpu_events>()),  // KVM_GET_VCPU_EVENTS
     kvm_ioc(IOC_READ_WRITE, 0x85, TRANSLATION_SIZE),     // KVM_TRANSLATE
     TUNSETOFFLOAD,
+    TUNSETQUEUE,
 ];
 
 /// `TUNSETOFFLOAD` (`_IOW('T', 208, unsigned int)`): a virtio-net device's activation sets its
 /// tap's offloads to the features the guest accepted, on the vCPU that wrote `DRIVER_OK`.
 const TUNSETOFFLOAD: u64 = 0x4004_54d0;
+
+/// `TUNSETQUEUE` (`_IOW('T', 217, int)`): a multi-queue NIC attaches the tap queue of each
+/// pair the guest enables and detaches the others, at activation (vCPU) and when its control
+/// queue (iothread) serves the guest's `VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET`.
+const TUNSETQUEUE: u64 = 0x4004_54d9;
+
+/// The iothread's ioctls: only a multi-queue NIC's `TUNSETQUEUE`.
+const IOTHREAD_IOCTLS: [u64; 1] = [TUNSETQUEUE];
 
 /// `struct kvm_translation`'s size (`KVM_TRANSLATE` reads and writes it).
 const TRANSLATION_SIZE: usize = size::<kvm_translation>();
@@ -619,6 +630,9 @@ mod tests {
         assert_eq!(VCPU_IOCTLS[3], 0x4020_ae76);
         // `<linux/if_tun.h>`'s TUNSETOFFLOAD, as strace prints it.
         assert_eq!(VCPU_IOCTLS[18], 0x4004_54d0);
+        // TUNSETQUEUE, on the vCPU (activation) and the iothread (the control queue).
+        assert_eq!(VCPU_IOCTLS[19], 0x4004_54d9);
+        assert_eq!(IOTHREAD_IOCTLS, [0x4004_54d9]);
     }
 
     #[test]

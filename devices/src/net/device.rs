@@ -1,7 +1,9 @@
 //! The virtio-net device model: features (the offloads Firecracker offers, MRG_RXBUF, the MAC
-//! when one is set), the config space, and activation, which sets the tap's offloads for what
-//! the driver accepted and moves the queue pair onto the NIC's iothread; reset takes the queues
-//! back. One queue pair (rx 0, tx 1).
+//! when one is set, MQ and the control queue when the tap has several queues), the config
+//! space, and activation, which sets the tap's offloads for what the driver accepted and moves
+//! the queue pairs (rx 2k, tx 2k+1) and the control queue (2N) onto the NIC's iothread; reset
+//! takes the queues back. Pairs after the first move frames only once the guest enabled them
+//! (VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET, [`super::mq`]).
 
 use std::sync::mpsc::{self, Receiver};
 use std::sync::Arc;
@@ -10,10 +12,11 @@ use std::time::Duration;
 use dataplane::{Detach, IoThread};
 
 use super::handler::NetQueuePair;
+use super::mq::{steer, CtrlHandler, PairGate};
 use super::stats::NetStats;
 use super::tap::Tap;
 use super::throttle::NetRateLimits;
-use super::{encode_config, features, read_config, Mac, CONFIG_LEN, QUEUE_SIZE};
+use super::{encode_config, features, read_config, LogLimit, Mac, CONFIG_LEN, QUEUE_SIZE};
 use crate::block::queue::next_owner_id;
 use crate::virtio::{
     device_type, ActivateError, ActivatedQueue, GuestMemory, ResetOutcome, VirtioDevice,
@@ -23,12 +26,19 @@ use crate::virtio::{
 /// How long the guest's reset waits for the pair to leave its iothread.
 const RESET_WAIT: Duration = Duration::from_millis(500);
 
+/// The queue pairs (rx, tx) and the control queue of an activation.
+type SortedQueues = (
+    Vec<(ActivatedQueue, ActivatedQueue)>,
+    Option<ActivatedQueue>,
+);
+
 /// What the VMM decided about a NIC.
 #[derive(Debug)]
 pub struct NetDeviceConfig {
     /// The interface id (`iface_id`).
     pub iface_id: String,
-    /// The opened tap (opened before the sandbox).
+    /// The opened tap (opened before the sandbox); a multi-queue tap's queues make as many
+    /// queue pairs ([`Tap::open_queues`]).
     pub tap: Tap,
     /// The guest's MAC, if set (offered with VIRTIO_NET_F_MAC).
     pub mac: Option<Mac>,
@@ -41,7 +51,9 @@ pub struct VirtioNet {
     owner: u64,
     iface_id: String,
     tap: Tap,
-    queue_sizes: [u16; 2],
+    pairs: u16,
+    queue_sizes: Vec<u16>,
+    gate: PairGate,
     offered: u64,
     acked: u64,
     config_space: [u8; CONFIG_LEN],
@@ -80,14 +92,22 @@ impl VirtioNet {
         if cfg.mac.is_some() {
             offered |= features::MAC;
         }
+        let pairs = u16::try_from(cfg.tap.queue_count()).unwrap_or(1).max(1);
+        let mut queues = 2;
+        if pairs > 1 {
+            offered |= features::MQ | features::CTRL_VQ;
+            queues = 2 * usize::from(pairs) + 1;
+        }
         Self {
             owner: next_owner_id(),
             iface_id: cfg.iface_id,
             tap: cfg.tap,
-            queue_sizes: [QUEUE_SIZE; 2],
+            pairs,
+            queue_sizes: vec![QUEUE_SIZE; queues],
+            gate: PairGate::new(1),
             offered,
             acked: 0,
-            config_space: encode_config(cfg.mac, 1),
+            config_space: encode_config(cfg.mac, pairs),
             rate_limits: cfg.rate_limits,
             stats: Arc::new(NetStats::default()),
             iothread,
@@ -110,6 +130,80 @@ impl VirtioNet {
     /// The features the driver accepted.
     pub fn acked_features(&self) -> u64 {
         self.acked
+    }
+
+    /// The queue pairs the device offers (1 without MQ).
+    pub fn max_pairs(&self) -> u16 {
+        self.pairs
+    }
+
+    /// The pairs the guest enabled (1 until its PAIRS_SET).
+    pub fn enabled_pairs(&self) -> u16 {
+        self.gate.enabled()
+    }
+
+    /// The enabled pair count, shared with the device's queues (a snapshot reads it; a restore
+    /// sets it before the function's state activates the device).
+    pub fn pair_gate(&self) -> PairGate {
+        self.gate.clone()
+    }
+
+    /// Restores the enabled pair count of a snapshot, before the restored device is activated
+    /// (at most [`VirtioNet::max_pairs`]).
+    pub fn restore_enabled_pairs(&mut self, enabled: u16) {
+        self.gate.set(enabled.min(self.pairs));
+    }
+
+    /// The driver negotiated several pairs (MQ with its control queue).
+    fn multi_queue(&self) -> bool {
+        let both = features::MQ | features::CTRL_VQ;
+        self.pairs > 1 && self.acked & both == both
+    }
+
+    /// Splits the activated queues into pairs (rx 2k, tx 2k+1) and the control queue (2N, with
+    /// MQ): every pair the driver may use and nothing else.
+    fn sort_queues(&self, queues: Vec<ActivatedQueue>) -> Result<SortedQueues, ActivateError> {
+        let pairs = if self.multi_queue() { self.pairs } else { 1 };
+        let mut slots: Vec<Option<ActivatedQueue>> = Vec::new();
+        slots.resize_with(2 * usize::from(pairs) + 1, || None);
+        for q in queues {
+            let i = usize::from(q.index);
+            let ctrl = i == 2 * usize::from(pairs);
+            match slots.get_mut(i) {
+                Some(slot) if slot.is_none() && (!ctrl || pairs > 1) => *slot = Some(q),
+                _ => {
+                    return Err(ActivateError::BadConfig(format!(
+                        "virtio-net: queue {i} is not one of the {pairs} pair(s) negotiated"
+                    )))
+                }
+            }
+        }
+        let ctrl = if pairs > 1 {
+            slots.pop().flatten()
+        } else {
+            None
+        };
+        let mut out = Vec::with_capacity(usize::from(pairs));
+        let mut it = slots.into_iter();
+        for k in 0..pairs {
+            match (it.next().flatten(), it.next().flatten()) {
+                (Some(rx), Some(tx)) => out.push((rx, tx)),
+                _ => {
+                    return Err(ActivateError::BadConfig(format!(
+                        "virtio-net needs the rx and tx queues of pair {k} ({} and {}) ready",
+                        2 * k,
+                        2 * k + 1
+                    )))
+                }
+            }
+        }
+        if pairs > 1 && ctrl.is_none() {
+            return Err(ActivateError::BadConfig(format!(
+                "virtio-net needs its control queue ({}) ready",
+                2 * pairs
+            )));
+        }
+        Ok((out, ctrl))
     }
 }
 
@@ -153,49 +247,82 @@ impl VirtioDevice for VirtioNet {
         if self.state != State::Inactive {
             return Err(ActivateError::AlreadyActive);
         }
-        let mut queues = queues.into_iter();
-        let (Some(rx), Some(tx), None) = (queues.next(), queues.next(), queues.next()) else {
-            return Err(ActivateError::BadConfig(
-                "virtio-net needs its rx and tx queues (0 and 1) ready".into(),
-            ));
-        };
-        if (rx.index, tx.index) != (0, 1) {
-            return Err(ActivateError::BadConfig(format!(
-                "virtio-net queues {} and {} are not a pair",
-                rx.index, tx.index
-            )));
-        }
+        let (pairs, ctrl) = self.sort_queues(queues)?;
         if let Err(e) = self.tap.set_offloads(self.acked) {
             log::warn!(
                 "virtio-net {}: {e}; the tap keeps no offloads",
                 self.iface_id
             );
         }
-        let tap = self.tap.try_clone().map_err(|source| ActivateError::Os {
-            what: "dup tap",
-            source,
-        })?;
+        let dup = |tap: &Tap| {
+            tap.try_clone().map_err(|source| ActivateError::Os {
+                what: "dup tap",
+                source,
+            })
+        };
+        if self.pairs > 1 {
+            // Pairs the guest has not enabled get no frames (pair 0 always does).
+            steer(
+                (0..usize::from(self.pairs)).filter_map(|k| self.tap.queue(k)),
+                self.gate.enabled(),
+                &mut LogLimit::default(),
+            );
+        }
         let (owner_end, returned) = mpsc::channel();
-        let pair = NetQueuePair::new(
-            self.owner,
-            (rx, tx),
-            &mem,
-            interrupt,
-            tap,
-            self.acked & features::MRG_RXBUF != 0,
-            &self.rate_limits,
-            self.stats.clone(),
-        )
-        .returning_to(owner_end);
-        self.iothread.attach(vec![Box::new(pair)])?;
+        let mut handlers: Vec<Box<dyn dataplane::Handler>> = Vec::new();
+        let mut pair_kicks = Vec::new();
+        let mut ctrl_taps = Vec::new();
+        for (k, (rx, tx)) in pairs.into_iter().enumerate() {
+            let tap_q = self.tap.queue(k).ok_or_else(|| {
+                ActivateError::BadConfig(format!("virtio-net: no tap queue for pair {k}"))
+            })?;
+            if ctrl.is_some() {
+                pair_kicks.push(rx.kick.try_clone().map_err(|source| ActivateError::Os {
+                    what: "dup kick",
+                    source,
+                })?);
+                ctrl_taps.push(dup(tap_q)?);
+            }
+            let mut pair = NetQueuePair::new(
+                self.owner,
+                (rx, tx),
+                &mem,
+                interrupt.clone(),
+                dup(tap_q)?,
+                self.acked & features::MRG_RXBUF != 0,
+                &self.rate_limits,
+                self.stats.clone(),
+            )
+            .returning_to(owner_end.clone());
+            if k > 0 {
+                pair = pair.gated(u16::try_from(k).unwrap_or(u16::MAX), self.gate.clone());
+            }
+            handlers.push(Box::new(pair));
+        }
+        if let Some(q) = ctrl {
+            handlers.push(Box::new(
+                CtrlHandler::new(
+                    self.owner,
+                    q,
+                    &mem,
+                    interrupt,
+                    self.gate.clone(),
+                    (ctrl_taps, pair_kicks),
+                )
+                .returning_to(owner_end),
+            ));
+        }
+        self.iothread.attach(handlers)?;
         self.state = State::Active;
         self.returned = Some(returned);
         log::info!(
-            "virtio-net {}: tap {} active on iothread {} (features {:#x})",
+            "virtio-net {}: tap {} active on iothread {} (features {:#x}, {} of {} queue pairs enabled)",
             self.iface_id,
             self.tap.name(),
             self.iothread.name(),
-            self.acked
+            self.acked,
+            self.gate.enabled(),
+            self.pairs
         );
         Ok(())
     }
@@ -219,6 +346,16 @@ impl VirtioDevice for VirtioNet {
             }
         }
         self.state = State::Inactive;
+        // After a reset the driver starts again from one pair: the other tap queues take no
+        // frames until it enables them.
+        self.gate.set(1);
+        if self.pairs > 1 {
+            steer(
+                (0..usize::from(self.pairs)).filter_map(|k| self.tap.queue(k)),
+                1,
+                &mut LogLimit::default(),
+            );
+        }
         let mut queues: Vec<ActivatedQueue> = self
             .returned
             .take()

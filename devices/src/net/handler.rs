@@ -18,6 +18,7 @@ use dataplane::{Handler, Poll, ThreadTurn, TurnEnd, Watch};
 use virtio_queue::Queue;
 use vmm_sys_util::eventfd::EventFd;
 
+use super::mq::PairGate;
 use super::rx::{RxPath, RxStop};
 use super::stats::NetStats;
 use super::tap::Tap;
@@ -118,6 +119,8 @@ pub struct NetQueuePair {
     /// The tap's queue was full at the last try (the thread retries on a timer).
     tap_full: bool,
     polling: bool,
+    /// For pair `k` > 0 of a multi-queue NIC: moves frames only while the gate is open for `k`.
+    gate: Option<(u16, PairGate)>,
     owner_end: Option<Sender<ActivatedQueue>>,
 }
 
@@ -164,6 +167,7 @@ impl NetQueuePair {
             rx_starved: false,
             tap_full: false,
             polling: false,
+            gate: None,
             owner_end: None,
         };
         if let Some(why) = rx_err.or(tx_err) {
@@ -179,6 +183,18 @@ impl NetQueuePair {
     pub fn returning_to(mut self, owner_end: Sender<ActivatedQueue>) -> Self {
         self.owner_end = Some(owner_end);
         self
+    }
+
+    /// Makes this pair `k` of a multi-queue NIC: it moves frames only while `gate` is open for
+    /// `k` (the guest's PAIRS_SET enabled it).
+    pub fn gated(mut self, k: u16, gate: PairGate) -> Self {
+        self.gate = Some((k, gate));
+        self
+    }
+
+    /// The guest enabled this pair (always, for a single pair).
+    fn enabled(&self) -> bool {
+        self.gate.as_ref().is_none_or(|(k, g)| g.open(*k))
     }
 
     fn fail(&mut self, why: &str) {
@@ -235,6 +251,11 @@ impl Handler for NetQueuePair {
                 stopped: self.lifecycle == Lifecycle::Broken,
                 ..TurnEnd::IDLE
             };
+        }
+        if !self.enabled() {
+            // A pair the guest has not enabled: its tap queue is detached; the control queue
+            // kicks it when the guest enables it.
+            return TurnEnd::IDLE;
         }
         let budget = max_batch.max(1);
         self.tap_full = false;
@@ -330,7 +351,7 @@ impl Handler for NetQueuePair {
 
 impl Poll for NetQueuePair {
     fn poll(&mut self) -> bool {
-        if !self.running() {
+        if !self.running() || !self.enabled() {
             return false;
         }
         let tx = !self.tap_full

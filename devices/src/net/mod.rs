@@ -1,21 +1,26 @@
 //! virtio-net: a tap-backed NIC served by an iothread. The tap ([`tap`]: open and configure),
 //! the receive path ([`rx`]: tap → guest, MRG_RXBUF), the transmit path ([`tx`]: guest → tap),
 //! the handler that runs one queue pair on an iothread under the thread's polling policy
-//! ([`handler`]), the per-direction rate limits ([`throttle`]), the counters ([`stats`]) and the
-//! device model over the virtio-pci transport ([`device`]).
+//! ([`handler`]), the per-direction rate limits ([`throttle`]), the counters ([`stats`]), the
+//! control queue of a multi-queue NIC ([`ctrl`]) and the device model over the virtio-pci
+//! transport ([`device`]).
 //!
 //! Frames cross the tap with a 12-byte `virtio_net_hdr_v1` in front (IFF_VNET_HDR with
 //! TUNSETVNETHDRSZ 12), the header virtio 1.x puts in front of every frame: the device passes it
 //! through, so the checksum and segmentation offloads the guest negotiates are the tap's.
 
+pub mod ctrl;
 pub mod device;
 pub mod handler;
+pub mod mq;
 pub mod rx;
 pub mod stats;
 pub mod tap;
 pub mod throttle;
 pub mod tx;
 
+#[cfg(test)]
+mod mq_tests;
 #[cfg(test)]
 mod pair_tests;
 
@@ -70,6 +75,8 @@ pub mod features {
     pub const MRG_RXBUF: u64 = 1 << vn::VIRTIO_NET_F_MRG_RXBUF;
     /// `max_virtqueue_pairs` is valid and the driver may use several queue pairs.
     pub const MQ: u64 = 1 << vn::VIRTIO_NET_F_MQ;
+    /// The control queue (the last queue) is there; MQ needs it.
+    pub const CTRL_VQ: u64 = 1 << vn::VIRTIO_NET_F_CTRL_VQ;
 
     /// The offloads Firecracker offers.
     pub const OFFLOADS: u64 =

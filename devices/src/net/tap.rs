@@ -19,6 +19,10 @@ const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
 const TUNSETOFFLOAD: libc::c_ulong = 0x4004_54d0;
 /// `_IOW('T', 216, int)`.
 const TUNSETVNETHDRSZ: libc::c_ulong = 0x4004_54d8;
+/// `_IOW('T', 217, int)`: attaches or detaches one queue of a multi-queue tap.
+pub const TUNSETQUEUE: libc::c_ulong = 0x4004_54d9;
+const IFF_ATTACH_QUEUE: libc::c_short = 0x0200;
+const IFF_DETACH_QUEUE: libc::c_short = 0x0400;
 const IFF_TAP: libc::c_short = 0x0002;
 const IFF_NO_PI: libc::c_short = 0x1000;
 const IFF_VNET_HDR: libc::c_short = 0x4000;
@@ -51,11 +55,13 @@ pub enum TapError {
     },
 }
 
-/// An open tap queue.
+/// An open tap queue; for a multi-queue tap, the first queue, holding the others (one per
+/// queue pair of the NIC).
 #[derive(Debug)]
 pub struct Tap {
     file: File,
     name: String,
+    more: Vec<Tap>,
 }
 
 /// `struct ifreq` as TUNSETIFF reads it: the name, then the flags (a short) in the union.
@@ -93,6 +99,7 @@ impl Tap {
         let tap = Self {
             file,
             name: name.to_string(),
+            more: Vec::new(),
         };
         // SAFETY: TUNSETIFF reads (and writes back) a `struct ifreq` of 40 bytes; `req` is one,
         // alive for the call.
@@ -108,13 +115,67 @@ impl Tap {
         Ok(tap)
     }
 
+    /// Opens the tap `name` for `pairs` queue pairs: one queue as [`Tap::open`] for 1 (or 0),
+    /// else `pairs` queues of a multi-queue tap (IFF_MULTI_QUEUE), the first holding the others.
+    pub fn open_queues(name: &str, pairs: u16) -> Result<Self, TapError> {
+        if pairs <= 1 {
+            return Self::open(name, false);
+        }
+        let mut first = Self::open(name, true)?;
+        for _ in 1..pairs {
+            let q = Self::open(name, true)?;
+            first.more.push(q);
+        }
+        Ok(first)
+    }
+
     /// A tap over an fd that already moves whole frames (a tap the caller opened, or a
     /// `SOCK_SEQPACKET` socket in tests), non-blocking.
     pub fn from_file(file: File, name: &str) -> Self {
         Self {
             file,
             name: name.to_string(),
+            more: Vec::new(),
         }
+    }
+
+    /// This tap with `more` as its queues after the first (tests build multi-queue taps from
+    /// socket pairs this way).
+    pub fn with_queues(mut self, more: Vec<Tap>) -> Self {
+        self.more = more;
+        self
+    }
+
+    /// Its queues: 1, or one per queue pair of a multi-queue tap.
+    pub fn queue_count(&self) -> usize {
+        1 + self.more.len()
+    }
+
+    /// Queue `k` (0: this one).
+    pub fn queue(&self, k: usize) -> Option<&Tap> {
+        match k {
+            0 => Some(self),
+            _ => self.more.get(k - 1),
+        }
+    }
+
+    /// Attaches (`on`) or detaches this queue of a multi-queue tap (TUNSETQUEUE): the kernel
+    /// steers no frame to a detached queue.
+    pub fn set_attached(&self, on: bool) -> Result<(), TapError> {
+        let mut req = IfReq {
+            name: [0; IFNAMSIZ],
+            flags: if on {
+                IFF_ATTACH_QUEUE
+            } else {
+                IFF_DETACH_QUEUE
+            },
+            _pad: [0; 22],
+        };
+        // SAFETY: TUNSETQUEUE reads a `struct ifreq` of 40 bytes; `req` is one, alive for the
+        // call.
+        self.ioctl("TUNSETQUEUE", |fd| unsafe {
+            libc::ioctl(fd, TUNSETQUEUE as _, &mut req as *mut IfReq)
+        })
     }
 
     fn ioctl(
@@ -147,11 +208,13 @@ impl Tap {
         &self.name
     }
 
-    /// A second handle on the same tap queue (for the iothread's handler).
+    /// A second handle on the same tap queue (for the iothread's handler); without the other
+    /// queues of a multi-queue tap.
     pub fn try_clone(&self) -> std::io::Result<Self> {
         Ok(Self {
             file: self.file.try_clone()?,
             name: self.name.clone(),
+            more: Vec::new(),
         })
     }
 
@@ -253,5 +316,27 @@ mod tests {
             }
             Err(e) => eprintln!("no tap on this host: {e}"),
         }
+    }
+
+    /// A multi-queue tap when the host allows it: one queue per pair, each detachable and
+    /// attachable again.
+    #[test]
+    fn a_multi_queue_tap_opens_one_queue_per_pair_when_the_host_allows() {
+        let name = format!("ospq{}", std::process::id() % 1_000_000);
+        match Tap::open_queues(&name, 3) {
+            Ok(tap) => {
+                assert_eq!(tap.queue_count(), 3);
+                let q2 = tap.queue(2).expect("queue 2");
+                q2.set_attached(false).expect("detach");
+                q2.set_attached(true).expect("attach");
+                assert!(tap.queue(3).is_none());
+            }
+            Err(e) => eprintln!("no tap on this host: {e}"),
+        }
+        assert_eq!(
+            Tap::open_queues("", 1).map(|t| t.queue_count()).ok(),
+            None,
+            "a bad name is refused for one pair too"
+        );
     }
 }

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use dataplane::rate_limit::RateLimiter;
 use dataplane::IoThread;
+use devices::net::mq::PairGate;
 use devices::net::throttle::NetRateLimits;
 use devices::net::{NetDeviceConfig, NetStats, Tap, VirtioNet};
 use devices::virtio::pci::VirtioPciDevice;
@@ -39,6 +40,10 @@ pub struct NicHandle {
     pub iothread: Arc<IoThread>,
     /// Its virtio-pci function (a snapshot saves and restores its state).
     pub transport: Arc<Mutex<VirtioPciDevice>>,
+    /// The queue pairs the guest enabled (1 without multi-queue; a snapshot saves it).
+    pub pairs: PairGate,
+    /// The queue pairs the device has (`num_queues / 2`).
+    pub max_pairs: u16,
 }
 
 impl PciWiring<'_> {
@@ -74,6 +79,7 @@ impl PciWiring<'_> {
             thread.clone(),
         );
         let stats = net.stats();
+        let (pairs, max_pairs) = (net.pair_gate(), net.max_pairs());
         let Attached { slot, transport } = self
             .attach(Box::new(net))
             .map_err(|e| err(NicError::Attach(e)))?;
@@ -88,6 +94,8 @@ impl PciWiring<'_> {
             rate_limits,
             iothread: thread,
             transport,
+            pairs,
+            max_pairs,
         })
     }
 }

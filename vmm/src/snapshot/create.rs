@@ -33,7 +33,9 @@ use super::file::{self, StateFileError, OSPREY_VERSION};
 use super::kvm_state::{xsave_support, KvmStateError, VcpuState, VmState};
 use super::legacy::LegacyState;
 use super::mem_file;
-use super::state::{file_size, DriveState, LimiterLevels, LimiterOwner, SnapshotState, VsockState};
+use super::state::{
+    file_size, DriveState, LimiterLevels, LimiterOwner, NicState, SnapshotState, VsockState,
+};
 use crate::config::VmConfig;
 use crate::device_manager::Devices;
 use crate::events::PauseState;
@@ -243,6 +245,15 @@ pub fn create(
         legacy,
         rate_limits,
         vsock,
+        nics: live
+            .devices
+            .nics
+            .iter()
+            .map(|n| NicState {
+                iface_id: n.id.clone(),
+                enabled_pairs: n.pairs.enabled(),
+            })
+            .collect(),
     };
     targets.recover()?;
     let written = write_files(

@@ -23,7 +23,7 @@ use super::state::SnapshotState;
 /// The file's first bytes.
 pub const MAGIC: [u8; 8] = *b"OSPREYSN";
 /// The layout of the header and body this build writes and reads.
-pub const FORMAT_VERSION: u32 = 4;
+pub const FORMAT_VERSION: u32 = 5;
 /// The Osprey version this build writes and accepts.
 pub const OSPREY_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// Header length in bytes.
@@ -171,7 +171,7 @@ pub struct Description {
 }
 
 impl std::fmt::Display for Description {
-    /// `v4 (written by Osprey 0.1.0)`: Firecracker prints `v` and the format version first.
+    /// `v5 (written by Osprey 0.1.0)`: Firecracker prints `v` and the format version first.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "v{}", self.format_version)?;
         match &self.osprey_version {
@@ -181,7 +181,7 @@ impl std::fmt::Display for Description {
     }
 }
 
-/// This build's format, as `--snapshot-version` prints it: `v4 (Osprey 0.1.0)`.
+/// This build's format, as `--snapshot-version` prints it: `v5 (Osprey 0.1.0)`.
 pub fn supported_version() -> String {
     format!("v{FORMAT_VERSION} (Osprey {OSPREY_VERSION})")
 }

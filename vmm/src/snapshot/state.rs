@@ -37,6 +37,18 @@ pub struct SnapshotState {
     pub rate_limits: Vec<LimiterLevels>,
     /// The vsock device, when the VM has one (format v4).
     pub vsock: Option<VsockState>,
+    /// Each network interface's own state, in config order (format v5).
+    pub nics: Vec<NicState>,
+}
+
+/// A network interface's state beyond its virtio-pci function.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NicState {
+    /// Its `iface_id`.
+    pub iface_id: String,
+    /// The queue pairs the guest had enabled (VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET; 1 without
+    /// multi-queue): the restored device serves as many.
+    pub enabled_pairs: u16,
 }
 
 /// The vsock device at the snapshot: its virtio-pci function and its config space. Its

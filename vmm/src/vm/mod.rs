@@ -347,6 +347,12 @@ fn load_guest(config: &VmConfig, mem: &GuestMemoryMmap) -> Result<BootEntry, VmE
 /// (`DRIVER_OK` activates it on its iothread); then the legacy devices' registers and the rate
 /// limiters' bucket levels.
 fn restore_devices(devices: &Devices, state: &SnapshotState) -> Result<(), VmError> {
+    // The pairs each NIC's guest had enabled, before its function's state activates it.
+    for n in &devices.nics {
+        let saved = state.nics.iter().find(|s| s.iface_id == n.id);
+        n.pairs
+            .set(saved.map_or(1, |s| s.enabled_pairs.clamp(1, n.max_pairs)));
+    }
     let functions = devices
         .drives
         .iter()

@@ -30,6 +30,10 @@ pub(crate) fn sample() -> SnapshotState {
         state.vcpus.push(vcpu);
     }
     state.vm.clock.clock = 987_654_321;
+    state.nics.push(crate::snapshot::state::NicState {
+        iface_id: "eth0".into(),
+        enabled_pairs: 2,
+    });
     state.vsock = Some(crate::snapshot::state::VsockState {
         guest_cid: 3,
         transport: devices::virtio::pci::state::VirtioPciState {
