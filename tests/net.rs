@@ -38,6 +38,24 @@ fn ping(args: &[&str], guest: &str) -> (u64, u64, String) {
     (sent, got, text)
 }
 
+/// Boots `cfg` (written to `dir/vm.json`, started with `--config`) and waits for the guest's
+/// `net-echo ready` line.
+fn boot_echo(dir: &std::path::Path, cfg: &serde_json::Value) -> Vmm {
+    let cfg_path = dir.join("vm.json");
+    std::fs::write(&cfg_path, cfg.to_string()).expect("config");
+    let mut vmm = Vmm::spawn([std::ffi::OsStr::new("--config"), cfg_path.as_os_str()]);
+    let ready = vmm.wait_console(Duration::from_secs(30), |l| {
+        l.starts_with("osprey-test-guest: net-echo ready")
+    });
+    assert!(
+        ready.is_some(),
+        "guest not ready:\n{}\n{}",
+        vmm.console_text(),
+        vmm.log_text()
+    );
+    vmm
+}
+
 /// Sends `data` to the guest's port 7 and waits for the echo.
 fn echo(sock: &UdpSocket, data: &[u8]) -> Vec<u8> {
     sock.send(data).expect("send");
@@ -71,18 +89,7 @@ fn ping_udp_echo_and_a_live_tx_limit_through_a_tap() {
         "api": {"socket": sock_path},
         "metrics": {"metrics_path": dir.join("metrics.json")},
     });
-    let cfg_path = dir.join("vm.json");
-    std::fs::write(&cfg_path, cfg.to_string()).expect("config");
-    let mut vmm = Vmm::spawn([std::ffi::OsStr::new("--config"), cfg_path.as_os_str()]);
-    let ready = vmm.wait_console(Duration::from_secs(30), |l| {
-        l.starts_with("osprey-test-guest: net-echo ready")
-    });
-    assert!(
-        ready.is_some(),
-        "guest not ready:\n{}\n{}",
-        vmm.console_text(),
-        vmm.log_text()
-    );
+    let mut vmm = boot_echo(&dir, &cfg);
 
     if have_ping() {
         let nic = |m: &serde_json::Value, f: &str| {
@@ -268,18 +275,7 @@ fn snapshot_restored_onto_a_new_tap_with_network_overrides() {
         "network-interfaces": [{"iface_id": "eth0", "host_dev_name": tap.name}],
         "api": {"socket": first_sock},
     });
-    let cfg_path = dir.join("vm.json");
-    std::fs::write(&cfg_path, cfg.to_string()).expect("config");
-    let mut first = Vmm::spawn([std::ffi::OsStr::new("--config"), cfg_path.as_os_str()]);
-    assert!(
-        first
-            .wait_console(Duration::from_secs(30), |l| {
-                l.starts_with("osprey-test-guest: net-echo ready")
-            })
-            .is_some(),
-        "guest not ready:\n{}",
-        first.log_text()
-    );
+    let mut first = boot_echo(&dir, &cfg);
     let udp = UdpSocket::bind((tap.host_ip.as_str(), 0)).expect("bind");
     udp.connect((tap.guest_ip.as_str(), 7)).expect("connect");
     udp.set_read_timeout(Some(Duration::from_secs(2)))
@@ -403,18 +399,7 @@ fn four_queues_answer_on_both_pairs() {
         }],
         "api": {"socket": sock_path},
     });
-    let cfg_path = dir.join("vm.json");
-    std::fs::write(&cfg_path, cfg.to_string()).expect("config");
-    let mut vmm = Vmm::spawn([std::ffi::OsStr::new("--config"), cfg_path.as_os_str()]);
-    let ready = vmm.wait_console(Duration::from_secs(30), |l| {
-        l.starts_with("osprey-test-guest: net-echo ready")
-    });
-    assert!(
-        ready.is_some(),
-        "guest not ready:\n{}\n{}",
-        vmm.console_text(),
-        vmm.log_text()
-    );
+    let mut vmm = boot_echo(&dir, &cfg);
     assert!(
         vmm.console_text()
             .contains("osprey-test-guest: net-echo pairs=2"),
