@@ -77,6 +77,14 @@ osprey_metrics::metric_set! {
         /// sleeping, bracketed by the current mode).
         #[metric(counter)]
         pub payoff_trials: AtomicU64,
+        /// Adaptive: payoff trials skipped because no thread on the host waited for a CPU
+        /// (polling took no one's CPU; counted as kept).
+        #[metric(counter)]
+        pub payoff_skips: AtomicU64,
+        /// Adaptive: threads runnable on the whole host at the last sample (`/proc/loadavg`,
+        /// this one included; 0: not read).
+        #[metric(gauge)]
+        pub host_runnable: AtomicU64,
         /// Adaptive: payoff trials the other mode won.
         #[metric(counter)]
         pub payoff_wins: AtomicU64,

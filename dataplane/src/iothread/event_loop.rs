@@ -20,6 +20,7 @@ mod swap;
 
 pub(super) use swap::PendingSwap;
 
+use super::cpu_queue::CpuQueue;
 use super::{Command, Detach, ThreadTurn};
 use crate::handler::{AttachError, CompletionState, Handler, TurnEnd, Watch};
 use crate::poll::contention::SAMPLE_PERIOD_NS;
@@ -109,6 +110,8 @@ struct Iterations {
     last_cpu_sample: Instant,
     /// The thread's schedstat, for the Adaptive policy's contention guard (`None`: guard off).
     schedstat: Option<std::fs::File>,
+    /// The host's run queue, for the Adaptive policy's payoff check (`None`: trials always run).
+    cpu_queue: Option<CpuQueue>,
     /// When (ns since the loop's epoch) the host is sampled next.
     next_host_sample: u64,
     /// The thread's scheduling weight.
@@ -127,6 +130,7 @@ impl Iterations {
             .ok();
         let now = Instant::now();
         Self {
+            cpu_queue: CpuQueue::open(),
             events: vec![EpollEvent::default(); MAX_EVENTS],
             ready: Vec::with_capacity(MAX_EVENTS),
             hits: Vec::with_capacity(MAX_EVENTS),
@@ -393,6 +397,10 @@ impl Loop {
         let Some((cpu_ns, run_delay_ns)) = it.schedstat.as_ref().and_then(read_schedstat) else {
             return;
         };
+        let queue = it.cpu_queue.as_ref().and_then(CpuQueue::sample);
+        if let Some(q) = queue {
+            IoThreadStats::set(&self.stats.host_runnable, q.runnable);
+        }
         // A handler leaving makes the sum drop; the payoff check reads that segment as empty
         // (saturating), which only makes one trial say nothing.
         let requests = self
@@ -406,6 +414,7 @@ impl Loop {
             cpu_ns,
             run_delay_ns,
             requests,
+            cpu_queue: queue.map(|q| q.waiting),
         });
         self.publish_adaptive_stats(run_delay_ns, now);
     }
@@ -428,6 +437,7 @@ impl Loop {
         );
         let p = self.policy.payoff();
         IoThreadStats::set(&self.stats.payoff_trials, p.trials);
+        IoThreadStats::set(&self.stats.payoff_skips, p.skips);
         IoThreadStats::set(&self.stats.payoff_wins, p.wins);
         IoThreadStats::set(&self.stats.payoff_switches, p.switches);
         IoThreadStats::set(&self.stats.payoff_ratio_permille, p.ratio_permille);

@@ -5,6 +5,7 @@
 //! acknowledged, so callers know when ownership moved: a handler's engine may have I/O in flight
 //! into guest memory, and a detached handler comes back only once it has none.
 
+mod cpu_queue;
 mod event_loop;
 mod turn;
 

@@ -21,8 +21,8 @@ pub const MIN_BACKOFF_NS: u64 = 10_000_000;
 /// The longest suspension (ns): the guard looks again at least this often.
 pub const MAX_BACKOFF_NS: u64 = 1_000_000_000;
 
-/// One reading of the thread's scheduler statistics (`/proc/thread-self/schedstat`) and of its
-/// work.
+/// One reading of the thread's scheduler statistics (`/proc/thread-self/schedstat`), of the
+/// host's run queue (`/proc/loadavg`) and of its work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HostSample {
     /// The caller's monotonic clock (ns).
@@ -33,6 +33,9 @@ pub struct HostSample {
     pub run_delay_ns: u64,
     /// The requests the thread's handlers have completed (cumulative; for the payoff check).
     pub requests: u64,
+    /// Whether a thread was waiting for a CPU: more threads runnable on the host than CPUs
+    /// this thread may use (for the payoff check; `None`: not known).
+    pub cpu_queue: Option<bool>,
 }
 
 /// What the guard saw and did, for statistics.
@@ -161,6 +164,7 @@ mod tests {
                     cpu_ns: self.cpu,
                     run_delay_ns: self.delay,
                     requests: 0,
+                    cpu_queue: None,
                 });
             }
         }

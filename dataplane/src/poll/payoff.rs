@@ -11,7 +11,11 @@
 //! sleep costs requests until the next trial, a mistaken poll costs requests and CPU). Trials
 //! cost what the wrong mode loses, so the interval between them doubles while the verdict holds
 //! (quadruples after a lopsided one), and an inconclusive trial (under [`MIN_REQUESTS`] per
-//! segment) is retried after [`RETRY_NS`]. Measurements: docs/performance.md.
+//! segment) is retried after [`RETRY_NS`]. A polling thread skips a due trial, as if polling had
+//! won it, when the host's samples since the last one saw no thread waiting for a CPU (at most
+//! [`QUIET_PERMILLE`] of at least [`QUIET_MIN_SAMPLES`]): its polling then took no one's CPU,
+//! so sleeping cannot complete more, and the trial's sleeping segments would only cost the
+//! guest latency. Measurements: docs/performance.md.
 
 /// The length of one segment (ns).
 pub const SEGMENT_NS: u64 = 10_000_000;
@@ -33,6 +37,11 @@ pub const RETRY_NS: u64 = 20_000_000;
 /// A trial whose segments in either mode completed fewer than this many requests per segment
 /// on average says nothing.
 pub const MIN_REQUESTS: u64 = 16;
+/// A due trial is skipped only after this many host samples since the last trial or skip.
+pub const QUIET_MIN_SAMPLES: u64 = 50;
+/// ... and when at most this share of them (‰) saw a thread waiting for a CPU (a kernel worker
+/// that runs for a moment now and then is not a neighbour polling would starve).
+pub const QUIET_PERMILLE: u64 = 20;
 
 /// Whether rate `a` is ahead of rate `b` by `permille` ‰ or more.
 fn ahead_by(a: u64, b: u64, permille: u64) -> bool {
@@ -112,8 +121,26 @@ pub struct PayoffStats {
     pub ratio_permille: u64,
     /// The current interval between trials (ns; 0 before the first reading).
     pub interval_ns: u64,
+    /// Trials skipped because no thread on the host waited for a CPU.
+    pub skips: u64,
     /// The current mode is sleeping.
     pub sleeping: bool,
+}
+
+/// The host's samples since the last trial or skip: how many, and how many saw a thread
+/// waiting for a CPU.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct CpuQueueTally {
+    samples: u64,
+    waiting: u64,
+}
+
+impl CpuQueueTally {
+    /// Enough samples, and (almost) none saw a thread wait.
+    fn quiet(self) -> bool {
+        self.samples >= QUIET_MIN_SAMPLES
+            && self.waiting.saturating_mul(1000) <= self.samples.saturating_mul(QUIET_PERMILLE)
+    }
 }
 
 /// Decides between polling and sleeping by the requests each completes.
@@ -126,10 +153,20 @@ pub struct PayoffCheck {
     interval_ns: u64,
     /// The other mode won the last trial: one more win switches.
     won_once: bool,
+    /// The host's run queue since the last trial or skip.
+    cpu_queue: CpuQueueTally,
     stats: PayoffStats,
 }
 
 impl PayoffCheck {
+    /// Notes one sample of the host's run queue: whether a thread was waiting for a CPU (more
+    /// threads runnable on the host than CPUs this thread may use). Without such samples every
+    /// due trial runs.
+    pub fn note_cpu_queue(&mut self, waiting: bool) {
+        self.cpu_queue.samples = self.cpu_queue.samples.saturating_add(1);
+        self.cpu_queue.waiting = self.cpu_queue.waiting.saturating_add(u64::from(waiting));
+    }
+
     /// Takes a reading: the caller's monotonic clock and the thread's cumulative completed
     /// requests. `polling_possible` is false while something else (the contention guard) keeps
     /// the thread from polling; a trial then gives up, since its polling segments would not be.
@@ -147,6 +184,14 @@ impl PayoffCheck {
         } = self.phase
         else {
             if now_ns >= self.next_trial_ns && polling_possible {
+                if self.mode == Mode::Poll && !self.won_once && self.cpu_queue.quiet() {
+                    // Polling took no one's CPU: count it as kept, without the trial.
+                    self.stats.skips += 1;
+                    self.cpu_queue = CpuQueueTally::default();
+                    self.interval_ns = self.interval_ns.saturating_mul(2).min(MAX_INTERVAL_NS);
+                    self.next_trial_ns = now_ns.saturating_add(self.interval_ns);
+                    return;
+                }
                 self.phase = Phase::Trial {
                     segment: 0,
                     start_ns: now_ns,
@@ -190,6 +235,7 @@ impl PayoffCheck {
     /// (None: abandoned).
     fn end_trial(&mut self, now_ns: u64, spans: Option<(Span, Span)>) {
         self.phase = Phase::Steady;
+        self.cpu_queue = CpuQueueTally::default();
         let min = u64::from(ROUNDS) * MIN_REQUESTS;
         let conclusive =
             spans.filter(|(current, other)| current.requests >= min && other.requests >= min);
@@ -275,6 +321,9 @@ mod tests {
         requests: u64,
         /// Fractional requests carried between samples (thousandths).
         carry: u64,
+        /// The run queue's samples: none (`None`), or one per ms, every `n`-th seeing a thread
+        /// wait for a CPU (`Some(n)`; `Some(0)`: none waits).
+        queue: Option<u64>,
     }
 
     impl Host {
@@ -283,6 +332,14 @@ mod tests {
                 t: 1,
                 requests: 0,
                 carry: 0,
+                queue: None,
+            }
+        }
+
+        fn with_queue(waiting_every: u64) -> Self {
+            Self {
+                queue: Some(waiting_every),
+                ..Self::new()
             }
         }
 
@@ -297,6 +354,9 @@ mod tests {
                 self.requests += self.carry / 1000;
                 self.carry %= 1000;
                 self.t += MS;
+                if let Some(n) = self.queue {
+                    c.note_cpu_queue(n > 0 && (self.t / MS).is_multiple_of(n));
+                }
                 c.observe(self.t, self.requests, true);
             }
         }
@@ -497,5 +557,58 @@ mod tests {
                 let _ = c.mode();
             }
         }
+    }
+
+    #[test]
+    fn a_quiet_host_skips_the_trials_and_never_sleeps() {
+        // Nobody waits for a CPU (or one sample in 100 does: a kernel worker): the trials are
+        // skipped, as if polling had won them, and the interval grows as it would.
+        for waiting_every in [0, 100] {
+            let (mut c, mut h) = (PayoffCheck::default(), Host::with_queue(waiting_every));
+            let polled = share(&mut c, &mut h, 10_000, 60_000, 20_000, Mode::Poll);
+            let st = c.stats();
+            assert_eq!(polled, 100, "{st:?}");
+            assert_eq!((st.trials, st.switches), (0, 0), "{st:?}");
+            assert!(st.skips >= 5, "{st:?}");
+            assert_eq!(st.interval_ns, MAX_INTERVAL_NS);
+        }
+    }
+
+    #[test]
+    fn a_queued_host_runs_the_trials_and_sleeps_where_sleeping_pays() {
+        // A thread waits in one sample of 20 (5 %): the trials run, and sleeping that completes
+        // 30 % more takes over as without the samples.
+        let (mut c, mut h) = (PayoffCheck::default(), Host::with_queue(20));
+        h.run(&mut c, NEXT_VERDICT_MS, 7_000, 9_100);
+        let st = c.stats();
+        assert_eq!((st.trials, st.skips, st.switches), (1, 0, 1), "{st:?}");
+        assert_eq!(c.mode(), Mode::Sleep);
+    }
+
+    #[test]
+    fn a_sleeping_thread_tries_polling_again_even_on_a_quiet_host() {
+        // Busy first: sleeping wins. Then the host goes quiet (the sleeper frees the CPU):
+        // polling's trials still run, and win it back.
+        let (mut c, mut h) = (PayoffCheck::default(), Host::with_queue(1));
+        h.run(&mut c, NEXT_VERDICT_MS, 7_000, 9_100);
+        assert_eq!(c.mode(), Mode::Sleep);
+        h.queue = Some(0);
+        h.run(&mut c, 2 * NEXT_VERDICT_MS + TRIAL_MS, 60_000, 20_000);
+        let st = c.stats();
+        assert_eq!((st.switches, st.wins), (2, 3), "{st:?}");
+        assert_eq!(c.mode(), Mode::Poll);
+    }
+
+    #[test]
+    fn too_few_samples_do_not_skip_a_trial() {
+        let mut c = PayoffCheck::default();
+        c.observe(1, 0, true);
+        for i in 0..QUIET_MIN_SAMPLES - 1 {
+            c.note_cpu_queue(false);
+            c.observe(2 + i, 0, true);
+        }
+        c.observe(1 + MIN_INTERVAL_NS, 100, true);
+        assert_eq!(c.stats().skips, 0);
+        assert_ne!(c.phase, Phase::Steady, "the trial began");
     }
 }

@@ -164,6 +164,9 @@ impl Adaptive {
 
     fn observe_host(&mut self, sample: HostSample) {
         self.guard.observe(sample);
+        if let Some(waiting) = sample.cpu_queue {
+            self.payoff.note_cpu_queue(waiting);
+        }
         let guard_suspended = self.guard.suspended(sample.now_ns);
         self.payoff
             .observe(sample.now_ns, sample.requests, !guard_suspended);
@@ -699,6 +702,7 @@ mod tests {
             cpu_ns: cpu,
             run_delay_ns: delay,
             requests: 0,
+            cpu_queue: None,
         };
         adaptive.observe_host(sample(10_000, 0, 0));
         adaptive.observe_host(sample(10_000 + WINDOW_NS, 400_000, 9_600_000));
@@ -758,6 +762,7 @@ mod tests {
                     cpu_ns: 0,
                     run_delay_ns: 0,
                     requests,
+                    cpu_queue: None,
                 });
             }
         }

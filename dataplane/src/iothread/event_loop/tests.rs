@@ -240,6 +240,7 @@ fn the_loop_spins_on_completions_while_adaptive_polling_is_suspended_and_all_can
             cpu_ns: cpu,
             run_delay_ns: delay,
             requests: 0,
+            cpu_queue: None,
         });
     }
     assert!(l.policy.suspended());
