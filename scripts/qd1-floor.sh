@@ -12,7 +12,9 @@
 # host's pread.
 #
 # Usage: scripts/qd1-floor.sh [ROUNDS (default 5, at least 3)] [SECONDS per run (default 2)]
-# Environment: OSPREY=path/to/osprey (default target/release/osprey), HOG=1 runs a CPU-bound
+# Environment: OSPREY=path/to/osprey (default target/release/osprey), OSPREY_B=another build to
+# run beside it in every round (a before/after; its median and its ratio to OSPREY's are
+# printed too), HOG=1 runs a CPU-bound
 # loop beside both sides (a busy host), DIRECT=0|1 fio's O_DIRECT (default 1), OUT=dir (default target/qd1-floor/<UTC timestamp>).
 # Without fio the script prints "NOT RUN" and exits 0.
 set -euo pipefail
@@ -21,6 +23,7 @@ cd "$(dirname "$0")/.."
 ROUNDS=${1:-5}
 SECONDS_PER_RUN=${2:-2}
 OSPREY=${OSPREY:-target/release/osprey}
+OSPREY_B=${OSPREY_B:-}
 HOG=${HOG:-0}
 DIRECT=${DIRECT:-1}
 OUT=${OUT:-target/qd1-floor/$(date -u +%Y%m%dT%H%M%SZ)}
@@ -75,23 +78,26 @@ handoff_run() { # -> mean latency in µs of the two-thread hand-off
     awk '{print $4}' <<<"$r"
 }
 
-osprey_run() { # round -> mean latency in µs (the guest's own measurement)
-    local dir="$OUT/osprey-$1"
-    nice -n 0 "$BENCH" --osprey "$OSPREY" --store file --store-dir /dev/shm --store-size $SIZE \
+osprey_run() { # round [binary [label]] -> mean latency in µs (the guest's own measurement)
+    local dir="$OUT/${3:-osprey}-$1"
+    nice -n 0 "$BENCH" --osprey "${2:-$OSPREY}" --store file --store-dir /dev/shm --store-size $SIZE \
         --rw randread --bs 4k --qd 1 --queues 1 --engine Auto --poll adaptive --irq 0 \
         --hog "$HOG" --repeats 1 --seconds "$SECONDS_PER_RUN" --no-native --out "$dir" \
         >"$dir.log" 2>&1 || { echo "qd1-floor: osprey-bench failed, see $dir.log" >&2; exit 1; }
     python3 -c 'import csv,sys; r=[x for x in csv.DictReader(open(sys.argv[1])) if x["status"]=="ok"]; print(r[0]["lat_mean_us"])' "$dir/results.csv"
 }
 
-echo "qd1-floor: $ROUNDS rounds of ${SECONDS_PER_RUN}s, hog=$HOG, fio direct=$DIRECT, osprey=$OSPREY, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "qd1-floor: $ROUNDS rounds of ${SECONDS_PER_RUN}s, hog=$HOG, fio direct=$DIRECT, osprey=$OSPREY${OSPREY_B:+, osprey B=$OSPREY_B}, load $(cut -d' ' -f1-3 /proc/loadavg)"
 : >"$OUT/rounds.tsv"
+b_run() { # round -> B's mean, or nothing without OSPREY_B
+    if [[ -n "$OSPREY_B" ]]; then osprey_run "$1" "$OSPREY_B" osprey-b; fi
+}
 for ((i = 1; i <= ROUNDS; i++)); do
-    if ((i % 2)); then h=$(host_run "$i"); f=$(handoff_run); o=$(osprey_run "$i")
-    else o=$(osprey_run "$i"); f=$(handoff_run); h=$(host_run "$i"); fi
-    printf '%s\t%s\t%s\t%s\n' "$i" "$h" "$o" "$f" >>"$OUT/rounds.tsv"
-    printf 'round %d: host pread %.3f µs, hand-off floor %.3f µs, Osprey %.3f µs (load %s)\n' \
-        "$i" "$h" "$f" "$o" "$(cut -d' ' -f1 /proc/loadavg)"
+    if ((i % 2)); then h=$(host_run "$i"); f=$(handoff_run); o=$(osprey_run "$i"); b=$(b_run "$i")
+    else b=$(b_run "$i"); o=$(osprey_run "$i"); f=$(handoff_run); h=$(host_run "$i"); fi
+    printf '%s\t%s\t%s\t%s\t%s\n' "$i" "$h" "$o" "$f" "$b" >>"$OUT/rounds.tsv"
+    printf 'round %d: host pread %.3f µs, hand-off floor %.3f µs, Osprey %.3f µs%s (load %s)\n' \
+        "$i" "$h" "$f" "$o" "${b:+, Osprey B $b µs}" "$(cut -d' ' -f1 /proc/loadavg)"
 done
 python3 - "$OUT/rounds.tsv" <<'PY'
 import statistics, sys
@@ -101,5 +107,8 @@ o = statistics.median(float(r[2]) for r in rows)
 f = statistics.median(float(r[3]) for r in rows)
 print(f"median of {len(rows)} rounds: host pread {h:.3f} µs, hand-off floor {f:.3f} µs "
       f"({f / h:.2f}×), Osprey {o:.3f} µs ({o / h:.2f}×; {o / f:.2f}× the floor)")
+if all(r[4].strip() for r in rows):
+    b = statistics.median(float(r[4]) for r in rows)
+    print(f"Osprey B {b:.3f} µs ({b / h:.2f}× the host pread; B/A {b / o:.2f}×)")
 PY
 echo "qd1-floor: results in $OUT"
