@@ -285,7 +285,28 @@ impl Connection {
             }
         }
         self.maybe_credit_update();
+        if self.to_host.is_empty() {
+            self.guest_shutdown_reached_host();
+        }
         true
+    }
+
+    /// Once nothing waits for the host socket, passes on the guest's SHUTDOWN: the host client
+    /// reads end of file after the last byte (SEND), and a connection the guest closed both
+    /// ways ends with an RST. Called again after every flush: data buffered when the SHUTDOWN
+    /// came goes first.
+    fn guest_shutdown_reached_host(&mut self) {
+        if let ConnState::PeerClosed {
+            no_more_from_guest: true,
+            no_more_to_guest,
+        } = self.state
+        {
+            if no_more_to_guest {
+                self.kill(true);
+            } else {
+                let _ = self.stream.shutdown(std::net::Shutdown::Write);
+            }
+        }
     }
 
     /// Owes the guest a CREDIT_UPDATE once it has forwarded a good part of its window since it
@@ -360,19 +381,15 @@ impl Connection {
                 };
                 from_guest |= hdr.flags & SHUTDOWN_SEND != 0;
                 to_guest |= hdr.flags & SHUTDOWN_RCV != 0;
-                if from_guest && to_guest {
-                    // Both ways closed: flush what is left, then RST ends it.
-                    let _ = self.flush_to_host();
-                    self.kill(true);
-                    return;
-                }
-                if from_guest && self.to_host.is_empty() {
-                    let _ = self.stream.shutdown(std::net::Shutdown::Write);
-                }
                 self.state = ConnState::PeerClosed {
                     no_more_from_guest: from_guest,
                     no_more_to_guest: to_guest,
                 };
+                // What waits for the host socket goes first: the end of file (and, closed both
+                // ways, the RST) follows the flush that empties it, here or on EPOLLOUT.
+                if !self.flush_to_host() {
+                    self.kill(true);
+                }
             }
             (_, Op::Request | Op::Response) => self.kill(true),
         }
@@ -495,6 +512,85 @@ mod tests {
         let (mut c, _p) = pair(ConnState::Established);
         c.from_guest(&from_guest(Op::Rst, 0, 0), &[]);
         assert!(c.is_done());
+    }
+
+    /// Fills the host socket until the connection buffers `to_host` bytes; returns every byte
+    /// the guest sent.
+    fn fill_until_buffered(c: &mut Connection) -> Vec<u8> {
+        let mut sent = Vec::new();
+        for i in 0..64u8 {
+            let chunk = vec![i; 16 * 1024];
+            c.from_guest(&from_guest(Op::Rw, 4096, 0), &chunk);
+            sent.extend_from_slice(&chunk);
+            if c.buffered() > 0 {
+                return sent;
+            }
+        }
+        panic!("the host socket never filled");
+    }
+
+    /// Reads `peer` until end of file (draining the connection as EPOLLOUT would).
+    fn read_to_eof(c: &mut Connection, peer: &mut UnixStream) -> Vec<u8> {
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; 64 * 1024];
+        for _ in 0..10_000 {
+            match peer.read(&mut buf) {
+                Ok(0) => return got,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    if c.buffered() == 0 && c.flush_to_host() {
+                        // Nothing left to flush and no end of file: the client waits forever.
+                        if matches!(peer.read(&mut buf), Err(ref e) if e.kind() == ErrorKind::WouldBlock)
+                        {
+                            panic!("no end of file after {} bytes", got.len());
+                        }
+                    }
+                    assert!(c.flush_to_host() || c.buffered() == 0);
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        panic!("never reached end of file");
+    }
+
+    /// The guest closes (SHUTDOWN both ways) while the host client is slow: what waits in
+    /// `to_host` still reaches the client, then end of file, then the RST.
+    #[test]
+    fn a_guest_close_delivers_what_waits_for_the_host_then_resets() {
+        let (mut c, mut peer) = pair(ConnState::Established);
+        let sent = fill_until_buffered(&mut c);
+        let mut h = from_guest(Op::Shutdown, 4096, 0);
+        h.flags = SHUTDOWN_RCV | SHUTDOWN_SEND;
+        c.from_guest(&h, &[]);
+        let got = read_to_eof(&mut c, &mut peer);
+        assert_eq!(got.len(), sent.len(), "bytes lost");
+        assert!(got == sent, "bytes reordered");
+        assert_eq!(c.outgoing(), Outgoing::Control(Op::Rst));
+        c.sent_control(Op::Rst);
+        assert!(c.is_done());
+    }
+
+    /// The guest shuts down its sending side while data waits for the slow host client: once
+    /// it is flushed the client reads end of file (it would wait forever otherwise).
+    #[test]
+    fn a_guest_half_close_reaches_the_host_after_the_buffered_data() {
+        let (mut c, mut peer) = pair(ConnState::Established);
+        let sent = fill_until_buffered(&mut c);
+        let mut h = from_guest(Op::Shutdown, 4096, 0);
+        h.flags = SHUTDOWN_SEND;
+        c.from_guest(&h, &[]);
+        let got = read_to_eof(&mut c, &mut peer);
+        assert_eq!(got.len(), sent.len(), "bytes lost");
+        assert!(got == sent, "bytes reordered");
+        // The host side may still send to the guest.
+        peer.write_all(b"reply").unwrap();
+        if let Outgoing::Control(op) = c.outgoing() {
+            assert_eq!(op, Op::CreditUpdate);
+            c.sent_control(op);
+        }
+        assert_eq!(c.outgoing(), Outgoing::Data);
+        let mut buf = [0u8; 16];
+        assert_eq!(c.read_data(&mut buf, 16), 5);
     }
 
     #[test]
