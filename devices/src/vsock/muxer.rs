@@ -94,6 +94,9 @@ pub struct Muxer {
     orphan_rsts: VecDeque<Header>,
     next_port: u32,
     events: Vec<EpollEvent>,
+    /// The last accept batch ended full: the backlog may hold more clients, and no new edge
+    /// will say so.
+    accept_more: bool,
 }
 
 /// Makes `stream` non-blocking with `fcntl` (std's `set_nonblocking` is an `ioctl`, which the
@@ -165,6 +168,7 @@ impl Muxer {
             orphan_rsts: VecDeque::new(),
             next_port: FIRST_LOCAL_PORT,
             events: vec![EpollEvent::default(); EVENTS],
+            accept_more: false,
         })
     }
 
@@ -253,6 +257,9 @@ impl Muxer {
     /// Takes the host side's events (without blocking; at most [`EVENTS`] per call); returns
     /// true if it took as many as it could (more may wait).
     pub fn process_events(&mut self) -> bool {
+        if self.accept_more {
+            self.accept();
+        }
         let n = match self.epoll.wait(0, &mut self.events) {
             Ok(n) => n,
             Err(_) => return false,
@@ -279,17 +286,21 @@ impl Muxer {
                 None => {}
             }
         }
-        n == EVENTS
+        n == EVENTS || self.accept_more
     }
 
     fn accept(&mut self) {
-        // Edge-triggered: accept what is queued, at most a bounded number per event (the
-        // epoll set is re-armed by the listener's next connection, and `process_events` is
-        // asked again while it reports more).
+        // Edge-triggered: accept what is queued, at most a bounded number per call; a batch
+        // that ends full leaves `accept_more` set, so `process_events` reports more and
+        // accepts again at the next turn (no new edge comes for clients already queued).
+        self.accept_more = true;
         for _ in 0..MAX_PENDING {
             let stream = match self.listener.accept() {
                 Ok((s, _)) => s,
-                Err(_) => return,
+                Err(_) => {
+                    self.accept_more = false;
+                    return;
+                }
             };
             if set_nonblocking(&stream).is_err() {
                 continue;
@@ -664,6 +675,34 @@ mod tests {
             .orphan_rsts
             .iter()
             .all(|h| h.dst_cid == 3 && h.dst_port % 2 == 1));
+    }
+
+    /// More clients than one accept batch connect before the iothread looks: every one of
+    /// them gets its REQUEST to the guest (the listener is edge-triggered: no new event comes
+    /// for the ones left in the backlog).
+    #[test]
+    fn a_burst_of_clients_larger_than_a_batch_is_all_accepted() {
+        let path = sock_path("burst");
+        let mut m = Muxer::bind(3, &path).unwrap();
+        let clients: Vec<UnixStream> = (0..MAX_PENDING + 72)
+            .map(|_| {
+                let mut c = UnixStream::connect(&path).unwrap();
+                c.write_all(b"CONNECT 52\n").unwrap();
+                c
+            })
+            .collect();
+        let mut requests = 0;
+        let mut p = Vec::new();
+        for _ in 0..10 {
+            m.process_events();
+            while let Some(h) = m.next_rx(4096, &mut p) {
+                assert_eq!(h.op(), Some(Op::Request));
+                requests += 1;
+            }
+        }
+        assert_eq!(requests, clients.len());
+        drop(m);
+        let _ = std::fs::remove_file(&path);
     }
 
     #[test]
