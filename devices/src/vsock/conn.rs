@@ -11,11 +11,18 @@ use std::collections::VecDeque;
 use std::io::{ErrorKind, Read, Write};
 use std::num::Wrapping;
 use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
 
 use super::packet::{Header, Op, HOST_CID, SHUTDOWN_RCV, SHUTDOWN_SEND, TYPE_STREAM};
 
 /// The receive buffer this side advertises to the guest (`buf_alloc`).
 pub const HOST_BUF_ALLOC: u32 = 256 * 1024;
+
+/// How long the guest has to answer a REQUEST (Firecracker's `CONN_REQUEST_TIMEOUT_MS`).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long the guest has to end a connection after the host's SHUTDOWN (Firecracker's
+/// `CONN_SHUTDOWN_TIMEOUT_MS`).
+pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Where a connection is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,6 +93,9 @@ pub struct Connection {
     pub readable: bool,
     /// The host side reached end of file.
     host_eof: bool,
+    /// When the connection is reset if the guest has not answered by then (its REQUEST, the
+    /// host's SHUTDOWN).
+    expiry: Option<Instant>,
 }
 
 impl Connection {
@@ -113,6 +123,7 @@ impl Connection {
             owed: None,
             readable: true,
             host_eof: false,
+            expiry: None,
         }
     }
 
@@ -199,7 +210,10 @@ impl Connection {
                 self.state = ConnState::Closing { rst_owed: false }
             }
             // Waiting for the guest's RESPONSE: the REQUEST went.
-            (ConnState::LocalInit, Op::Request) => self.state = ConnState::AwaitingResponse,
+            (ConnState::LocalInit, Op::Request) => {
+                self.state = ConnState::AwaitingResponse;
+                self.expiry = Some(Instant::now() + REQUEST_TIMEOUT);
+            }
             (ConnState::PeerInit, Op::Response) => self.state = ConnState::Established,
             (_, Op::Shutdown) => {
                 // Host end of file told: nothing more to the guest.
@@ -216,6 +230,7 @@ impl Connection {
                     },
                 };
                 self.owed = None;
+                self.expiry = Some(Instant::now() + SHUTDOWN_TIMEOUT);
             }
             _ => {
                 if self.owed == Some(op) {
@@ -330,6 +345,7 @@ impl Connection {
             (ConnState::Closing { .. }, _) => {}
             (ConnState::AwaitingResponse, Op::Response) => {
                 self.state = ConnState::Established;
+                self.expiry = None;
                 // Firecracker's protocol: the client learns the host-side port.
                 let ok = format!("OK {}\n", self.local_port);
                 if self.stream.write(ok.as_bytes()).ok() != Some(ok.len()) {
@@ -392,6 +408,24 @@ impl Connection {
                 }
             }
             (_, Op::Request | Op::Response) => self.kill(true),
+        }
+    }
+
+    /// When the connection is reset unless the guest answers first (see [`Connection::expire`]).
+    pub fn expiry(&self) -> Option<Instant> {
+        self.expiry
+    }
+
+    /// Resets the connection if its kill timer ran out by `now` (an RST goes to the guest);
+    /// returns whether it did.
+    pub fn expire(&mut self, now: Instant) -> bool {
+        match self.expiry {
+            Some(at) if at <= now && !matches!(self.state, ConnState::Closing { .. }) => {
+                self.expiry = None;
+                self.kill(true);
+                true
+            }
+            _ => false,
         }
     }
 

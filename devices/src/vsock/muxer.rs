@@ -14,6 +14,7 @@ use std::io::{ErrorKind, Read};
 use std::os::unix::io::{AsRawFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 
@@ -97,6 +98,10 @@ pub struct Muxer {
     /// The last accept batch ended full: the backlog may hold more clients, and no new edge
     /// will say so.
     accept_more: bool,
+    /// Kill timers, in deadline order (every timeout is the same length): a connection's
+    /// deadline when its REQUEST or SHUTDOWN went. An entry whose connection is gone or has a
+    /// later deadline is dropped when it comes due.
+    killq: VecDeque<(Instant, ConnKey)>,
 }
 
 /// Makes `stream` non-blocking with `fcntl` (std's `set_nonblocking` is an `ioctl`, which the
@@ -169,6 +174,7 @@ impl Muxer {
             next_port: FIRST_LOCAL_PORT,
             events: vec![EpollEvent::default(); EVENTS],
             accept_more: false,
+            killq: VecDeque::new(),
         })
     }
 
@@ -498,7 +504,9 @@ impl Muxer {
             match c.outgoing() {
                 Outgoing::Control(op) => {
                     let h = c.control_header(op);
+                    let before = c.expiry();
                     c.sent_control(op);
+                    let armed = c.expiry().filter(|&at| Some(at) != before);
                     if c.is_done() {
                         self.ready.pop_front();
                         self.queued.remove(&key);
@@ -507,6 +515,7 @@ impl Muxer {
                         self.ready.pop_front();
                         self.queued.remove(&key);
                     }
+                    self.arm_kill_timer(key, armed);
                     return Some(h);
                 }
                 Outgoing::Data => {
@@ -531,6 +540,41 @@ impl Muxer {
         None
     }
 
+    /// Resets the connections whose kill timer ran out by `now` (a REQUEST the guest never
+    /// answered, a SHUTDOWN it never acknowledged: Firecracker's timers): the guest gets an
+    /// RST, the host client end of file.
+    pub fn sweep(&mut self, now: Instant) {
+        // Bounded: each round pops an entry.
+        while let Some(&(at, key)) = self.killq.front() {
+            if at > now {
+                break;
+            }
+            self.killq.pop_front();
+            if self.conns.get_mut(&key).is_some_and(|c| c.expire(now)) {
+                self.mark(key);
+            }
+        }
+    }
+
+    /// When [`Muxer::sweep`] has work next, if ever.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.killq.front().map(|&(at, _)| at)
+    }
+
+    /// Starts `key`'s kill timer if the control packet that just went set one.
+    fn arm_kill_timer(&mut self, key: ConnKey, at: Option<Instant>) {
+        let Some(at) = at else {
+            return;
+        };
+        if self.killq.len() >= 2 * MAX_CONNS {
+            // Connections come and go faster than their timers run out: forget the stale.
+            let conns = &self.conns;
+            self.killq
+                .retain(|(t, k)| conns.get(k).is_some_and(|c| c.expiry() == Some(*t)));
+        }
+        self.killq.push_back((at, key));
+    }
+
     /// Closes every connection without telling the guest (a device reset, a transport reset
     /// after a restore); the listener stays.
     pub fn reset(&mut self) {
@@ -541,13 +585,16 @@ impl Muxer {
         self.ready.clear();
         self.queued.clear();
         self.orphan_rsts.clear();
+        self.killq.clear();
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::vsock::conn::SHUTDOWN_TIMEOUT;
     use std::io::Write;
+    use std::time::Duration;
 
     fn sock_path(name: &str) -> PathBuf {
         std::env::temp_dir().join(format!("osprey-vsock-{}-{name}", std::process::id()))
@@ -702,6 +749,67 @@ mod tests {
         }
         assert_eq!(requests, clients.len());
         drop(m);
+        let _ = std::fs::remove_file(&path);
+    }
+
+    /// The guest never answers a host client's REQUEST: after Firecracker's 2 s the connection
+    /// is reset (RST to the guest, end of file to the client) and dropped; the client does not
+    /// wait forever.
+    #[test]
+    fn an_unanswered_request_is_reset_after_its_timeout() {
+        let path = sock_path("noanswer");
+        let mut m = Muxer::bind(3, &path).unwrap();
+        let mut client = UnixStream::connect(&path).unwrap();
+        client.write_all(b"CONNECT 52\n").unwrap();
+        let out = drain(&mut m);
+        assert_eq!(out[0].op(), Some(Op::Request));
+        let at = m.next_deadline().expect("a kill timer runs");
+        m.sweep(at - Duration::from_millis(1));
+        assert!(drain(&mut m).is_empty(), "not before its time");
+        m.sweep(at);
+        let out = drain(&mut m);
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!((out[0].op(), out[0].dst_port), (Some(Op::Rst), 52));
+        assert_eq!(m.connections(), 0);
+        let mut b = [0u8; 8];
+        assert_eq!(
+            client.read(&mut b).unwrap(),
+            0,
+            "the client sees end of file"
+        );
+        assert_eq!(m.next_deadline(), None);
+        let _ = std::fs::remove_file(&path);
+    }
+
+    /// The host client closes; the guest gets SHUTDOWN and never answers: the connection (its
+    /// fd, its buffers) is reset and dropped after the timeout instead of kept for ever.
+    #[test]
+    fn an_unacknowledged_host_close_is_reaped_after_its_timeout() {
+        let path = sock_path("noack");
+        let mut m = Muxer::bind(3, &path).unwrap();
+        let mut client = UnixStream::connect(&path).unwrap();
+        client.write_all(b"CONNECT 52\n").unwrap();
+        let out = drain(&mut m);
+        let local = out[0].src_port;
+        m.from_guest(&guest(Op::Response, 52, local), &[]);
+        let mut ok = vec![0u8; format!("OK {local}\n").len()];
+        client.read_exact(&mut ok).unwrap();
+        drop(client);
+        let out = drain(&mut m);
+        assert_eq!(
+            out.last().and_then(Header::op),
+            Some(Op::Shutdown),
+            "{out:?}"
+        );
+        assert_eq!(m.connections(), 1);
+        assert!(m.next_deadline().is_some(), "a kill timer runs");
+        m.sweep(Instant::now() + SHUTDOWN_TIMEOUT - Duration::from_millis(100));
+        assert!(drain(&mut m).is_empty(), "not before its time");
+        m.sweep(Instant::now() + SHUTDOWN_TIMEOUT);
+        let out = drain(&mut m);
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!(out[0].op(), Some(Op::Rst));
+        assert_eq!(m.connections(), 0);
         let _ = std::fs::remove_file(&path);
     }
 
