@@ -121,6 +121,44 @@ fn set_nonblocking(stream: &UnixStream) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Connects to the Unix socket at `path` without blocking: a listener whose backlog is full
+/// refuses at once (EAGAIN) instead of holding the iothread until its program accepts. The
+/// socket comes back non-blocking.
+fn connect_nonblocking(path: &std::ffi::OsStr) -> std::io::Result<UnixStream> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::io::FromRawFd;
+    // SAFETY: sockaddr_un is plain data; all zeroes is a valid value.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    let bytes = path.as_bytes();
+    if bytes.len() >= addr.sun_path.len() || bytes.contains(&0) {
+        return Err(std::io::Error::from(ErrorKind::InvalidInput));
+    }
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (d, &b) in addr.sun_path.iter_mut().zip(bytes) {
+        *d = b as libc::c_char;
+    }
+    // SAFETY: socket() takes no pointer; the fd it returns is owned by the stream below.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh socket nothing else owns; the stream closes it.
+    let stream = unsafe { UnixStream::from_raw_fd(fd) };
+    let len = std::mem::size_of::<libc::sa_family_t>() + bytes.len() + 1;
+    // SAFETY: `addr` is a valid sockaddr_un that outlives the call, `len` within its size.
+    let r = unsafe { libc::connect(fd, std::ptr::addr_of!(addr).cast(), len as libc::socklen_t) };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(stream)
+}
+
 /// Parses `CONNECT <port>` (any case of the verb); `line` without its newline.
 pub fn parse_connect(line: &[u8]) -> Option<u32> {
     let s = std::str::from_utf8(line).ok()?;
@@ -456,9 +494,10 @@ impl Muxer {
         }
         let mut path = self.uds_path.clone().into_os_string();
         path.push(format!("_{}", key.local));
-        let stream = match UnixStream::connect(&path) {
-            Ok(s) if set_nonblocking(&s).is_ok() => s,
-            _ => {
+        // Not blocking: the iothread serves every device on it.
+        let stream = match connect_nonblocking(&path) {
+            Ok(s) => s,
+            Err(_) => {
                 self.orphan_rst(hdr);
                 return;
             }
@@ -811,6 +850,42 @@ mod tests {
         assert_eq!(out[0].op(), Some(Op::Rst));
         assert_eq!(m.connections(), 0);
         let _ = std::fs::remove_file(&path);
+    }
+
+    /// A host program on `<uds_path>_P` that does not accept in time (its backlog full): the
+    /// guest's connection is refused at once (RST); the iothread, which serves every device on
+    /// it, does not wait for the program.
+    #[test]
+    fn a_full_listener_backlog_refuses_the_guest_without_blocking() {
+        let path = sock_path("fullbacklog");
+        let lpath = PathBuf::from(format!("{}_7", path.display()));
+        let _ = std::fs::remove_file(&lpath);
+        // A listener with the smallest backlog, never accepting, filled with clients.
+        let listener = UnixListener::bind(&lpath).unwrap();
+        // SAFETY: a listening socket the test owns; listen() takes no pointer.
+        assert_eq!(unsafe { libc::listen(listener.as_raw_fd(), 0) }, 0);
+        let mut fillers = Vec::new();
+        for _ in 0..16 {
+            match connect_nonblocking(lpath.as_os_str()) {
+                Ok(c) => fillers.push(c),
+                Err(_) => break,
+            }
+        }
+        assert!(!fillers.is_empty());
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut m = Muxer::bind(3, &path).unwrap();
+            m.from_guest(&guest(Op::Request, 1000, 7), &[]);
+            let out = drain(&mut m);
+            let _ = done_tx.send(out.iter().map(|h| h.op()).collect::<Vec<_>>());
+            let _ = std::fs::remove_file(&path);
+        });
+        let ops = done_rx
+            .recv_timeout(std::time::Duration::from_secs(3))
+            .expect("the muxer blocked on the host program's full backlog");
+        assert_eq!(ops, [Some(Op::Rst)]);
+        drop(listener);
+        let _ = std::fs::remove_file(&lpath);
     }
 
     #[test]
