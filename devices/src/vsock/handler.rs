@@ -631,6 +631,51 @@ mod tests {
         let _ = std::fs::remove_file(&r.path);
     }
 
+    /// A guest rx buffer outside guest memory is returned empty before any host byte is read
+    /// for it: the bytes the client wrote reach the guest's next good buffer, none lost.
+    #[test]
+    fn an_rx_buffer_outside_memory_costs_no_host_bytes() {
+        let (r, mut h, _back) = rig("badrx");
+        let mut client = open_connection(&r, &mut h);
+        // The rig's second buffer takes a first message: the next buffer is the bad one.
+        client.write_all(b"first").unwrap();
+        h.run(64, &turn());
+        assert_eq!(used_idx(&r.mem, &r.rxq), 2);
+        let used0 = used_idx(&r.mem, &r.rxq);
+        r.rxq
+            .add_desc_chains(
+                &[
+                    desc(0xfff0_0000, 4096, F_WRITE, 0),
+                    desc(0x8_0000, 4096, F_WRITE, 0),
+                ],
+                0,
+            )
+            .unwrap();
+        client.write_all(b"every byte counts").unwrap();
+        for _ in 0..3 {
+            h.run(64, &turn());
+        }
+        assert!(used_idx(&r.mem, &r.rxq) > used0);
+        // The good buffer after the bad one holds the data packet.
+        let mut b = [0u8; packet::HDR_LEN];
+        r.mem.read_slice(&mut b, GuestAddress(0x8_0000)).unwrap();
+        let hdr = Header::from_bytes(&b);
+        let mut found = None;
+        if hdr.op() == Some(Op::Rw) {
+            let mut d = vec![0u8; hdr.len as usize];
+            r.mem
+                .read_slice(&mut d, GuestAddress(0x8_0000 + packet::HDR_LEN as u64))
+                .unwrap();
+            found = Some(d);
+        }
+        assert_eq!(
+            found.as_deref(),
+            Some(&b"every byte counts"[..]),
+            "bytes lost"
+        );
+        let _ = std::fs::remove_file(&r.path);
+    }
+
     /// A held device (a snapshot reading its state) writes nothing to guest memory however
     /// much the host sends; released, it delivers what waited.
     #[test]
