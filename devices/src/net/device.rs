@@ -12,6 +12,7 @@ use std::time::Duration;
 use dataplane::{Detach, IoThread};
 
 use super::handler::NetQueuePair;
+use super::hold::NetHold;
 use super::mq::{steer, CtrlHandler, PairGate};
 use super::stats::NetStats;
 use super::tap::Tap;
@@ -54,6 +55,7 @@ pub struct VirtioNet {
     pairs: u16,
     queue_sizes: Vec<u16>,
     gate: PairGate,
+    hold: NetHold,
     offered: u64,
     acked: u64,
     config_space: [u8; CONFIG_LEN],
@@ -105,6 +107,7 @@ impl VirtioNet {
             pairs,
             queue_sizes: vec![QUEUE_SIZE; queues],
             gate: PairGate::new(1),
+            hold: NetHold::default(),
             offered,
             acked: 0,
             config_space: encode_config(cfg.mac, pairs),
@@ -155,6 +158,11 @@ impl VirtioNet {
     }
 
     /// The driver negotiated several pairs (MQ with its control queue).
+    /// The hold a snapshot sets to keep the NIC's pairs still ([`super::hold`]).
+    pub fn hold(&self) -> NetHold {
+        self.hold.clone()
+    }
+
     fn multi_queue(&self) -> bool {
         let both = features::MQ | features::CTRL_VQ;
         self.pairs > 1 && self.acked & both == both
@@ -293,7 +301,8 @@ impl VirtioDevice for VirtioNet {
                 &self.rate_limits,
                 self.stats.clone(),
             )
-            .returning_to(owner_end.clone());
+            .returning_to(owner_end.clone())
+            .held_by(self.hold.clone());
             if k > 0 {
                 pair = pair.gated(u16::try_from(k).unwrap_or(u16::MAX), self.gate.clone());
             }

@@ -18,6 +18,7 @@ use dataplane::{Handler, Poll, ThreadTurn, TurnEnd, Watch};
 use virtio_queue::Queue;
 use vmm_sys_util::eventfd::EventFd;
 
+use super::hold::NetHold;
 use super::mq::PairGate;
 use super::rx::{RxPath, RxStop};
 use super::stats::NetStats;
@@ -121,6 +122,8 @@ pub struct NetQueuePair {
     polling: bool,
     /// For pair `k` > 0 of a multi-queue NIC: moves frames only while the gate is open for `k`.
     gate: Option<(u16, PairGate)>,
+    /// A snapshot holds the NIC still while this is held.
+    hold: NetHold,
     owner_end: Option<Sender<ActivatedQueue>>,
 }
 
@@ -168,6 +171,7 @@ impl NetQueuePair {
             tap_full: false,
             polling: false,
             gate: None,
+            hold: NetHold::default(),
             owner_end: None,
         };
         if let Some(why) = rx_err.or(tx_err) {
@@ -189,6 +193,12 @@ impl NetQueuePair {
     /// `k` (the guest's PAIRS_SET enabled it).
     pub fn gated(mut self, k: u16, gate: PairGate) -> Self {
         self.gate = Some((k, gate));
+        self
+    }
+
+    /// Makes the pair do nothing while `hold` is held (a snapshot reading the NIC's state).
+    pub fn held_by(mut self, hold: NetHold) -> Self {
+        self.hold = hold;
         self
     }
 
@@ -255,6 +265,11 @@ impl Handler for NetQueuePair {
         if !self.enabled() {
             // A pair the guest has not enabled: its tap queue is detached; the control queue
             // kicks it when the guest enables it.
+            return TurnEnd::IDLE;
+        }
+        if self.hold.is_held() {
+            // A snapshot is reading the rings: the wakes of this turn are spent, the release
+            // nudges the queues.
             return TurnEnd::IDLE;
         }
         let budget = max_batch.max(1);
@@ -351,7 +366,7 @@ impl Handler for NetQueuePair {
 
 impl Poll for NetQueuePair {
     fn poll(&mut self) -> bool {
-        if !self.running() || !self.enabled() {
+        if !self.running() || !self.enabled() || self.hold.is_held() {
             return false;
         }
         let tx = !self.tap_full
@@ -371,6 +386,7 @@ impl Poll for NetQueuePair {
         if !self.running() {
             return false;
         }
+        let held = self.hold.is_held();
         let Some(tx) = self.tx.ring.as_mut() else {
             return false;
         };
@@ -380,7 +396,8 @@ impl Poll for NetQueuePair {
         } else {
             let tx_more = tx.enable_notification() && self.tx_throttle.until().is_none();
             let rx_more = self.rx_starved && self.set_rx_starved(true);
-            tx_more || rx_more
+            // Held, work that raced in waits for the release's nudge.
+            (tx_more || rx_more) && !held
         }
     }
 

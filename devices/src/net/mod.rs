@@ -12,6 +12,7 @@
 pub mod ctrl;
 pub mod device;
 pub mod handler;
+pub mod hold;
 pub mod mq;
 pub mod rx;
 pub mod stats;

@@ -484,3 +484,46 @@ fn rx_rate_limit_holds_frames_in_the_tap_until_the_bucket_refills() {
     assert_eq!(rx.used_idx(&mem), 3, "the limit removed live");
     assert_eq!(stats(&r).rx_dropped, 0);
 }
+
+/// A snapshot holds the NIC: while held, neither a frame from the tap nor a tx chain moves (the
+/// used indices it saves stay those of the guest memory it writes) and the pair polls nothing;
+/// released, the frames that waited arrive in order and the tx chain goes out.
+#[test]
+fn a_held_pair_moves_nothing_until_released() {
+    use super::hold::{HoldState, NetHold};
+    let mem = guest_memory(0x400_0000);
+    let (p, mut rx, mut tx, mut r) = pair(&mem, true, &NetRateLimits::default());
+    let hold = NetHold::default();
+    let mut p = p.held_by(hold.clone());
+    post_rx(&mem, &mut rx, 4, 2048);
+    hold.set(HoldState::Held);
+    for i in 0..2 {
+        r.host
+            .write_all(&frame(VNET_HDR_LEN + 100, i))
+            .expect("host write");
+    }
+    tx.post(&tx_chain(&mem, BUFS, 72, 1));
+    for _ in 0..3 {
+        let end = run(&mut p);
+        assert!(!end.more && !end.retry && !end.stopped, "{end:?}");
+    }
+    assert!(!p.poll(), "a held pair has no work");
+    assert!(
+        !p.watch(Watch::Polling, false),
+        "nor does it keep its thread awake"
+    );
+    assert_eq!(
+        rx.used_idx(&mem),
+        0,
+        "nothing written to guest memory while held"
+    );
+    assert_eq!(tx.used_idx(&mem), 0, "no tx chain returned while held");
+    assert_eq!(host_read(&mut r.host), None, "no frame sent while held");
+    hold.set(HoldState::Open);
+    run(&mut p);
+    assert_eq!(rx.used_idx(&mem), 2);
+    assert_eq!(tx.used_idx(&mem), 1);
+    assert_eq!(host_read(&mut r.host), Some(frame(72, 1)));
+    let s = stats(&r);
+    assert_eq!((s.rx_frames, s.rx_dropped, s.tx_frames), (2, 0, 1));
+}

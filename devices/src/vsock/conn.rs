@@ -11,11 +11,18 @@ use std::collections::VecDeque;
 use std::io::{ErrorKind, Read, Write};
 use std::num::Wrapping;
 use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
 
 use super::packet::{Header, Op, HOST_CID, SHUTDOWN_RCV, SHUTDOWN_SEND, TYPE_STREAM};
 
 /// The receive buffer this side advertises to the guest (`buf_alloc`).
 pub const HOST_BUF_ALLOC: u32 = 256 * 1024;
+
+/// How long the guest has to answer a REQUEST (Firecracker's `CONN_REQUEST_TIMEOUT_MS`).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long the guest has to end a connection after the host's SHUTDOWN (Firecracker's
+/// `CONN_SHUTDOWN_TIMEOUT_MS`).
+pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Where a connection is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,6 +93,9 @@ pub struct Connection {
     pub readable: bool,
     /// The host side reached end of file.
     host_eof: bool,
+    /// When the connection is reset if the guest has not answered by then (its REQUEST, the
+    /// host's SHUTDOWN).
+    expiry: Option<Instant>,
 }
 
 impl Connection {
@@ -113,6 +123,7 @@ impl Connection {
             owed: None,
             readable: true,
             host_eof: false,
+            expiry: None,
         }
     }
 
@@ -199,7 +210,10 @@ impl Connection {
                 self.state = ConnState::Closing { rst_owed: false }
             }
             // Waiting for the guest's RESPONSE: the REQUEST went.
-            (ConnState::LocalInit, Op::Request) => self.state = ConnState::AwaitingResponse,
+            (ConnState::LocalInit, Op::Request) => {
+                self.state = ConnState::AwaitingResponse;
+                self.expiry = Some(Instant::now() + REQUEST_TIMEOUT);
+            }
             (ConnState::PeerInit, Op::Response) => self.state = ConnState::Established,
             (_, Op::Shutdown) => {
                 // Host end of file told: nothing more to the guest.
@@ -216,6 +230,7 @@ impl Connection {
                     },
                 };
                 self.owed = None;
+                self.expiry = Some(Instant::now() + SHUTDOWN_TIMEOUT);
             }
             _ => {
                 if self.owed == Some(op) {
@@ -285,7 +300,28 @@ impl Connection {
             }
         }
         self.maybe_credit_update();
+        if self.to_host.is_empty() {
+            self.guest_shutdown_reached_host();
+        }
         true
+    }
+
+    /// Once nothing waits for the host socket, passes on the guest's SHUTDOWN: the host client
+    /// reads end of file after the last byte (SEND), and a connection the guest closed both
+    /// ways ends with an RST. Called again after every flush: data buffered when the SHUTDOWN
+    /// came goes first.
+    fn guest_shutdown_reached_host(&mut self) {
+        if let ConnState::PeerClosed {
+            no_more_from_guest: true,
+            no_more_to_guest,
+        } = self.state
+        {
+            if no_more_to_guest {
+                self.kill(true);
+            } else {
+                let _ = self.stream.shutdown(std::net::Shutdown::Write);
+            }
+        }
     }
 
     /// Owes the guest a CREDIT_UPDATE once it has forwarded a good part of its window since it
@@ -309,6 +345,7 @@ impl Connection {
             (ConnState::Closing { .. }, _) => {}
             (ConnState::AwaitingResponse, Op::Response) => {
                 self.state = ConnState::Established;
+                self.expiry = None;
                 // Firecracker's protocol: the client learns the host-side port.
                 let ok = format!("OK {}\n", self.local_port);
                 if self.stream.write(ok.as_bytes()).ok() != Some(ok.len()) {
@@ -360,21 +397,35 @@ impl Connection {
                 };
                 from_guest |= hdr.flags & SHUTDOWN_SEND != 0;
                 to_guest |= hdr.flags & SHUTDOWN_RCV != 0;
-                if from_guest && to_guest {
-                    // Both ways closed: flush what is left, then RST ends it.
-                    let _ = self.flush_to_host();
-                    self.kill(true);
-                    return;
-                }
-                if from_guest && self.to_host.is_empty() {
-                    let _ = self.stream.shutdown(std::net::Shutdown::Write);
-                }
                 self.state = ConnState::PeerClosed {
                     no_more_from_guest: from_guest,
                     no_more_to_guest: to_guest,
                 };
+                // What waits for the host socket goes first: the end of file (and, closed both
+                // ways, the RST) follows the flush that empties it, here or on EPOLLOUT.
+                if !self.flush_to_host() {
+                    self.kill(true);
+                }
             }
             (_, Op::Request | Op::Response) => self.kill(true),
+        }
+    }
+
+    /// When the connection is reset unless the guest answers first (see [`Connection::expire`]).
+    pub fn expiry(&self) -> Option<Instant> {
+        self.expiry
+    }
+
+    /// Resets the connection if its kill timer ran out by `now` (an RST goes to the guest);
+    /// returns whether it did.
+    pub fn expire(&mut self, now: Instant) -> bool {
+        match self.expiry {
+            Some(at) if at <= now && !matches!(self.state, ConnState::Closing { .. }) => {
+                self.expiry = None;
+                self.kill(true);
+                true
+            }
+            _ => false,
         }
     }
 
@@ -495,6 +546,85 @@ mod tests {
         let (mut c, _p) = pair(ConnState::Established);
         c.from_guest(&from_guest(Op::Rst, 0, 0), &[]);
         assert!(c.is_done());
+    }
+
+    /// Fills the host socket until the connection buffers `to_host` bytes; returns every byte
+    /// the guest sent.
+    fn fill_until_buffered(c: &mut Connection) -> Vec<u8> {
+        let mut sent = Vec::new();
+        for i in 0..64u8 {
+            let chunk = vec![i; 16 * 1024];
+            c.from_guest(&from_guest(Op::Rw, 4096, 0), &chunk);
+            sent.extend_from_slice(&chunk);
+            if c.buffered() > 0 {
+                return sent;
+            }
+        }
+        panic!("the host socket never filled");
+    }
+
+    /// Reads `peer` until end of file (draining the connection as EPOLLOUT would).
+    fn read_to_eof(c: &mut Connection, peer: &mut UnixStream) -> Vec<u8> {
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; 64 * 1024];
+        for _ in 0..10_000 {
+            match peer.read(&mut buf) {
+                Ok(0) => return got,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    if c.buffered() == 0 && c.flush_to_host() {
+                        // Nothing left to flush and no end of file: the client waits forever.
+                        if matches!(peer.read(&mut buf), Err(ref e) if e.kind() == ErrorKind::WouldBlock)
+                        {
+                            panic!("no end of file after {} bytes", got.len());
+                        }
+                    }
+                    assert!(c.flush_to_host() || c.buffered() == 0);
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        panic!("never reached end of file");
+    }
+
+    /// The guest closes (SHUTDOWN both ways) while the host client is slow: what waits in
+    /// `to_host` still reaches the client, then end of file, then the RST.
+    #[test]
+    fn a_guest_close_delivers_what_waits_for_the_host_then_resets() {
+        let (mut c, mut peer) = pair(ConnState::Established);
+        let sent = fill_until_buffered(&mut c);
+        let mut h = from_guest(Op::Shutdown, 4096, 0);
+        h.flags = SHUTDOWN_RCV | SHUTDOWN_SEND;
+        c.from_guest(&h, &[]);
+        let got = read_to_eof(&mut c, &mut peer);
+        assert_eq!(got.len(), sent.len(), "bytes lost");
+        assert!(got == sent, "bytes reordered");
+        assert_eq!(c.outgoing(), Outgoing::Control(Op::Rst));
+        c.sent_control(Op::Rst);
+        assert!(c.is_done());
+    }
+
+    /// The guest shuts down its sending side while data waits for the slow host client: once
+    /// it is flushed the client reads end of file (it would wait forever otherwise).
+    #[test]
+    fn a_guest_half_close_reaches_the_host_after_the_buffered_data() {
+        let (mut c, mut peer) = pair(ConnState::Established);
+        let sent = fill_until_buffered(&mut c);
+        let mut h = from_guest(Op::Shutdown, 4096, 0);
+        h.flags = SHUTDOWN_SEND;
+        c.from_guest(&h, &[]);
+        let got = read_to_eof(&mut c, &mut peer);
+        assert_eq!(got.len(), sent.len(), "bytes lost");
+        assert!(got == sent, "bytes reordered");
+        // The host side may still send to the guest.
+        peer.write_all(b"reply").unwrap();
+        if let Outgoing::Control(op) = c.outgoing() {
+            assert_eq!(op, Op::CreditUpdate);
+            c.sent_control(op);
+        }
+        assert_eq!(c.outgoing(), Outgoing::Data);
+        let mut buf = [0u8; 16];
+        assert_eq!(c.read_data(&mut buf, 16), 5);
     }
 
     #[test]

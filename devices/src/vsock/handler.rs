@@ -4,7 +4,8 @@
 //! the muxer and the muxer's packets into rx buffers. Its [`Poll`] check reads the tx ring, and
 //! the rx ring when the muxer has packets waiting; no syscall. Each turn first reads the
 //! device's [`VsockControl`]: a held device does nothing, and an asked TRANSPORT_RESET drops
-//! every connection and goes to the guest in the next event buffer.
+//! every connection and goes to the guest in the next event buffer. While a connection's kill
+//! timer runs ([`Muxer::sweep`]) the turn asks the iothread to wake it at the deadline.
 
 use std::os::unix::io::RawFd;
 use std::sync::atomic::Ordering;
@@ -295,6 +296,12 @@ impl Handler for VsockHandler {
         let budget = max_batch.max(1);
         let tx = self.process_tx(budget);
         let more_events = self.muxer.as_mut().is_some_and(Muxer::process_events);
+        if let Some(m) = self.muxer.as_mut() {
+            // Kill timers: read the clock only while one runs.
+            if m.next_deadline().is_some() {
+                m.sweep(std::time::Instant::now());
+            }
+        }
         let rx = self.process_rx(budget);
         if tx > 0 {
             self.notify(TX);
@@ -309,6 +316,8 @@ impl Handler for VsockHandler {
         let rx_more = rx >= budget && self.muxer.as_ref().is_some_and(Muxer::has_rx);
         TurnEnd {
             more: tx >= budget || rx_more || more_events,
+            // No fd signals a kill timer running out.
+            wake_at: self.muxer.as_ref().and_then(Muxer::next_deadline),
             ..TurnEnd::IDLE
         }
     }
@@ -586,6 +595,84 @@ mod tests {
         let ret: Returned = back.recv().unwrap();
         assert_eq!(ret.muxer.connections(), 0);
         assert_eq!(ret.queues.len(), 3);
+        let _ = std::fs::remove_file(&r.path);
+    }
+
+    /// A REQUEST the guest leaves unanswered: the turn that sent it asks the iothread to wake
+    /// it at the kill deadline (no fd will), and the turn then resets the connection.
+    #[test]
+    fn the_kill_timer_wakes_the_thread_and_resets_the_connection() {
+        let (r, mut h, _back) = rig("killtimer");
+        let mut client = UnixStream::connect(&r.path).unwrap();
+        client.write_all(b"CONNECT 52\n").unwrap();
+        let end = h.run(64, &turn());
+        let at = end
+            .wake_at
+            .expect("the thread is asked to wake at the deadline");
+        let left = at.saturating_duration_since(std::time::Instant::now());
+        assert!(left <= crate::vsock::conn::REQUEST_TIMEOUT, "{left:?}");
+        // The deadline passes (the thread would sleep until then).
+        std::thread::sleep(left + std::time::Duration::from_millis(10));
+        let end = h.run(64, &turn());
+        assert_eq!(end.wake_at, None, "no timer left");
+        let mut b = [0u8; packet::HDR_LEN];
+        r.mem.read_slice(&mut b, GuestAddress(0x5_0000)).unwrap();
+        let rst = Header::from_bytes(&b);
+        assert_eq!((rst.op(), rst.dst_port), (Some(Op::Rst), 52));
+        client
+            .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        let mut buf = [0u8; 8];
+        assert_eq!(
+            client.read(&mut buf).unwrap(),
+            0,
+            "the client sees end of file"
+        );
+        let _ = std::fs::remove_file(&r.path);
+    }
+
+    /// A guest rx buffer outside guest memory is returned empty before any host byte is read
+    /// for it: the bytes the client wrote reach the guest's next good buffer, none lost.
+    #[test]
+    fn an_rx_buffer_outside_memory_costs_no_host_bytes() {
+        let (r, mut h, _back) = rig("badrx");
+        let mut client = open_connection(&r, &mut h);
+        // The rig's second buffer takes a first message: the next buffer is the bad one.
+        client.write_all(b"first").unwrap();
+        h.run(64, &turn());
+        assert_eq!(used_idx(&r.mem, &r.rxq), 2);
+        let used0 = used_idx(&r.mem, &r.rxq);
+        r.rxq
+            .add_desc_chains(
+                &[
+                    desc(0xfff0_0000, 4096, F_WRITE, 0),
+                    desc(0x8_0000, 4096, F_WRITE, 0),
+                ],
+                0,
+            )
+            .unwrap();
+        client.write_all(b"every byte counts").unwrap();
+        for _ in 0..3 {
+            h.run(64, &turn());
+        }
+        assert!(used_idx(&r.mem, &r.rxq) > used0);
+        // The good buffer after the bad one holds the data packet.
+        let mut b = [0u8; packet::HDR_LEN];
+        r.mem.read_slice(&mut b, GuestAddress(0x8_0000)).unwrap();
+        let hdr = Header::from_bytes(&b);
+        let mut found = None;
+        if hdr.op() == Some(Op::Rw) {
+            let mut d = vec![0u8; hdr.len as usize];
+            r.mem
+                .read_slice(&mut d, GuestAddress(0x8_0000 + packet::HDR_LEN as u64))
+                .unwrap();
+            found = Some(d);
+        }
+        assert_eq!(
+            found.as_deref(),
+            Some(&b"every byte counts"[..]),
+            "bytes lost"
+        );
         let _ = std::fs::remove_file(&r.path);
     }
 

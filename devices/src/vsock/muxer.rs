@@ -14,6 +14,7 @@ use std::io::{ErrorKind, Read};
 use std::os::unix::io::{AsRawFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 
@@ -94,6 +95,13 @@ pub struct Muxer {
     orphan_rsts: VecDeque<Header>,
     next_port: u32,
     events: Vec<EpollEvent>,
+    /// The last accept batch ended full: the backlog may hold more clients, and no new edge
+    /// will say so.
+    accept_more: bool,
+    /// Kill timers, in deadline order (every timeout is the same length): a connection's
+    /// deadline when its REQUEST or SHUTDOWN went. An entry whose connection is gone or has a
+    /// later deadline is dropped when it comes due.
+    killq: VecDeque<(Instant, ConnKey)>,
 }
 
 /// Makes `stream` non-blocking with `fcntl` (std's `set_nonblocking` is an `ioctl`, which the
@@ -111,6 +119,44 @@ fn set_nonblocking(stream: &UnixStream) -> std::io::Result<()> {
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// Connects to the Unix socket at `path` without blocking: a listener whose backlog is full
+/// refuses at once (EAGAIN) instead of holding the iothread until its program accepts. The
+/// socket comes back non-blocking.
+fn connect_nonblocking(path: &std::ffi::OsStr) -> std::io::Result<UnixStream> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::io::FromRawFd;
+    // SAFETY: sockaddr_un is plain data; all zeroes is a valid value.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    let bytes = path.as_bytes();
+    if bytes.len() >= addr.sun_path.len() || bytes.contains(&0) {
+        return Err(std::io::Error::from(ErrorKind::InvalidInput));
+    }
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (d, &b) in addr.sun_path.iter_mut().zip(bytes) {
+        *d = b as libc::c_char;
+    }
+    // SAFETY: socket() takes no pointer; the fd it returns is owned by the stream below.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh socket nothing else owns; the stream closes it.
+    let stream = unsafe { UnixStream::from_raw_fd(fd) };
+    let len = std::mem::size_of::<libc::sa_family_t>() + bytes.len() + 1;
+    // SAFETY: `addr` is a valid sockaddr_un that outlives the call, `len` within its size.
+    let r = unsafe { libc::connect(fd, std::ptr::addr_of!(addr).cast(), len as libc::socklen_t) };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(stream)
 }
 
 /// Parses `CONNECT <port>` (any case of the verb); `line` without its newline.
@@ -165,6 +211,8 @@ impl Muxer {
             orphan_rsts: VecDeque::new(),
             next_port: FIRST_LOCAL_PORT,
             events: vec![EpollEvent::default(); EVENTS],
+            accept_more: false,
+            killq: VecDeque::new(),
         })
     }
 
@@ -253,6 +301,9 @@ impl Muxer {
     /// Takes the host side's events (without blocking; at most [`EVENTS`] per call); returns
     /// true if it took as many as it could (more may wait).
     pub fn process_events(&mut self) -> bool {
+        if self.accept_more {
+            self.accept();
+        }
         let n = match self.epoll.wait(0, &mut self.events) {
             Ok(n) => n,
             Err(_) => return false,
@@ -279,17 +330,21 @@ impl Muxer {
                 None => {}
             }
         }
-        n == EVENTS
+        n == EVENTS || self.accept_more
     }
 
     fn accept(&mut self) {
-        // Edge-triggered: accept what is queued, at most a bounded number per event (the
-        // epoll set is re-armed by the listener's next connection, and `process_events` is
-        // asked again while it reports more).
+        // Edge-triggered: accept what is queued, at most a bounded number per call; a batch
+        // that ends full leaves `accept_more` set, so `process_events` reports more and
+        // accepts again at the next turn (no new edge comes for clients already queued).
+        self.accept_more = true;
         for _ in 0..MAX_PENDING {
             let stream = match self.listener.accept() {
                 Ok((s, _)) => s,
-                Err(_) => return,
+                Err(_) => {
+                    self.accept_more = false;
+                    return;
+                }
             };
             if set_nonblocking(&stream).is_err() {
                 continue;
@@ -439,9 +494,10 @@ impl Muxer {
         }
         let mut path = self.uds_path.clone().into_os_string();
         path.push(format!("_{}", key.local));
-        let stream = match UnixStream::connect(&path) {
-            Ok(s) if set_nonblocking(&s).is_ok() => s,
-            _ => {
+        // Not blocking: the iothread serves every device on it.
+        let stream = match connect_nonblocking(&path) {
+            Ok(s) => s,
+            Err(_) => {
                 self.orphan_rst(hdr);
                 return;
             }
@@ -487,7 +543,9 @@ impl Muxer {
             match c.outgoing() {
                 Outgoing::Control(op) => {
                     let h = c.control_header(op);
+                    let before = c.expiry();
                     c.sent_control(op);
+                    let armed = c.expiry().filter(|&at| Some(at) != before);
                     if c.is_done() {
                         self.ready.pop_front();
                         self.queued.remove(&key);
@@ -496,6 +554,7 @@ impl Muxer {
                         self.ready.pop_front();
                         self.queued.remove(&key);
                     }
+                    self.arm_kill_timer(key, armed);
                     return Some(h);
                 }
                 Outgoing::Data => {
@@ -520,6 +579,41 @@ impl Muxer {
         None
     }
 
+    /// Resets the connections whose kill timer ran out by `now` (a REQUEST the guest never
+    /// answered, a SHUTDOWN it never acknowledged: Firecracker's timers): the guest gets an
+    /// RST, the host client end of file.
+    pub fn sweep(&mut self, now: Instant) {
+        // Bounded: each round pops an entry.
+        while let Some(&(at, key)) = self.killq.front() {
+            if at > now {
+                break;
+            }
+            self.killq.pop_front();
+            if self.conns.get_mut(&key).is_some_and(|c| c.expire(now)) {
+                self.mark(key);
+            }
+        }
+    }
+
+    /// When [`Muxer::sweep`] has work next, if ever.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.killq.front().map(|&(at, _)| at)
+    }
+
+    /// Starts `key`'s kill timer if the control packet that just went set one.
+    fn arm_kill_timer(&mut self, key: ConnKey, at: Option<Instant>) {
+        let Some(at) = at else {
+            return;
+        };
+        if self.killq.len() >= 2 * MAX_CONNS {
+            // Connections come and go faster than their timers run out: forget the stale.
+            let conns = &self.conns;
+            self.killq
+                .retain(|(t, k)| conns.get(k).is_some_and(|c| c.expiry() == Some(*t)));
+        }
+        self.killq.push_back((at, key));
+    }
+
     /// Closes every connection without telling the guest (a device reset, a transport reset
     /// after a restore); the listener stays.
     pub fn reset(&mut self) {
@@ -530,13 +624,16 @@ impl Muxer {
         self.ready.clear();
         self.queued.clear();
         self.orphan_rsts.clear();
+        self.killq.clear();
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::vsock::conn::SHUTDOWN_TIMEOUT;
     use std::io::Write;
+    use std::time::Duration;
 
     fn sock_path(name: &str) -> PathBuf {
         std::env::temp_dir().join(format!("osprey-vsock-{}-{name}", std::process::id()))
@@ -664,6 +761,131 @@ mod tests {
             .orphan_rsts
             .iter()
             .all(|h| h.dst_cid == 3 && h.dst_port % 2 == 1));
+    }
+
+    /// More clients than one accept batch connect before the iothread looks: every one of
+    /// them gets its REQUEST to the guest (the listener is edge-triggered: no new event comes
+    /// for the ones left in the backlog).
+    #[test]
+    fn a_burst_of_clients_larger_than_a_batch_is_all_accepted() {
+        let path = sock_path("burst");
+        let mut m = Muxer::bind(3, &path).unwrap();
+        let clients: Vec<UnixStream> = (0..MAX_PENDING + 72)
+            .map(|_| {
+                let mut c = UnixStream::connect(&path).unwrap();
+                c.write_all(b"CONNECT 52\n").unwrap();
+                c
+            })
+            .collect();
+        let mut requests = 0;
+        let mut p = Vec::new();
+        for _ in 0..10 {
+            m.process_events();
+            while let Some(h) = m.next_rx(4096, &mut p) {
+                assert_eq!(h.op(), Some(Op::Request));
+                requests += 1;
+            }
+        }
+        assert_eq!(requests, clients.len());
+        drop(m);
+        let _ = std::fs::remove_file(&path);
+    }
+
+    /// The guest never answers a host client's REQUEST: after Firecracker's 2 s the connection
+    /// is reset (RST to the guest, end of file to the client) and dropped; the client does not
+    /// wait forever.
+    #[test]
+    fn an_unanswered_request_is_reset_after_its_timeout() {
+        let path = sock_path("noanswer");
+        let mut m = Muxer::bind(3, &path).unwrap();
+        let mut client = UnixStream::connect(&path).unwrap();
+        client.write_all(b"CONNECT 52\n").unwrap();
+        let out = drain(&mut m);
+        assert_eq!(out[0].op(), Some(Op::Request));
+        let at = m.next_deadline().expect("a kill timer runs");
+        m.sweep(at - Duration::from_millis(1));
+        assert!(drain(&mut m).is_empty(), "not before its time");
+        m.sweep(at);
+        let out = drain(&mut m);
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!((out[0].op(), out[0].dst_port), (Some(Op::Rst), 52));
+        assert_eq!(m.connections(), 0);
+        let mut b = [0u8; 8];
+        assert_eq!(
+            client.read(&mut b).unwrap(),
+            0,
+            "the client sees end of file"
+        );
+        assert_eq!(m.next_deadline(), None);
+        let _ = std::fs::remove_file(&path);
+    }
+
+    /// The host client closes; the guest gets SHUTDOWN and never answers: the connection (its
+    /// fd, its buffers) is reset and dropped after the timeout instead of kept for ever.
+    #[test]
+    fn an_unacknowledged_host_close_is_reaped_after_its_timeout() {
+        let path = sock_path("noack");
+        let mut m = Muxer::bind(3, &path).unwrap();
+        let mut client = UnixStream::connect(&path).unwrap();
+        client.write_all(b"CONNECT 52\n").unwrap();
+        let out = drain(&mut m);
+        let local = out[0].src_port;
+        m.from_guest(&guest(Op::Response, 52, local), &[]);
+        let mut ok = vec![0u8; format!("OK {local}\n").len()];
+        client.read_exact(&mut ok).unwrap();
+        drop(client);
+        let out = drain(&mut m);
+        assert_eq!(
+            out.last().and_then(Header::op),
+            Some(Op::Shutdown),
+            "{out:?}"
+        );
+        assert_eq!(m.connections(), 1);
+        assert!(m.next_deadline().is_some(), "a kill timer runs");
+        m.sweep(Instant::now() + SHUTDOWN_TIMEOUT - Duration::from_millis(100));
+        assert!(drain(&mut m).is_empty(), "not before its time");
+        m.sweep(Instant::now() + SHUTDOWN_TIMEOUT);
+        let out = drain(&mut m);
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!(out[0].op(), Some(Op::Rst));
+        assert_eq!(m.connections(), 0);
+        let _ = std::fs::remove_file(&path);
+    }
+
+    /// A host program on `<uds_path>_P` that does not accept in time (its backlog full): the
+    /// guest's connection is refused at once (RST); the iothread, which serves every device on
+    /// it, does not wait for the program.
+    #[test]
+    fn a_full_listener_backlog_refuses_the_guest_without_blocking() {
+        let path = sock_path("fullbacklog");
+        let lpath = PathBuf::from(format!("{}_7", path.display()));
+        let _ = std::fs::remove_file(&lpath);
+        // A listener with the smallest backlog, never accepting, filled with clients.
+        let listener = UnixListener::bind(&lpath).unwrap();
+        // SAFETY: a listening socket the test owns; listen() takes no pointer.
+        assert_eq!(unsafe { libc::listen(listener.as_raw_fd(), 0) }, 0);
+        let mut fillers = Vec::new();
+        for _ in 0..16 {
+            match connect_nonblocking(lpath.as_os_str()) {
+                Ok(c) => fillers.push(c),
+                Err(_) => break,
+            }
+        }
+        assert!(!fillers.is_empty());
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut m = Muxer::bind(3, &path).unwrap();
+            m.from_guest(&guest(Op::Request, 1000, 7), &[]);
+            let out = drain(&mut m);
+            let _ = done_tx.send(out.iter().map(|h| h.op()).collect::<Vec<_>>());
+            let _ = std::fs::remove_file(&path);
+        });
+        let ops = done_rx
+            .recv_timeout(std::time::Duration::from_secs(3))
+            .expect("the muxer blocked on the host program's full backlog");
+        assert_eq!(ops, [Some(Op::Rst)]);
+        drop(listener);
+        let _ = std::fs::remove_file(&lpath);
     }
 
     #[test]

@@ -237,18 +237,25 @@ pub fn read_tx(
 }
 
 /// The device-writable bytes of rx chain `chain` as (address, length) pieces, at most
-/// `HDR_LEN + MAX_PAYLOAD` bytes in all.
+/// `HDR_LEN + MAX_PAYLOAD` bytes in all, each inside guest memory (checked here, before any
+/// host byte is read for the chain: a packet that could not be written would lose them).
 pub fn rx_buffers(
     chain: DescriptorChain<&GuestMemory>,
 ) -> Result<smallvec::SmallVec<[(u64, usize); 4]>, PacketError> {
+    use vm_memory::GuestMemory as _;
+    let mem = chain.memory();
     let mut out = smallvec::SmallVec::new();
     let mut total = 0usize;
-    for d in chain {
+    // A copy to walk (a few indices and a reference): `mem` borrows the chain.
+    for d in chain.clone() {
         if !d.is_write_only() {
             return Err(PacketError::Direction);
         }
         let room = HDR_LEN + MAX_PAYLOAD - total;
         let n = (d.len() as usize).min(room);
+        if n > 0 && !mem.check_range(d.addr(), n, vm_memory::Permissions::Write) {
+            return Err(PacketError::Memory);
+        }
         if n > 0 {
             out.push((d.addr().0, n));
             total += n;

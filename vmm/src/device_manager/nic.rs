@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use dataplane::rate_limit::RateLimiter;
 use dataplane::IoThread;
+use devices::net::hold::{HoldState, NetHold};
 use devices::net::mq::PairGate;
 use devices::net::throttle::NetRateLimits;
 use devices::net::{NetDeviceConfig, NetStats, Tap, VirtioNet};
@@ -44,6 +45,28 @@ pub struct NicHandle {
     pub pairs: PairGate,
     /// The queue pairs the device has (`num_queues / 2`).
     pub max_pairs: u16,
+    /// Set while a snapshot reads its state ([`NicHandle::hold`]).
+    pub hold: NetHold,
+}
+
+impl NicHandle {
+    /// Holds the NIC still: once this returns, its pairs read no frame from the tap and write
+    /// nothing to guest memory until [`NicHandle::release`] (a turn in progress when the hold
+    /// was set has ended: the iothread ran a no-op between two turns).
+    pub fn hold(&self) -> Result<(), dataplane::IoThreadError> {
+        self.hold.set(HoldState::Held);
+        self.iothread.run_on_thread(Box::new(|| Ok(())))
+    }
+
+    /// Ends a hold; the queues are nudged so the pairs look at what waited (frames in the
+    /// tap, chains on the tx ring).
+    pub fn release(&self) {
+        self.hold.set(HoldState::Open);
+        self.transport
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .nudge_queues();
+    }
 }
 
 impl PciWiring<'_> {
@@ -79,7 +102,7 @@ impl PciWiring<'_> {
             thread.clone(),
         );
         let stats = net.stats();
-        let (pairs, max_pairs) = (net.pair_gate(), net.max_pairs());
+        let (pairs, max_pairs, hold) = (net.pair_gate(), net.max_pairs(), net.hold());
         let Attached { slot, transport } = self
             .attach(Box::new(net))
             .map_err(|e| err(NicError::Attach(e)))?;
@@ -96,6 +119,7 @@ impl PciWiring<'_> {
             transport,
             pairs,
             max_pairs,
+            hold,
         })
     }
 }

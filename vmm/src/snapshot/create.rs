@@ -4,7 +4,8 @@
 //! and the rate limiters' bucket levels, then write guest memory and the state file. A vsock
 //! device is held still from before its state is read until the files are written (host
 //! clients' data would otherwise reach guest memory after its rings were read); its
-//! connections are not saved (docs/vsock.md).
+//! connections are not saved (docs/vsock.md). The network interfaces are held the same way (a
+//! frame from the tap would otherwise move a used ring after it was read).
 //!
 //! With the sandbox on, both files must lie in a folder where Osprey may create them
 //! ([`crate::snapshot_folder`]: the API socket's, and `snapshot.folder`); the paths are checked
@@ -37,7 +38,7 @@ use super::state::{
     file_size, DriveState, LimiterLevels, LimiterOwner, NicState, SnapshotState, VsockState,
 };
 use crate::config::VmConfig;
-use crate::device_manager::Devices;
+use crate::device_manager::{Devices, NicHandle};
 use crate::events::PauseState;
 use crate::snapshot_folder::{SnapshotFolderError, SnapshotFolders};
 
@@ -62,6 +63,15 @@ pub enum SnapshotCreateError {
     /// The vsock device could not be held still (its iothread did not answer).
     #[error("vsock: holding the device for the snapshot: {0}")]
     VsockHold(#[source] dataplane::IoThreadError),
+    /// A network interface could not be held still (its iothread did not answer).
+    #[error("network interface {iface}: holding it for the snapshot: {source}")]
+    NicHold {
+        /// Its `iface_id`.
+        iface: String,
+        /// Why.
+        #[source]
+        source: dataplane::IoThreadError,
+    },
     /// The vsock device's state cannot be saved.
     #[error("vsock: {0}")]
     VsockDevice(#[source] devices::virtio::pci::state::VirtioPciStateError),
@@ -168,6 +178,7 @@ pub fn create(
         Some(v) => Some(HeldVsock::hold(v)?),
         None => None,
     };
+    let _held_nics = HeldNics::hold(&live.devices.nics)?;
     let mut times = CreateTimes {
         drain: started.elapsed(),
         ..Default::default()
@@ -279,6 +290,33 @@ pub fn create(
         times.memory.as_secs_f64() * 1e3,
     );
     Ok(times)
+}
+
+/// The network interfaces held still for the snapshot ([`NicHandle::hold`]): a frame from the
+/// tap delivered after a NIC's used indices were read would leave the saved rings behind the
+/// saved memory. Released when dropped, whatever the create's outcome.
+struct HeldNics<'a>(&'a [NicHandle]);
+
+impl<'a> HeldNics<'a> {
+    fn hold(nics: &'a [NicHandle]) -> Result<Self, SnapshotCreateError> {
+        // Dropped (released, all of them) on failure too.
+        let held = HeldNics(nics);
+        for n in nics {
+            n.hold().map_err(|source| SnapshotCreateError::NicHold {
+                iface: n.id.clone(),
+                source,
+            })?;
+        }
+        Ok(held)
+    }
+}
+
+impl Drop for HeldNics<'_> {
+    fn drop(&mut self) {
+        for n in self.0 {
+            n.release();
+        }
+    }
 }
 
 /// The vsock device held still for the snapshot ([`crate::vsock_device::VsockHandle::hold`]);
