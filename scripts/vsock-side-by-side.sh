@@ -9,7 +9,8 @@
 # round trips (mean, p99 over ROUNDTRIPS), bulk echo over 1 and over 8 connections (MB/s of
 # payload, compared on return) and the VMM's CPU per MB in each bulk phase
 # (/proc/PID/task/*/schedstat; non-vCPU threads apart from the vCPU threads, which the polling
-# guest keeps busy). It prints every round, then the median of each figure per VMM. Say how busy the host was when you quote it.
+# guest keeps busy). It prints every round, then the median of each figure per VMM. Say how
+# busy the host was when you quote it.
 #
 # Usage: scripts/vsock-side-by-side.sh [ROUNDS (default 3, at least 3)]
 # Environment: OSPREY=path (default target/release/osprey), OSPREY_FIRECRACKER=path (default
