@@ -610,7 +610,8 @@ mod tests {
         assert_eq!(req.op(), Some(Op::Request));
         mem.write_slice(&response_to(&req).to_bytes(), GuestAddress(0xF0_0000))
             .unwrap();
-        txq.add_desc_chains(&[desc(0xF0_0000, 44, 0, 0)], 0).unwrap();
+        txq.add_desc_chains(&[desc(0xF0_0000, 44, 0, 0)], 0)
+            .unwrap();
         h.run(64, &turn());
         let mut ok = vec![0u8; format!("OK {}\n", req.src_port).len()];
         client.read_exact(&mut ok).unwrap();
