@@ -1,5 +1,5 @@
 """vmm_cpu.py: a VMM's on-CPU time split by thread, for the side-by-side benchmarks
-(scripts/vsock-bench.py, scripts/net-bench.py). Imported, not run.
+(scripts/net-bench.py; scripts/vsock-bench.c reads the same in C). Imported, not run.
 
 Reads /proc/PID/task/*/{comm,stat,schedstat} (schedstat field 1: nanoseconds on a CPU). Each
 thread is one of:

@@ -1,8 +1,9 @@
 //! One vsock stream connection between a guest socket and a host Unix socket: its state
 //! machine (virtio 1.2, 5.10.6.4) and its credit-based flow control both ways.
 //!
-//! Host memory per connection is bounded: data from the guest waits in `to_host` only while the
-//! host socket will not take it, and the guest may send at most the `buf_alloc` this side
+//! Host memory per connection is bounded: data from the guest waits in `to_host` until the
+//! muxer flushes it at the end of the turn that took it (one write for all of a turn's packets),
+//! and after that only while the host socket will not take it; the guest may send at most the `buf_alloc` this side
 //! advertises ([`HOST_BUF_ALLOC`]) beyond what was forwarded; a guest that sends more is reset.
 //! Data to the guest is read from the socket only as far as the guest's credit allows, so a
 //! guest that never grants credit leaves the bytes in the kernel's socket buffer.
@@ -96,6 +97,17 @@ pub struct Connection {
     /// When the connection is reset if the guest has not answered by then (its REQUEST, the
     /// host's SHUTDOWN).
     expiry: Option<Instant>,
+    /// Reads and writes made on the host socket (for tests and profiles: each is a syscall).
+    pub socket_calls: SocketCalls,
+}
+
+/// Syscalls a connection made on its host socket.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SocketCalls {
+    /// Reads (`recv`).
+    pub reads: u64,
+    /// Writes (`send`, `writev`).
+    pub writes: u64,
 }
 
 impl Connection {
@@ -124,6 +136,7 @@ impl Connection {
             readable: true,
             host_eof: false,
             expiry: None,
+            socket_calls: SocketCalls::default(),
         }
     }
 
@@ -162,6 +175,11 @@ impl Connection {
             } => !no_more_to_guest,
             _ => false,
         }
+    }
+
+    /// Whether data may still go to the guest (open that way, not reset).
+    pub fn may_send_data(&self) -> bool {
+        self.to_guest_open()
     }
 
     /// Ends the connection; an RST goes to the guest if `rst`.
@@ -258,6 +276,7 @@ impl Connection {
         if n == 0 {
             return 0;
         }
+        self.socket_calls.reads += 1;
         match self.stream.read(&mut buf[..n]) {
             Ok(0) => {
                 self.host_eof = true;
@@ -280,15 +299,21 @@ impl Connection {
         }
     }
 
-    /// Flushes what waits for the host socket; returns false if the socket is gone.
+    /// Flushes what waits for the host socket, both slices of `to_host` in one `writev`;
+    /// returns false if the socket is gone. Once the guest's SHUTDOWN said it sends no more and
+    /// all is written, the socket's write side is shut down.
     pub fn flush_to_host(&mut self) -> bool {
-        // At most HOST_BUF_ALLOC bytes wait, in at most two slices: a bounded loop.
-        for _ in 0..4 {
+        // At most HOST_BUF_ALLOC bytes wait: a bounded loop (a short write leaves room for a
+        // second try only when the socket took part of it).
+        for _ in 0..2 {
             if self.to_host.is_empty() {
                 break;
             }
-            let (a, _) = self.to_host.as_slices();
-            match self.stream.write(a) {
+            let (a, b) = self.to_host.as_slices();
+            let iov = [std::io::IoSlice::new(a), std::io::IoSlice::new(b)];
+            let parts = if b.is_empty() { 1 } else { 2 };
+            self.socket_calls.writes += 1;
+            match self.stream.write_vectored(&iov[..parts]) {
                 Ok(0) => return false,
                 Ok(n) => {
                     self.to_host.drain(..n);
@@ -298,6 +323,17 @@ impl Connection {
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(_) => return false,
             }
+        }
+        if self.to_host.is_empty()
+            && matches!(
+                self.state,
+                ConnState::PeerClosed {
+                    no_more_from_guest: true,
+                    ..
+                }
+            )
+        {
+            let _ = self.stream.shutdown(std::net::Shutdown::Write);
         }
         self.maybe_credit_update();
         if self.to_host.is_empty() {
@@ -341,7 +377,12 @@ impl Connection {
             return;
         };
         match (self.state, op) {
-            (_, Op::Rst) => self.kill(false),
+            (_, Op::Rst) => {
+                // What the guest sent before its RST still goes to the host, as far as the
+                // socket takes it now.
+                let _ = self.flush_to_host();
+                self.kill(false);
+            }
             (ConnState::Closing { .. }, _) => {}
             (ConnState::AwaitingResponse, Op::Response) => {
                 self.state = ConnState::Established;
@@ -368,22 +409,9 @@ impl Connection {
                     return;
                 }
                 self.recv_cnt += Wrapping(payload.len() as u32);
-                if self.to_host.is_empty() {
-                    match self.stream.write(payload) {
-                        Ok(n) => {
-                            self.fwd_cnt += Wrapping(n as u32);
-                            self.to_host.extend(&payload[n..]);
-                        }
-                        Err(e) if e.kind() == ErrorKind::WouldBlock => self.to_host.extend(payload),
-                        Err(_) => {
-                            self.kill(true);
-                            return;
-                        }
-                    }
-                    self.maybe_credit_update();
-                } else {
-                    self.to_host.extend(payload);
-                }
+                // Written by [`Connection::flush_to_host`] once the turn's packets are in:
+                // one syscall for all of them.
+                self.to_host.extend(payload);
             }
             (_, Op::CreditRequest) => self.owed = Some(Op::CreditUpdate),
             (_, Op::CreditUpdate) => {}
@@ -473,6 +501,10 @@ mod tests {
         peer.read_exact(&mut ok).unwrap();
         assert_eq!(&ok, b"OK 1073741824\n");
         c.from_guest(&from_guest(Op::Rw, 4096, 0), b"ping");
+        // Written at the turn's flush, not before.
+        assert_eq!(c.buffered(), 4);
+        assert!(c.flush_to_host());
+        assert_eq!(c.buffered(), 0);
         let mut b = [0u8; 4];
         peer.read_exact(&mut b).unwrap();
         assert_eq!(&b, b"ping");
@@ -625,6 +657,22 @@ mod tests {
         assert_eq!(c.outgoing(), Outgoing::Data);
         let mut buf = [0u8; 16];
         assert_eq!(c.read_data(&mut buf, 16), 5);
+    }
+
+    /// Data and the guest's SHUTDOWN(send) in one turn: the host reads the data, then end of
+    /// file (the write side is shut once the flush has written everything).
+    #[test]
+    fn guest_shutdown_after_data_of_the_same_turn_reaches_the_host_after_the_data() {
+        let (mut c, mut peer) = pair(ConnState::Established);
+        c.from_guest(&from_guest(Op::Rw, 4096, 0), b"last words");
+        let mut h = from_guest(Op::Shutdown, 4096, 0);
+        h.flags = SHUTDOWN_SEND;
+        c.from_guest(&h, &[]);
+        assert!(c.flush_to_host());
+        peer.set_nonblocking(false).unwrap();
+        let mut got = Vec::new();
+        peer.read_to_end(&mut got).unwrap();
+        assert_eq!(got, b"last words");
     }
 
     #[test]

@@ -102,7 +102,26 @@ pub struct Muxer {
     /// deadline when its REQUEST or SHUTDOWN went. An entry whose connection is gone or has a
     /// later deadline is dropped when it comes due.
     killq: VecDeque<(Instant, ConnKey)>,
+    /// Connections the guest sent data to since the last [`Muxer::flush_to_host`].
+    unflushed: Vec<ConnKey>,
+    /// Bytes read from one connection's socket for the guest, handed out over as many rx
+    /// packets as they need: one read per [`STAGE`] bytes rather than one per rx buffer.
+    stage: Vec<u8>,
+    /// Whose bytes `stage[start..end]` are.
+    staged: Option<Staged>,
 }
+
+/// The part of the muxer's stage still owed to a connection's guest socket.
+#[derive(Debug, Clone, Copy)]
+struct Staged {
+    key: ConnKey,
+    start: usize,
+    end: usize,
+}
+
+/// Bytes read from a host socket at once (Linux's largest packet payload: a guest with large rx
+/// buffers takes it in one).
+const STAGE: usize = super::packet::MAX_PAYLOAD;
 
 /// Makes `stream` non-blocking with `fcntl` (std's `set_nonblocking` is an `ioctl`, which the
 /// iothread's seccomp filter does not allow for sockets).
@@ -213,6 +232,9 @@ impl Muxer {
             events: vec![EpollEvent::default(); EVENTS],
             accept_more: false,
             killq: VecDeque::new(),
+            unflushed: Vec::new(),
+            stage: vec![0; STAGE],
+            staged: None,
         })
     }
 
@@ -231,9 +253,19 @@ impl Muxer {
         self.conns.len()
     }
 
+    /// The host-socket syscalls of the open connections so far.
+    pub fn socket_calls(&self) -> super::conn::SocketCalls {
+        let mut t = super::conn::SocketCalls::default();
+        for c in self.conns.values() {
+            t.reads += c.socket_calls.reads;
+            t.writes += c.socket_calls.writes;
+        }
+        t
+    }
+
     /// Whether something may be owed to the guest (a cheap check, no syscall).
     pub fn has_rx(&self) -> bool {
-        !self.orphan_rsts.is_empty() || !self.ready.is_empty()
+        !self.orphan_rsts.is_empty() || !self.ready.is_empty() || self.staged.is_some()
     }
 
     fn mark(&mut self, key: ConnKey) {
@@ -471,10 +503,15 @@ impl Muxer {
             peer: hdr.src_port,
         };
         if let Some(c) = self.conns.get_mut(&key) {
+            let was_buffered = c.buffered() > 0;
             c.from_guest(hdr, payload);
             if c.is_done() {
                 self.remove(key);
             } else {
+                if !was_buffered && c.buffered() > 0 {
+                    // At most once per connection between flushes: bounded by MAX_CONNS.
+                    self.unflushed.push(key);
+                }
                 self.mark(key);
             }
             return;
@@ -484,6 +521,25 @@ impl Muxer {
             Some(Op::Rst) => {}
             _ => self.orphan_rst(hdr),
         }
+    }
+
+    /// Writes what the guest sent since the last call to the host sockets: one write per
+    /// connection, however many packets it came in. A socket that is gone resets its
+    /// connection; one that is full takes the rest when it signals room (EPOLLOUT).
+    pub fn flush_to_host(&mut self) {
+        let keys = std::mem::take(&mut self.unflushed);
+        for &key in &keys {
+            let Some(c) = self.conns.get_mut(&key) else {
+                continue;
+            };
+            if !c.flush_to_host() {
+                c.kill(true);
+            }
+            self.mark(key);
+        }
+        // Keep the allocation for the next turn.
+        self.unflushed = keys;
+        self.unflushed.clear();
     }
 
     /// The guest connects to host port `key.local`: `<uds_path>_<port>`.
@@ -526,10 +582,39 @@ impl Muxer {
 
     /// The next packet for the guest, if any: its header (with `len` 0 for control packets),
     /// and for an RW packet its payload in `payload` (at most `room` bytes; cleared first).
+    #[cfg(test)]
     pub fn next_rx(&mut self, room: usize, payload: &mut Vec<u8>) -> Option<Header> {
         payload.clear();
+        let (h, p) = self.next_packet(room)?;
+        payload.extend_from_slice(p);
+        Some(h)
+    }
+
+    /// The next packet for the guest, if any: its header (`len` set) and its payload (empty
+    /// for control packets; for an RW packet at most `room` bytes). Data is read from a host
+    /// socket [`STAGE`] bytes at a time (as far as the guest's credit allows) and handed out
+    /// from the stage over the next calls, before anything else but RSTs of no connection.
+    pub fn next_packet(&mut self, room: usize) -> Option<(Header, &[u8])> {
         if let Some(h) = self.orphan_rsts.pop_front() {
-            return Some(h);
+            return Some((h, &[]));
+        }
+        if let Some(s) = self.staged {
+            match self.conns.get(&s.key) {
+                Some(c) if c.may_send_data() => {
+                    let n = room.min(s.end - s.start);
+                    if n > 0 {
+                        let mut h = c.header(Op::Rw);
+                        h.len = n as u32;
+                        self.staged = (s.start + n < s.end).then_some(Staged {
+                            start: s.start + n,
+                            ..s
+                        });
+                        return Some((h, &self.stage[s.start..s.start + n]));
+                    }
+                }
+                // Reset or gone: what it had staged is dropped with it.
+                _ => self.staged = None,
+            }
         }
         // Each connection is looked at most twice per call (a data read that found end of file
         // turns into a SHUTDOWN).
@@ -555,19 +640,31 @@ impl Muxer {
                         self.queued.remove(&key);
                     }
                     self.arm_kill_timer(key, armed);
-                    return Some(h);
+                    return Some((h, &[]));
+                }
+                Outgoing::Data if self.staged.is_some() || room == 0 => {
+                    // The stage is another connection's (or the buffer has no room for data):
+                    // later, round robin.
+                    self.ready.pop_front();
+                    self.ready.push_back(key);
                 }
                 Outgoing::Data => {
-                    payload.resize(room, 0);
-                    let n = c.read_data(payload, room);
-                    payload.truncate(n);
-                    if n > 0 {
+                    let got = c.read_data(&mut self.stage, STAGE);
+                    if got > 0 {
+                        let n = room.min(got);
                         let mut h = c.header(Op::Rw);
                         h.len = n as u32;
+                        if n < got {
+                            self.staged = Some(Staged {
+                                key,
+                                start: n,
+                                end: got,
+                            });
+                        }
                         // Round robin: to the back of the queue.
                         self.ready.pop_front();
                         self.ready.push_back(key);
-                        return Some(h);
+                        return Some((h, &self.stage[..n]));
                     }
                 }
                 Outgoing::Nothing => {
@@ -625,6 +722,8 @@ impl Muxer {
         self.queued.clear();
         self.orphan_rsts.clear();
         self.killq.clear();
+        self.unflushed.clear();
+        self.staged = None;
     }
 }
 
@@ -737,6 +836,7 @@ mod tests {
         let mut rw = guest(Op::Rw, 1000, 7);
         rw.len = 3;
         m.from_guest(&rw, b"abc");
+        m.flush_to_host();
         let mut b = [0u8; 3];
         s.read_exact(&mut b).unwrap();
         assert_eq!(&b, b"abc");
