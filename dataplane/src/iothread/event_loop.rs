@@ -527,27 +527,34 @@ impl Loop {
 
     /// While requests are in flight, spins on the handlers' cheap checks (a completion, or a
     /// new request in a queue: their notifications stay on, so a guest still kicks) until one
-    /// has work or `window` ns have passed: see [`PollPolicy::completion_window`].
+    /// has work or `window` ns have passed: see [`PollPolicy::completion_window`]. A pending
+    /// handler's [`crate::handler::Poll::completion_spin_cap_ns`] shortens the window.
     fn spin_for_completions(&mut self, window: u64, hits: &mut Vec<usize>) {
         self.pollers.clear();
         let mut in_flight = false;
+        let mut window = window;
         for (slot, s) in self.slots.iter_mut().enumerate() {
             let Some(s) = s.as_mut() else { continue };
             if s.watched.is_empty() {
                 continue;
             }
-            let state = s
-                .handler
-                .poller()
-                .map_or(CompletionState::Idle, |p| p.completion_state());
-            match state {
+            let Some(p) = s.handler.poller() else {
+                self.pollers.push(slot);
+                continue;
+            };
+            match p.completion_state() {
                 CompletionState::Idle => {}
-                CompletionState::Pending => in_flight = true,
+                CompletionState::Pending => {
+                    in_flight = true;
+                    if let Some(cap) = p.completion_spin_cap_ns() {
+                        window = window.min(cap);
+                    }
+                }
                 CompletionState::Ready => hits.push(slot),
             }
             self.pollers.push(slot);
         }
-        if !in_flight || !hits.is_empty() {
+        if !in_flight || !hits.is_empty() || window == 0 {
             return;
         }
         // What the spin finds, the turns reap: their engines need not signal it.
