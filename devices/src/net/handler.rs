@@ -3,21 +3,25 @@
 //! tx ring (and, when the receive side waits for buffers, the rx ring), so the thread polls a
 //! NIC under the same adaptive policy and knobs (`poll_max_ns`, `poll_weight`, `max_batch`) as
 //! a disk. Frames arriving on the tap wake the thread through the tap's fd (watched
-//! edge-triggered like a kick): a tap has no memory to look at without a syscall.
+//! edge-triggered like a kick): a tap has no memory to look at without a syscall, so the pair
+//! reads it only when it may hold a frame (its fd fired since a read found it empty, the last
+//! read found a frame, or the thread polls and skips its epoll checks), not once more per turn.
 //!
-//! Guest notifications: the tx ring's are on while the thread sleeps and off while it polls;
-//! the rx ring's are on only while the receive side waits for buffers (a driver that refills
-//! its rx ring need not kick a device that has nothing for it).
+//! Guest notifications: the tx ring's are on while the thread sleeps and off while it polls or
+//! spins for the guest's answer to frames it received ([`super::answer`]); the rx ring's are
+//! on only while the receive side waits for buffers (a driver that refills its rx ring need not
+//! kick a device that has nothing for it).
 
 use std::os::unix::io::{AsRawFd, RawFd};
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::Instant;
 
-use dataplane::{Handler, Poll, ThreadTurn, TurnEnd, Watch};
+use dataplane::{CompletionState, Handler, Poll, ThreadTurn, TurnEnd, Watch};
 use virtio_queue::Queue;
 use vmm_sys_util::eventfd::EventFd;
 
+use super::answer::{AnswerWatch, ANSWER_SPIN_NS};
 use super::mq::PairGate;
 use super::rx::{RxPath, RxStop};
 use super::stats::NetStats;
@@ -119,6 +123,11 @@ pub struct NetQueuePair {
     /// The tap's queue was full at the last try (the thread retries on a timer).
     tap_full: bool,
     polling: bool,
+    /// The tap may hold a frame: its fd fired since a read found it empty, or the last read
+    /// found one.
+    tap_ready: bool,
+    /// Whether the guest's answer to frames it received is awaited.
+    answer: AnswerWatch,
     /// For pair `k` > 0 of a multi-queue NIC: moves frames only while the gate is open for `k`.
     gate: Option<(u16, PairGate)>,
     owner_end: Option<Sender<ActivatedQueue>>,
@@ -167,6 +176,8 @@ impl NetQueuePair {
             rx_starved: false,
             tap_full: false,
             polling: false,
+            tap_ready: true,
+            answer: AnswerWatch::default(),
             gate: None,
             owner_end: None,
         };
@@ -223,6 +234,34 @@ impl NetQueuePair {
         }
     }
 
+    /// The cheap check of the tx side: chains the pair can send now.
+    fn poll_tx(&self) -> bool {
+        !self.tap_full
+            && self.tx_throttle.until().is_none()
+            && self.tx.ring.as_ref().is_some_and(HostRing::has_avail)
+    }
+
+    /// Starts or ends the thread's spin for the guest's answer (`Watch::Completions`): tx
+    /// notifications off while the thread spins on the ring; at the end back on (unless the
+    /// thread polls) and one more look, true when chains raced in.
+    fn watch_answer(&mut self, on: bool) -> bool {
+        if !on {
+            self.answer.watch_ended();
+        }
+        if !self.running() || self.polling {
+            return false;
+        }
+        let Some(tx) = self.tx.ring.as_mut() else {
+            return false;
+        };
+        if on {
+            tx.disable_notification();
+            false
+        } else {
+            tx.enable_notification() && self.tx_throttle.until().is_none()
+        }
+    }
+
     fn wake_at(&self) -> Option<Instant> {
         match (self.rx_throttle.until(), self.tx_throttle.until()) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -273,15 +312,27 @@ impl Handler for NetQueuePair {
         }
         let mut rx_stop = RxStop::Empty;
         if let Some(ring) = self.rx.ring.as_mut() {
+            // While the thread polls it may skip epoll (and the tap's fd) for a while: look.
+            let mut tap_ready = self.tap_ready || self.polling;
             rx_stop = self.rx_path.run(
                 ring,
                 &self.mem,
-                &self.tap,
+                (&self.tap, &mut tap_ready),
                 &mut self.rx_throttle,
                 &self.stats,
                 budget,
                 &mut self.rx.used,
             );
+            self.tap_ready = tap_ready;
+        }
+        if self.tx.used || self.rx.used {
+            let now = Instant::now();
+            if self.tx.used {
+                self.answer.answered(now);
+            }
+            if self.rx.used {
+                self.answer.delivered(now);
+            }
         }
         signal(&self.stats, &*self.interrupt, &mut self.tx);
         signal(&self.stats, &*self.interrupt, &mut self.rx);
@@ -328,6 +379,14 @@ impl Handler for NetQueuePair {
     fn resume(&mut self) {
         if self.lifecycle == Lifecycle::Draining {
             self.lifecycle = Lifecycle::Running;
+            self.tap_ready = true;
+        }
+    }
+
+    fn fd_fired(&mut self, index: usize) {
+        // wake_fds: the rx kick, the tx kick, the tap.
+        if index == 2 {
+            self.tap_ready = true;
         }
     }
 
@@ -354,18 +413,31 @@ impl Poll for NetQueuePair {
         if !self.running() || !self.enabled() {
             return false;
         }
-        let tx = !self.tap_full
-            && self.tx_throttle.until().is_none()
-            && self.tx.ring.as_ref().is_some_and(HostRing::has_avail);
+        let tx = self.poll_tx();
         let rx = self.rx_starved
             && self.rx_throttle.until().is_none()
             && self.rx.ring.as_ref().is_some_and(HostRing::has_avail);
         tx || rx
     }
 
+    fn completion_state(&self) -> CompletionState {
+        if !self.running() || !self.enabled() || !self.answer.expecting() {
+            return CompletionState::Idle;
+        }
+        if self.poll_tx() {
+            CompletionState::Ready
+        } else {
+            CompletionState::Pending
+        }
+    }
+
+    fn completion_spin_cap_ns(&self) -> Option<u64> {
+        Some(ANSWER_SPIN_NS)
+    }
+
     fn watch(&mut self, what: Watch, on: bool) -> bool {
-        if what != Watch::Polling {
-            return false;
+        if what == Watch::Completions {
+            return self.watch_answer(on);
         }
         self.polling = on;
         if !self.running() {
