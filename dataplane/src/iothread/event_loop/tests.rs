@@ -170,7 +170,8 @@ fn the_completion_spin_is_bounded_and_skipped_with_nothing_in_flight() {
 }
 
 /// A pending handler's cap shortens the spin: a completion that has not come by then is not
-/// spun for any longer (a guest's answer that comes within microseconds or much later).
+/// spun for any longer (a guest's answer that comes within microseconds or much later), and
+/// the short spin does not yield.
 #[test]
 fn a_handlers_cap_shortens_the_completion_spin() {
     let mut l = test_loop();
@@ -184,6 +185,11 @@ fn a_handlers_cap_shortens_the_completion_spin() {
     assert!(
         spun < 5_000_000_000,
         "the 10 s window, not the 1 ms cap: {spun} ns"
+    );
+    assert_eq!(
+        IoThreadStats::get(&l.stats.poll_yields),
+        0,
+        "a capped spin does not yield (a CPU hog would get the slice)"
     );
 }
 
