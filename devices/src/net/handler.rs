@@ -3,9 +3,7 @@
 //! tx ring (and, when the receive side waits for buffers, the rx ring), so the thread polls a
 //! NIC under the same adaptive policy and knobs (`poll_max_ns`, `poll_weight`, `max_batch`) as
 //! a disk. Frames arriving on the tap wake the thread through the tap's fd (watched
-//! edge-triggered like a kick): a tap has no memory to look at without a syscall, so the pair
-//! reads it only when it may hold a frame (its fd fired since a read found it empty, the last
-//! read found a frame, or the thread polls and skips its epoll checks), not once more per turn.
+//! edge-triggered like a kick): a tap has no memory to look at without a syscall.
 //!
 //! Guest notifications: the tx ring's are on while the thread sleeps and off while it polls or
 //! spins for the guest's answer to frames it received ([`super::answer`]); the rx ring's are
@@ -123,9 +121,6 @@ pub struct NetQueuePair {
     /// The tap's queue was full at the last try (the thread retries on a timer).
     tap_full: bool,
     polling: bool,
-    /// The tap may hold a frame: its fd fired since a read found it empty, or the last read
-    /// found one.
-    tap_ready: bool,
     /// Whether the guest's answer to frames it received is awaited.
     answer: AnswerWatch,
     /// For pair `k` > 0 of a multi-queue NIC: moves frames only while the gate is open for `k`.
@@ -176,7 +171,6 @@ impl NetQueuePair {
             rx_starved: false,
             tap_full: false,
             polling: false,
-            tap_ready: true,
             answer: AnswerWatch::default(),
             gate: None,
             owner_end: None,
@@ -312,18 +306,15 @@ impl Handler for NetQueuePair {
         }
         let mut rx_stop = RxStop::Empty;
         if let Some(ring) = self.rx.ring.as_mut() {
-            // While the thread polls it may skip epoll (and the tap's fd) for a while: look.
-            let mut tap_ready = self.tap_ready || self.polling;
             rx_stop = self.rx_path.run(
                 ring,
                 &self.mem,
-                (&self.tap, &mut tap_ready),
+                &self.tap,
                 &mut self.rx_throttle,
                 &self.stats,
                 budget,
                 &mut self.rx.used,
             );
-            self.tap_ready = tap_ready;
         }
         if self.tx.used || self.rx.used {
             let now = Instant::now();
@@ -379,14 +370,6 @@ impl Handler for NetQueuePair {
     fn resume(&mut self) {
         if self.lifecycle == Lifecycle::Draining {
             self.lifecycle = Lifecycle::Running;
-            self.tap_ready = true;
-        }
-    }
-
-    fn fd_fired(&mut self, index: usize) {
-        // wake_fds: the rx kick, the tx kick, the tap.
-        if index == 2 {
-            self.tap_ready = true;
         }
     }
 

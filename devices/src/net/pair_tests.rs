@@ -485,17 +485,12 @@ fn rx_rate_limit_holds_frames_in_the_tap_until_the_bucket_refills() {
     assert_eq!(stats(&r).rx_dropped, 0);
 }
 
-/// The index of the tap's fd in `wake_fds`.
-const TAP_FD: usize = 2;
-
-/// Hands the guest one frame from the host (the guest posted a buffer for it; the tap's fd
-/// fired, as the iothread would report).
+/// Hands the guest one frame from the host (the guest posted a buffer for it).
 fn deliver_one(p: &mut NetQueuePair, mem: &GuestMemory, rx: &mut GuestRing<'_>, r: &mut Rig) {
     post_rx(mem, rx, 1, 2048);
     r.host
         .write_all(&frame(VNET_HDR_LEN + 60, 5))
         .expect("host write");
-    p.fd_fired(TAP_FD);
     run(p);
 }
 
@@ -555,35 +550,4 @@ fn unanswered_frames_stop_being_waited_for() {
         stats(&r).rx_frames,
         u64::from(super::answer::MAX_MISSES) + 1
     );
-}
-
-/// A tap read that found nothing is not repeated until the tap's fd fires: a turn for the tx
-/// ring alone costs no read of an empty tap. While the thread polls (it may skip epoll, and the
-/// fd's signal with it) every turn reads the tap.
-#[test]
-fn an_empty_tap_is_read_again_only_when_its_fd_fires_or_the_thread_polls() {
-    let mem = guest_memory(0x400_0000);
-    let (mut p, mut rx, _tx, mut r) = pair(&mem, false, &NetRateLimits::default());
-    post_rx(&mem, &mut rx, 4, 2048);
-    run(&mut p); // finds the tap empty
-    r.host
-        .write_all(&frame(VNET_HDR_LEN + 60, 1))
-        .expect("host write");
-    run(&mut p);
-    assert_eq!(rx.used_idx(&mem), 0, "no read without the fd's signal");
-    p.fd_fired(TAP_FD);
-    run(&mut p);
-    assert_eq!(rx.used_idx(&mem), 1);
-    run(&mut p); // empty again
-    r.host
-        .write_all(&frame(VNET_HDR_LEN + 60, 2))
-        .expect("host write");
-    assert!(!p.watch(Watch::Polling, true));
-    run(&mut p);
-    assert_eq!(
-        rx.used_idx(&mem),
-        2,
-        "a polling thread's turn reads the tap"
-    );
-    assert_eq!(stats(&r).rx_frames, 2);
 }

@@ -84,14 +84,13 @@ impl RxPath {
     }
 
     /// Moves up to `budget` frames from the tap to the guest; `used` is set when a used entry
-    /// was added. The tap is read only while its flag says it may hold a frame; a read that
-    /// finds it empty (or fails) clears the flag (the tap's fd sets it again).
+    /// was added.
     #[allow(clippy::too_many_arguments)]
     pub fn run(
         &mut self,
         ring: &mut HostRing,
         mem: &HostMemory,
-        (tap, tap_ready): (&Tap, &mut bool),
+        tap: &Tap,
         throttle: &mut DirectionThrottle,
         stats: &NetStats,
         budget: usize,
@@ -104,9 +103,6 @@ impl RxPath {
                     if !ring.has_avail() {
                         // Leave the frames in the tap until the guest posts buffers.
                         return RxStop::NoBuffers;
-                    }
-                    if !*tap_ready {
-                        return RxStop::Empty;
                     }
                     match tap.read_frame(&mut self.buf) {
                         Ok(len) if len < MIN_FRAME_LEN => {
@@ -121,12 +117,8 @@ impl RxPath {
                             self.pending = Some(p);
                             p
                         }
-                        Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                            *tap_ready = false;
-                            return RxStop::Empty;
-                        }
+                        Err(e) if e.kind() == ErrorKind::WouldBlock => return RxStop::Empty,
                         Err(e) => {
-                            *tap_ready = false;
                             // The tap is gone or down: nothing to receive, the VM runs on.
                             if self.log.allow() {
                                 log::warn!("virtio-net: reading tap {}: {e}", tap.name());
