@@ -14,7 +14,7 @@
 
 use std::time::{Duration, Instant};
 
-/// The longest the thread spins for an answer (ns): the test guest's answer comes 3-7 µs after
+/// The longest the thread spins for an answer (ns): the test guest's answer comes 2-7 µs after
 /// the delivery on this host (docs/network.md).
 pub const ANSWER_SPIN_NS: u64 = 10_000;
 /// An answer found later than this after its delivery is a miss (ns).
