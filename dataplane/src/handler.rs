@@ -111,6 +111,13 @@ pub trait Poll {
     fn completion_state(&self) -> CompletionState {
         CompletionState::Idle
     }
+    /// The longest the thread should spin for this handler's pending completion, in ns, when
+    /// it is shorter than the policy's completion window (`None`: the policy's window). A
+    /// handler whose completion either comes within a few microseconds or much later (a
+    /// guest's answer, not a disk's) caps the spin, so a late one costs little CPU.
+    fn completion_spin_cap_ns(&self) -> Option<u64> {
+        None
+    }
     /// Starts (`on`) or ends a [`Watch`]. Ending one means the thread is about to sleep: the
     /// handler signals again (notifications, completion fd), then checks once more and returns
     /// true if work raced in (the thread then does not sleep). Starting one returns false.

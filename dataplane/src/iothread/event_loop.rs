@@ -532,9 +532,12 @@ impl Loop {
         if self.pollers.is_empty() {
             return None;
         }
-        let yields = self.spin(window, t0, hits);
+        let yields = self.spin(window, t0, hits, true);
         let end = Instant::now();
-        IoThreadStats::add(&self.stats.poll_ns, end.duration_since(t0).as_nanos() as u64);
+        IoThreadStats::add(
+            &self.stats.poll_ns,
+            end.duration_since(t0).as_nanos() as u64,
+        );
         IoThreadStats::add(&self.stats.poll_yields, yields);
         if hits.is_empty() {
             IoThreadStats::add(&self.stats.poll_misses, 1);
@@ -546,27 +549,36 @@ impl Loop {
 
     /// While requests are in flight, spins on the handlers' cheap checks (a completion, or a
     /// new request in a queue: their notifications stay on, so a guest still kicks) until one
-    /// has work or `window` ns have passed: see [`PollPolicy::completion_window`].
+    /// has work or `window` ns have passed: see [`PollPolicy::completion_window`]. A pending
+    /// handler's [`crate::handler::Poll::completion_spin_cap_ns`] shortens the window.
     fn spin_for_completions(&mut self, window: u64, hits: &mut Vec<usize>) {
         self.pollers.clear();
         let mut in_flight = false;
+        let mut window = window;
+        let mut capped = false;
         for (slot, s) in self.slots.iter_mut().enumerate() {
             let Some(s) = s.as_mut() else { continue };
             if s.watched.is_empty() {
                 continue;
             }
-            let state = s
-                .handler
-                .poller()
-                .map_or(CompletionState::Idle, |p| p.completion_state());
-            match state {
+            let Some(p) = s.handler.poller() else {
+                self.pollers.push(slot);
+                continue;
+            };
+            match p.completion_state() {
                 CompletionState::Idle => {}
-                CompletionState::Pending => in_flight = true,
+                CompletionState::Pending => {
+                    in_flight = true;
+                    if let Some(cap) = p.completion_spin_cap_ns() {
+                        window = window.min(cap);
+                        capped = true;
+                    }
+                }
                 CompletionState::Ready => hits.push(slot),
             }
             self.pollers.push(slot);
         }
-        if !in_flight || !hits.is_empty() {
+        if !in_flight || !hits.is_empty() || window == 0 {
             return;
         }
         // What the spin finds, the turns reap: their engines need not signal it.
@@ -583,7 +595,8 @@ impl Loop {
             }
         }
         let t0 = Instant::now();
-        let yields = self.spin(window, t0, hits);
+        // A capped spin is a few µs: a yield would hand a CPU hog its slice and outlast it.
+        let yields = self.spin(window, t0, hits, !capped);
         IoThreadStats::add(
             &self.stats.completion_spin_ns,
             t0.elapsed().as_nanos() as u64,
@@ -610,13 +623,14 @@ impl Loop {
 
     /// Runs the cheap checks ([`crate::handler::Poll::poll`]) of the handlers in `self.pollers` round after
     /// round until one finds work (pushed to `hits`) or `window` ns have passed since `t0`,
-    /// yielding the CPU now and then where the policy allows it. Returns the yields.
-    fn spin(&mut self, window: u64, t0: Instant, hits: &mut Vec<usize>) -> u64 {
+    /// yielding the CPU now and then (`yield_ok`) where the policy allows it. Returns the yields.
+    fn spin(&mut self, window: u64, t0: Instant, hits: &mut Vec<usize>, yield_ok: bool) -> u64 {
         let deadline = Duration::from_nanos(window);
         // Adaptive stops the yields on a busy host (they hand a CPU hog its slice).
-        let may_yield = self
-            .policy
-            .yields_allowed(t0.duration_since(self.epoch).as_nanos() as u64);
+        let may_yield = yield_ok
+            && self
+                .policy
+                .yields_allowed(t0.duration_since(self.epoch).as_nanos() as u64);
         let mut spins: u32 = 0;
         let mut next_yield = POLL_YIELD_INTERVAL;
         let mut yields = 0;

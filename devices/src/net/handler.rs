@@ -5,19 +5,21 @@
 //! a disk. Frames arriving on the tap wake the thread through the tap's fd (watched
 //! edge-triggered like a kick): a tap has no memory to look at without a syscall.
 //!
-//! Guest notifications: the tx ring's are on while the thread sleeps and off while it polls;
-//! the rx ring's are on only while the receive side waits for buffers (a driver that refills
-//! its rx ring need not kick a device that has nothing for it).
+//! Guest notifications: the tx ring's are on while the thread sleeps and off while it polls or
+//! spins for the guest's answer to frames it received ([`super::answer`]); the rx ring's are
+//! on only while the receive side waits for buffers (a driver that refills its rx ring need not
+//! kick a device that has nothing for it).
 
 use std::os::unix::io::{AsRawFd, RawFd};
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::Instant;
 
-use dataplane::{Handler, Poll, ThreadTurn, TurnEnd, Watch};
+use dataplane::{CompletionState, Handler, Poll, ThreadTurn, TurnEnd, Watch};
 use virtio_queue::Queue;
 use vmm_sys_util::eventfd::EventFd;
 
+use super::answer::{AnswerWatch, ANSWER_SPIN_NS};
 use super::hold::NetHold;
 use super::mq::PairGate;
 use super::rx::{RxPath, RxStop};
@@ -120,6 +122,8 @@ pub struct NetQueuePair {
     /// The tap's queue was full at the last try (the thread retries on a timer).
     tap_full: bool,
     polling: bool,
+    /// Whether the guest's answer to frames it received is awaited.
+    answer: AnswerWatch,
     /// For pair `k` > 0 of a multi-queue NIC: moves frames only while the gate is open for `k`.
     gate: Option<(u16, PairGate)>,
     /// A snapshot holds the NIC still while this is held.
@@ -170,6 +174,7 @@ impl NetQueuePair {
             rx_starved: false,
             tap_full: false,
             polling: false,
+            answer: AnswerWatch::default(),
             gate: None,
             hold: NetHold::default(),
             owner_end: None,
@@ -230,6 +235,34 @@ impl NetQueuePair {
         } else {
             ring.disable_notification();
             false
+        }
+    }
+
+    /// The cheap check of the tx side: chains the pair can send now.
+    fn poll_tx(&self) -> bool {
+        !self.tap_full
+            && self.tx_throttle.until().is_none()
+            && self.tx.ring.as_ref().is_some_and(HostRing::has_avail)
+    }
+
+    /// Starts or ends the thread's spin for the guest's answer (`Watch::Completions`): tx
+    /// notifications off while the thread spins on the ring; at the end back on (unless the
+    /// thread polls) and one more look, true when chains raced in.
+    fn watch_answer(&mut self, on: bool) -> bool {
+        if !on {
+            self.answer.watch_ended();
+        }
+        if !self.running() || self.polling {
+            return false;
+        }
+        let Some(tx) = self.tx.ring.as_mut() else {
+            return false;
+        };
+        if on {
+            tx.disable_notification();
+            false
+        } else {
+            tx.enable_notification() && self.tx_throttle.until().is_none()
         }
     }
 
@@ -297,6 +330,15 @@ impl Handler for NetQueuePair {
                 budget,
                 &mut self.rx.used,
             );
+        }
+        if self.tx.used || self.rx.used {
+            let now = Instant::now();
+            if self.tx.used {
+                self.answer.answered(now);
+            }
+            if self.rx.used {
+                self.answer.delivered(now);
+            }
         }
         signal(&self.stats, &*self.interrupt, &mut self.tx);
         signal(&self.stats, &*self.interrupt, &mut self.rx);
@@ -369,18 +411,31 @@ impl Poll for NetQueuePair {
         if !self.running() || !self.enabled() || self.hold.is_held() {
             return false;
         }
-        let tx = !self.tap_full
-            && self.tx_throttle.until().is_none()
-            && self.tx.ring.as_ref().is_some_and(HostRing::has_avail);
+        let tx = self.poll_tx();
         let rx = self.rx_starved
             && self.rx_throttle.until().is_none()
             && self.rx.ring.as_ref().is_some_and(HostRing::has_avail);
         tx || rx
     }
 
+    fn completion_state(&self) -> CompletionState {
+        if !self.running() || !self.enabled() || !self.answer.expecting() {
+            return CompletionState::Idle;
+        }
+        if self.poll_tx() {
+            CompletionState::Ready
+        } else {
+            CompletionState::Pending
+        }
+    }
+
+    fn completion_spin_cap_ns(&self) -> Option<u64> {
+        Some(ANSWER_SPIN_NS)
+    }
+
     fn watch(&mut self, what: Watch, on: bool) -> bool {
-        if what != Watch::Polling {
-            return false;
+        if what == Watch::Completions {
+            return self.watch_answer(on);
         }
         self.polling = on;
         if !self.running() {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dataplane::rate_limit::{BucketConfig, LimitConfig, RateLimiter};
-use dataplane::{Handler, Poll, ThreadTurn, TurnEnd, Watch};
+use dataplane::{CompletionState, Handler, Poll, ThreadTurn, TurnEnd, Watch};
 use virtio_queue::desc::RawDescriptor;
 use virtio_queue::mock::MockSplitQueue;
 use vm_memory::{Address, Bytes, GuestAddress};
@@ -526,4 +526,71 @@ fn a_held_pair_moves_nothing_until_released() {
     assert_eq!(host_read(&mut r.host), Some(frame(72, 1)));
     let s = stats(&r);
     assert_eq!((s.rx_frames, s.rx_dropped, s.tx_frames), (2, 0, 1));
+}
+
+/// Hands the guest one frame from the host (the guest posted a buffer for it).
+fn deliver_one(p: &mut NetQueuePair, mem: &GuestMemory, rx: &mut GuestRing<'_>, r: &mut Rig) {
+    post_rx(mem, rx, 1, 2048);
+    r.host
+        .write_all(&frame(VNET_HDR_LEN + 60, 5))
+        .expect("host write");
+    run(p);
+}
+
+/// A frame handed to the guest makes its answer a pending completion, with a spin capped at a
+/// few microseconds: a thread whose polling is suspended spins on the tx ring for it (tx
+/// notifications off meanwhile) instead of sleeping until the guest kicks; the answer sent,
+/// nothing is pending.
+#[test]
+fn a_delivered_frame_makes_the_guests_answer_a_short_pending_completion() {
+    let mem = guest_memory(0x400_0000);
+    let (mut p, mut rx, mut tx, mut r) = pair(&mem, false, &NetRateLimits::default());
+    assert_eq!(p.completion_state(), CompletionState::Idle);
+    deliver_one(&mut p, &mem, &mut rx, &mut r);
+    assert_eq!(rx.used_idx(&mem), 1);
+    assert_eq!(p.completion_state(), CompletionState::Pending);
+    let cap = p.completion_spin_cap_ns().expect("a cap");
+    assert!(
+        cap <= 20_000,
+        "a short spin, not the thread's window: {cap} ns"
+    );
+    assert!(!p.watch(Watch::Completions, true));
+    tx.post(&tx_chain(&mem, BUFS, 100, 7));
+    assert_eq!(p.completion_state(), CompletionState::Ready);
+    assert!(p.poll());
+    run(&mut p);
+    assert_eq!(host_read(&mut r.host), Some(frame(100, 7)));
+    assert_eq!(p.completion_state(), CompletionState::Idle, "answered");
+    assert!(!p.watch(Watch::Completions, false), "nothing raced in");
+}
+
+/// Ending the watch turns tx notifications back on and looks once more: an answer that raced
+/// in keeps the thread awake.
+#[test]
+fn ending_an_answer_watch_rechecks_the_tx_ring() {
+    let mem = guest_memory(0x400_0000);
+    let (mut p, mut rx, mut tx, mut r) = pair(&mem, false, &NetRateLimits::default());
+    deliver_one(&mut p, &mem, &mut rx, &mut r);
+    assert!(!p.watch(Watch::Completions, true));
+    tx.post(&tx_chain(&mem, BUFS, 100, 7));
+    assert!(p.watch(Watch::Completions, false), "a chain raced in");
+}
+
+/// A guest that never answers (a one-way stream) stops costing spins after a few misses.
+#[test]
+fn unanswered_frames_stop_being_waited_for() {
+    let mem = guest_memory(0x400_0000);
+    let (mut p, mut rx, _tx, mut r) = pair(&mem, false, &NetRateLimits::default());
+    for _ in 0..super::answer::MAX_MISSES {
+        deliver_one(&mut p, &mem, &mut rx, &mut r);
+        assert_eq!(p.completion_state(), CompletionState::Pending);
+        assert!(!p.watch(Watch::Completions, true));
+        assert!(!p.watch(Watch::Completions, false));
+    }
+    deliver_one(&mut p, &mem, &mut rx, &mut r);
+    assert_eq!(p.completion_state(), CompletionState::Idle);
+    assert_eq!(
+        stats(&r).rx_frames,
+        u64::from(super::answer::MAX_MISSES) + 1
+    );
 }

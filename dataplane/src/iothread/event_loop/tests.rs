@@ -18,6 +18,8 @@ struct InFlight {
     watching: Arc<AtomicBool>,
     /// Ending the completion watch finds a completion that raced in.
     races: bool,
+    /// Its [`Poll::completion_spin_cap_ns`].
+    cap: Option<u64>,
 }
 
 impl InFlight {
@@ -29,6 +31,15 @@ impl InFlight {
             checks: 0,
             watching: Arc::default(),
             races: false,
+            cap: None,
+        })
+    }
+
+    /// In flight, never done in the spin, spinning for at most `cap` ns.
+    fn capped(cap: u64) -> Box<dyn Handler> {
+        Box::new(Self {
+            cap: Some(cap),
+            ..Self::racing()
         })
     }
 
@@ -41,6 +52,7 @@ impl InFlight {
             checks: 0,
             watching: Arc::default(),
             races: true,
+            cap: None,
         }
     }
 }
@@ -92,6 +104,9 @@ impl Poll for InFlight {
             (true, Some(0)) => CompletionState::Ready,
             (true, _) => CompletionState::Pending,
         }
+    }
+    fn completion_spin_cap_ns(&self) -> Option<u64> {
+        self.cap
     }
 }
 
@@ -152,6 +167,30 @@ fn the_completion_spin_is_bounded_and_skipped_with_nothing_in_flight() {
     assert_eq!(IoThreadStats::get(&l.stats.completion_spins), 1);
     assert_eq!(IoThreadStats::get(&l.stats.completion_spin_hits), 0);
     assert!(IoThreadStats::get(&l.stats.completion_spin_ns) >= window);
+}
+
+/// A pending handler's cap shortens the spin: a completion that has not come by then is not
+/// spun for any longer (a guest's answer that comes within microseconds or much later), and
+/// the short spin does not yield.
+#[test]
+fn a_handlers_cap_shortens_the_completion_spin() {
+    let mut l = test_loop();
+    l.add(InFlight::capped(1_000_000)).expect("add");
+    let mut hits = Vec::new();
+    l.spin_for_completions(10_000_000_000, &mut hits);
+    l.end_completion_watch(&mut hits);
+    assert_eq!(IoThreadStats::get(&l.stats.completion_spins), 1);
+    let spun = IoThreadStats::get(&l.stats.completion_spin_ns);
+    assert!(spun >= 1_000_000, "spun {spun} ns");
+    assert!(
+        spun < 5_000_000_000,
+        "the 10 s window, not the 1 ms cap: {spun} ns"
+    );
+    assert_eq!(
+        IoThreadStats::get(&l.stats.poll_yields),
+        0,
+        "a capped spin does not yield (a CPU hog would get the slice)"
+    );
 }
 
 #[test]
