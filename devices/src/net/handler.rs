@@ -11,6 +11,7 @@
 //! kick a device that has nothing for it).
 
 use std::os::unix::io::{AsRawFd, RawFd};
+use std::sync::atomic::Ordering;
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::Instant;
@@ -119,6 +120,10 @@ pub struct NetQueuePair {
     lifecycle: Lifecycle,
     /// The receive side waits for the guest's buffers (rx notifications are on).
     rx_starved: bool,
+    /// The rx ring's avail index when the receive side found too few buffers: it has work
+    /// again only once the guest posts past it (the chains it saw and put back cannot take the
+    /// waiting frame, so looking at them again would spin).
+    rx_seen: u16,
     /// The tap's queue was full at the last try (the thread retries on a timer).
     tap_full: bool,
     polling: bool,
@@ -172,6 +177,7 @@ impl NetQueuePair {
             stats,
             lifecycle: Lifecycle::Running,
             rx_starved: false,
+            rx_seen: 0,
             tap_full: false,
             polling: false,
             answer: AnswerWatch::default(),
@@ -231,7 +237,8 @@ impl NetQueuePair {
             return false;
         };
         if starved {
-            ring.enable_notification()
+            self.rx_seen = ring.avail_seen();
+            ring.enable_notification_past(self.rx_seen)
         } else {
             ring.disable_notification();
             false
@@ -414,7 +421,11 @@ impl Poll for NetQueuePair {
         let tx = self.poll_tx();
         let rx = self.rx_starved
             && self.rx_throttle.until().is_none()
-            && self.rx.ring.as_ref().is_some_and(HostRing::has_avail);
+            && self
+                .rx
+                .ring
+                .as_ref()
+                .is_some_and(|r| r.avail_idx(Ordering::Acquire) != self.rx_seen);
         tx || rx
     }
 

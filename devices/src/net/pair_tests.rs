@@ -429,13 +429,22 @@ fn a_merged_frame_waits_for_enough_buffers_and_takes_none_before() {
     let mut bufs = post_rx(&mem, &mut rx, 1, 1024);
     let f = frame(VNET_HDR_LEN + 2500, 11);
     r.host.write_all(&f).expect("host write");
-    run(&mut p);
+    let end = run(&mut p);
     assert_eq!(
         rx.used_idx(&mem),
         0,
         "no buffer taken for a frame that does not fit"
     );
     assert_eq!(stats(&r).rx_no_buffers, 1);
+    // The buffer it put back cannot take the frame: nothing to do until the guest posts more
+    // (a guest that never does must not keep the thread spinning), and the guest's next post
+    // kicks.
+    assert!(!end.more, "{end:?}");
+    assert!(!p.poll(), "the buffer it saw is no work");
+    assert!(
+        !p.watch(Watch::Polling, false),
+        "nor a reason to stay awake"
+    );
     bufs.extend(post_rx(&mem, &mut rx, 2, 1024));
     assert!(p.poll());
     run(&mut p);

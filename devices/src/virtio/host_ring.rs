@@ -409,15 +409,30 @@ impl HostRing {
     /// meanwhile (then the caller must not sleep).
     #[inline]
     pub fn enable_notification(&mut self) -> bool {
+        self.enable_notification_past(self.next_avail)
+    }
+
+    /// The avail index the last `pop` read: what the device has seen the driver post, taken
+    /// or not (`undo_pop` puts chains back behind it).
+    #[inline]
+    pub fn avail_seen(&self) -> u16 {
+        self.avail_known
+    }
+
+    /// Asks the driver to notify once it moves its avail index past `seen` (a device that
+    /// took chains back with `undo_pop` and needs more than it saw waits for the next post,
+    /// not for the chains it put back); returns whether the index moved past `seen` meanwhile.
+    #[inline]
+    pub fn enable_notification_past(&mut self, seen: u16) -> bool {
         if self.event_idx {
             self.u16_at(self.used, 4 + 8 * u64::from(self.size))
-                .store(self.next_avail.to_le(), Ordering::Relaxed);
+                .store(seen.to_le(), Ordering::Relaxed);
         } else {
             self.u16_at(self.used, 0).store(0, Ordering::Relaxed);
         }
         // The suppression state before re-reading the avail index.
         fence(Ordering::SeqCst);
-        self.avail_idx(Ordering::Relaxed) != self.next_avail
+        self.avail_idx(Ordering::Relaxed) != seen
     }
 
     /// Asks the driver not to notify (the device is looking at the ring anyway). With EVENT_IDX
