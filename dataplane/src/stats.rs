@@ -77,10 +77,14 @@ osprey_metrics::metric_set! {
         /// sleeping, bracketed by the current mode).
         #[metric(counter)]
         pub payoff_trials: AtomicU64,
-        /// Adaptive: payoff trials skipped because no thread on the host waited for a CPU
-        /// (polling took no one's CPU; counted as kept).
+        /// Adaptive: payoff trials skipped because threads on the host rarely waited for a CPU
+        /// (polling took too little of anyone's CPU to matter; counted as kept).
         #[metric(counter)]
         pub payoff_skips: AtomicU64,
+        /// Adaptive: at the last due payoff trial, the share of the host's samples since the
+        /// one before that saw a thread waiting for a CPU.
+        #[metric(gauge, permille)]
+        pub cpu_queue_waiting_permille: AtomicU64,
         /// Adaptive: threads runnable on the whole host at the last sample (`/proc/loadavg`,
         /// this one included; 0: not read).
         #[metric(gauge)]

@@ -444,6 +444,10 @@ impl Loop {
         let p = self.policy.payoff();
         IoThreadStats::set(&self.stats.payoff_trials, p.trials);
         IoThreadStats::set(&self.stats.payoff_skips, p.skips);
+        IoThreadStats::set(
+            &self.stats.cpu_queue_waiting_permille,
+            p.queue_waiting_permille,
+        );
         IoThreadStats::set(&self.stats.payoff_wins, p.wins);
         IoThreadStats::set(&self.stats.payoff_switches, p.switches);
         IoThreadStats::set(&self.stats.payoff_ratio_permille, p.ratio_permille);
