@@ -6,7 +6,7 @@
 //! edge-triggered like a kick): a tap has no memory to look at without a syscall.
 //!
 //! Guest notifications: the tx ring's are on while the thread sleeps and off while it polls or
-//! spins for the guest's answer to frames it received ([`crate::virtio::answer_watch`]); the rx ring's are
+//! spins for the guest's answer to frames it received ([`super::answer`]); the rx ring's are
 //! on only while the receive side waits for buffers (a driver that refills its rx ring need not
 //! kick a device that has nothing for it).
 
@@ -20,6 +20,7 @@ use dataplane::{CompletionState, Handler, Poll, ThreadTurn, TurnEnd, Watch};
 use virtio_queue::Queue;
 use vmm_sys_util::eventfd::EventFd;
 
+use super::answer::{AnswerWatch, ANSWER_SPIN_NS};
 use super::hold::NetHold;
 use super::mq::PairGate;
 use super::rx::{RxPath, RxStop};
@@ -27,7 +28,6 @@ use super::stats::NetStats;
 use super::tap::Tap;
 use super::throttle::{DirectionThrottle, NetRateLimits};
 use super::tx::{TxPath, TxStop};
-use crate::virtio::answer_watch::{AnswerWatch, ANSWER_SPIN_NS};
 use crate::virtio::host_ring::{HostMemory, HostRing};
 use crate::virtio::{ActivatedQueue, GuestMemory, VirtioInterrupt};
 

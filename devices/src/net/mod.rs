@@ -1,7 +1,7 @@
 //! virtio-net: a tap-backed NIC served by an iothread. The tap ([`tap`]: open and configure),
 //! the receive path ([`rx`]: tap → guest, MRG_RXBUF), the transmit path ([`tx`]: guest → tap),
 //! the handler that runs one queue pair on an iothread under the thread's polling policy
-//! ([`handler`]) and its short wait for the guest's answer (`crate::virtio::answer_watch`), the per-direction rate limits ([`throttle`]), the counters ([`stats`]), the
+//! ([`handler`]) and its short wait for the guest's answer ([`answer`]), the per-direction rate limits ([`throttle`]), the counters ([`stats`]), the
 //! control queue of a multi-queue NIC ([`ctrl`]) and the device model over the virtio-pci
 //! transport ([`device`]).
 //!
@@ -9,6 +9,7 @@
 //! TUNSETVNETHDRSZ 12), the header virtio 1.x puts in front of every frame: the device passes it
 //! through, so the checksum and segmentation offloads the guest negotiates are the tap's.
 
+pub mod answer;
 pub mod ctrl;
 pub mod device;
 pub mod handler;

@@ -590,7 +590,7 @@ fn ending_an_answer_watch_rechecks_the_tx_ring() {
 fn unanswered_frames_stop_being_waited_for() {
     let mem = guest_memory(0x400_0000);
     let (mut p, mut rx, _tx, mut r) = pair(&mem, false, &NetRateLimits::default());
-    for _ in 0..crate::virtio::answer_watch::MAX_MISSES {
+    for _ in 0..super::answer::MAX_MISSES {
         deliver_one(&mut p, &mem, &mut rx, &mut r);
         assert_eq!(p.completion_state(), CompletionState::Pending);
         assert!(!p.watch(Watch::Completions, true));
@@ -600,6 +600,6 @@ fn unanswered_frames_stop_being_waited_for() {
     assert_eq!(p.completion_state(), CompletionState::Idle);
     assert_eq!(
         stats(&r).rx_frames,
-        u64::from(crate::virtio::answer_watch::MAX_MISSES) + 1
+        u64::from(super::answer::MAX_MISSES) + 1
     );
 }

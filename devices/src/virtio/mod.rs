@@ -10,7 +10,6 @@ use std::sync::Arc;
 
 use vmm_sys_util::eventfd::EventFd;
 
-pub mod answer_watch;
 pub mod host_ring;
 pub mod inflight;
 pub mod pci;

@@ -5,22 +5,19 @@
 //! the rx ring when the muxer has packets waiting; no syscall. Each turn first reads the
 //! device's [`VsockControl`]: a held device does nothing, and an asked TRANSPORT_RESET drops
 //! every connection and goes to the guest in the next event buffer. While a connection's kill
-//! timer runs ([`Muxer::sweep`]) the turn asks the iothread to wake it at the deadline. After a
-//! turn that gave the guest packets, the guest's answer on the tx ring is a short pending
-//! completion ([`crate::virtio::answer_watch`]), as for virtio-net.
+//! timer runs ([`Muxer::sweep`]) the turn asks the iothread to wake it at the deadline.
 
 use std::os::unix::io::RawFd;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 
-use dataplane::{CompletionState, Handler, Poll, ThreadTurn, TurnEnd, Watch};
+use dataplane::{Handler, Poll, ThreadTurn, TurnEnd, Watch};
 use virtio_queue::{Queue, QueueOwnedT, QueueT};
 
 use super::control::{Gate, VsockControl};
 use super::muxer::Muxer;
 use super::packet::{self, MAX_PAYLOAD};
-use crate::virtio::answer_watch::{AnswerWatch, ANSWER_SPIN_NS};
 use crate::virtio::{ActivatedQueue, GuestMemory, VirtioInterrupt};
 
 /// The queues' indices.
@@ -64,8 +61,6 @@ pub struct VsockHandler {
     back: Option<Sender<Returned>>,
     payload: Vec<u8>,
     polling: bool,
-    /// Whether the guest's answer to packets it received is awaited.
-    answer: AnswerWatch,
     broken: bool,
     completed: u64,
     /// A TRANSPORT_RESET event waits for an event buffer.
@@ -103,7 +98,6 @@ impl VsockHandler {
             back: Some(back),
             payload: Vec::with_capacity(MAX_PAYLOAD),
             polling: false,
-            answer: AnswerWatch::default(),
             broken: false,
             completed: 0,
             reset_event_owed: false,
@@ -322,15 +316,6 @@ impl Handler for VsockHandler {
         if self.process_event() {
             self.notify(EVENT);
         }
-        if tx > 0 || rx > 0 {
-            let now = std::time::Instant::now();
-            if tx > 0 {
-                self.answer.answered(now);
-            }
-            if rx > 0 {
-                self.answer.delivered(now);
-            }
-        }
         self.completed += (tx + rx) as u64;
         let rx_more = rx >= budget && self.muxer.as_ref().is_some_and(Muxer::has_rx);
         TurnEnd {
@@ -373,36 +358,9 @@ impl Poll for VsockHandler {
                 && Self::has_avail(&self.rx.queue, &self.mem))
     }
 
-    fn completion_state(&self) -> CompletionState {
-        if self.held() || !self.answer.expecting() {
-            CompletionState::Idle
-        } else if Self::has_avail(&self.tx.queue, &self.mem) {
-            CompletionState::Ready
-        } else {
-            CompletionState::Pending
-        }
-    }
-
-    fn completion_spin_cap_ns(&self) -> Option<u64> {
-        Some(ANSWER_SPIN_NS)
-    }
-
     fn watch(&mut self, what: Watch, on: bool) -> bool {
-        if what == Watch::Completions {
-            // The spin for the guest's answer: tx notifications off while the thread watches
-            // the ring; at the end back on (unless it polls) and one more look.
-            if !on {
-                self.answer.watch_ended();
-            }
-            if self.polling || self.held() {
-                return false;
-            }
-            let mem = &self.mem;
-            if on {
-                let _ = self.tx.queue.disable_notification(mem);
-                return false;
-            }
-            return matches!(self.tx.queue.enable_notification(mem), Ok(true));
+        if what != Watch::Polling {
+            return false;
         }
         self.polling = on;
         let mem = &self.mem;
@@ -698,40 +656,6 @@ mod tests {
             "{} socket reads for 16 packets",
             after.reads - before.reads
         );
-    }
-
-    /// Bytes handed to the guest make its answer a short pending completion: the thread may
-    /// spin for it a few µs (tx notifications off meanwhile) instead of sleeping until the
-    /// guest kicks; the answer taken, nothing is pending.
-    #[test]
-    fn a_delivery_makes_the_guests_answer_a_short_pending_completion() {
-        let (mem, _rxq, txq, mut h, mut client, port) = bulk_rig("answer", 3, 4096);
-        assert_eq!(h.completion_state(), CompletionState::Idle);
-        client.write_all(&[7u8; 64]).unwrap();
-        h.run(64, &turn());
-        assert_eq!(h.completion_state(), CompletionState::Pending);
-        let cap = h.completion_spin_cap_ns().expect("a cap");
-        assert!(cap <= 20_000, "a short spin: {cap} ns");
-        assert!(!h.watch(Watch::Completions, true));
-        let mut hd = response_to(&Header {
-            src_port: port,
-            ..Header::default()
-        });
-        hd.op = Op::Rw.code();
-        hd.len = 64;
-        mem.write_slice(&hd.to_bytes(), GuestAddress(0x80_0000))
-            .unwrap();
-        mem.write_slice(&[7u8; 64], GuestAddress(0x80_0000 + 44))
-            .unwrap();
-        txq.add_desc_chains(&[desc(0x80_0000, 44 + 64, 0, 0)], 0)
-            .unwrap();
-        assert_eq!(h.completion_state(), CompletionState::Ready);
-        h.run(64, &turn());
-        assert_eq!(h.completion_state(), CompletionState::Idle, "answered");
-        assert!(!h.watch(Watch::Completions, false), "nothing raced in");
-        let mut echo = [0u8; 64];
-        client.read_exact(&mut echo).unwrap();
-        assert_eq!(echo, [7u8; 64]);
     }
 
     /// Sixteen 4 KiB packets the guest queued on tx at once reach the host client with one

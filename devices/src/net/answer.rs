@@ -1,16 +1,15 @@
-//! Whether a device waits for the guest's answer (virtio-net's queue pairs, vsock): after the
-//! device hands the guest frames or packets, one on the tx ring often follows within
-//! microseconds (an echo reply, an ACK, a request's response). While the iothread's `Adaptive`
-//! policy has polling suspended, the device reports that answer as a pending completion
-//! (`Poll::completion_state`) and caps the thread's spin for it at [`ANSWER_SPIN_NS`]
-//! (`Poll::completion_spin_cap_ns`): an answer that comes in time costs neither the thread's
-//! sleep and wake-up nor the guest's kick (the tx ring's notifications are off during the
-//! watch), one that does not costs that short spin.
+//! Whether the queue pair waits for the guest's answer: after the device hands the guest frames,
+//! a frame on the tx ring often follows within microseconds (an echo reply, an ACK, a
+//! request's response). While the iothread's `Adaptive` policy has polling suspended, the pair
+//! reports that answer as a pending completion (`Poll::completion_state`) and caps the thread's
+//! spin for it at [`ANSWER_SPIN_NS`] (`Poll::completion_spin_cap_ns`): an answer that comes in
+//! time costs neither the thread's sleep and wake-up nor the guest's kick (the tx ring's
+//! notifications are off during the watch), one that does not costs that short spin.
 //!
 //! The wait is for guests measured to answer fast. A watch that ended without the answer, or
 //! an answer found later than [`ANSWER_LATE_NS`] after the delivery (the thread lost its CPU
 //! while it spun: on a host short of CPUs the spin holds the one the vCPU needs), is a miss;
-//! after [`MAX_MISSES`] in a row the device waits again only once every [`RETRY_EVERY`]
+//! after [`MAX_MISSES`] in a row the pair waits again only once every [`RETRY_EVERY`]
 //! deliveries, until a fast answer comes.
 
 use std::time::{Duration, Instant};
