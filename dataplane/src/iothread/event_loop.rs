@@ -235,9 +235,13 @@ impl Loop {
         loop {
             it.hits.clear();
             let window = self.open_window(&mut it.weight);
-            let mut polled_until = None;
+            // When polling found work (not a later re-check before a sleep).
+            let mut poll_hit_at = None;
             if window > 0 && self.carry.is_empty() {
-                polled_until = self.poll_for(window, it.t0, &mut it.hits);
+                let polled_until = self.poll_for(window, it.t0, &mut it.hits);
+                if !it.hits.is_empty() {
+                    poll_hit_at = polled_until;
+                }
             }
             // Sleep only with nothing pending.
             let timeout = if it.hits.is_empty() && self.carry.is_empty() {
@@ -248,10 +252,11 @@ impl Loop {
             let Some(n) = self.wait_for_events(timeout, &mut it) else {
                 return;
             };
-            // A poll hit that skipped epoll starts its work where the poll ended: one clock
-            // read for both, none between the guest's request and its handler.
-            let work_start = match polled_until {
-                Some(t) if it.last_epoll < it.t0 && !it.hits.is_empty() => t,
+            // A poll hit that skipped epoll (`wait_for_events` did not call it this iteration)
+            // starts its work where the poll ended: one clock read for both, none between the
+            // guest's request and its handler.
+            let work_start = match poll_hit_at {
+                Some(t) if it.last_epoll < it.t0 => t,
                 _ => Instant::now(),
             };
             let block_ns = work_start.duration_since(it.t0).as_nanos() as u64;
