@@ -262,15 +262,20 @@ impl NetQueuePair {
         if !self.running() || self.polling {
             return false;
         }
+        self.set_tx_notifications(!on)
+    }
+
+    /// Turns the tx ring's guest notifications off, or on again with one more look: true when
+    /// chains the pair may send raced in.
+    fn set_tx_notifications(&mut self, on: bool) -> bool {
         let Some(tx) = self.tx.ring.as_mut() else {
             return false;
         };
-        if on {
+        if !on {
             tx.disable_notification();
-            false
-        } else {
-            tx.enable_notification() && self.tx_throttle.until().is_none()
+            return false;
         }
+        tx.enable_notification() && self.tx_throttle.until().is_none()
     }
 
     fn wake_at(&self) -> Option<Instant> {
@@ -453,14 +458,13 @@ impl Poll for NetQueuePair {
             return false;
         }
         let held = self.hold.is_held();
-        let Some(tx) = self.tx.ring.as_mut() else {
+        if self.tx.ring.is_none() {
             return false;
-        };
+        }
         if on {
-            tx.disable_notification();
-            false
+            self.set_tx_notifications(false)
         } else {
-            let tx_more = tx.enable_notification() && self.tx_throttle.until().is_none();
+            let tx_more = self.set_tx_notifications(true);
             let rx_more = self.rx_starved && self.set_rx_starved(true);
             // Held, work that raced in waits for the release's nudge.
             (tx_more || rx_more) && !held
