@@ -42,7 +42,7 @@ pub const QUIET_MIN_SAMPLES: u64 = 50;
 /// ... and when at most this share of them (‰) saw a thread waiting for a CPU: the margin a
 /// switch needs. Sleeping frees the CPU the waiting threads want for at most the share of the
 /// time they wait, too little to complete [`MARGIN_PERMILLE`] more (kernel workers and the
-/// VMM's own threads that run for a moment now and then are 3-5 % of the samples here).
+/// VMM's own threads that run for a moment now and then are 2-7.5 % of the samples here).
 pub const QUIET_PERMILLE: u64 = MARGIN_PERMILLE;
 
 /// Whether rate `a` is ahead of rate `b` by `permille` ‰ or more.
@@ -141,6 +141,14 @@ struct CpuQueueTally {
 }
 
 impl CpuQueueTally {
+    /// The share of the samples (‰) that saw a thread wait (0 without samples).
+    fn waiting_permille(self) -> u64 {
+        self.waiting
+            .saturating_mul(1000)
+            .checked_div(self.samples)
+            .unwrap_or(0)
+    }
+
     /// Enough samples, and (almost) none saw a thread wait.
     fn quiet(self) -> bool {
         self.samples >= QUIET_MIN_SAMPLES
@@ -189,14 +197,9 @@ impl PayoffCheck {
         } = self.phase
         else {
             if now_ns >= self.next_trial_ns && polling_possible {
-                self.stats.queue_waiting_permille = self
-                    .cpu_queue
-                    .waiting
-                    .saturating_mul(1000)
-                    .checked_div(self.cpu_queue.samples)
-                    .unwrap_or(0);
+                self.stats.queue_waiting_permille = self.cpu_queue.waiting_permille();
                 if self.mode == Mode::Poll && !self.won_once && self.cpu_queue.quiet() {
-                    // Polling took no one's CPU: count it as kept, without the trial.
+                    // Polling took too little of anyone's CPU to lose: kept, without the trial.
                     self.stats.skips += 1;
                     self.cpu_queue = CpuQueueTally::default();
                     self.interval_ns = self.interval_ns.saturating_mul(2).min(MAX_INTERVAL_NS);
