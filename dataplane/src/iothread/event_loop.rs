@@ -408,7 +408,12 @@ impl Loop {
         let Some((cpu_ns, run_delay_ns)) = it.schedstat.as_ref().and_then(read_schedstat) else {
             return;
         };
-        let queue = it.cpu_queue.as_ref().and_then(CpuQueue::sample);
+        // The run queue serves the Adaptive policy alone: one pread less per sample otherwise.
+        let queue = if self.policy.observes_host() {
+            it.cpu_queue.as_ref().and_then(CpuQueue::sample)
+        } else {
+            None
+        };
         if let Some(q) = queue {
             IoThreadStats::set(&self.stats.host_runnable, q.runnable);
         }

@@ -348,12 +348,18 @@ impl PollPolicy {
     /// check its completed requests (the caller takes one every
     /// [`super::contention::SAMPLE_PERIOD_NS`] or so). Other policies ignore it.
     pub fn observe_host(&mut self, sample: HostSample) {
-        if self.params.max_ns == 0 {
+        if !self.observes_host() {
             return;
         }
         if let Policy::Adaptive(a) = &mut self.policy {
             a.observe_host(sample);
         }
+    }
+
+    /// Whether [`PollPolicy::observe_host`] uses its samples (Adaptive, polling on): the caller
+    /// may skip reading what only the policy needs.
+    pub fn observes_host(&self) -> bool {
+        self.params.max_ns > 0 && self.policy.adaptive().is_some()
     }
 
     /// Whether polling is suspended (Adaptive only), because the host is busy or because
