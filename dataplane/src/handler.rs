@@ -127,6 +127,13 @@ pub trait Poll {
     fn completed(&self) -> u64 {
         0
     }
+    /// Whether some of the handler's work arrives only through its wake fds, out of
+    /// [`Poll::poll`]'s sight (a tap, host sockets). While such a handler is polled, the thread
+    /// also peeks at its epoll set every few microseconds (one `poll` syscall), so work on those
+    /// fds ends the spin instead of waiting out the window.
+    fn has_fd_sources(&self) -> bool {
+        false
+    }
 }
 
 /// A handler whose engine runs on a file the owner may replace while the guest runs

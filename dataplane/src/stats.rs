@@ -37,6 +37,10 @@ osprey_metrics::metric_set! {
         /// Iterations that polled the whole window and found nothing.
         #[metric(counter)]
         pub poll_misses: AtomicU64,
+        /// Iterations whose polling ended because a watched fd (a tap, a host socket) had
+        /// work: the peek at the epoll set for handlers with such sources.
+        #[metric(counter)]
+        pub poll_fd_hits: AtomicU64,
         /// Times the poll loop yielded its CPU (sched_yield) to let other runnable work in.
         #[metric(counter)]
         pub poll_yields: AtomicU64,

@@ -150,6 +150,7 @@ impl ThreadKind {
         if self == ThreadKind::IoThread {
             rules.insert(libc::SYS_setpriority, vec![iothread_setpriority()?]);
             rules.insert(libc::SYS_socket, vec![unix_socket_only()?]);
+            rules.insert(libc::SYS_poll, vec![poll_peek_only()?]);
         }
         if !ioctls.is_empty() {
             let mut allowed = Vec::with_capacity(ioctls.len());
@@ -307,6 +308,15 @@ fn unix_socket_only() -> Result<SeccompRule, seccompiler::BackendError> {
         SeccompCmpOp::Eq,
         libc::AF_UNIX as u64,
     )?])
+}
+
+/// `poll` of one fd without waiting: the poll loop's peek at its own epoll set while it polls
+/// a tap or host sockets (`dataplane`'s `FD_PEEK_INTERVAL`).
+fn poll_peek_only() -> Result<SeccompRule, seccompiler::BackendError> {
+    SeccompRule::new(vec![
+        SeccompCondition::new(1, SeccompCmpArgLen::Qword, SeccompCmpOp::Eq, 1)?,
+        SeccompCondition::new(2, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, 0)?,
+    ])
 }
 
 /// The API thread: tokio's epoll reactor and timer, accepting on the Unix socket and serving
@@ -680,12 +690,20 @@ mod tests {
                 // Its own nice, within 0-19: allowed (the thread-weight switch).
                 // SAFETY: integer arguments only; who = 0 is this thread alone.
                 let lighter = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 3) };
-                (v.len(), refused, lighter)
+                // The poll loop's peek: one fd, no wait (a negative fd is skipped: 0 ready).
+                let mut one = libc::pollfd {
+                    fd: -1,
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: one valid, writable `pollfd`, count 1, no wait.
+                let peeked = unsafe { libc::poll(&mut one, 1, 0) };
+                (v.len(), refused, lighter, peeked)
             })
             .expect("spawn");
         assert_eq!(
             t.join().expect("join"),
-            (1 << 20, Some(Some(libc::EACCES)), 0),
+            (1 << 20, Some(Some(libc::EACCES)), 0, 0),
             "allowed calls work, openat fails with EACCES"
         );
     }
@@ -698,5 +716,17 @@ mod tests {
         assert_eq!(setpriority, &vec![iothread_setpriority().expect("rule")]);
         let vcpu = ThreadKind::Vcpu.rules().expect("rules");
         assert!(!vcpu.contains_key(&libc::SYS_setpriority));
+    }
+
+    #[test]
+    fn the_iothread_may_poll_only_one_fd_without_waiting() {
+        let rules = ThreadKind::IoThread.rules().expect("rules");
+        assert_eq!(
+            rules.get(&libc::SYS_poll),
+            Some(&vec![poll_peek_only().expect("rule")]),
+            "one rule, with argument conditions"
+        );
+        let api = ThreadKind::Api.rules().expect("rules");
+        assert!(!api.contains_key(&libc::SYS_poll));
     }
 }

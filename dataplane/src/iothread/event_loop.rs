@@ -7,7 +7,7 @@
 //! dispatch: polling needs a phase before each wait that decides whether to wait at all. The
 //! steps of one iteration are [`Loop::run`]'s.
 
-use std::os::unix::io::RawFd;
+use std::os::unix::io::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
@@ -65,6 +65,10 @@ const CLOCK_EVERY_SPINS: u32 = 8;
 /// poll loop that never enters the kernel starves it until the next tick. A yield with nothing
 /// else runnable returns at once (measured: docs/performance.md).
 const POLL_YIELD_INTERVAL: Duration = Duration::from_micros(2);
+/// While a handler with fd sources ([`crate::handler::Poll::has_fd_sources`]) is polled, the
+/// thread peeks at its epoll set this often: a host packet or socket write waits at most this
+/// long (plus one `poll` syscall) instead of the rest of the window.
+const FD_PEEK_INTERVAL: Duration = Duration::from_micros(2);
 /// How long shutdown waits for in-flight I/O of every handler.
 const SHUTDOWN_DRAIN: Duration = Duration::from_secs(5);
 
@@ -164,6 +168,9 @@ pub(super) struct Loop {
     pub(super) completions_watched: Vec<usize>,
     /// Scratch: handlers polled this iteration.
     pub(super) pollers: Vec<usize>,
+    /// The last spin ended because the epoll set had events ([`FD_PEEK_INTERVAL`]): the
+    /// iteration goes to epoll without sleeping.
+    fds_ready: bool,
     /// Origin of the monotonic ns the policy sees.
     pub(super) epoch: Instant,
     pub(super) epoll: Epoll,
@@ -199,6 +206,7 @@ impl Loop {
             suppressed: Vec::new(),
             completions_watched: Vec::new(),
             pollers: Vec::new(),
+            fds_ready: false,
             epoch: Instant::now(),
             epoll,
             wake,
@@ -244,7 +252,8 @@ impl Loop {
                 }
             }
             // Sleep only with nothing pending.
-            let timeout = if it.hits.is_empty() && self.carry.is_empty() {
+            let fds_ready = std::mem::take(&mut self.fds_ready);
+            let timeout = if it.hits.is_empty() && self.carry.is_empty() && !fds_ready {
                 self.prepare_to_sleep(&mut it)
             } else {
                 0
@@ -553,7 +562,9 @@ impl Loop {
             end.duration_since(t0).as_nanos() as u64,
         );
         IoThreadStats::add(&self.stats.poll_yields, yields);
-        if hits.is_empty() {
+        if self.fds_ready {
+            IoThreadStats::add(&self.stats.poll_fd_hits, 1);
+        } else if hits.is_empty() {
             IoThreadStats::add(&self.stats.poll_misses, 1);
         } else {
             IoThreadStats::add(&self.stats.poll_hits, 1);
@@ -636,8 +647,10 @@ impl Loop {
     }
 
     /// Runs the cheap checks ([`crate::handler::Poll::poll`]) of the handlers in `self.pollers` round after
-    /// round until one finds work (pushed to `hits`) or `window` ns have passed since `t0`,
-    /// yielding the CPU now and then (`yield_ok`) where the policy allows it. Returns the yields.
+    /// round until one finds work (pushed to `hits`), the epoll set has events (peeked at when
+    /// a polled handler has fd sources; sets `self.fds_ready`) or `window` ns have passed since
+    /// `t0`, yielding the CPU now and then (`yield_ok`) where the policy allows it. Returns the
+    /// yields.
     fn spin(&mut self, window: u64, t0: Instant, hits: &mut Vec<usize>, yield_ok: bool) -> u64 {
         let deadline = Duration::from_nanos(window);
         // Adaptive stops the yields on a busy host (they hand a CPU hog its slice).
@@ -645,8 +658,15 @@ impl Loop {
             && self
                 .policy
                 .yields_allowed(t0.duration_since(self.epoch).as_nanos() as u64);
+        let mut peek = false;
+        for &slot in &self.pollers {
+            if let Some(Some(s)) = self.slots.get_mut(slot) {
+                peek |= s.handler.poller().is_some_and(|p| p.has_fd_sources());
+            }
+        }
         let mut spins: u32 = 0;
         let mut next_yield = POLL_YIELD_INTERVAL;
+        let mut next_peek = FD_PEEK_INTERVAL;
         let mut yields = 0;
         loop {
             for &slot in &self.pollers {
@@ -667,6 +687,13 @@ impl Loop {
                 if polled >= deadline {
                     return yields;
                 }
+                if peek && polled >= next_peek {
+                    next_peek = polled + FD_PEEK_INTERVAL;
+                    if self.epoll_has_events() {
+                        self.fds_ready = true;
+                        return yields;
+                    }
+                }
                 if may_yield && polled >= next_yield {
                     next_yield = polled + POLL_YIELD_INTERVAL;
                     yields += 1;
@@ -676,6 +703,20 @@ impl Loop {
             }
             std::hint::spin_loop();
         }
+    }
+
+    /// Whether the epoll set has events waiting, without taking them (`poll` on the epoll fd,
+    /// no wait).
+    fn epoll_has_events(&self) -> bool {
+        let mut fd = libc::pollfd {
+            fd: self.epoll.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: `fd` is one valid, writable `pollfd` and the count passed is 1; a zero timeout
+        // does not block.
+        let n = unsafe { libc::poll(&mut fd, 1, 0) };
+        n > 0 && fd.revents & libc::POLLIN != 0
     }
 
     /// Gives every ready handler turns of at most `max_batch` requests, round-robin, until none

@@ -239,6 +239,8 @@ struct Pollable {
     races: Arc<AtomicU64>,
     runs: Arc<AtomicU64>,
     suppressed: Arc<std::sync::atomic::AtomicBool>,
+    /// Its fd brings work `poll` cannot see ([`Poll::has_fd_sources`]).
+    fd_sources: bool,
 }
 
 impl Handler for Pollable {
@@ -269,6 +271,9 @@ impl Poll for Pollable {
     fn poll(&mut self) -> bool {
         self.calls += 1;
         self.busy.load(Ordering::SeqCst) && self.calls.is_multiple_of(self.every)
+    }
+    fn has_fd_sources(&self) -> bool {
+        self.fd_sources
     }
     fn watch(&mut self, what: Watch, on: bool) -> bool {
         if what != Watch::Polling {
@@ -303,6 +308,10 @@ struct Rig {
 }
 
 fn rig(name: &str, params: PollParams, every: u64) -> Rig {
+    rig_with(name, params, every, false)
+}
+
+fn rig_with(name: &str, params: PollParams, every: u64, fd_sources: bool) -> Rig {
     let t = IoThread::spawn_with(name, 0, params).expect("spawn");
     let fd = EventFd::new(libc::EFD_NONBLOCK).expect("efd");
     let busy = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -317,6 +326,7 @@ fn rig(name: &str, params: PollParams, every: u64) -> Rig {
         races: races.clone(),
         runs: runs.clone(),
         suppressed: suppressed.clone(),
+        fd_sources,
     };
     t.attach(vec![Box::new(h)]).expect("attach");
     Rig {
@@ -408,6 +418,33 @@ fn polls_when_busy_then_sleeps_when_idle_within_the_window() {
         hits + misses
     );
     r.t.shutdown();
+}
+
+/// Work that only an fd announces (a tap, a host socket) ends the poll window at once when the
+/// handler says it has such sources, and not otherwise (the thread finds it after the window).
+#[test]
+fn polling_peeks_at_the_fds_of_handlers_with_fd_sources_only() {
+    let params = PollParams {
+        max_ns: 1_000_000,
+        shrink: 2,
+        policy: crate::poll::PolicyKind::Classic,
+        ..PollParams::default()
+    };
+    let peeking = rig_with("poll-fd-peek", params, 1, true);
+    kick_until(&peeking.fd, || stat(&peeking.t, "poll_fd_hits") > 100);
+    assert!(stat(&peeking.t, "poll_ns") > 0, "the thread polled");
+    peeking.t.shutdown();
+
+    let blind = rig_with("poll-fd-blind", params, 1, false);
+    kick_until(&blind.fd, || stat(&blind.t, "poll_misses") > 100);
+    let runs = blind.runs.load(Ordering::SeqCst);
+    assert!(runs > 100, "fd events still run the handler: {runs} runs");
+    assert_eq!(
+        stat(&blind.t, "poll_fd_hits"),
+        0,
+        "no peek without fd sources"
+    );
+    blind.t.shutdown();
 }
 
 #[test]

@@ -476,4 +476,8 @@ impl Poll for NetQueuePair {
         s.rx_frames.load(std::sync::atomic::Ordering::Relaxed)
             + s.tx_frames.load(std::sync::atomic::Ordering::Relaxed)
     }
+    /// Frames from the host arrive on the tap's fd.
+    fn has_fd_sources(&self) -> bool {
+        true
+    }
 }

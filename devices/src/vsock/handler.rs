@@ -374,6 +374,11 @@ impl Poll for VsockHandler {
     fn completed(&self) -> u64 {
         self.completed
     }
+
+    /// Host clients' bytes and connections arrive on the muxer's epoll fd.
+    fn has_fd_sources(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]
