@@ -90,8 +90,11 @@ pub struct Connection {
     to_host: VecDeque<u8>,
     /// A control packet owed to the guest (besides the state's own).
     owed: Option<Op>,
-    /// The socket may have bytes to read (edge-triggered: set on EPOLLIN, cleared on EAGAIN).
+    /// The socket may have bytes to read (edge-triggered: set on EPOLLIN, cleared on EAGAIN
+    /// or a short read).
     pub readable: bool,
+    /// The socket reported a hang-up: no edge comes again, so reads go on to end of file.
+    hang_up_seen: bool,
     /// The host side reached end of file.
     host_eof: bool,
     /// When the connection is reset if the guest has not answered by then (its REQUEST, the
@@ -134,6 +137,7 @@ impl Connection {
             to_host: VecDeque::new(),
             owed: None,
             readable: true,
+            hang_up_seen: false,
             host_eof: false,
             expiry: None,
             socket_calls: SocketCalls::default(),
@@ -283,6 +287,12 @@ impl Connection {
                 0
             }
             Ok(got) => {
+                // Short of what was asked: the socket is empty now, and bytes that come later
+                // raise a new edge, so no read to EAGAIN. After a hang-up no edge comes again:
+                // read on to end of file.
+                if got < n && !self.hang_up_seen {
+                    self.readable = false;
+                }
                 self.rx_cnt += Wrapping(got as u32);
                 self.fwd_cnt_told = self.fwd_cnt;
                 got
@@ -457,9 +467,11 @@ impl Connection {
         }
     }
 
-    /// The host socket hung up (EPOLLHUP/RDHUP): reading reaches end of file.
-    pub fn host_hung_up(&mut self) {
+    /// The host socket has bytes (EPOLLIN) or hung up (`hang_up`: EPOLLHUP/RDHUP; reading
+    /// then goes on to end of file).
+    pub fn host_readable(&mut self, hang_up: bool) {
         self.readable = true;
+        self.hang_up_seen |= hang_up;
     }
 }
 
@@ -512,6 +524,35 @@ mod tests {
         assert_eq!(c.outgoing(), Outgoing::Data);
         let mut buf = [0u8; 100];
         assert_eq!(c.read_data(&mut buf, 100), 4);
+    }
+
+    #[test]
+    fn a_short_read_ends_reading_until_the_next_edge_and_a_hang_up_reads_to_eof() {
+        let (mut c, mut peer) = pair(ConnState::LocalInit);
+        c.sent_control(Op::Request);
+        c.from_guest(&from_guest(Op::Response, 4096, 0), &[]);
+        let mut ok = [0u8; 14];
+        peer.read_exact(&mut ok).unwrap();
+        peer.write_all(b"pong").unwrap();
+        c.host_readable(false);
+        let mut buf = [0u8; 100];
+        assert_eq!(c.read_data(&mut buf, 100), 4);
+        assert_eq!(
+            c.outgoing(),
+            Outgoing::Nothing,
+            "short read: empty until an edge"
+        );
+        assert_eq!(c.socket_calls.reads, 1, "no read to EAGAIN");
+        // More bytes, then the client closes: its edge says so, reading goes on to EOF.
+        peer.write_all(b"last").unwrap();
+        drop(peer);
+        c.host_readable(true);
+        assert_eq!(c.outgoing(), Outgoing::Data);
+        assert_eq!(c.read_data(&mut buf, 100), 4);
+        assert_eq!(&buf[..4], b"last");
+        assert_eq!(c.read_data(&mut buf, 100), 0);
+        assert_ne!(c.outgoing(), Outgoing::Data, "end of file reached");
+        assert!(c.host_eof);
     }
 
     #[test]

@@ -352,7 +352,7 @@ impl Muxer {
                         continue;
                     };
                     if set.intersects(EventSet::IN | EventSet::READ_HANG_UP | EventSet::HANG_UP) {
-                        c.host_hung_up();
+                        c.host_readable(set.intersects(EventSet::READ_HANG_UP | EventSet::HANG_UP));
                     }
                     if set.contains(EventSet::OUT) && c.buffered() > 0 && !c.flush_to_host() {
                         c.kill(true);
