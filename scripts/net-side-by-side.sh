@@ -18,7 +18,9 @@
 # /work/anchors/cloud-hypervisor), OSPREY_QEMU=path (default qemu-system-x86_64 on PATH),
 # OSPREY_B=path (a second Osprey build, run as `osprey-b`: a before/after in the same run),
 # LOADS="idle busy" (either or both), PINGS (default 10000), FLOOD (default 100000),
-# OUT=dir (default target/net-side-by-side/<UTC timestamp>).
+# OUT=dir (default target/net-side-by-side/<UTC timestamp>), PLACE=apart (after boot, every
+# VMM's vCPU threads pinned to CPU 1 and its other threads, and ping, to CPU 0, by
+# scripts/lib/place_threads.py: the same placement for every VMM; default: the scheduler's).
 # A VMM whose binary is absent prints NOT RUN; the others still run.
 #
 # QEMU: `-netdev tap,...,vhost=off -device virtio-net-pci,...,romfile=` (no iPXE option ROM: it
@@ -35,11 +37,13 @@ LOADS=${LOADS:-idle busy}
 PINGS=${PINGS:-10000}
 FLOOD=${FLOOD:-100000}
 OUT=${OUT:-target/net-side-by-side/$(date -u +%Y%m%dT%H%M%SZ)}
+PLACE=${PLACE:-}
 
 if ! [[ "$ROUNDS" =~ ^[0-9]+$ ]] || ((ROUNDS < 3 || ROUNDS > 100)); then
     echo "net-side-by-side: ROUNDS must be 3-100 (got $ROUNDS)" >&2
     exit 2
 fi
+[[ -z $PLACE || $PLACE == apart ]] || { echo "net-side-by-side: PLACE: apart or empty, not $PLACE" >&2; exit 2; }
 for l in $LOADS; do
     [[ $l == idle || $l == busy ]] || { echo "net-side-by-side: LOADS: idle or busy, not $l" >&2; exit 2; }
 done
@@ -127,8 +131,10 @@ measure() { # load ip file: the JSON into file (not in a subshell: cleanup must 
         taskset -c 1 sh -c 'while :; do :; done' &
         HOG=$!
     fi
+    local pin=()
+    [[ $PLACE == apart ]] && pin=(taskset -c 0)
     # In the background, so that a signal runs the cleanup at once, not after the pings.
-    python3 scripts/net-bench.py --ip "$ip" --pid "$PID" --count "$PINGS" --flood "$FLOOD" \
+    "${pin[@]}" python3 scripts/net-bench.py --ip "$ip" --pid "$PID" --count "$PINGS" --flood "$FLOOD" \
         >"$file" &
     BENCH=$!
     wait "$BENCH" || true
@@ -141,7 +147,7 @@ measure() { # load ip file: the JSON into file (not in a subshell: cleanup must 
     [[ -s "$file" ]] || echo '{"error": "net-bench.py printed nothing"}' >"$file"
 }
 
-echo "net side by side: $ROUNDS rounds, ${VMMS[*]}, loads: $LOADS, $PINGS pings, flood $FLOOD"
+echo "net side by side: $ROUNDS rounds, ${VMMS[*]}, loads: $LOADS, $PINGS pings, flood $FLOOD, placement: ${PLACE:-scheduler}"
 echo "host load at start: $(cut -d' ' -f1-3 /proc/loadavg) (1/5/15 min), $(nproc) CPUs; out: $OUT"
 n=${#VMMS[@]}
 declare -A TAP
@@ -163,6 +169,9 @@ for r in $(seq 1 "$ROUNDS"); do
         mkdir -p "$dir"
         booted=0
         start "$vmm" "$dir" "sbs$$n$k" "$ip" "$mac" && booted=1
+        if ((booted)) && [[ $PLACE == apart ]]; then
+            python3 scripts/lib/place_threads.py "$PID" 1 0 >"$dir/placement.txt" || booted=0
+        fi
         for load in "${order[@]}"; do
             la=$(cut -d' ' -f1 /proc/loadavg)
             if ((booted)); then

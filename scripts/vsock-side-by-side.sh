@@ -16,7 +16,10 @@
 # Environment: OSPREY=path (default target/release/osprey), OSPREY_FIRECRACKER=path (default
 # /work/anchors/firecracker), OSPREY_CLOUD_HYPERVISOR=path (default
 # /work/anchors/cloud-hypervisor), ROUNDTRIPS (default 10000), BULK_BYTES (default 64 MiB per
-# phase), OUT=dir (default target/vsock-side-by-side/<UTC timestamp>).
+# phase), OUT=dir (default target/vsock-side-by-side/<UTC timestamp>), OSPREY_B=path (a second
+# Osprey build, run as `osprey-b`: a before/after in the same run), PLACE=apart (after boot,
+# every VMM's vCPU threads pinned to CPU 1 and its other threads, and the client, to CPU 0, by
+# scripts/lib/place_threads.py: the same placement for every VMM; default: the scheduler's).
 # A VMM whose binary is absent is listed as NOT RUN; the others still run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +31,7 @@ CH=${OSPREY_CLOUD_HYPERVISOR:-/work/anchors/cloud-hypervisor}
 ROUNDTRIPS=${ROUNDTRIPS:-10000}
 BULK_BYTES=${BULK_BYTES:-67108864}
 OUT=${OUT:-target/vsock-side-by-side/$(date -u +%Y%m%dT%H%M%SZ)}
+PLACE=${PLACE:-}
 PORT=1024
 GUEST_ARGS="console=ttyS0 mode=vsock-echo port=$PORT"
 
@@ -35,6 +39,7 @@ if ! [[ "$ROUNDS" =~ ^[0-9]+$ ]] || ((ROUNDS < 3 || ROUNDS > 100)); then
     echo "vsock-side-by-side: ROUNDS must be 3-100 (got $ROUNDS)" >&2
     exit 2
 fi
+[[ -z $PLACE || $PLACE == apart ]] || { echo "vsock-side-by-side: PLACE: apart or empty, not $PLACE" >&2; exit 2; }
 command -v python3 >/dev/null || { echo "vsock-side-by-side: NOT RUN (python3 is missing)"; exit 0; }
 command -v cc >/dev/null || { echo "vsock-side-by-side: NOT RUN (no C compiler, cc)"; exit 0; }
 [[ -f guest-images/build/test-guest.elf ]] || make -s guest
@@ -48,6 +53,9 @@ VMMS=()
 [[ -x "$OSPREY" ]] && VMMS+=(osprey) || echo "osprey: NOT RUN (no binary at $OSPREY)"
 [[ -x "$FC" ]] && VMMS+=(firecracker) || echo "firecracker: NOT RUN (no binary at $FC)"
 [[ -x "$CH" ]] && VMMS+=(cloud-hypervisor) || echo "cloud-hypervisor: NOT RUN (no binary at $CH)"
+if [[ -n "${OSPREY_B:-}" ]]; then
+    [[ -x "$OSPREY_B" ]] && VMMS+=(osprey-b) || echo "osprey-b: NOT RUN (no binary at $OSPREY_B)"
+fi
 ((${#VMMS[@]})) || exit 0
 
 PID=
@@ -69,6 +77,7 @@ start() { # vmm dir -> sets PID, the VMM's serial output in dir/serial.txt
     fc_config "$uds" >"$dir/vm.json"
     case $vmm in
     osprey) "$OSPREY" --config "$dir/vm.json" >"$dir/serial.txt" 2>"$dir/vmm.log" </dev/null & ;;
+    osprey-b) "$OSPREY_B" --config "$dir/vm.json" >"$dir/serial.txt" 2>"$dir/vmm.log" </dev/null & ;;
     firecracker)
         : >"$dir/fc.log" # its log would interleave with the serial lines on stdout
         "$FC" --no-api --enable-pci --config-file "$dir/vm.json" --log-path "$dir/fc.log" \
@@ -89,7 +98,7 @@ start() { # vmm dir -> sets PID, the VMM's serial output in dir/serial.txt
     return 1
 }
 
-echo "vsock side by side: $ROUNDS rounds, ${VMMS[*]}, $ROUNDTRIPS round trips, $BULK_BYTES bulk bytes"
+echo "vsock side by side: $ROUNDS rounds, ${VMMS[*]}, $ROUNDTRIPS round trips, $BULK_BYTES bulk bytes, placement: ${PLACE:-scheduler}"
 echo "host load at start: $(cut -d' ' -f1-3 /proc/loadavg) (1/5/15 min), $(nproc) CPUs; out: $OUT"
 : >"$OUT/results.jsonl"
 n=${#VMMS[@]}
@@ -99,8 +108,14 @@ for r in $(seq 1 "$ROUNDS"); do
         dir=$OUT/r$r-$vmm
         mkdir -p "$dir"
         la=$(cut -d' ' -f1 /proc/loadavg)
-        if start "$vmm" "$dir"; then
-            res=$("$BENCH" --uds "$dir/v.sock" --port $PORT --pid "$PID" \
+        pin=() booted=0
+        start "$vmm" "$dir" && booted=1
+        if ((booted)) && [[ $PLACE == apart ]]; then
+            pin=(taskset -c 0)
+            python3 scripts/lib/place_threads.py "$PID" 1 0 >"$dir/placement.txt" || booted=0
+        fi
+        if ((booted)); then
+            res=$("${pin[@]}" "$BENCH" --uds "$dir/v.sock" --port $PORT --pid "$PID" \
                 --rounds "$ROUNDTRIPS" --total "$BULK_BYTES" || true)
         else
             res='{"error": "did not boot"}'

@@ -27,7 +27,7 @@ def kind(comm, flags):
     return "dev"
 
 
-def _flags(stat):
+def task_flags(stat):
     # Field 9 of stat, counted after the ")" that closes the name (which may hold spaces).
     rest = stat[stat.rindex(")") + 2:].split()
     return int(rest[6])
@@ -46,7 +46,7 @@ def cpu_ns(pid):
             with open(base + "comm") as f:
                 comm = f.read().rstrip("\n")
             with open(base + "stat") as f:
-                flags = _flags(f.read())
+                flags = task_flags(f.read())
             with open(base + "schedstat") as f:
                 ns = int(f.read().split()[0])
         except (OSError, ValueError, IndexError):
