@@ -14,7 +14,7 @@ use std::io::{ErrorKind, Read};
 use std::os::unix::io::{AsRawFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 
@@ -33,6 +33,10 @@ const MAX_LINE: usize = 32;
 const EVENTS: usize = 64;
 /// The first host-side port given to host-initiated connections.
 const FIRST_LOCAL_PORT: u32 = 1 << 30;
+/// How soon the muxer accepts again after an accept failed for want of fds or memory (EMFILE,
+/// ENFILE, ENOBUFS, ENOMEM): the clients stay queued in the backlog, and no new edge comes for
+/// them unless another client connects.
+const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 
 /// Why the muxer could not start.
 #[derive(Debug, thiserror::Error)]
@@ -98,6 +102,10 @@ pub struct Muxer {
     /// The last accept batch ended full: the backlog may hold more clients, and no new edge
     /// will say so.
     accept_more: bool,
+    /// An accept failed for want of resources: when to try again ([`ACCEPT_RETRY`]).
+    accept_retry_at: Option<Instant>,
+    /// Accepts have been failing since the last one that worked (logged once per episode).
+    accept_failing: bool,
     /// Kill timers, in deadline order (every timeout is the same length): a connection's
     /// deadline when its REQUEST or SHUTDOWN went. An entry whose connection is gone or has a
     /// later deadline is dropped when it comes due.
@@ -231,6 +239,8 @@ impl Muxer {
             next_port: FIRST_LOCAL_PORT,
             events: vec![EpollEvent::default(); EVENTS],
             accept_more: false,
+            accept_retry_at: None,
+            accept_failing: false,
             killq: VecDeque::new(),
             unflushed: Vec::new(),
             stage: vec![0; STAGE],
@@ -372,9 +382,22 @@ impl Muxer {
         self.accept_more = true;
         for _ in 0..MAX_PENDING {
             let stream = match self.listener.accept() {
-                Ok((s, _)) => s,
-                Err(_) => {
+                Ok((s, _)) => {
+                    self.accept_failing = false;
+                    s
+                }
+                // That client gave up, or a signal came: the next one may be there.
+                Err(e)
+                    if e.kind() == ErrorKind::Interrupted
+                        || e.raw_os_error() == Some(libc::ECONNABORTED) =>
+                {
+                    continue;
+                }
+                Err(e) => {
                     self.accept_more = false;
+                    if e.kind() != ErrorKind::WouldBlock {
+                        self.accept_failed(&e, Instant::now());
+                    }
                     return;
                 }
             };
@@ -407,6 +430,20 @@ impl Muxer {
             // The line may already be there.
             self.read_connect(fd);
         }
+    }
+
+    /// An accept failed with clients perhaps still queued: try again after [`ACCEPT_RETRY`]
+    /// (through [`Muxer::next_deadline`] and [`Muxer::sweep`]), so none waits for another
+    /// client's edge.
+    fn accept_failed(&mut self, e: &std::io::Error, now: Instant) {
+        if !std::mem::replace(&mut self.accept_failing, true) {
+            log::warn!(
+                "virtio-vsock: accepting on {}: {e}; retrying every {} ms",
+                self.uds_path.display(),
+                ACCEPT_RETRY.as_millis()
+            );
+        }
+        self.accept_retry_at = Some(now + ACCEPT_RETRY);
     }
 
     fn drop_pending(&mut self, fd: RawFd) {
@@ -680,6 +717,10 @@ impl Muxer {
     /// answered, a SHUTDOWN it never acknowledged: Firecracker's timers): the guest gets an
     /// RST, the host client end of file.
     pub fn sweep(&mut self, now: Instant) {
+        if self.accept_retry_at.is_some_and(|at| at <= now) {
+            self.accept_retry_at = None;
+            self.accept();
+        }
         // Bounded: each round pops an entry.
         while let Some(&(at, key)) = self.killq.front() {
             if at > now {
@@ -694,7 +735,11 @@ impl Muxer {
 
     /// When [`Muxer::sweep`] has work next, if ever.
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.killq.front().map(|&(at, _)| at)
+        let kill = self.killq.front().map(|&(at, _)| at);
+        match (kill, self.accept_retry_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Starts `key`'s kill timer if the control packet that just went set one.
@@ -887,6 +932,31 @@ mod tests {
             }
         }
         assert_eq!(requests, clients.len());
+        drop(m);
+        let _ = std::fs::remove_file(&path);
+    }
+
+    /// An accept that failed for want of fds (EMFILE) leaves clients in the backlog with no edge
+    /// to come: the muxer tries again after [`ACCEPT_RETRY`] and the client gets through.
+    #[test]
+    fn a_failed_accept_is_retried_on_a_timer() {
+        let path = sock_path("emfile");
+        let mut m = Muxer::bind(3, &path).unwrap();
+        let mut client = UnixStream::connect(&path).unwrap();
+        client.write_all(b"CONNECT 52\n").unwrap();
+        // The listener's edge is taken by an accept that failed (as EMFILE would make it).
+        let mut events = vec![EpollEvent::default(); EVENTS];
+        assert_eq!(m.epoll.wait(0, &mut events).unwrap(), 1);
+        let now = Instant::now();
+        m.accept_failed(&std::io::Error::from_raw_os_error(libc::EMFILE), now);
+        assert!(drain(&mut m).is_empty(), "no edge: nothing yet");
+        let at = m.next_deadline().expect("a retry is due");
+        assert_eq!(at, now + ACCEPT_RETRY);
+        m.sweep(at);
+        let out = drain(&mut m);
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!(out[0].op(), Some(Op::Request));
+        assert!(m.next_deadline().is_some(), "the REQUEST's kill timer");
         drop(m);
         let _ = std::fs::remove_file(&path);
     }
