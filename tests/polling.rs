@@ -217,16 +217,32 @@ fn bad_poll_settings_are_refused_with_the_field_named() {
     }
 }
 
-/// `iothreads[].cpu_affinity` pins the dataplane thread: while the guest works, the kernel's
-/// view of the `iothread-io0` task allows exactly the configured CPU.
+/// The CPUs the kernel lets thread `comm` of `pid` run on (`Cpus_allowed_list`).
+fn allowed_cpus_of(pid: u32, comm: &str) -> Option<String> {
+    let tasks = std::path::PathBuf::from(format!("/proc/{pid}/task"));
+    let status = std::fs::read_dir(&tasks)
+        .ok()?
+        .filter_map(|t| t.ok())
+        .find(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == comm))
+        .and_then(|t| std::fs::read_to_string(t.path().join("status")).ok())?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .map(|l| l.trim().to_string())
+}
+
+/// `iothreads[].cpu_affinity` and `machine-config.vcpu_affinity` pin the dataplane thread and
+/// the vCPU: while the guest works, the kernel's view of the `iothread-io0` and `vcpu0` tasks
+/// allows exactly the configured CPUs (apart, where the host has two).
 #[test]
-fn iothread_is_pinned_to_its_configured_cpus() {
+fn iothread_and_vcpu_are_pinned_to_their_configured_cpus() {
     let _one = serial();
     let allowed = vmm::affinity::allowed_cpus();
     let cpu = *allowed.last().expect("an allowed CPU");
+    let vcpu_cpu = allowed[0];
     let disk = Disk::new("affinity", 16 << 20);
     let cfg = json!({
-        "machine-config": {"vcpu_count": 1, "mem_size_mib": 64},
+        "machine-config": {"vcpu_count": 1, "mem_size_mib": 64, "vcpu_affinity": [[vcpu_cpu]]},
         "boot-source": {"kernel_image_path": common::test_guest(),
                         "boot_args": "mode=blk rw=randread bs=4096 qd=1 count=400 think_us=5000"},
         "drives": [{"drive_id": "disk0", "path_on_host": disk.path, "io_engine": "Sync"}],
@@ -237,26 +253,22 @@ fn iothread_is_pinned_to_its_configured_cpus() {
     let mut vm = common::Vmm::spawn(["--config".as_ref(), cfg_path.as_os_str()]);
     let pinned = vm.wait_console(std::time::Duration::from_secs(30), |l| l.contains("ready"));
     assert!(pinned.is_some(), "guest never ready\n{}", vm.log_text());
-    let tasks = std::path::PathBuf::from(format!("/proc/{}/task", vm.pid()));
-    let status = std::fs::read_dir(&tasks)
-        .expect("task dir")
-        .filter_map(|t| t.ok())
-        .find(|t| {
-            std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == "iothread-io0")
-        })
-        .map(|t| std::fs::read_to_string(t.path().join("status")).expect("status"))
-        .unwrap_or_else(|| panic!("no iothread-io0 task\n{}", vm.log_text()));
-    let list = status
-        .lines()
-        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-        .expect("Cpus_allowed_list")
-        .trim()
-        .to_string();
+    let iothread = allowed_cpus_of(vm.pid(), "iothread-io0");
+    let vcpu = allowed_cpus_of(vm.pid(), "vcpu0");
     let status = vm.wait_exit(std::time::Duration::from_secs(60));
     let log = vm.log_text();
-    assert_eq!(list, cpu.to_string(), "the iothread's CPUs\n{log}");
+    assert_eq!(
+        iothread,
+        Some(cpu.to_string()),
+        "the iothread's CPUs\n{log}"
+    );
+    assert_eq!(vcpu, Some(vcpu_cpu.to_string()), "the vCPU's CPUs\n{log}");
     assert!(
         log.contains(&format!("iothread io0: pinned to CPUs {cpu}")),
+        "{log}"
+    );
+    assert!(
+        log.contains(&format!("vCPU 0: pinned to CPUs {vcpu_cpu}")),
         "{log}"
     );
     assert!(status.success(), "{log}");

@@ -290,6 +290,10 @@ pub struct MachineConfig {
     /// How the scheduler weighs the VM's threads against each other.
     #[serde(default)]
     pub thread_weights: crate::thread_weights::ThreadWeights,
+    /// Host CPUs per vCPU: entry `i` pins vCPU `i`'s thread to those CPUs (an empty list, or
+    /// no entry, leaves it to the scheduler). At most one entry per vCPU.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub vcpu_affinity: Vec<Vec<usize>>,
     /// Firecracker's simultaneous multithreading flag: Osprey gives each vCPU its own core, so
     /// only `false` is accepted.
     #[serde(default)]
@@ -318,6 +322,7 @@ impl Default for MachineConfig {
             vcpu_count: default_vcpus(),
             mem_size_mib: default_mem(),
             thread_weights: Default::default(),
+            vcpu_affinity: Vec::new(),
             smt: false,
             track_dirty_pages: false,
             cpu_template: None,

@@ -21,6 +21,7 @@ fn defaults_fill_in() {
             vcpu_count: 1,
             mem_size_mib: 128,
             thread_weights: crate::thread_weights::ThreadWeights::Dynamic,
+            vcpu_affinity: Vec::new(),
             smt: false,
             track_dirty_pages: false,
             cpu_template: None,
@@ -39,7 +40,7 @@ fn unknown_field_names_its_path() {
     assert!(
         msg.starts_with(
             "vm.json: machine-config.vcpus: unknown field `vcpus`, expected one of \
-             `vcpu_count`, `mem_size_mib`, `thread_weights`"
+             `vcpu_count`, `mem_size_mib`, `thread_weights`, `vcpu_affinity`"
         ),
         "{msg}"
     );
@@ -153,6 +154,24 @@ fn validation_names_fields() {
         ),
         "{e}"
     );
+    let mut vcpus = c.clone();
+    vcpus.machine.vcpu_count = 2;
+    vcpus.machine.vcpu_affinity = vec![vec![], vec![100_000]];
+    let e = check(&vcpus).expect_err("CPU 100000").to_string();
+    assert!(
+        e.starts_with(
+            "machine-config.vcpu_affinity[1]: CPU 100000 is not available to Osprey (allowed: "
+        ),
+        "{e}"
+    );
+    let cpu0 = crate::affinity::allowed_cpus()[0];
+    vcpus.machine.vcpu_affinity = vec![vec![cpu0], vec![cpu0], vec![cpu0]];
+    assert_eq!(
+        check(&vcpus).expect_err("3 entries").to_string(),
+        "machine-config.vcpu_affinity: 3 entries for 2 vCPU(s): entry i pins vCPU i"
+    );
+    vcpus.machine.vcpu_affinity = vec![vec![cpu0]];
+    check(&vcpus).expect("one entry for two vCPUs: the second is not pinned");
 }
 
 #[test]

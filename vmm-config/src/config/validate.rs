@@ -71,6 +71,7 @@ impl VmConfig {
             ));
         }
         check_firecracker_machine(m)?;
+        check_vcpu_affinity(m)?;
         if m.mem_size_mib > host_mem_mib {
             return Err(invalid(
                 "machine-config.mem_size_mib",
@@ -212,7 +213,30 @@ impl VmConfig {
     }
 }
 
-/// `iothreads[i]`'s CPUs, poll parameters and batch size.
+/// `machine-config.vcpu_affinity`: at most one entry per vCPU, each CPU one Osprey may use.
+fn check_vcpu_affinity(m: &super::MachineConfig) -> Result<(), ConfigError> {
+    if m.vcpu_affinity.len() > usize::from(m.vcpu_count) {
+        return Err(invalid(
+            "machine-config.vcpu_affinity",
+            format!(
+                "{} entries for {} vCPU(s): entry i pins vCPU i",
+                m.vcpu_affinity.len(),
+                m.vcpu_count
+            ),
+        ));
+    }
+    let allowed = crate::affinity::allowed_cpus();
+    for (i, cpus) in m.vcpu_affinity.iter().enumerate() {
+        if let Err(e) = crate::affinity::check(cpus, &allowed) {
+            return Err(invalid(
+                format!("machine-config.vcpu_affinity[{i}]"),
+                e.to_string(),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Firecracker's `machine-config` fields Osprey reads but does not implement: each must keep
 /// the value that means "off", so no client believes it got what Osprey does not do.
 fn check_firecracker_machine(m: &super::MachineConfig) -> Result<(), ConfigError> {
@@ -249,6 +273,7 @@ fn check_firecracker_machine(m: &super::MachineConfig) -> Result<(), ConfigError
     Ok(())
 }
 
+/// `iothreads[i]`'s CPUs, poll parameters and batch size.
 pub fn check_iothread(i: usize, t: &IoThreadConfig) -> Result<(), ConfigError> {
     if let Err(e) = crate::affinity::check(&t.cpu_affinity, &crate::affinity::allowed_cpus()) {
         return Err(invalid(

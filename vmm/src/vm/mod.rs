@@ -209,6 +209,7 @@ fn start_from(
             pause: &pause,
             light: light_vcpus,
             sandbox: &sandbox,
+            affinity: &config.machine.vcpu_affinity,
         },
     )?;
     steps.mark("vcpus");
@@ -444,6 +445,8 @@ struct VcpuShared<'a> {
     /// Dynamic thread weights: vCPUs run one nice step light.
     light: bool,
     sandbox: &'a Arc<Sandbox>,
+    /// `machine-config.vcpu_affinity`: entry `i`, vCPU `i`'s host CPUs.
+    affinity: &'a [Vec<usize>],
 }
 
 /// Creates and configures `count` vCPUs and starts a thread for each. Also returns the MSRs a
@@ -492,7 +495,13 @@ fn spawn_vcpus(
             stop: shared.stop.clone(),
             pause: shared.pause.clone(),
             on_start: Some(vcpu_start_hook(
+                id,
                 shared.light,
+                shared
+                    .affinity
+                    .get(usize::from(id))
+                    .cloned()
+                    .unwrap_or_default(),
                 shared.sandbox.hook(ThreadKind::Vcpu),
             )),
         };
@@ -518,10 +527,17 @@ fn spawn_vcpus(
     Ok((vcpus, snapshot_msrs))
 }
 
-/// A vCPU's start hook: one nice step light first (with dynamic thread weights), then the
-/// sandbox's hook.
-fn vcpu_start_hook(light: bool, sandbox: ThreadHook) -> ThreadHook {
+/// A vCPU's start hook: pinned to `cpus` (unless empty) and one nice step light (with dynamic
+/// thread weights) first, then the sandbox's hook (its seccomp filter allows neither).
+fn vcpu_start_hook(id: u8, light: bool, cpus: Vec<usize>, sandbox: ThreadHook) -> ThreadHook {
     Box::new(move || {
+        if !cpus.is_empty() {
+            let shown = crate::affinity::describe(&cpus);
+            match crate::affinity::pin_current_thread(&cpus) {
+                Ok(()) => log::info!("vCPU {id}: pinned to CPUs {shown}"),
+                Err(e) => log::warn!("vCPU {id}: not pinned ({e}); the scheduler places it"),
+            }
+        }
         if light {
             if let Err(e) = dataplane::thread_weight::lighten_this_thread() {
                 log::warn!("vCPU: cannot lower its weight ({e}); it keeps the process's");
