@@ -9,8 +9,10 @@
 # round trips (mean, p99 over ROUNDTRIPS), bulk echo over 1 and over 8 connections (MB/s of
 # payload, compared on return) and the VMM's CPU per MB in each bulk phase
 # (/proc/PID/task/*/schedstat; non-vCPU threads apart from the vCPU threads, which the polling
-# guest keeps busy). It prints every round, then the median of each figure per VMM. Say how
-# busy the host was when you quote it.
+# guest keeps busy). Each round also runs the client against scripts/vsock-host-echo.c (row
+# `host-echo`: a host thread that answers CONNECT and echoes, no VM): the floor, what the
+# client's own socket calls and wake-ups cost on this host. It prints every round, then the
+# median of each figure per VMM. Say how busy the host was when you quote it.
 #
 # Usage: scripts/vsock-side-by-side.sh [ROUNDS (default 3, at least 3)]
 # Environment: OSPREY=path (default target/release/osprey), OSPREY_FIRECRACKER=path (default
@@ -48,6 +50,8 @@ mkdir -p "$OUT"
 OUT=$(realpath "$OUT")
 BENCH=$OUT/vsock-bench
 cc -O2 -o "$BENCH" scripts/vsock-bench.c
+ECHO=$OUT/vsock-host-echo
+cc -O2 -pthread -o "$ECHO" scripts/vsock-host-echo.c
 
 VMMS=()
 [[ -x "$OSPREY" ]] && VMMS+=(osprey) || echo "osprey: NOT RUN (no binary at $OSPREY)"
@@ -57,6 +61,7 @@ if [[ -n "${OSPREY_B:-}" ]]; then
     [[ -x "$OSPREY_B" ]] && VMMS+=(osprey-b) || echo "osprey-b: NOT RUN (no binary at $OSPREY_B)"
 fi
 ((${#VMMS[@]})) || exit 0
+VMMS+=(host-echo) # the floor: the same client against a host process, no VM
 
 PID=
 cleanup() { [[ -n "$PID" ]] && kill -9 "$PID" 2>/dev/null || true; }
@@ -76,6 +81,12 @@ start() { # vmm dir -> sets PID, the VMM's serial output in dir/serial.txt
     rm -f "$uds"
     fc_config "$uds" >"$dir/vm.json"
     case $vmm in
+    host-echo) # no guest: a host thread answers CONNECT and echoes
+        "$ECHO" "$uds" >"$dir/serial.txt" 2>"$dir/vmm.log" </dev/null &
+        PID=$!
+        for _ in $(seq 1 250); do [[ -S "$uds" ]] && return 0; sleep 0.02; done
+        echo "host-echo: no socket (see $dir)" >&2
+        return 1 ;;
     osprey) "$OSPREY" --config "$dir/vm.json" >"$dir/serial.txt" 2>"$dir/vmm.log" </dev/null & ;;
     osprey-b) "$OSPREY_B" --config "$dir/vm.json" >"$dir/serial.txt" 2>"$dir/vmm.log" </dev/null & ;;
     firecracker)
