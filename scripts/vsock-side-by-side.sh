@@ -10,8 +10,8 @@
 # payload, compared on return) and the VMM's CPU per MB in each bulk phase
 # (/proc/PID/task/*/schedstat; non-vCPU threads apart from the vCPU threads, which the polling
 # guest keeps busy). Each round also runs the client against scripts/vsock-host-echo.c (row
-# `host-echo`: a host thread that answers CONNECT and echoes, no VM): the floor, what the
-# client's own socket calls and wake-ups cost on this host. It prints every round, then the
+# `host-echo`: a host thread per connection that answers CONNECT and echoes, polling its socket,
+# no VM): the floor, what the client's own socket calls and wake-ups cost on this host. It prints every round, then the
 # median of each figure per VMM. Say how busy the host was when you quote it.
 #
 # Usage: scripts/vsock-side-by-side.sh [ROUNDS (default 3, at least 3)]
