@@ -41,6 +41,8 @@
 #define MAX_CONNS 8
 #define CHUNK (256 * 1024)
 #define PF_KTHREAD 0x00200000UL
+#define PF_USER_WORKER 0x00004000UL // KVM's worker on recent kernels (io_uring's: also PF_IO_WORKER)
+#define PF_IO_WORKER 0x00000010UL
 
 static char err_msg[256];
 
@@ -126,7 +128,7 @@ static struct cpu cpu_now(int pid)
         snprintf(path, sizeof path, "/proc/%d/task/%.16s/schedstat", pid, e->d_name);
         if (read_small(path, buf, sizeof buf) || sscanf(buf, "%llu", &ns) != 1)
             continue;
-        if (flags & PF_KTHREAD)
+        if ((flags & PF_KTHREAD) || ((flags & PF_USER_WORKER) && !(flags & PF_IO_WORKER)))
             out.kernel += ns;
         else if (is_vcpu_name(comm))
             out.vcpu += ns;

@@ -5,8 +5,9 @@ Reads /proc/PID/task/*/{comm,stat,schedstat} (schedstat field 1: nanoseconds on 
 thread is one of:
 - "vcpu": the VMM's vCPU threads, by name: Osprey and Cloud Hypervisor `vcpuN`, Firecracker
   `fc_vcpu N`, QEMU (`-name ...,debug-threads=on`) `CPU n/KVM`;
-- "kernel": kernel workers living in the process (KVM's `kvm-nx-lpage-re`: PF_KTHREAD in the
-  task flags), the same under every VMM and not the VMM's work;
+- "kernel": kernel workers living in the process (KVM's `kvm-nx-lpage-re`: PF_USER_WORKER in
+  the task flags on recent kernels, PF_KTHREAD on older ones; io_uring's workers, PF_IO_WORKER,
+  stay the VMM's), the same under every VMM and not the VMM's work;
 - "dev": everything else (device threads, iothreads, the VMM's main loop): the figure the
   side-by-side compares.
 Threads that exit between two samples are missed.
@@ -15,12 +16,14 @@ import os
 import re
 
 PF_KTHREAD = 0x00200000
+PF_USER_WORKER = 0x00004000
+PF_IO_WORKER = 0x00000010
 VCPU_NAME = re.compile(r"^(vcpu\d+|fc_vcpu \d+|CPU \d+/KVM)$")
 
 
 def kind(comm, flags):
     """"vcpu", "kernel" or "dev" for a thread named `comm` with task flags `flags`."""
-    if flags & PF_KTHREAD:
+    if flags & PF_KTHREAD or (flags & PF_USER_WORKER and not flags & PF_IO_WORKER):
         return "kernel"
     if VCPU_NAME.match(comm):
         return "vcpu"
