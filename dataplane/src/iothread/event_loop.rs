@@ -308,8 +308,8 @@ impl Loop {
 
     /// Before a sleep: re-enables the polled handlers' notifications (each re-checks: work that
     /// raced in goes to `hits`), spins on in-flight completions for the completion window, and
-    /// ends the completion watch. Returns the epoll timeout: 0 when any of that found work, else
-    /// [`Loop::sleep_timeout_ms`].
+    /// ends the completion watch. Returns the epoll timeout: 0 when any of that found work or the
+    /// spin saw fds ready, else [`Loop::sleep_timeout_ms`].
     fn prepare_to_sleep(&mut self, it: &mut Iterations) -> i32 {
         for slot in std::mem::take(&mut self.suppressed) {
             if self.slot(slot).is_some_and(|s| s.end_watch(Watch::Polling)) {
@@ -323,7 +323,8 @@ impl Loop {
         if it.hits.is_empty() {
             self.end_completion_watch(&mut it.hits);
         }
-        if !it.hits.is_empty() {
+        // Work found, or fds the completion spin's peek saw ready: epoll takes them at once.
+        if !it.hits.is_empty() || std::mem::take(&mut self.fds_ready) {
             return 0;
         }
         let timeout = self.sleep_timeout_ms(it.t0);
