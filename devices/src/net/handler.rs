@@ -28,6 +28,7 @@ use super::stats::NetStats;
 use super::tap::Tap;
 use super::throttle::{DirectionThrottle, NetRateLimits};
 use super::tx::{TxPath, TxStop};
+use super::PathIo;
 use crate::virtio::host_ring::{HostMemory, HostRing};
 use crate::virtio::{ActivatedQueue, GuestMemory, VirtioInterrupt};
 
@@ -321,27 +322,27 @@ impl Handler for NetQueuePair {
         self.tap_full = false;
         let mut tx_stop = TxStop::Empty;
         if let Some(ring) = self.tx.ring.as_mut() {
-            tx_stop = self.tx_path.run(
+            let io = PathIo {
                 ring,
-                &self.mem,
-                &self.tap,
-                &mut self.tx_throttle,
-                &self.stats,
-                budget,
-                &mut self.tx.used,
-            );
+                mem: &self.mem,
+                tap: &self.tap,
+                throttle: &mut self.tx_throttle,
+                stats: &self.stats,
+                used: &mut self.tx.used,
+            };
+            tx_stop = self.tx_path.run(io, budget);
         }
         let mut rx_stop = RxStop::Empty;
         if let Some(ring) = self.rx.ring.as_mut() {
-            rx_stop = self.rx_path.run(
+            let io = PathIo {
                 ring,
-                &self.mem,
-                &self.tap,
-                &mut self.rx_throttle,
-                &self.stats,
-                budget,
-                &mut self.rx.used,
-            );
+                mem: &self.mem,
+                tap: &self.tap,
+                throttle: &mut self.rx_throttle,
+                stats: &self.stats,
+                used: &mut self.rx.used,
+            };
+            rx_stop = self.rx_path.run(io, budget);
         }
         if self.tx.used || self.rx.used {
             let now = Instant::now();

@@ -27,6 +27,19 @@ mod mq_tests;
 mod pair_tests;
 
 pub use device::{NetDeviceConfig, VirtioNet};
+
+/// What one direction's turn works with, rx or tx: its ring, the guest memory, the tap, its
+/// rate limiter, the interface's counters, and the flag a used entry sets (the pair then
+/// signals the guest if its suppression rules ask for it).
+#[derive(Debug)]
+pub struct PathIo<'a> {
+    pub ring: &'a mut crate::virtio::host_ring::HostRing,
+    pub mem: &'a crate::virtio::host_ring::HostMemory,
+    pub tap: &'a Tap,
+    pub throttle: &'a mut throttle::DirectionThrottle,
+    pub stats: &'a NetStats,
+    pub used: &'a mut bool,
+}
 pub use stats::NetStats;
 pub use tap::{Tap, TapError};
 

@@ -13,9 +13,7 @@
 use std::io::ErrorKind;
 
 use super::stats::NetStats;
-use super::tap::Tap;
-use super::throttle::DirectionThrottle;
-use super::{LogLimit, MAX_FRAME_LEN, MIN_FRAME_LEN, NUM_BUFFERS_OFFSET, VNET_HDR_LEN};
+use super::{LogLimit, PathIo, MAX_FRAME_LEN, MIN_FRAME_LEN, NUM_BUFFERS_OFFSET, VNET_HDR_LEN};
 use crate::virtio::host_ring::{HostMemory, HostRing, RingError};
 
 /// The most buffers (descriptors) one frame may be spread over.
@@ -83,19 +81,17 @@ impl RxPath {
         self.pending.is_some()
     }
 
-    /// Moves up to `budget` frames from the tap to the guest; `used` is set when a used entry
-    /// was added.
-    #[allow(clippy::too_many_arguments)]
-    pub fn run(
-        &mut self,
-        ring: &mut HostRing,
-        mem: &HostMemory,
-        tap: &Tap,
-        throttle: &mut DirectionThrottle,
-        stats: &NetStats,
-        budget: usize,
-        used: &mut bool,
-    ) -> RxStop {
+    /// Moves up to `budget` frames from the tap to the guest; `io.used` is set when a used
+    /// entry was added.
+    pub fn run(&mut self, io: PathIo<'_>, budget: usize) -> RxStop {
+        let PathIo {
+            ring,
+            mem,
+            tap,
+            throttle,
+            stats,
+            used,
+        } = io;
         for _ in 0..budget {
             let pending = match self.pending {
                 Some(p) => p,

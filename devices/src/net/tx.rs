@@ -9,9 +9,7 @@
 use std::io::ErrorKind;
 
 use super::stats::NetStats;
-use super::tap::Tap;
-use super::throttle::DirectionThrottle;
-use super::{LogLimit, MAX_FRAME_LEN, MIN_FRAME_LEN, VNET_HDR_LEN};
+use super::{LogLimit, PathIo, MAX_FRAME_LEN, MIN_FRAME_LEN, VNET_HDR_LEN};
 use crate::virtio::host_ring::{HostMemory, HostRing, RingError};
 
 /// The most buffers one tx chain may have.
@@ -64,18 +62,16 @@ impl Default for TxPath {
 }
 
 impl TxPath {
-    /// Sends up to `budget` frames; `used` is set when a used entry was added.
-    #[allow(clippy::too_many_arguments)]
-    pub fn run(
-        &mut self,
-        ring: &mut HostRing,
-        mem: &HostMemory,
-        tap: &Tap,
-        throttle: &mut DirectionThrottle,
-        stats: &NetStats,
-        budget: usize,
-        used: &mut bool,
-    ) -> TxStop {
+    /// Sends up to `budget` frames; `io.used` is set when a used entry was added.
+    pub fn run(&mut self, io: PathIo<'_>, budget: usize) -> TxStop {
+        let PathIo {
+            ring,
+            mem,
+            tap,
+            throttle,
+            stats,
+            used,
+        } = io;
         for _ in 0..budget {
             let head = match ring.pop() {
                 Ok(Some(head)) => head,
