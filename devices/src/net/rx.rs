@@ -84,25 +84,17 @@ impl RxPath {
     /// Moves up to `budget` frames from the tap to the guest; `io.used` is set when a used
     /// entry was added.
     pub fn run(&mut self, io: PathIo<'_>, budget: usize) -> RxStop {
-        let PathIo {
-            ring,
-            mem,
-            tap,
-            throttle,
-            stats,
-            used,
-        } = io;
         for _ in 0..budget {
             let pending = match self.pending {
                 Some(p) => p,
                 None => {
-                    if !ring.has_avail() {
+                    if !io.ring.has_avail() {
                         // Leave the frames in the tap until the guest posts buffers.
                         return RxStop::NoBuffers;
                     }
-                    match tap.read_frame(&mut self.buf) {
+                    match io.tap.read_frame(&mut self.buf) {
                         Ok(len) if len < MIN_FRAME_LEN => {
-                            NetStats::add(&stats.rx_dropped, 1);
+                            NetStats::add(&io.stats.rx_dropped, 1);
                             continue;
                         }
                         Ok(len) => {
@@ -117,7 +109,7 @@ impl RxPath {
                         Err(e) => {
                             // The tap is gone or down: nothing to receive, the VM runs on.
                             if self.log.allow() {
-                                log::warn!("virtio-net: reading tap {}: {e}", tap.name());
+                                log::warn!("virtio-net: reading tap {}: {e}", io.tap.name());
                             }
                             return RxStop::Empty;
                         }
@@ -126,7 +118,7 @@ impl RxPath {
             };
             if !pending.admitted {
                 let bytes = (pending.len - VNET_HDR_LEN) as u64;
-                if !throttle.admit(bytes, &stats.rx_throttled) {
+                if !io.throttle.admit(bytes, &io.stats.rx_throttled) {
                     return RxStop::Throttled;
                 }
                 self.pending = Some(Pending {
@@ -134,16 +126,16 @@ impl RxPath {
                     ..pending
                 });
             }
-            match self.deliver(ring, mem, pending.len, stats) {
+            match self.deliver(io.ring, io.mem, pending.len, io.stats) {
                 Ok(Delivered::Done) => {
                     self.pending = None;
-                    *used = true;
+                    *io.used = true;
                     // Visible now, not after the next tap read (a syscall; at one frame at a
                     // time, the one that finds the tap empty): a polling guest answers sooner.
-                    ring.publish_used();
+                    io.ring.publish_used();
                 }
                 Ok(Delivered::NoBuffers) => {
-                    NetStats::add(&stats.rx_no_buffers, 1);
+                    NetStats::add(&io.stats.rx_no_buffers, 1);
                     return RxStop::NoBuffers;
                 }
                 Err(e) => return RxStop::Broken(e),

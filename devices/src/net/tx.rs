@@ -64,57 +64,49 @@ impl Default for TxPath {
 impl TxPath {
     /// Sends up to `budget` frames; `io.used` is set when a used entry was added.
     pub fn run(&mut self, io: PathIo<'_>, budget: usize) -> TxStop {
-        let PathIo {
-            ring,
-            mem,
-            tap,
-            throttle,
-            stats,
-            used,
-        } = io;
         for _ in 0..budget {
-            let head = match ring.pop() {
+            let head = match io.ring.pop() {
                 Ok(Some(head)) => head,
                 Ok(None) => return TxStop::Empty,
                 Err(e) => return TxStop::Broken(e),
             };
-            match self.gather(ring, head, mem) {
+            match self.gather(io.ring, head, io.mem) {
                 Err(why) => {
-                    NetStats::add(&stats.tx_malformed, 1);
+                    NetStats::add(&io.stats.tx_malformed, 1);
                     if self.log.allow() {
                         log::warn!("virtio-net: tx chain {head} dropped: {why:?}");
                     }
                 }
                 Ok(len) => {
                     let bytes = (len - VNET_HDR_LEN) as u64;
-                    if !throttle.admit(bytes, &stats.tx_throttled) {
-                        ring.undo_pop();
+                    if !io.throttle.admit(bytes, &io.stats.tx_throttled) {
+                        io.ring.undo_pop();
                         return TxStop::Throttled;
                     }
-                    match tap.write_frame(&self.iov) {
+                    match io.tap.write_frame(&self.iov) {
                         Ok(_) => {
-                            NetStats::add(&stats.tx_frames, 1);
-                            NetStats::add(&stats.tx_bytes, bytes);
+                            NetStats::add(&io.stats.tx_frames, 1);
+                            NetStats::add(&io.stats.tx_bytes, bytes);
                         }
                         Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                            ring.undo_pop();
-                            NetStats::add(&stats.tx_tap_full, 1);
+                            io.ring.undo_pop();
+                            NetStats::add(&io.stats.tx_tap_full, 1);
                             return TxStop::TapFull;
                         }
                         Err(e) => {
                             // The tap is gone or down: the frame is lost, the VM runs on.
-                            NetStats::add(&stats.tx_errors, 1);
+                            NetStats::add(&io.stats.tx_errors, 1);
                             if self.log.allow() {
-                                log::warn!("virtio-net: writing to tap {}: {e}", tap.name());
+                                log::warn!("virtio-net: writing to tap {}: {e}", io.tap.name());
                             }
                         }
                     }
                 }
             }
-            if let Err(e) = ring.add_used(head, 0) {
+            if let Err(e) = io.ring.add_used(head, 0) {
                 return TxStop::Broken(e);
             }
-            *used = true;
+            *io.used = true;
         }
         TxStop::Budget
     }
