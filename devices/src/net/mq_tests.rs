@@ -31,6 +31,29 @@ fn wait_used(mem: &GuestMemory, vq: &MockSplitQueue<GuestMemory>, n: u16) {
     panic!("used idx never reached {n}");
 }
 
+/// Interface `eth0` over `tap`, no MAC, no limits, served by a new iothread `thread_name`.
+fn device_on(tap: Tap, thread_name: &str) -> (VirtioNet, std::sync::Arc<IoThread>) {
+    let thread = IoThread::spawn(thread_name, 0).expect("iothread");
+    let dev = VirtioNet::new(
+        NetDeviceConfig {
+            iface_id: "eth0".into(),
+            tap,
+            mac: None,
+            rate_limits: NetRateLimits::default(),
+        },
+        thread.clone(),
+    );
+    (dev, thread)
+}
+
+/// A two-queue tap over two `SOCK_SEQPACKET` pairs, and the host ends of queues 0 and 1.
+fn two_queue_tap() -> (Tap, std::fs::File, std::fs::File) {
+    let (q0, host0) = frame_pair().expect("pair");
+    let (q1, host1) = frame_pair().expect("pair");
+    let tap = Tap::from_file(q0, "mq").with_queues(vec![Tap::from_file(q1, "mq")]);
+    (tap, host0, host1)
+}
+
 fn activated(vq: &MockSplitQueue<GuestMemory>, index: u16, kick: &EventFd) -> ActivatedQueue {
     ActivatedQueue {
         index,
@@ -43,16 +66,7 @@ fn activated(vq: &MockSplitQueue<GuestMemory>, index: u16, kick: &EventFd) -> Ac
 #[test]
 fn a_single_queue_tap_offers_no_mq_and_one_pair() {
     let (dev_end, _host) = frame_pair().expect("pair");
-    let thread = IoThread::spawn("net-1q", 0).expect("iothread");
-    let dev = VirtioNet::new(
-        NetDeviceConfig {
-            iface_id: "eth0".into(),
-            tap: Tap::from_file(dev_end, "pair"),
-            mac: None,
-            rate_limits: NetRateLimits::default(),
-        },
-        thread.clone(),
-    );
+    let (dev, thread) = device_on(Tap::from_file(dev_end, "pair"), "net-1q");
     assert_eq!(dev.features() & (features::MQ | features::CTRL_VQ), 0);
     assert_eq!(dev.queue_max_sizes().len(), 2);
     assert_eq!(dev.max_pairs(), 1);
@@ -65,19 +79,8 @@ fn a_single_queue_tap_offers_no_mq_and_one_pair() {
 #[test]
 fn pair_one_carries_frames_only_after_pairs_set() {
     let mem = guest_memory(0x100_0000);
-    let (q0, _host0) = frame_pair().expect("pair");
-    let (q1, mut host1) = frame_pair().expect("pair");
-    let tap = Tap::from_file(q0, "mq").with_queues(vec![Tap::from_file(q1, "mq")]);
-    let thread = IoThread::spawn("net-mq", 0).expect("iothread");
-    let mut dev = VirtioNet::new(
-        NetDeviceConfig {
-            iface_id: "eth0".into(),
-            tap,
-            mac: None,
-            rate_limits: NetRateLimits::default(),
-        },
-        thread.clone(),
-    );
+    let (tap, _host0, mut host1) = two_queue_tap();
+    let (mut dev, thread) = device_on(tap, "net-mq");
     let both = features::MQ | features::CTRL_VQ;
     assert_eq!(dev.features() & both, both);
     assert_eq!(dev.queue_max_sizes().len(), 5);
@@ -146,19 +149,8 @@ fn pair_one_carries_frames_only_after_pairs_set() {
 #[test]
 fn activation_takes_only_the_negotiated_queues() {
     let mem = guest_memory(0x100_0000);
-    let (q0, _h0) = frame_pair().expect("pair");
-    let (q1, _h1) = frame_pair().expect("pair");
-    let tap = Tap::from_file(q0, "mq").with_queues(vec![Tap::from_file(q1, "mq")]);
-    let thread = IoThread::spawn("net-mq2", 0).expect("iothread");
-    let mut dev = VirtioNet::new(
-        NetDeviceConfig {
-            iface_id: "eth0".into(),
-            tap,
-            mac: None,
-            rate_limits: NetRateLimits::default(),
-        },
-        thread.clone(),
-    );
+    let (tap, _h0, _h1) = two_queue_tap();
+    let (mut dev, thread) = device_on(tap, "net-mq2");
     let rings: Vec<MockSplitQueue<GuestMemory>> = (0..5u64)
         .map(|i| MockSplitQueue::create(&mem, GuestAddress(i * 0x1000), 16))
         .collect();
