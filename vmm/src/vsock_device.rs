@@ -11,8 +11,9 @@ use std::sync::{Arc, Mutex};
 
 use dataplane::IoThread;
 use dataplane::IoThreadError;
+use devices::virtio::hold::HoldState;
 use devices::virtio::pci::VirtioPciDevice;
-use devices::vsock::{Gate, MuxerError, VirtioVsock, VsockControl};
+use devices::vsock::{MuxerError, VirtioVsock, VsockControl};
 use vmm_config::vsock::VsockConfig;
 
 use crate::device_manager::{AttachError, Attached, PciWiring};
@@ -53,14 +54,14 @@ impl VsockHandle {
     /// and reads no host socket until [`VsockHandle::release`] (a turn in progress when the
     /// gate closed has ended: the iothread ran a no-op between two turns).
     pub fn hold(&self) -> Result<(), IoThreadError> {
-        self.control.set_gate(Gate::Held);
+        self.control.hold().set(HoldState::Held);
         self.iothread.run_on_thread(Box::new(|| Ok(())))
     }
 
     /// Ends a hold (a snapshot's, a restore's); the queues are nudged so the handler looks at
     /// what waited (and sends an asked TRANSPORT_RESET).
     pub fn release(&self) {
-        self.control.set_gate(Gate::Open);
+        self.control.hold().set(HoldState::Open);
         self.nudge();
     }
 

@@ -12,13 +12,13 @@ use std::time::Duration;
 use dataplane::{Detach, IoThread};
 
 use super::handler::NetQueuePair;
-use super::hold::NetHold;
 use super::mq::{steer, CtrlHandler, PairGate};
 use super::stats::NetStats;
 use super::tap::Tap;
 use super::throttle::NetRateLimits;
 use super::{encode_config, features, read_config, LogLimit, Mac, CONFIG_LEN, QUEUE_SIZE};
 use crate::block::queue::next_owner_id;
+use crate::virtio::hold::Hold;
 use crate::virtio::{
     device_type, ActivateError, ActivatedQueue, GuestMemory, ResetOutcome, VirtioDevice,
     VirtioInterrupt, VIRTIO_F_VERSION_1, VIRTIO_RING_F_EVENT_IDX,
@@ -55,7 +55,7 @@ pub struct VirtioNet {
     pairs: u16,
     queue_sizes: Vec<u16>,
     gate: PairGate,
-    hold: NetHold,
+    hold: Hold,
     offered: u64,
     acked: u64,
     config_space: [u8; CONFIG_LEN],
@@ -107,7 +107,7 @@ impl VirtioNet {
             pairs,
             queue_sizes: vec![QUEUE_SIZE; queues],
             gate: PairGate::new(1),
-            hold: NetHold::default(),
+            hold: Hold::default(),
             offered,
             acked: 0,
             config_space: encode_config(cfg.mac, pairs),
@@ -157,12 +157,12 @@ impl VirtioNet {
         self.gate.set(enabled.min(self.pairs));
     }
 
-    /// The driver negotiated several pairs (MQ with its control queue).
-    /// The hold a snapshot sets to keep the NIC's pairs still ([`super::hold`]).
-    pub fn hold(&self) -> NetHold {
+    /// The hold a snapshot sets to keep the NIC's pairs still ([`crate::virtio::hold`]).
+    pub fn hold(&self) -> Hold {
         self.hold.clone()
     }
 
+    /// The driver negotiated several pairs (MQ with its control queue).
     fn multi_queue(&self) -> bool {
         let both = features::MQ | features::CTRL_VQ;
         self.pairs > 1 && self.acked & both == both

@@ -21,7 +21,6 @@ use virtio_queue::Queue;
 use vmm_sys_util::eventfd::EventFd;
 
 use super::answer::{AnswerWatch, ANSWER_SPIN_NS};
-use super::hold::NetHold;
 use super::mq::PairGate;
 use super::rx::{RxPath, RxStop};
 use super::stats::NetStats;
@@ -29,6 +28,7 @@ use super::tap::Tap;
 use super::throttle::{DirectionThrottle, NetRateLimits};
 use super::tx::{TxPath, TxStop};
 use super::PathIo;
+use crate::virtio::hold::Hold;
 use crate::virtio::host_ring::{HostMemory, HostRing};
 use crate::virtio::{ActivatedQueue, GuestMemory, VirtioInterrupt};
 
@@ -133,7 +133,7 @@ pub struct NetQueuePair {
     /// For pair `k` > 0 of a multi-queue NIC: moves frames only while the gate is open for `k`.
     gate: Option<(u16, PairGate)>,
     /// A snapshot holds the NIC still while this is held.
-    hold: NetHold,
+    hold: Hold,
     owner_end: Option<Sender<ActivatedQueue>>,
 }
 
@@ -183,7 +183,7 @@ impl NetQueuePair {
             polling: false,
             answer: AnswerWatch::default(),
             gate: None,
-            hold: NetHold::default(),
+            hold: Hold::default(),
             owner_end: None,
         };
         if let Some(why) = rx_err.or(tx_err) {
@@ -209,7 +209,7 @@ impl NetQueuePair {
     }
 
     /// Makes the pair do nothing while `hold` is held (a snapshot reading the NIC's state).
-    pub fn held_by(mut self, hold: NetHold) -> Self {
+    pub fn held_by(mut self, hold: Hold) -> Self {
         self.hold = hold;
         self
     }

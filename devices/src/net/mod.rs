@@ -13,7 +13,6 @@ pub mod answer;
 pub mod ctrl;
 pub mod device;
 pub mod handler;
-pub mod hold;
 pub mod mq;
 pub mod rx;
 pub mod stats;

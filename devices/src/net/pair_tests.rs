@@ -499,10 +499,10 @@ fn rx_rate_limit_holds_frames_in_the_tap_until_the_bucket_refills() {
 /// released, the frames that waited arrive in order and the tx chain goes out.
 #[test]
 fn a_held_pair_moves_nothing_until_released() {
-    use super::hold::{HoldState, NetHold};
+    use crate::virtio::hold::{Hold, HoldState};
     let mem = guest_memory(0x400_0000);
     let (p, mut rx, mut tx, mut r) = pair(&mem, true, &NetRateLimits::default());
-    let hold = NetHold::default();
+    let hold = Hold::default();
     let mut p = p.held_by(hold.clone());
     post_rx(&mem, &mut rx, 4, 2048);
     hold.set(HoldState::Held);

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use vmm_sys_util::eventfd::EventFd;
 
+pub mod hold;
 pub mod host_ring;
 pub mod inflight;
 pub mod pci;

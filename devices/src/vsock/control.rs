@@ -1,43 +1,26 @@
 //! What the VMM asks of the vsock device from outside its iothread, for snapshots
 //! ([`VsockControl`], shared by the device, its handler and the VMM's handle): hold the device
 //! still while a snapshot reads its rings and guest memory (no packet delivered to the guest,
-//! no host socket read), and, after a restore, send the guest a
+//! no host socket read: [`crate::virtio::hold`]), and, after a restore, send the guest a
 //! `VIRTIO_VSOCK_EVENT_TRANSPORT_RESET`. The handler reads both at the start of each turn; the
 //! VMM makes a turn happen (a barrier on the iothread, a queue nudge) so the request takes
 //! effect at once.
 
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
-/// Whether the handler may move packets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum Gate {
-    /// Normal work.
-    Open = 0,
-    /// A snapshot is reading the device's state: the handler does nothing until released.
-    Held = 1,
-}
+use crate::virtio::hold::Hold;
 
 /// The device's control block.
 #[derive(Debug, Default)]
 pub struct VsockControl {
-    gate: AtomicU8,
+    hold: Hold,
     reset_due: AtomicBool,
 }
 
 impl VsockControl {
-    /// The gate now.
-    pub fn gate(&self) -> Gate {
-        match self.gate.load(Ordering::Acquire) {
-            0 => Gate::Open,
-            _ => Gate::Held,
-        }
-    }
-
-    /// Sets the gate. Holding takes effect at the handler's next turn: the caller waits for
-    /// one (`IoThread::run_on_thread` runs between turns) before it reads the rings.
-    pub fn set_gate(&self, gate: Gate) {
-        self.gate.store(gate as u8, Ordering::Release);
+    /// The hold a snapshot sets to keep the device still.
+    pub fn hold(&self) -> &Hold {
+        &self.hold
     }
 
     /// Asks the handler to drop every connection and send the guest a TRANSPORT_RESET event
@@ -63,13 +46,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_gate_and_the_reset_request_round_trip() {
+    fn the_hold_and_the_reset_request_round_trip() {
+        use crate::virtio::hold::HoldState;
         let c = VsockControl::default();
-        assert_eq!(c.gate(), Gate::Open);
-        c.set_gate(Gate::Held);
-        assert_eq!(c.gate(), Gate::Held);
-        c.set_gate(Gate::Open);
-        assert_eq!(c.gate(), Gate::Open);
+        assert_eq!(c.hold().state(), HoldState::Open);
+        c.hold().set(HoldState::Held);
+        assert_eq!(c.hold().state(), HoldState::Held);
+        c.hold().set(HoldState::Open);
+        assert_eq!(c.hold().state(), HoldState::Open);
         assert!(!c.take_transport_reset());
         c.request_transport_reset();
         assert!(c.take_transport_reset());

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use dataplane::{Handler, Poll, ThreadTurn, TurnEnd, Watch};
 use virtio_queue::{Queue, QueueOwnedT, QueueT};
 
-use super::control::{Gate, VsockControl};
+use super::control::VsockControl;
 use super::muxer::Muxer;
 use super::packet::{self, MAX_PAYLOAD};
 use crate::virtio::{ActivatedQueue, GuestMemory, VirtioInterrupt};
@@ -113,7 +113,7 @@ impl VsockHandler {
 
     /// Whether a snapshot holds the device still.
     fn held(&self) -> bool {
-        self.control.gate() == Gate::Held
+        self.control.hold().is_held()
     }
 
     fn has_avail(q: &Queue, mem: &GuestMemory) -> bool {
@@ -385,6 +385,7 @@ impl Poll for VsockHandler {
 mod tests {
     use super::*;
     use crate::test_utils::queue::{desc, guest_memory, FakeInterrupt, F_NEXT, F_WRITE};
+    use crate::virtio::hold::HoldState;
     use crate::vsock::packet::{Header, Op, HOST_CID, TYPE_STREAM};
     use std::io::{Read, Write};
     use std::os::unix::net::UnixStream;
@@ -818,7 +819,7 @@ mod tests {
         let (r, mut h, _back) = rig("held");
         let mut client = open_connection(&r, &mut h);
         let rx_used = used_idx(&r.mem, &r.rxq);
-        r.control.set_gate(Gate::Held);
+        r.control.hold().set(HoldState::Held);
         client.write_all(b"while paused").unwrap();
         r.control.request_transport_reset();
         for _ in 0..3 {
@@ -831,7 +832,7 @@ mod tests {
             "nothing delivered while held"
         );
         assert_eq!(used_idx(&r.mem, &r.evq), 0, "no event while held");
-        r.control.set_gate(Gate::Open);
+        r.control.hold().set(HoldState::Open);
         h.run(64, &turn());
         assert_eq!(used_idx(&r.mem, &r.evq), 1, "the event once released");
         let _ = std::fs::remove_file(&r.path);

@@ -14,6 +14,6 @@ pub mod muxer;
 pub mod packet;
 pub mod prebound;
 
-pub use control::{Gate, VsockControl};
+pub use control::VsockControl;
 pub use device::VirtioVsock;
 pub use muxer::MuxerError;

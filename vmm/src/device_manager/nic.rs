@@ -6,10 +6,10 @@ use std::sync::{Arc, Mutex};
 
 use dataplane::rate_limit::RateLimiter;
 use dataplane::IoThread;
-use devices::net::hold::{HoldState, NetHold};
 use devices::net::mq::PairGate;
 use devices::net::throttle::NetRateLimits;
 use devices::net::{NetDeviceConfig, NetStats, Tap, VirtioNet};
+use devices::virtio::hold::{Hold, HoldState};
 use devices::virtio::pci::VirtioPciDevice;
 
 use super::{AttachError, Attached, DeviceError, PciWiring};
@@ -46,7 +46,7 @@ pub struct NicHandle {
     /// The queue pairs the device has (`num_queues / 2`).
     pub max_pairs: u16,
     /// Set while a snapshot reads its state ([`NicHandle::hold`]).
-    pub hold: NetHold,
+    pub hold: Hold,
 }
 
 impl NicHandle {

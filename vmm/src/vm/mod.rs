@@ -384,7 +384,7 @@ fn restore_devices(devices: &Devices, state: &SnapshotState) -> Result<(), VmErr
         // A fresh muxer: the snapshot's connections were another process's (docs/vsock.md).
         // Held until the vCPUs exist ([`release_restored_vsock`]): an interrupt it sent now
         // would reach no local APIC, or one about to be overwritten by its saved state.
-        v.control.set_gate(devices::vsock::Gate::Held);
+        v.control.hold().set(devices::virtio::hold::HoldState::Held);
         if saved.transport.status & devices::virtio::status::DRIVER_OK != 0 {
             v.control.request_transport_reset();
         }
