@@ -334,17 +334,6 @@ impl Connection {
                 Err(_) => return false,
             }
         }
-        if self.to_host.is_empty()
-            && matches!(
-                self.state,
-                ConnState::PeerClosed {
-                    no_more_from_guest: true,
-                    ..
-                }
-            )
-        {
-            let _ = self.stream.shutdown(std::net::Shutdown::Write);
-        }
         self.maybe_credit_update();
         if self.to_host.is_empty() {
             self.guest_shutdown_reached_host();
