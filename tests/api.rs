@@ -60,11 +60,7 @@ fn boot(name: &str, disk_mib: u64, boot_args: &str, thread: Value) -> Vm {
     let mut vmm = Vmm::spawn(["--config".as_ref(), cfg_path.as_os_str()]);
     let ready = vmm.wait_console(Duration::from_secs(30), |l| l == "osprey-test-guest: ready");
     assert!(ready.is_some(), "guest not ready:\n{}", vmm.log_text());
-    let t0 = Instant::now();
-    while !sock.exists() {
-        assert!(t0.elapsed() < Duration::from_secs(5), "no API socket");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    vmm.wait_for_socket(&sock, Duration::from_secs(5));
     Vm {
         vmm,
         sock,
@@ -795,12 +791,7 @@ fn promtool_finds_nothing(text: &str) {
 fn preboot(dir: &Path) -> (Vmm, PathBuf) {
     let sock = dir.join("api.sock");
     let mut vmm = Vmm::spawn(["--api-sock".as_ref(), sock.as_os_str()]);
-    let t0 = Instant::now();
-    while !sock.exists() {
-        assert!(!vmm.has_exited(), "osprey exited:\n{}", vmm.log_text());
-        assert!(t0.elapsed() < Duration::from_secs(10), "no API socket");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    vmm.wait_for_socket(&sock, Duration::from_secs(10));
     (vmm, sock)
 }
 

@@ -11,7 +11,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::scratch::Scratch;
 use common::{output_within, test_guest, Vmm};
@@ -357,12 +357,7 @@ fn the_api_payload_limit_is_the_flags() {
         "--http-api-max-payload-size".as_ref(),
         "100".as_ref(),
     ]);
-    let t0 = Instant::now();
-    while !sock.exists() {
-        assert!(!vmm.has_exited(), "{}", vmm.log_text());
-        assert!(t0.elapsed() < TIMEOUT, "no socket");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    vmm.wait_for_socket(&sock, TIMEOUT);
     let small = r#"{"vcpu_count": 1, "mem_size_mib": 64}"#;
     let (st, _) = common::api_call(&sock, "PUT", "/machine-config", Some(small));
     assert_eq!(st, 204);
@@ -383,12 +378,7 @@ fn with_no_flag_the_api_is_on_firecrackers_socket() {
         return;
     }
     let mut vmm = Vmm::spawn(std::iter::empty::<&str>());
-    let t0 = Instant::now();
-    while !sock.exists() {
-        assert!(!vmm.has_exited(), "{}", vmm.log_text());
-        assert!(t0.elapsed() < TIMEOUT, "no socket");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    vmm.wait_for_socket(sock, TIMEOUT);
     let (st, info) = common::api_call(sock, "GET", "/", None);
     assert_eq!((st, info["state"].as_str()), (200, Some("Not started")));
     vmm.signal(libc::SIGTERM);

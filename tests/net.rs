@@ -319,12 +319,7 @@ fn snapshot_restored_onto_a_new_tap_with_network_overrides() {
             "resume_vm": true, "network_overrides": overrides})
         .to_string()
     };
-    for _ in 0..100 {
-        if second_sock.exists() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    second.wait_for_socket(&second_sock, Duration::from_secs(10));
     let unknown = load(json!([{"iface_id": "eth9", "host_dev_name": new_tap.name}]));
     let (st, body) = api_call(&second_sock, "PUT", "/snapshot/load", Some(&unknown));
     assert_eq!(st, 400, "{body}\n{}", second.log_text());
@@ -456,12 +451,7 @@ fn four_queues_answer_on_both_pairs() {
     vmm.wait_exit(Duration::from_secs(10));
     let second_sock = dir.join("b.sock");
     let mut second = Vmm::spawn([std::ffi::OsStr::new("--api-sock"), second_sock.as_os_str()]);
-    for _ in 0..100 {
-        if second_sock.exists() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    second.wait_for_socket(&second_sock, Duration::from_secs(10));
     let load = json!({"snapshot_path": dir.join("s.state"),
         "mem_backend": {"backend_type": "File", "backend_path": dir.join("s.mem")},
         "resume_vm": true});

@@ -86,13 +86,8 @@ fn snapshot_under_flood(vmm: &Vmm, sock: &Path, tap: &TestTap, dir: &Path) {
 
 /// Restores `dir`'s snapshot in a new process on API socket `sock`, resumed.
 fn restore(dir: &Path, sock: &Path) -> Vmm {
-    let vmm = Vmm::spawn([std::ffi::OsStr::new("--api-sock"), sock.as_os_str()]);
-    for _ in 0..100 {
-        if sock.exists() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let mut vmm = Vmm::spawn([std::ffi::OsStr::new("--api-sock"), sock.as_os_str()]);
+    vmm.wait_for_socket(sock, Duration::from_secs(10));
     let load = json!({"snapshot_path": dir.join("state"),
         "mem_backend": {"backend_type": "File", "backend_path": dir.join("mem")},
         "resume_vm": true});

@@ -51,16 +51,6 @@ fn mkfifo(path: &Path) {
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
 }
 
-/// Waits for the API socket `sock` (at most `TIMEOUT`), failing if the VMM exits first.
-fn wait_socket(vmm: &mut Vmm, sock: &Path) {
-    let t0 = Instant::now();
-    while !sock.exists() {
-        assert!(!vmm.has_exited(), "exited:\n{}", vmm.log_text());
-        assert!(t0.elapsed() < TIMEOUT, "no socket:\n{}", vmm.log_text());
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
 /// One hybrid-vsock handshake on `uds`: connect, write `line` in full (a failed write is the
 /// caller's error, as for every client here), read the reply up to `\n` (at most 32 bytes)
 /// within `read_timeout`. `Err` says why the attempt failed (the socket not there yet, the
@@ -630,7 +620,7 @@ fn firecracker_containerd_shim_relative_socket_fifos_t2_stub_vsock_swap() {
     let mut vmm =
         Vmm::spawn_program_in(&fc, &s.0, ["--api-sock", "firecracker.sock", "--id", vm_id]);
     let sock = s.0.join("firecracker.sock");
-    wait_socket(&mut vmm, &sock);
+    vmm.wait_for_socket(&sock, TIMEOUT);
     let put = |path: &str, body: Value| api_call(&sock, "PUT", path, Some(&body.to_string()));
     // Nobody reads these FIFOs: at Debug, the log alone fills one; Osprey must not block.
     assert_eq!(
@@ -929,7 +919,7 @@ fn as_runc_jails_it_unprivileged_in_a_chroot() {
     }
     let mut vmm = Vmm::spawn_command(&mut cmd);
     let sock = root.join("api.sock");
-    wait_socket(&mut vmm, &sock);
+    vmm.wait_for_socket(&sock, TIMEOUT);
     let status = std::fs::read_to_string(format!("/proc/{}/status", vmm.pid())).expect("status");
     for (key, want) in [
         ("Uid:", format!("{UID}\t{UID}\t{UID}\t{UID}")),

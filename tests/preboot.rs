@@ -8,20 +8,11 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::blk::Disk;
 use common::{api_call as call, test_guest, Vmm};
 use serde_json::{json, Value};
-
-fn wait_for_socket(sock: &Path, vmm: &mut Vmm) {
-    let t0 = Instant::now();
-    while !sock.exists() {
-        assert!(!vmm.has_exited(), "osprey exited:\n{}", vmm.log_text());
-        assert!(t0.elapsed() < Duration::from_secs(10), "no API socket");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
 
 fn put(sock: &Path, path: &str, body: Value) {
     let (st, reply) = call(sock, "PUT", path, Some(&body.to_string()));
@@ -48,7 +39,7 @@ fn spawn(dir: &Path, id: &str, extra: &[&std::ffi::OsStr]) -> (Vmm, PathBuf) {
     ];
     args.extend_from_slice(extra);
     let mut vmm = Vmm::spawn(args);
-    wait_for_socket(&sock, &mut vmm);
+    vmm.wait_for_socket(&sock, Duration::from_secs(10));
     (vmm, sock)
 }
 

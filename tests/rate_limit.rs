@@ -217,15 +217,7 @@ fn a_throttled_queue_costs_no_cpu_and_patch_changes_or_removes_the_limit_live() 
     let p = disk.dir.join("vm.json");
     std::fs::write(&p, cfg.to_string()).expect("config");
     let mut vmm = Vmm::spawn(["--config".as_ref(), p.as_os_str()]);
-    let t0 = Instant::now();
-    while !sock.exists() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "no API socket\n{}",
-            vmm.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    vmm.wait_for_socket(&sock, Duration::from_secs(10));
     // Throttled at 100 IOPS with 32 requests waiting: the iothread sleeps between tokens.
     std::thread::sleep(Duration::from_millis(300));
     let cpu0 = common::thread_cpu_ns(vmm.pid(), "iothread-io0");

@@ -299,6 +299,22 @@ impl Vmm {
         }
     }
 
+    /// Waits until the API socket `sock` exists (Osprey binds and listens before it appears),
+    /// failing if the child exits first or `timeout` passes.
+    pub fn wait_for_socket(&mut self, sock: &Path, timeout: Duration) {
+        let t0 = Instant::now();
+        while !sock.exists() {
+            assert!(!self.has_exited(), "osprey exited:\n{}", self.log_text());
+            assert!(
+                t0.elapsed() < timeout,
+                "no API socket at {}:\n{}",
+                sock.display(),
+                self.log_text()
+            );
+            thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     /// Whether the child has exited (without reaping its output readers).
     pub fn has_exited(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(Some(_)))
