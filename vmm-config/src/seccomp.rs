@@ -275,8 +275,9 @@ const IOTHREAD: &[libc::c_long] = &[
     libc::SYS_io_uring_enter,
     libc::SYS_io_uring_register,
     // virtio-vsock's host side (devices::vsock::muxer): accepting on its socket, reading and
-    // writing the streams (std's `recv`, and `send` with MSG_NOSIGNAL), connecting out to `<uds_path>_<port>` (`socket` only AF_UNIX, below),
-    // and closing a direction.
+    // writing the streams (std's `recv`, and `send` with MSG_NOSIGNAL; the batched flush's
+    // `writev` is in the common list), connecting out to `<uds_path>_<port>` (`socket` only
+    // AF_UNIX, below), and closing a direction.
     libc::SYS_accept4,
     libc::SYS_recvfrom,
     libc::SYS_sendto,

@@ -1,9 +1,9 @@
 //! virtio-net: a tap-backed NIC served by an iothread. The tap ([`tap`]: open and configure),
 //! the receive path ([`rx`]: tap → guest, MRG_RXBUF), the transmit path ([`tx`]: guest → tap),
 //! the handler that runs one queue pair on an iothread under the thread's polling policy
-//! ([`handler`]) and its short wait for the guest's answer ([`answer`]), the per-direction rate limits ([`throttle`]), the counters ([`stats`]), the
-//! control queue of a multi-queue NIC ([`ctrl`]) and the device model over the virtio-pci
-//! transport ([`device`]).
+//! ([`handler`]) and its short wait for the guest's answer ([`answer`]), the per-direction rate
+//! limits ([`throttle`]), the counters ([`stats`]), the control queue of a multi-queue NIC
+//! ([`ctrl`]) and the device model over the virtio-pci transport ([`device`]).
 //!
 //! Frames cross the tap with a 12-byte `virtio_net_hdr_v1` in front (IFF_VNET_HDR with
 //! TUNSETVNETHDRSZ 12), the header virtio 1.x puts in front of every frame: the device passes it
@@ -26,6 +26,10 @@ mod mq_tests;
 mod pair_tests;
 
 pub use device::{NetDeviceConfig, VirtioNet};
+pub use stats::NetStats;
+pub use tap::{Tap, TapError};
+
+use virtio_bindings::virtio_net as vn;
 
 /// What one direction's turn works with, rx or tx: its ring, the guest memory, the tap, its
 /// rate limiter, the interface's counters, and the flag a used entry sets (the pair then
@@ -39,10 +43,6 @@ pub struct PathIo<'a> {
     pub stats: &'a NetStats,
     pub used: &'a mut bool,
 }
-pub use stats::NetStats;
-pub use tap::{Tap, TapError};
-
-use virtio_bindings::virtio_net as vn;
 
 /// Bytes of the virtio-net header in front of every frame (`virtio_net_hdr_v1`, with
 /// `num_buffers`: virtio 1.x always has it).

@@ -3,8 +3,9 @@
 //!
 //! Host memory per connection is bounded: data from the guest waits in `to_host` until the
 //! muxer flushes it at the end of the turn that took it (one write for all of a turn's packets),
-//! and after that only while the host socket will not take it; the guest may send at most the `buf_alloc` this side
-//! advertises ([`HOST_BUF_ALLOC`]) beyond what was forwarded; a guest that sends more is reset.
+//! and after that only while the host socket will not take it; the guest may send at most the
+//! `buf_alloc` this side advertises ([`HOST_BUF_ALLOC`]) beyond what was forwarded; a guest
+//! that sends more is reset.
 //! Data to the guest is read from the socket only as far as the guest's credit allows, so a
 //! guest that never grants credit leaves the bytes in the kernel's socket buffer.
 
