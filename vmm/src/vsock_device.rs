@@ -11,7 +11,6 @@ use std::sync::{Arc, Mutex};
 
 use dataplane::IoThread;
 use dataplane::IoThreadError;
-use devices::virtio::hold::HoldState;
 use devices::virtio::pci::VirtioPciDevice;
 use devices::vsock::{MuxerError, VirtioVsock, VsockControl};
 use vmm_config::vsock::VsockConfig;
@@ -54,22 +53,13 @@ impl VsockHandle {
     /// and reads no host socket until [`VsockHandle::release`] (a turn in progress when the
     /// gate closed has ended: the iothread ran a no-op between two turns).
     pub fn hold(&self) -> Result<(), IoThreadError> {
-        self.control.hold().set(HoldState::Held);
-        self.iothread.run_on_thread(Box::new(|| Ok(())))
+        self.control.hold().hold_on(&self.iothread)
     }
 
     /// Ends a hold (a snapshot's, a restore's); the queues are nudged so the handler looks at
     /// what waited (and sends an asked TRANSPORT_RESET).
     pub fn release(&self) {
-        self.control.hold().set(HoldState::Open);
-        self.nudge();
-    }
-
-    fn nudge(&self) {
-        self.transport
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .nudge_queues();
+        self.control.hold().release(&self.transport);
     }
 }
 

@@ -9,7 +9,11 @@
 //! queue pairs and the vsock handler use it.
 
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+
+use dataplane::{IoThread, IoThreadError};
+
+use super::pci::VirtioPciDevice;
 
 /// Whether the handlers may move data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,6 +47,25 @@ impl Hold {
     /// Whether the handlers must do nothing.
     pub fn is_held(&self) -> bool {
         self.state() == HoldState::Held
+    }
+
+    /// Holds the device whose handlers run on `iothread`: once this returns, a turn in
+    /// progress when the hold was set has ended (the iothread ran a no-op between two turns),
+    /// and the handlers move nothing until [`Hold::release`].
+    pub fn hold_on(&self, iothread: &IoThread) -> Result<(), IoThreadError> {
+        self.set(HoldState::Held);
+        iothread.run_on_thread(Box::new(|| Ok(())))
+    }
+
+    /// Ends a hold and nudges the device's queues on `transport`: the wakes of the held turns
+    /// were spent, so the handlers look again at what waited (frames in a tap, chains on a
+    /// ring, an asked TRANSPORT_RESET).
+    pub fn release(&self, transport: &Mutex<VirtioPciDevice>) {
+        self.set(HoldState::Open);
+        transport
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .nudge_queues();
     }
 }
 

@@ -9,7 +9,7 @@ use dataplane::IoThread;
 use devices::net::mq::PairGate;
 use devices::net::throttle::NetRateLimits;
 use devices::net::{NetDeviceConfig, NetStats, Tap, VirtioNet};
-use devices::virtio::hold::{Hold, HoldState};
+use devices::virtio::hold::Hold;
 use devices::virtio::pci::VirtioPciDevice;
 
 use super::{AttachError, Attached, DeviceError, PciWiring};
@@ -54,18 +54,13 @@ impl NicHandle {
     /// nothing to guest memory until [`NicHandle::release`] (a turn in progress when the hold
     /// was set has ended: the iothread ran a no-op between two turns).
     pub fn hold(&self) -> Result<(), dataplane::IoThreadError> {
-        self.hold.set(HoldState::Held);
-        self.iothread.run_on_thread(Box::new(|| Ok(())))
+        self.hold.hold_on(&self.iothread)
     }
 
     /// Ends a hold; the queues are nudged so the pairs look at what waited (frames in the
     /// tap, chains on the tx ring).
     pub fn release(&self) {
-        self.hold.set(HoldState::Open);
-        self.transport
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .nudge_queues();
+        self.hold.release(&self.transport);
     }
 }
 

@@ -174,11 +174,7 @@ pub fn create(
         &protected_files(live.config),
     )?;
     drain(live.devices)?;
-    let _held = match &live.devices.vsock {
-        Some(v) => Some(HeldVsock::hold(v)?),
-        None => None,
-    };
-    let _held_nics = HeldNics::hold(&live.devices.nics)?;
+    let _held = HeldDevices::hold(live.devices)?;
     let mut times = CreateTimes {
         drain: started.elapsed(),
         ..Default::default()
@@ -292,16 +288,27 @@ pub fn create(
     Ok(times)
 }
 
-/// The network interfaces held still for the snapshot ([`NicHandle::hold`]): a frame from the
-/// tap delivered after a NIC's used indices were read would leave the saved rings behind the
-/// saved memory. Released when dropped, whatever the create's outcome.
-struct HeldNics<'a>(&'a [NicHandle]);
+/// The devices held still for the snapshot (the vsock device and every network interface,
+/// [`devices::virtio::hold`]): host data delivered after a device's used indices were read would
+/// leave the saved rings behind the saved memory. Released when dropped, whatever the create's
+/// outcome.
+struct HeldDevices<'a> {
+    vsock: Option<&'a crate::vsock_device::VsockHandle>,
+    nics: &'a [NicHandle],
+}
 
-impl<'a> HeldNics<'a> {
-    fn hold(nics: &'a [NicHandle]) -> Result<Self, SnapshotCreateError> {
-        // Dropped (released, all of them) on failure too.
-        let held = HeldNics(nics);
-        for n in nics {
+impl<'a> HeldDevices<'a> {
+    fn hold(devices: &'a Devices) -> Result<Self, SnapshotCreateError> {
+        // Dropped (released, all of them) on failure too: a hold may be set before its barrier
+        // failed.
+        let held = HeldDevices {
+            vsock: devices.vsock.as_ref(),
+            nics: &devices.nics,
+        };
+        if let Some(v) = held.vsock {
+            v.hold().map_err(SnapshotCreateError::VsockHold)?;
+        }
+        for n in held.nics {
             n.hold().map_err(|source| SnapshotCreateError::NicHold {
                 iface: n.id.clone(),
                 source,
@@ -311,30 +318,14 @@ impl<'a> HeldNics<'a> {
     }
 }
 
-impl Drop for HeldNics<'_> {
+impl Drop for HeldDevices<'_> {
     fn drop(&mut self) {
-        for n in self.0 {
+        if let Some(v) = self.vsock {
+            v.release();
+        }
+        for n in self.nics {
             n.release();
         }
-    }
-}
-
-/// The vsock device held still for the snapshot ([`crate::vsock_device::VsockHandle::hold`]);
-/// released when dropped, whatever the create's outcome.
-struct HeldVsock<'a>(&'a crate::vsock_device::VsockHandle);
-
-impl<'a> HeldVsock<'a> {
-    fn hold(v: &'a crate::vsock_device::VsockHandle) -> Result<Self, SnapshotCreateError> {
-        let held = HeldVsock(v);
-        // Dropped (released) on failure too: the gate may have closed before the barrier.
-        v.hold().map_err(SnapshotCreateError::VsockHold)?;
-        Ok(held)
-    }
-}
-
-impl Drop for HeldVsock<'_> {
-    fn drop(&mut self) {
-        self.0.release();
     }
 }
 
