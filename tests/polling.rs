@@ -219,13 +219,7 @@ fn bad_poll_settings_are_refused_with_the_field_named() {
 
 /// The CPUs the kernel lets thread `comm` of `pid` run on (`Cpus_allowed_list`).
 fn allowed_cpus_of(pid: u32, comm: &str) -> Option<String> {
-    let tasks = std::path::PathBuf::from(format!("/proc/{pid}/task"));
-    let status = std::fs::read_dir(&tasks)
-        .ok()?
-        .filter_map(|t| t.ok())
-        .find(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == comm))
-        .and_then(|t| std::fs::read_to_string(t.path().join("status")).ok())?;
-    status
+    common::thread_file(pid, comm, "status")?
         .lines()
         .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
         .map(|l| l.trim().to_string())

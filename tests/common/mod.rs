@@ -374,21 +374,24 @@ where
     (status, vmm.console_text(), vmm.log_text())
 }
 
+/// `/proc/<pid>/task/<tid>/<file>` of the process's thread named `comm` (`None`: no such
+/// thread, or the file could not be read).
+pub fn thread_file(pid: u32, comm: &str, file: &str) -> Option<String> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    tasks
+        .flatten()
+        .find(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == comm))
+        .and_then(|t| std::fs::read_to_string(t.path().join(file)).ok())
+}
+
 /// CPU time in ns of the VMM's thread named `comm`, from /proc (schedstat's first field).
 pub fn thread_cpu_ns(pid: u32, comm: &str) -> u64 {
-    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("task dir");
-    for t in tasks.flatten() {
-        let name = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
-        if name.trim() == comm {
-            let s = std::fs::read_to_string(t.path().join("schedstat")).expect("schedstat");
-            return s
-                .split_whitespace()
-                .next()
-                .and_then(|v| v.parse().ok())
-                .expect("schedstat field");
-        }
-    }
-    panic!("no thread {comm} in {pid}");
+    let s =
+        thread_file(pid, comm, "schedstat").unwrap_or_else(|| panic!("no thread {comm} in {pid}"));
+    s.split_whitespace()
+        .next()
+        .and_then(|v| v.parse().ok())
+        .expect("schedstat field")
 }
 
 /// The test guest's `BLK {...}` report on a running or exited VMM's console.
