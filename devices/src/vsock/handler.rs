@@ -61,6 +61,8 @@ pub struct VsockHandler {
     back: Option<Sender<Returned>>,
     payload: Vec<u8>,
     polling: bool,
+    /// The guest's rx kicks are on: packets wait for rx buffers.
+    rx_kicks_on: bool,
     broken: bool,
     completed: u64,
     /// A TRANSPORT_RESET event waits for an event buffer.
@@ -87,17 +89,21 @@ impl VsockHandler {
         muxer: Muxer,
         back: Sender<Returned>,
     ) -> Self {
+        let mut rx = queues.rx;
+        // The device asks for rx buffers only when it runs out of them.
+        let _ = rx.queue.disable_notification(&mem);
         Self {
             owner,
             mem,
             interrupt,
-            rx: queues.rx,
+            rx,
             tx: queues.tx,
             event: queues.event,
             muxer: Some(muxer),
             back: Some(back),
             payload: Vec::with_capacity(MAX_PAYLOAD),
             polling: false,
+            rx_kicks_on: false,
             broken: false,
             completed: 0,
             reset_event_owed: false,
@@ -138,10 +144,15 @@ impl VsockHandler {
         let q = &mut self.tx.queue;
         let _ = q.disable_notification(mem);
         let mut done = 0;
+        let mut bad = None;
         // At most two passes: the second catches what raced in while notifications came on.
         for _ in 0..2 {
             while done < budget {
                 let Some(chain) = q.pop_descriptor_chain(mem) else {
+                    if Self::has_avail(q, mem) {
+                        // Chains announced but none to pop.
+                        bad = Some("tx ring: avail index beyond the ring");
+                    }
                     break;
                 };
                 let head = chain.head_index();
@@ -150,12 +161,12 @@ impl VsockHandler {
                     Err(e) => log::debug!("virtio-vsock: tx packet dropped: {e}"),
                 }
                 if q.add_used(mem, head, 0).is_err() {
-                    self.broken = true;
+                    bad = Some("tx used ring outside guest memory");
                     break;
                 }
                 done += 1;
             }
-            if done >= budget || self.polling || self.broken {
+            if done >= budget || self.polling || bad.is_some() {
                 break;
             }
             match q.enable_notification(mem) {
@@ -165,14 +176,14 @@ impl VsockHandler {
                 _ => break,
             }
         }
-        if self.broken {
-            self.fail("tx used ring outside guest memory");
+        if let Some(why) = bad {
+            self.fail(why);
         }
         done
     }
 
     /// Fills rx buffers with what the muxer has for the guest, at most `budget`; returns how
-    /// many.
+    /// many. The guest's rx kicks are on only while packets wait for buffers.
     fn process_rx(&mut self, budget: usize) -> usize {
         let Some(muxer) = self.muxer.as_mut() else {
             return 0;
@@ -180,13 +191,25 @@ impl VsockHandler {
         let mem = &self.mem;
         let q = &mut self.rx.queue;
         let mut done = 0;
+        let mut starved = false;
+        let mut bad_index = false;
         while done < budget && muxer.has_rx() {
             let Some(chain) = q.pop_descriptor_chain(mem) else {
-                // Out of buffers: the guest's refill kicks.
-                match q.enable_notification(mem) {
-                    Ok(true) => continue,
-                    _ => break,
+                if Self::has_avail(q, mem) {
+                    // Chains announced but none to pop: an index beyond the ring's size.
+                    bad_index = true;
+                    break;
                 }
+                // Out of buffers: the guest's refill kicks. Buffers that raced in before the
+                // kicks came on are taken now (the next pass pops them or finds the ring bad).
+                if !self.rx_kicks_on {
+                    self.rx_kicks_on = true;
+                    if matches!(q.enable_notification(mem), Ok(true)) {
+                        continue;
+                    }
+                }
+                starved = true;
+                break;
             };
             let head = chain.head_index();
             let used = match packet::rx_buffers(chain) {
@@ -204,9 +227,16 @@ impl VsockHandler {
             };
             if q.add_used(mem, head, used).is_err() {
                 self.fail("rx used ring outside guest memory");
-                break;
+                return done;
             }
             done += 1;
+        }
+        if bad_index {
+            self.fail("rx ring: avail index beyond the ring");
+        } else if !starved && self.rx_kicks_on {
+            // Each kick is a VM exit on the guest's path: none while the buffers suffice.
+            self.rx_kicks_on = false;
+            let _ = q.disable_notification(mem);
         }
         done
     }
@@ -318,6 +348,12 @@ impl Handler for VsockHandler {
         }
         self.completed += (tx + rx) as u64;
         let rx_more = rx >= budget && self.muxer.as_ref().is_some_and(Muxer::has_rx);
+        if self.broken {
+            return TurnEnd {
+                stopped: true,
+                ..TurnEnd::IDLE
+            };
+        }
         TurnEnd {
             more: tx >= budget || rx_more || more_events,
             // No fd signals a kill timer running out.
@@ -350,7 +386,7 @@ impl Handler for VsockHandler {
 
 impl Poll for VsockHandler {
     fn poll(&mut self) -> bool {
-        if self.held() {
+        if self.broken || self.held() {
             return false;
         }
         Self::has_avail(&self.tx.queue, &self.mem)
@@ -810,6 +846,76 @@ mod tests {
             "bytes lost"
         );
         let _ = std::fs::remove_file(&r.path);
+    }
+
+    fn used_flags(mem: &GuestMemory, q: &MockSplitQueue<'_, GuestMemory>) -> u16 {
+        mem.read_obj(q.used_addr()).unwrap()
+    }
+
+    /// `VRING_USED_F_NO_NOTIFY`.
+    const NO_NOTIFY: u16 = 1;
+
+    /// The guest's rx kicks (an exit each) are off while the device has buffers for what it
+    /// holds, and on only while it waits for buffers; the refill then delivers what waited.
+    #[test]
+    fn rx_kicks_are_on_only_while_the_device_waits_for_buffers() {
+        let (r, mut h, _back) = rig("rxkick");
+        let mut client = open_connection(&r, &mut h);
+        assert_eq!(
+            used_flags(&r.mem, &r.rxq) & NO_NOTIFY,
+            NO_NOTIFY,
+            "buffers to spare: no kicks"
+        );
+        client.write_all(b"first").unwrap();
+        h.run(64, &turn());
+        assert_eq!(used_idx(&r.mem, &r.rxq), 2, "both buffers used");
+        client.write_all(b"waits").unwrap();
+        h.run(64, &turn());
+        assert_eq!(
+            used_flags(&r.mem, &r.rxq) & NO_NOTIFY,
+            0,
+            "out of buffers with bytes waiting: the refill must kick"
+        );
+        r.rxq
+            .add_desc_chains(
+                &[
+                    desc(0x8_0000, 4096, F_WRITE, 0),
+                    desc(0x9_0000, 4096, F_WRITE, 0),
+                ],
+                2,
+            )
+            .unwrap();
+        assert!(h.poll(), "the refill is work");
+        h.run(64, &turn());
+        assert_eq!(used_idx(&r.mem, &r.rxq), 3, "the waiting bytes delivered");
+        assert_eq!(used_flags(&r.mem, &r.rxq) & NO_NOTIFY, NO_NOTIFY);
+        let _ = std::fs::remove_file(&r.path);
+    }
+
+    /// A guest that moves an avail index more than a queue's size ahead loses its device; the
+    /// turn ends and the cheap check stops finding work (no spinning thread).
+    #[test]
+    fn an_avail_index_beyond_the_queue_size_fails_the_device_without_spinning() {
+        for ring in [RX, TX] {
+            let (r, mut h, _back) = rig(&format!("badidx{ring}"));
+            let mut client = open_connection(&r, &mut h);
+            let q = if ring == RX { &r.rxq } else { &r.txq };
+            q.avail().idx().store(1000);
+            client.write_all(b"host bytes").unwrap();
+            let (done_tx, done) = mpsc::channel();
+            let t = std::thread::spawn(move || {
+                let end = h.run(64, &turn());
+                let polled = h.poll();
+                let _ = done_tx.send((end.stopped, polled));
+            });
+            let (stopped, polled) = done
+                .recv_timeout(std::time::Duration::from_secs(5))
+                .unwrap_or_else(|_| panic!("queue {ring}: the turn did not end"));
+            t.join().unwrap();
+            assert!(stopped && !polled, "queue {ring}: the device goes on");
+            assert!(r.intr.needs_reset(), "queue {ring}: no reset asked");
+            let _ = std::fs::remove_file(&r.path);
+        }
     }
 
     /// A held device (a snapshot reading its state) writes nothing to guest memory however
