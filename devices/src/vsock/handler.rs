@@ -127,6 +127,14 @@ impl VsockHandler {
             .is_ok_and(|i| i.0 != q.next_avail())
     }
 
+    /// Whether the guest's avail index is more than the ring's size ahead of the device (no
+    /// driver does that; `pop_descriptor_chain` then finds nothing however often it is asked).
+    /// A pop that finds nothing under a valid index only raced with the guest's next post.
+    fn index_beyond_ring(q: &Queue, mem: &GuestMemory) -> bool {
+        q.avail_idx(mem, Ordering::Acquire)
+            .map_or(true, |i| i.0.wrapping_sub(q.next_avail()) > q.size())
+    }
+
     fn fail(&mut self, why: &str) {
         if !self.broken {
             log::error!("virtio-vsock: {why}; the device needs a reset");
@@ -149,8 +157,7 @@ impl VsockHandler {
         for _ in 0..2 {
             while done < budget {
                 let Some(chain) = q.pop_descriptor_chain(mem) else {
-                    if Self::has_avail(q, mem) {
-                        // Chains announced but none to pop.
+                    if Self::index_beyond_ring(q, mem) {
                         bad = Some("tx ring: avail index beyond the ring");
                     }
                     break;
@@ -195,8 +202,7 @@ impl VsockHandler {
         let mut bad_index = false;
         while done < budget && muxer.has_rx() {
             let Some(chain) = q.pop_descriptor_chain(mem) else {
-                if Self::has_avail(q, mem) {
-                    // Chains announced but none to pop: an index beyond the ring's size.
+                if Self::index_beyond_ring(q, mem) {
                     bad_index = true;
                     break;
                 }
