@@ -2,13 +2,16 @@
 """vsock-hostile-cpu.py: what a hostile vsock guest costs the host (issue 51: < 2 % of a core).
 
 Boots Osprey (--osprey, default target/release/osprey) with the test guest's
-`mode=vsock-connect port=10789 count=4 bytes=262144 par=4 hostile=1` (tests/vsock_guest.rs: eight
-malformed packets 50 ms apart, then a verified workload) and an echo listener on
+`mode=vsock-connect port=10789 count=4 bytes=262144 par=4 hostile=2` (tests/vsock_guest.rs: eight
+malformed packets 50 ms apart, then 1 s of REQUESTs to a port nobody listens on, as fast as the
+guest can post them, then a verified workload) and an echo listener on
 `<uds_path>_10789`, samples the VMM's threads every 5 ms (scripts/lib/vmm_cpu.py: the vCPU
 threads apart; the test guest polls, so they run all the time) and reports the non-vCPU threads'
 CPU in % of one core:
 - hostile: from the guest's ready line to its `vsock hostile sent=` line (the device's set-up
   and the eight malformed packets, about 0.4 s of them);
+- flood: from its `vsock flood start` line to its `vsock flood sent=` line (1 s), with the
+  REQUESTs the guest sent and the RSTs it got back;
 - life: the whole VM's, start-up and workload included, from the VMM's own exit log (`CPU time
   by thread`, `VM stopped after`): sampling cannot see threads that already exited.
 Prints each of --rounds runs (default 3, the load average with each) and the medians.
@@ -61,14 +64,18 @@ def one_run(osprey, guest, timeout):
     d = tempfile.mkdtemp(prefix="vsock-hostile-")
     uds = os.path.join(d, "v.sock")
     srv = echo_listener("%s_%d" % (uds, PORT))
-    args = "console=ttyS0 mode=vsock-connect port=%d count=4 bytes=262144 par=4 hostile=1" % PORT
+    args = "console=ttyS0 mode=vsock-connect port=%d count=4 bytes=262144 par=4 hostile=2" % PORT
     cfg = {"boot-source": {"kernel_image_path": guest, "boot_args": args},
            "machine-config": {"vcpu_count": 1, "mem_size_mib": 128},
            "vsock": {"guest_cid": 3, "uds_path": uds}}
     with open(os.path.join(d, "vm.json"), "w") as f:
         json.dump(cfg, f)
-    serial = open(os.path.join(d, "serial.txt"), "w+")
-    p = subprocess.Popen([osprey, "--config", os.path.join(d, "vm.json")], stdout=serial,
+    # The VMM writes through a handle of its own: a shared one would share the file offset,
+    # and the reader's seek(0) would make the VMM's next byte overwrite the file's first.
+    serial_path = os.path.join(d, "serial.txt")
+    serial_out = open(serial_path, "w")
+    serial = open(serial_path)
+    p = subprocess.Popen([osprey, "--config", os.path.join(d, "vm.json")], stdout=serial_out,
                          stderr=open(os.path.join(d, "vmm.log"), "w"), stdin=subprocess.DEVNULL)
     marks, samples = {}, []
     t_end = time.monotonic() + timeout
@@ -79,7 +86,9 @@ def one_run(osprey, guest, timeout):
         serial.seek(0)
         text = serial.read()
         for key, needle in (("ready", "osprey-test-guest: ready"),
-                            ("hostile_done", "vsock hostile sent=")):
+                            ("hostile_done", "vsock hostile sent="),
+                            ("flood_start", "vsock flood start"),
+                            ("flood_done", "vsock flood sent=")):
             if key not in marks and needle in text:
                 marks[key] = len(samples) - 1
         time.sleep(0.005)
@@ -89,14 +98,17 @@ def one_run(osprey, guest, timeout):
     srv.close()
     serial.seek(0)
     text = serial.read()
-    if "ready" not in marks or "hostile_done" not in marks or len(samples) < 2:
-        return {"error": "no ready or hostile line (see %s)" % d}
+    if any(k not in marks for k in ("ready", "hostile_done", "flood_start", "flood_done")) \
+            or len(samples) < 2:
+        return {"error": "no ready, hostile or flood line (see %s)" % d}
 
     def pct(a, b):
         (t0, c0), (t1, c1) = samples[a], samples[b]
         return 100.0 * (c1 - c0) / 1e9 / max(t1 - t0, 1e-9), t1 - t0
 
     hostile, hs = pct(marks["ready"], marks["hostile_done"])
+    flood, fs = pct(marks["flood_start"], marks["flood_done"])
+    sent = re.search(r"vsock flood sent=(\d+) rst=(\d+)", text)
     report = {}
     for line in text.splitlines():
         if line.startswith("VSOCK {"):
@@ -106,7 +118,10 @@ def one_run(osprey, guest, timeout):
                 pass
     ok = (report.get("error") is None and report.get("mismatches") == 0
           and report.get("verified") == report.get("count"))
-    out = {"hostile_dev_pct": round(hostile, 3), "hostile_s": round(hs, 3), "workload_ok": ok}
+    out = {"hostile_dev_pct": round(hostile, 3), "hostile_s": round(hs, 3),
+           "flood_dev_pct": round(flood, 3), "flood_s": round(fs, 3),
+           "flood_sent": int(sent.group(1)) if sent else None,
+           "flood_rst": int(sent.group(2)) if sent else None, "workload_ok": ok}
     log = open(os.path.join(d, "vmm.log")).read()
     threads = re.search(r"CPU time by thread: (.*)", log)
     life = re.search(r"VM stopped after ([0-9.]+) s", log)
@@ -137,8 +152,9 @@ def main():
     ok = [x for x in rows if "error" not in x]
     if ok:
         print("median: " + json.dumps({k: statistics.median(x[k] for x in ok)
-                                       for k in ("hostile_dev_pct", "hostile_s", "life_dev_pct",
-                                                 "life_s") if all(k in x for x in ok)}))
+                                       for k in ("hostile_dev_pct", "hostile_s", "flood_dev_pct",
+                                                 "flood_s", "flood_sent", "life_dev_pct", "life_s")
+                                       if all(x.get(k) is not None for x in ok)}))
     return 0 if len(ok) == len(rows) else 1
 
 

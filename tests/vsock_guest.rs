@@ -96,14 +96,31 @@ fn guest_connect_to_a_port_nobody_listens_on_is_refused() {
     );
 }
 
+/// Eight malformed packets, then a second of REQUESTs to a port nobody listens on (the guest
+/// posts ~50,000 of them unchecked): the device takes at most its budget of packets that lead
+/// nowhere per period (devices::vsock::flood), and the workload after them verifies.
 #[test]
 fn hostile_guest_packets_leave_the_device_working() {
+    use devices::vsock::flood::{PERIOD, WASTED_PER_PERIOD};
     let s = Scratch::new("vsock-guest-hostile");
     let uds = s.0.join("v.sock");
     echo_listener(&uds, HOST_PORT);
-    let args = format!("mode=vsock-connect port={HOST_PORT} count=4 bytes=262144 par=4 hostile=1");
+    let args = format!("mode=vsock-connect port={HOST_PORT} count=4 bytes=262144 par=4 hostile=2");
     let (status, r, text) = run(&s, &uds, &args);
     assert_eq!(r["hostile_sent"], 8, "{r}\n{text}");
+    // The guest's flood lasts 1 s: at most one budget per period begun in it, plus what its
+    // tx ring (128 slots) holds unread at the end.
+    let periods = (1000 / PERIOD.as_millis() as u64) + 2;
+    let bound = periods * u64::from(WASTED_PER_PERIOD) + 128;
+    let flood = r["flood_sent"].as_u64().unwrap_or(u64::MAX);
+    assert!(
+        flood > 0 && flood <= bound,
+        "flood_sent {flood}, bound {bound}\n{r}\n{text}"
+    );
+    assert!(
+        r["flood_rst"].as_u64() > Some(0),
+        "no RST for the flood\n{r}"
+    );
     assert_eq!(r["verified"], 4, "the device stopped working\n{r}\n{text}");
     assert_eq!(
         r["bad_pkts"], 0,

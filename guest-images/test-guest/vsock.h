@@ -77,7 +77,8 @@ struct vsock_opts {
     u64 bytes;                  /* connect: bytes per connection */
     u32 par;                    /* connect: connections open at once */
     u64 timeout_ms;             /* no progress for this long: stop (connect, echo count>0) */
-    int hostile;                /* connect: malformed packets first (vsock_hostile.c) */
+    int hostile;                /* connect: malformed packets first (vsock_hostile.c);
+                                   2: then a REQUEST flood */
 };
 
 struct vsock_stats {
@@ -85,6 +86,7 @@ struct vsock_stats {
     u64 rx_bytes, tx_bytes, rx_pkts, tx_pkts;
     u64 rst_sent, rst_rcvd, bad_pkts, mismatches, resets, drops;
     u64 hostile_sent, hostile_rst;      /* malformed packets posted, RSTs they drew */
+    u64 flood_sent, flood_rst;          /* the REQUEST flood's packets, RSTs they drew */
 };
 
 struct vsock_dev {
@@ -140,6 +142,7 @@ void vsock_settle(struct vsock_dev *d, u64 ms);    /* poll rx/tx/events for ms *
 
 /* vsock_hostile.c (ring 3): malformed packets, then the device must still work. */
 long vsock_hostile_job(void *arg);
+long vsock_flood_job(void *arg);
 
 /* vsock_main.c (ring 0) */
 NORETURN void vsock_main(const char *cmdline, size_t len, int connect);

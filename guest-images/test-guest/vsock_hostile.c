@@ -8,6 +8,10 @@
  * is not the host, a REQUEST carrying data. The device may answer with RST or drop them; it
  * must not stop: the connect workload that follows has to verify as usual. The RSTs drawn
  * are counted (`hostile_rst`).
+ *
+ * With hostile=2, then a flood: for FLOOD_MS, REQUESTs to a host port nobody listens on, as
+ * fast as tx slots free, each from a new local port (`flood_sent`, and the RSTs drawn,
+ * `flood_rst`). The device may throttle them; it must serve the workload that follows.
  */
 #include "vsock.h"
 
@@ -57,5 +61,37 @@ long vsock_hostile_job(void *arg)
         vsock_settle(d, 50);
     }
     d->s.hostile_rst = d->s.rst_rcvd - rst0;
+    return 0;
+}
+
+#define FLOOD_MS 1000
+#define FLOOD_PORT 7                    /* no host program listens on <uds_path>_7 */
+#define FLOOD_FIRST_PORT 50000
+
+long vsock_flood_job(void *arg)
+{
+    struct vsock_dev *d = arg;
+    u64 rst0 = d->s.rst_rcvd, t0 = rdtsc(), limit = FLOOD_MS * d->tsc_khz;
+    u32 port = FLOOD_FIRST_PORT;
+    while (rdtsc() - t0 < limit) {
+        int slot = vsock_tx_slot(d, 0);
+        if (slot >= 0) {
+            struct vsock_hdr h;
+            h.src_cid = d->cid;
+            h.dst_cid = VSOCK_HOST_CID;
+            h.src_port = port++;
+            h.dst_port = FLOOD_PORT;
+            h.len = 0;
+            h.type = VSOCK_TYPE_STREAM;
+            h.op = VSOCK_OP_REQUEST;
+            h.flags = 0;
+            h.buf_alloc = VSOCK_CONN_BUF;
+            h.fwd_cnt = 0;
+            vsock_tx_raw(d, slot, &h, VSOCK_HDR_LEN, 0);
+            d->s.flood_sent++;
+        }
+        vsock_step(d);                  /* reap tx, take the RSTs, publish (kick if asked) */
+    }
+    d->s.flood_rst = d->s.rst_rcvd - rst0;
     return 0;
 }

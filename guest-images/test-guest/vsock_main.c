@@ -1,7 +1,7 @@
 /*
  * vsock_main.c - mode=vsock-echo and mode=vsock-connect: the ring-0 side.
  *
- * Owns: parsing the vsock tokens (port=, count=, bytes=, par=, timeout_ms=, hostile=), the TSC
+ * Owns: parsing the vsock tokens (port=, count=, bytes=, par=, timeout_ms=, hostile= (2: and a REQUEST flood)), the TSC
  * frequency for the stall limit, device init, the `VSOCK ready cid=C port=N` (echo) /
  * `osprey-test-guest: vsock connecting cid=C port=N` lines, re-entering the ring-3 loop
  * after each TRANSPORT_RESET (printing `osprey-test-guest: vsock transport-reset cid=C`),
@@ -51,7 +51,7 @@ static void parse(const char *s, size_t len, struct vsock_opts *o)
                 bad_option(t, n);
             o->par = (u32)v;
         } else if ((k = prefix_len(t, n, "hostile="))) {
-            if (parse_decimal(t + k, n - k, &v) || v > 1)
+            if (parse_decimal(t + k, n - k, &v) || v > 2)
                 bad_option(t, n);
             o->hostile = (int)v;
         } else if ((k = prefix_len(t, n, "timeout_ms="))) {
@@ -148,6 +148,15 @@ NORETURN void vsock_main(const char *cmdline, size_t len, int connect)
         put_u64(dev.s.hostile_sent);
         puts_serial(" rst=");
         put_u64(dev.s.hostile_rst);
+        putc_serial('\n');
+    }
+    if (o->hostile >= 2 && o->mode == VSOCK_CONNECT) {
+        puts_serial("osprey-test-guest: vsock flood start\n");
+        run_in_user(vsock_flood_job, &dev);
+        puts_serial("osprey-test-guest: vsock flood sent=");
+        put_u64(dev.s.flood_sent);
+        puts_serial(" rst=");
+        put_u64(dev.s.flood_rst);
         putc_serial('\n');
     }
     for (u32 round = 0;; round++) {

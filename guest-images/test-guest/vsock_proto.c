@@ -604,6 +604,8 @@ long vsock_report_job(void *arg)
     sb_key(&b, "resets"); sb_u64(&b, s->resets);
     sb_key(&b, "hostile_sent"); sb_u64(&b, s->hostile_sent);
     sb_key(&b, "hostile_rst"); sb_u64(&b, s->hostile_rst);
+    sb_key(&b, "flood_sent"); sb_u64(&b, s->flood_sent);
+    sb_key(&b, "flood_rst"); sb_u64(&b, s->flood_rst);
     sb_key(&b, "tx_kicks"); sb_u64(&b, d->txq.kicks);
     if (s->bad_pkts) {                  /* the last packet refused, for the log */
         const struct vsock_hdr *h = &d->last_bad;

@@ -155,7 +155,7 @@ impl VsockHandler {
         let mut bad = None;
         // At most two passes: the second catches what raced in while notifications came on.
         for _ in 0..2 {
-            while done < budget {
+            while done < budget && !muxer.tx_paused() {
                 let Some(chain) = q.pop_descriptor_chain(mem) else {
                     if Self::index_beyond_ring(q, mem) {
                         bad = Some("tx ring: avail index beyond the ring");
@@ -165,7 +165,10 @@ impl VsockHandler {
                 let head = chain.head_index();
                 match packet::read_tx(chain, mem, &mut self.payload) {
                     Ok(h) => muxer.from_guest(&h, &self.payload),
-                    Err(e) => log::debug!("virtio-vsock: tx packet dropped: {e}"),
+                    Err(e) => {
+                        log::debug!("virtio-vsock: tx packet dropped: {e}");
+                        muxer.wasted_packet();
+                    }
                 }
                 if q.add_used(mem, head, 0).is_err() {
                     bad = Some("tx used ring outside guest memory");
@@ -173,7 +176,7 @@ impl VsockHandler {
                 }
                 done += 1;
             }
-            if done >= budget || self.polling || bad.is_some() {
+            if done >= budget || self.polling || bad.is_some() || muxer.tx_paused() {
                 break;
             }
             match q.enable_notification(mem) {
@@ -330,6 +333,10 @@ impl Handler for VsockHandler {
             self.reset_event_owed = true;
         }
         let budget = max_batch.max(1);
+        if let Some(m) = self.muxer.as_mut().filter(|m| m.tx_paused()) {
+            // The clock is read only while the guest's flood keeps its tx ring waiting.
+            m.sweep(std::time::Instant::now());
+        }
         let tx = self.process_tx(budget);
         if let Some(m) = self.muxer.as_mut() {
             // One write per connection for all the packets this turn took.
@@ -395,7 +402,8 @@ impl Poll for VsockHandler {
         if self.broken || self.held() {
             return false;
         }
-        Self::has_avail(&self.tx.queue, &self.mem)
+        let tx_open = self.muxer.as_ref().is_some_and(|m| !m.tx_paused());
+        (tx_open && Self::has_avail(&self.tx.queue, &self.mem))
             || (self.muxer.as_ref().is_some_and(Muxer::has_rx)
                 && Self::has_avail(&self.rx.queue, &self.mem))
     }
@@ -408,6 +416,11 @@ impl Poll for VsockHandler {
         let mem = &self.mem;
         if on {
             let _ = self.tx.queue.disable_notification(mem);
+            return false;
+        }
+        if self.muxer.as_ref().is_some_and(Muxer::tx_paused) {
+            // The pause's deadline wakes the thread; kicks would only wake it sooner for
+            // nothing.
             return false;
         }
         matches!(self.tx.queue.enable_notification(mem), Ok(true))
@@ -922,6 +935,76 @@ mod tests {
             assert!(r.intr.needs_reset(), "queue {ring}: no reset asked");
             let _ = std::fs::remove_file(&r.path);
         }
+    }
+
+    /// A guest that sends nothing but REQUESTs no host program takes: the device handles a
+    /// period's budget of them, then leaves the tx ring alone (no work for the cheap check, no
+    /// used entries) until the period is over.
+    #[test]
+    fn a_request_flood_pauses_the_tx_ring_until_the_period_ends() {
+        use crate::vsock::flood::WASTED_PER_PERIOD;
+        let (r, mut h, _back) = rig("flood");
+        // However slow the run, one period.
+        let period = std::time::Duration::from_secs(600);
+        h.muxer.as_mut().unwrap().set_flood_period(period);
+        let request = |port: u32| Header {
+            src_cid: 3,
+            dst_cid: HOST_CID,
+            src_port: port,
+            dst_port: 9, // nobody listens on <uds_path>_9
+            len: 0,
+            kind: TYPE_STREAM,
+            op: Op::Request.code(),
+            flags: 0,
+            buf_alloc: 65536,
+            fwd_cnt: 0,
+        };
+        // One descriptor (index 0), posted again and again (the mock's own posting does not
+        // wrap around the ring).
+        r.txq
+            .desc_table()
+            .store(0, desc(0x6_0000, 44, 0, 0))
+            .unwrap();
+        let post = |port: u32| {
+            r.mem
+                .write_slice(&request(port).to_bytes(), GuestAddress(0x6_0000))
+                .unwrap();
+            let idx_at = r.txq.avail_addr().unchecked_add(2);
+            let idx: u16 = r.mem.read_obj(idx_at).unwrap();
+            let slot = r
+                .txq
+                .avail_addr()
+                .unchecked_add(4 + u64::from(idx % 16) * 2);
+            r.mem.write_obj(0u16, slot).unwrap();
+            r.mem.write_obj(idx.wrapping_add(1), idx_at).unwrap();
+        };
+        let mut sent = 0u32;
+        while !h.muxer.as_ref().unwrap().tx_paused() && sent < 2 * WASTED_PER_PERIOD {
+            post(1000 + sent);
+            h.run(64, &turn());
+            sent += 1;
+        }
+        assert_eq!(
+            sent, WASTED_PER_PERIOD,
+            "paused by the budget's last packet"
+        );
+        let used = used_idx(&r.mem, &r.txq);
+        post(1);
+        assert!(!h.poll(), "a paused ring is no work");
+        let end = h.run(64, &turn());
+        assert_eq!(used_idx(&r.mem, &r.txq), used, "nothing taken while paused");
+        let wake = end.wake_at.expect("the pause's end wakes the thread");
+        assert!(wake <= std::time::Instant::now() + period);
+        // The thread's turn at the deadline.
+        h.muxer.as_mut().unwrap().sweep(wake);
+        assert!(h.poll(), "the ring has work again");
+        h.run(64, &turn());
+        assert_eq!(
+            used_idx(&r.mem, &r.txq),
+            used.wrapping_add(1),
+            "taken after the pause"
+        );
+        let _ = std::fs::remove_file(&r.path);
     }
 
     /// A held device (a snapshot reading its state) writes nothing to guest memory however

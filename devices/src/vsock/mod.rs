@@ -3,12 +3,14 @@
 //! ([`conn`]), the Unix-socket side (`CONNECT <port>` on `uds_path`, `<uds_path>_<port>` for
 //! the guest's connections: [`muxer`]), the iothread handler over the three queues
 //! ([`handler`]), the device model ([`device`]), what snapshots ask of it ([`control`]) and
-//! the socket `PUT /vsock` binds before the device exists ([`prebound`]).
+//! the socket `PUT /vsock` binds before the device exists ([`prebound`]), and what a guest's
+//! packets that lead nowhere may cost the host ([`flood`]).
 //! docs/vsock.md describes the protocol.
 
 pub mod conn;
 pub mod control;
 pub mod device;
+pub mod flood;
 pub mod handler;
 pub mod muxer;
 pub mod packet;

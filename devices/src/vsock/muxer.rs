@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 
 use super::conn::{ConnState, Connection, Outgoing};
+use super::flood::FloodGuard;
 use super::packet::{Header, Op, HOST_CID, TYPE_STREAM};
 
 /// Connections at once.
@@ -117,6 +118,8 @@ pub struct Muxer {
     stage: Vec<u8>,
     /// Whose bytes `stage[start..end]` are.
     staged: Option<Staged>,
+    /// What the guest's packets that lead nowhere may cost.
+    flood: FloodGuard,
 }
 
 /// The part of the muxer's stage still owed to a connection's guest socket.
@@ -245,6 +248,7 @@ impl Muxer {
             unflushed: Vec::new(),
             stage: vec![0; STAGE],
             staged: None,
+            flood: FloodGuard::default(),
         })
     }
 
@@ -285,6 +289,7 @@ impl Muxer {
     }
 
     fn orphan_rst(&mut self, to: &Header) {
+        self.flood.wasted();
         if self.orphan_rsts.len() >= MAX_ORPHAN_RSTS {
             return;
         }
@@ -527,10 +532,13 @@ impl Muxer {
         // A source that is not the guest's CID is spoofed: dropped unanswered, since an RST
         // would be a packet for another CID.
         if hdr.src_cid != self.guest_cid {
+            self.flood.wasted();
             return;
         }
         if hdr.dst_cid != HOST_CID || hdr.kind != TYPE_STREAM {
-            if hdr.op() != Some(Op::Rst) {
+            if hdr.op() == Some(Op::Rst) {
+                self.flood.wasted();
+            } else {
                 self.orphan_rst(hdr);
             }
             return;
@@ -555,7 +563,7 @@ impl Muxer {
         }
         match hdr.op() {
             Some(Op::Request) => self.guest_connect(hdr, key),
-            Some(Op::Rst) => {}
+            Some(Op::Rst) => self.flood.wasted(),
             _ => self.orphan_rst(hdr),
         }
     }
@@ -581,7 +589,7 @@ impl Muxer {
 
     /// The guest connects to host port `key.local`: `<uds_path>_<port>`.
     fn guest_connect(&mut self, hdr: &Header, key: ConnKey) {
-        if self.conns.len() >= MAX_CONNS {
+        if self.conns.len() >= MAX_CONNS || !self.flood.may_connect() {
             self.orphan_rst(hdr);
             return;
         }
@@ -717,6 +725,7 @@ impl Muxer {
     /// answered, a SHUTDOWN it never acknowledged: Firecracker's timers): the guest gets an
     /// RST, the host client end of file.
     pub fn sweep(&mut self, now: Instant) {
+        self.flood.resume_if_due(now);
         if self.accept_retry_at.is_some_and(|at| at <= now) {
             self.accept_retry_at = None;
             self.accept();
@@ -736,10 +745,28 @@ impl Muxer {
     /// When [`Muxer::sweep`] has work next, if ever.
     pub fn next_deadline(&self) -> Option<Instant> {
         let kill = self.killq.front().map(|&(at, _)| at);
-        match (kill, self.accept_retry_at) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [kill, self.accept_retry_at, self.flood.paused_until()]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// Whether the guest's tx ring waits: its packets that lead nowhere spent their budget
+    /// ([`FloodGuard`]); [`Muxer::sweep`] ends the wait at [`Muxer::next_deadline`].
+    pub fn tx_paused(&self) -> bool {
+        self.flood.paused()
+    }
+
+    /// Counts a guest packet the device dropped unread (malformed).
+    pub fn wasted_packet(&mut self) {
+        self.flood.wasted();
+    }
+
+    /// Budgets the guest's packets that lead nowhere per `period` (tests: a run slower than
+    /// [`super::flood::PERIOD`] must not start a new period).
+    #[cfg(test)]
+    pub fn set_flood_period(&mut self, period: Duration) {
+        self.flood = FloodGuard::with_period(period);
     }
 
     /// Starts `key`'s kill timer if the control packet that just went set one.

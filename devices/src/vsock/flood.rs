@@ -1,0 +1,186 @@
+//! What a guest's packets that lead nowhere may cost the host. A REQUEST no host program takes,
+//! a packet for no connection, a spoofed or malformed one: each costs the iothread a little
+//! (a `connect` that walks a path, for a REQUEST), and a guest that sends nothing else could
+//! keep a core busy. [`FloodGuard`] counts them per [`PERIOD`]: past [`WASTED_PER_PERIOD`] the
+//! device stops reading the guest's tx ring until the period ends, and past
+//! [`CONNECTS_PER_PERIOD`] guest connects a REQUEST is refused without a `connect`. Well-behaved
+//! traffic wastes a packet or two per connection it closes, far below either budget.
+//!
+//! The clock is read when a period starts and when a budget runs out, never per packet.
+
+use std::time::{Duration, Instant};
+
+/// The budgets' period.
+pub const PERIOD: Duration = Duration::from_millis(100);
+/// Packets that lead nowhere per period before the tx ring waits for the next.
+pub const WASTED_PER_PERIOD: u32 = 100;
+/// Guest-initiated connects (each a `connect` on `<uds_path>_<port>`) per period.
+pub const CONNECTS_PER_PERIOD: u32 = 50;
+
+/// The budgets of one device.
+#[derive(Debug)]
+pub struct FloodGuard {
+    /// [`PERIOD`], unless a test needs a longer one.
+    period: Duration,
+    /// When the current period started (`None`: no packet counted since the last one ended).
+    start: Option<Instant>,
+    wasted: u32,
+    connects: u32,
+    /// The tx ring waits until then.
+    paused_until: Option<Instant>,
+    /// Periods cut short by the wasted-packet budget.
+    pauses: u64,
+}
+
+impl Default for FloodGuard {
+    fn default() -> Self {
+        Self::with_period(PERIOD)
+    }
+}
+
+impl FloodGuard {
+    /// Budgets per `period` instead of [`PERIOD`].
+    pub fn with_period(period: Duration) -> Self {
+        Self {
+            period,
+            start: None,
+            wasted: 0,
+            connects: 0,
+            paused_until: None,
+            pauses: 0,
+        }
+    }
+
+    /// Counts a packet that led nowhere; the one that spends the budget pauses the tx ring until
+    /// the period ends.
+    pub fn wasted(&mut self) {
+        self.begin();
+        self.wasted = self.wasted.saturating_add(1);
+        if self.wasted < WASTED_PER_PERIOD || self.paused_until.is_some() {
+            return;
+        }
+        let now = Instant::now();
+        if self.roll(now) {
+            self.wasted = 1;
+            return;
+        }
+        self.paused_until = self.start.map(|s| s + self.period);
+        self.pauses += 1;
+        if self.pauses == 1 {
+            log::warn!(
+                "virtio-vsock: the guest sent {WASTED_PER_PERIOD} packets that lead nowhere \
+                 within {:?}: its tx ring waits out each such period (logged once)",
+                self.period
+            );
+        }
+    }
+
+    /// Whether a guest REQUEST may become a `connect` (and counts it if so).
+    pub fn may_connect(&mut self) -> bool {
+        self.begin();
+        if self.connects >= CONNECTS_PER_PERIOD && !self.roll(Instant::now()) {
+            return false;
+        }
+        self.connects += 1;
+        true
+    }
+
+    /// Whether the tx ring waits (see [`FloodGuard::paused_until`]).
+    pub fn paused(&self) -> bool {
+        self.paused_until.is_some()
+    }
+
+    /// Until when the tx ring waits, if it does.
+    pub fn paused_until(&self) -> Option<Instant> {
+        self.paused_until
+    }
+
+    /// Ends a pause whose period is over by `now`.
+    pub fn resume_if_due(&mut self, now: Instant) {
+        if self.paused_until.is_some_and(|at| at <= now) {
+            self.paused_until = None;
+            self.start = None;
+            self.wasted = 0;
+            self.connects = 0;
+        }
+    }
+
+    /// Periods cut short so far.
+    pub fn pauses(&self) -> u64 {
+        self.pauses
+    }
+
+    fn begin(&mut self) {
+        if self.start.is_none() {
+            self.start = Some(Instant::now());
+        }
+    }
+
+    /// Starts a new period if the current one is over by `now`; true if it did.
+    fn roll(&mut self, now: Instant) -> bool {
+        if self
+            .start
+            .is_some_and(|s| now.duration_since(s) < self.period)
+        {
+            return false;
+        }
+        self.start = Some(now);
+        self.wasted = 0;
+        self.connects = 0;
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_wasted_budget_pauses_the_ring_until_the_period_ends() {
+        let mut g = FloodGuard::default();
+        let t0 = Instant::now();
+        for _ in 0..WASTED_PER_PERIOD - 1 {
+            g.wasted();
+        }
+        assert!(!g.paused(), "below the budget");
+        g.wasted();
+        let until = g.paused_until().expect("the budget is spent");
+        assert!(until > t0 && until <= Instant::now() + PERIOD);
+        g.resume_if_due(until - Duration::from_millis(1));
+        assert!(g.paused(), "not before the period ends");
+        g.resume_if_due(until);
+        assert!(!g.paused());
+        assert_eq!(g.pauses(), 1);
+        // A new period: the budget is whole again.
+        for _ in 0..WASTED_PER_PERIOD - 1 {
+            g.wasted();
+        }
+        assert!(!g.paused());
+    }
+
+    #[test]
+    fn connects_past_the_budget_are_refused_until_the_period_ends() {
+        let mut g = FloodGuard::default();
+        for _ in 0..CONNECTS_PER_PERIOD {
+            assert!(g.may_connect());
+        }
+        assert!(!g.may_connect(), "the budget is spent");
+        std::thread::sleep(PERIOD);
+        assert!(g.may_connect(), "a new period");
+    }
+
+    #[test]
+    fn a_slow_trickle_never_pauses() {
+        let mut g = FloodGuard::default();
+        // Two bursts just under the budget, a period apart: the count starts again.
+        for _ in 0..WASTED_PER_PERIOD - 10 {
+            g.wasted();
+        }
+        std::thread::sleep(PERIOD);
+        for _ in 0..WASTED_PER_PERIOD - 10 {
+            g.wasted();
+        }
+        assert!(!g.paused());
+        assert_eq!(g.pauses(), 0);
+    }
+}
