@@ -911,6 +911,27 @@ mod tests {
         let _ = std::fs::remove_file(&r.path);
     }
 
+    /// With `VIRTIO_RING_F_EVENT_IDX` (Linux's drivers) the device asks for the refill's kick
+    /// through `avail_event`: set to the first buffer it lacks when it runs out.
+    #[test]
+    fn with_event_idx_running_out_of_rx_buffers_asks_for_the_next_one() {
+        let (r, mut h, _back) = rig("rxkickidx");
+        h.rx.queue.set_event_idx(true);
+        let mut client = open_connection(&r, &mut h);
+        client.write_all(b"first").unwrap();
+        h.run(64, &turn());
+        client.write_all(b"waits").unwrap();
+        h.run(64, &turn());
+        assert_eq!(used_idx(&r.mem, &r.rxq), 2);
+        // avail_event follows the used ring's 16 entries.
+        let avail_event: u16 = r
+            .mem
+            .read_obj(r.rxq.used_addr().unchecked_add(4 + 8 * 16))
+            .unwrap();
+        assert_eq!(avail_event, 2, "the guest's next buffer must kick");
+        let _ = std::fs::remove_file(&r.path);
+    }
+
     /// A guest that moves an avail index more than a queue's size ahead loses its device; the
     /// turn ends and the cheap check stops finding work (no spinning thread).
     #[test]
