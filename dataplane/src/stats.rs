@@ -85,6 +85,10 @@ osprey_metrics::metric_set! {
         /// (polling took too little of anyone's CPU to matter; counted as kept).
         #[metric(counter)]
         pub payoff_skips: AtomicU64,
+        /// Adaptive: payoff trials brought forward because the workload's rate moved more than
+        /// 2× away from the rate the verdict was reached at (a bulk phase ended, or began).
+        #[metric(counter)]
+        pub payoff_shifts: AtomicU64,
         /// Adaptive: at the last due payoff trial, the share of the host's samples since the
         /// one before that saw a thread waiting for a CPU.
         #[metric(gauge, permille)]

@@ -464,6 +464,7 @@ impl Loop {
         let p = self.policy.payoff();
         IoThreadStats::set(&self.stats.payoff_trials, p.trials);
         IoThreadStats::set(&self.stats.payoff_skips, p.skips);
+        IoThreadStats::set(&self.stats.payoff_shifts, p.shifts);
         IoThreadStats::set(
             &self.stats.cpu_queue_waiting_permille,
             p.queue_waiting_permille,

@@ -15,7 +15,12 @@
 //! won it, when the host's samples since the last one rarely saw a thread waiting for a CPU (at
 //! most [`QUIET_PERMILLE`] of at least [`QUIET_MIN_SAMPLES`]): its polling then took too little
 //! of anyone's CPU for sleeping to complete the margin more, and the trial's sleeping segments
-//! would only cost the guest latency. Measurements: docs/performance.md.
+//! would only cost the guest latency. The verdict belongs to the workload it was reached on:
+//! when the requests completed per [`SEGMENT_NS`] stay more than [`SHIFT_FACTOR`] times above or
+//! below the current mode's rate in that trial for [`SHIFT_SEGMENTS`] live segments in a row
+//! (a bulk transfer ended and a latency-bound exchange began, or the reverse), the next trial
+//! comes at once and the intervals start again from the shortest. Measurements:
+//! docs/performance.md.
 
 /// The length of one segment (ns).
 pub const SEGMENT_NS: u64 = 10_000_000;
@@ -44,6 +49,12 @@ pub const QUIET_MIN_SAMPLES: u64 = 50;
 /// time they wait, too little to complete [`MARGIN_PERMILLE`] more (kernel workers and the
 /// VMM's own threads that run for a moment now and then are 2-7.5 % of the samples here).
 pub const QUIET_PERMILLE: u64 = MARGIN_PERMILLE;
+
+/// The workload shifted when its rate is more than this many times above or below the rate
+/// the verdict was reached at ...
+pub const SHIFT_FACTOR: u64 = 2;
+/// ... in this many live segments (at least [`MIN_REQUESTS`] each) in a row.
+pub const SHIFT_SEGMENTS: u32 = 3;
 
 /// Whether rate `a` is ahead of rate `b` by `permille` ‰ or more.
 fn ahead_by(a: u64, b: u64, permille: u64) -> bool {
@@ -125,6 +136,8 @@ pub struct PayoffStats {
     pub interval_ns: u64,
     /// Trials skipped because threads on the host rarely waited for a CPU.
     pub skips: u64,
+    /// Trials brought forward because the workload's rate moved away from the verdict's.
+    pub shifts: u64,
     /// At the last due trial: the share of the host's samples since the one before that saw
     /// a thread waiting for a CPU (‰).
     pub queue_waiting_permille: u64,
@@ -168,7 +181,63 @@ pub struct PayoffCheck {
     won_once: bool,
     /// The host's run queue since the last trial or skip.
     cpu_queue: CpuQueueTally,
+    /// Between trials: what the workload does against the verdict's rate.
+    shift: ShiftWatch,
     stats: PayoffStats,
+}
+
+/// Between trials, watches the rate of completed requests per [`SEGMENT_NS`] against the
+/// current mode's rate at the last conclusive trial.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct ShiftWatch {
+    /// The current mode's rate at the last conclusive trial (0: nothing to compare with).
+    verdict_rate: u64,
+    /// Where the running segment began: (ns, requests).
+    start: Option<(u64, u64)>,
+    /// Live segments in a row whose rate was off by more than [`SHIFT_FACTOR`].
+    off: u32,
+}
+
+impl ShiftWatch {
+    /// Compares with `rate` from now on.
+    fn arm(&mut self, rate: u64) {
+        *self = Self {
+            verdict_rate: rate,
+            ..Self::default()
+        };
+    }
+
+    /// Takes a reading; true when the workload has shifted (the watch disarms itself).
+    fn observe(&mut self, now_ns: u64, requests: u64) -> bool {
+        if self.verdict_rate == 0 {
+            return false;
+        }
+        let Some((start_ns, start_requests)) = self.start else {
+            self.start = Some((now_ns, requests));
+            return false;
+        };
+        if now_ns.saturating_sub(start_ns) < SEGMENT_NS {
+            return false;
+        }
+        self.start = Some((now_ns, requests));
+        let span = Span {
+            requests: requests.saturating_sub(start_requests),
+            ns: now_ns - start_ns,
+        };
+        if span.requests < MIN_REQUESTS {
+            // Idle segments say nothing about the next workload.
+            return false;
+        }
+        let rate = span.rate();
+        let off = rate.saturating_mul(SHIFT_FACTOR) < self.verdict_rate
+            || rate > self.verdict_rate.saturating_mul(SHIFT_FACTOR);
+        self.off = if off { self.off + 1 } else { 0 };
+        if self.off < SHIFT_SEGMENTS {
+            return false;
+        }
+        *self = Self::default();
+        true
+    }
 }
 
 impl PayoffCheck {
@@ -196,6 +265,11 @@ impl PayoffCheck {
             mut other,
         } = self.phase
         else {
+            if self.shift.observe(now_ns, requests) {
+                self.stats.shifts += 1;
+                self.interval_ns = MIN_INTERVAL_NS;
+                self.next_trial_ns = now_ns;
+            }
             if now_ns >= self.next_trial_ns && polling_possible {
                 self.stats.queue_waiting_permille = self.cpu_queue.waiting_permille();
                 if self.mode == Mode::Poll && !self.won_once && self.cpu_queue.quiet() {
@@ -267,6 +341,7 @@ impl PayoffCheck {
                     self.mode = self.mode.other();
                     self.stats.switches += 1;
                     self.interval_ns = MIN_INTERVAL_NS;
+                    self.shift.arm(other);
                 } else {
                     // Confirm at once.
                     self.won_once = true;
@@ -282,6 +357,7 @@ impl PayoffCheck {
                     2
                 };
                 self.interval_ns = self.interval_ns.saturating_mul(growth).min(MAX_INTERVAL_NS);
+                self.shift.arm(current);
             }
         } else if spans.is_some() {
             self.next_trial_ns = now_ns.saturating_add(RETRY_NS);
@@ -454,12 +530,13 @@ mod tests {
         assert_eq!((st.trials, st.wins, st.switches), (1, 1, 1), "{st:?}");
         assert_eq!(c.mode(), Mode::Sleep);
         assert_eq!(st.interval_ns, MIN_INTERVAL_NS);
-        // Polling completing 3× more needs its confirming trial before the thread polls again.
-        h.run(&mut c, NEXT_VERDICT_MS, 60_000, 20_000);
+        // Polling completing 3× more needs its confirming trial before the thread polls again
+        // (the sleeping rate stays where the verdict found it: no shift of the workload).
+        h.run(&mut c, NEXT_VERDICT_MS, 30_000, 9_100);
         let st = c.stats();
-        assert_eq!((st.wins, st.switches), (2, 1), "{st:?}");
+        assert_eq!((st.wins, st.switches, st.shifts), (2, 1, 0), "{st:?}");
         assert_eq!(c.mode(), Mode::Sleep);
-        h.run(&mut c, TRIAL_MS + 2, 60_000, 20_000);
+        h.run(&mut c, TRIAL_MS + 2, 30_000, 9_100);
         let st = c.stats();
         assert_eq!((st.wins, st.switches), (3, 2), "{st:?}");
         assert_eq!(c.mode(), Mode::Poll);
@@ -624,5 +701,47 @@ mod tests {
         c.observe(1 + MIN_INTERVAL_NS, 100, true);
         assert_eq!(c.stats().skips, 0);
         assert_ne!(c.phase, Phase::Steady, "the trial began");
+    }
+
+    /// A sleeping verdict reached on a bulk workload: once the workload turns latency-bound
+    /// (a quarter of the rate, where polling completes 3× more), the next trial follows within a
+    /// few segments instead of the backed-off interval.
+    #[test]
+    fn a_shift_of_the_workload_brings_the_next_trial_forward() {
+        let (mut c, mut h) = (PayoffCheck::default(), Host::new());
+        // Bulk: sleeping completes 1.3× more; the verdict holds for a while, so the interval
+        // backs off to its longest.
+        h.run(&mut c, 20_000, 70_000, 91_000);
+        assert!(c.stats().sleeping);
+        assert_eq!(c.stats().interval_ns, MAX_INTERVAL_NS, "{:?}", c.stats());
+        let trials = c.stats().trials;
+        // Latency-bound: 20k/s sleeping (a quarter of 91k), 60k/s polling.
+        h.run(
+            &mut c,
+            (u64::from(SHIFT_SEGMENTS) + 1) * SEGMENT_NS / MS + 2 * TRIAL_MS + 4,
+            60_000,
+            20_000,
+        );
+        let st = c.stats();
+        assert_eq!(st.shifts, 1, "{st:?}");
+        assert_eq!(
+            st.trials,
+            trials + 2,
+            "the trial and its confirmation: {st:?}"
+        );
+        assert!(!st.sleeping, "{st:?}");
+    }
+
+    /// A workload whose rate wanders within the factor, or pauses, brings no trial forward.
+    #[test]
+    fn a_steady_or_idle_workload_is_no_shift() {
+        let (mut c, mut h) = (PayoffCheck::default(), Host::new());
+        h.run(&mut c, 5_000, 70_000, 91_000);
+        assert!(c.stats().sleeping);
+        // ±40 % around the verdict's rate, 100 ms at a time, and idle stretches.
+        for rate in [91_000, 55_000, 127_000, 0, 91_000, 0, 60_000, 120_000] {
+            h.run(&mut c, 100, rate * 7 / 9, rate);
+        }
+        assert_eq!(c.stats().shifts, 0, "{:?}", c.stats());
     }
 }
