@@ -62,6 +62,18 @@ static void parse(const char *s, size_t len, struct vsock_opts *o)
     }
 }
 
+/* "osprey-test-guest: vsock <what> sent=N rst=M": the hostile phases' line. */
+static void put_sent_rst(const char *what, u64 sent, u64 rst)
+{
+    puts_serial("osprey-test-guest: vsock ");
+    puts_serial(what);
+    puts_serial(" sent=");
+    put_u64(sent);
+    puts_serial(" rst=");
+    put_u64(rst);
+    putc_serial('\n');
+}
+
 static u64 failures(const struct vsock_dev *d)
 {
     const struct vsock_stats *s = &d->s;
@@ -144,20 +156,12 @@ NORETURN void vsock_main(const char *cmdline, size_t len, int connect)
     putc_serial('\n');
     if (o->hostile && o->mode == VSOCK_CONNECT) {
         run_in_user(vsock_hostile_job, &dev);
-        puts_serial("osprey-test-guest: vsock hostile sent=");
-        put_u64(dev.s.hostile_sent);
-        puts_serial(" rst=");
-        put_u64(dev.s.hostile_rst);
-        putc_serial('\n');
+        put_sent_rst("hostile", dev.s.hostile_sent, dev.s.hostile_rst);
     }
     if (o->hostile >= 2 && o->mode == VSOCK_CONNECT) {
         puts_serial("osprey-test-guest: vsock flood start\n");
         run_in_user(vsock_flood_job, &dev);
-        puts_serial("osprey-test-guest: vsock flood sent=");
-        put_u64(dev.s.flood_sent);
-        puts_serial(" rst=");
-        put_u64(dev.s.flood_rst);
-        putc_serial('\n');
+        put_sent_rst("flood", dev.s.flood_sent, dev.s.flood_rst);
     }
     for (u32 round = 0;; round++) {
         long res = run_in_user(vsock_loop_job, &dev);
