@@ -2,9 +2,15 @@
 //! a packet for no connection, a spoofed or malformed one: each costs the iothread a little
 //! (a `connect` that walks a path, for a REQUEST), and a guest that sends nothing else could
 //! keep a core busy. [`FloodGuard`] counts them per [`PERIOD`]: past [`WASTED_PER_PERIOD`] the
-//! device stops reading the guest's tx ring until the period ends, and past
-//! [`CONNECTS_PER_PERIOD`] guest connects a REQUEST is refused without a `connect`. Well-behaved
-//! traffic wastes a packet or two per connection it closes, far below either budget.
+//! device stops reading the guest's tx ring until the period ends. A `connect` that fails (no
+//! program listens on `<uds_path>_<port>`: ~8 µs of path walk here) is the dearest of them:
+//! past [`FAILED_CONNECTS_PER_PERIOD`] a REQUEST is refused without trying. Guest connects that
+//! succeed are the guest's own work, like its disk I/O; past [`CONNECTS_PER_PERIOD`] of them
+//! (more than [`MAX_CONNS`] in 100 ms: churn, not a burst of opens) a REQUEST is refused too.
+//! Well-behaved traffic wastes a packet or two per connection it closes, and a guest retrying
+//! a connect until its host service listens a few per period, far below every budget.
+//!
+//! [`MAX_CONNS`]: super::muxer::MAX_CONNS
 //!
 //! The clock is read when a period starts and when a budget runs out, never per packet.
 
@@ -14,8 +20,11 @@ use std::time::{Duration, Instant};
 pub const PERIOD: Duration = Duration::from_millis(100);
 /// Packets that lead nowhere per period before the tx ring waits for the next.
 pub const WASTED_PER_PERIOD: u32 = 100;
-/// Guest-initiated connects (each a `connect` on `<uds_path>_<port>`) per period.
-pub const CONNECTS_PER_PERIOD: u32 = 50;
+/// Guest-initiated connects (each a `connect` on `<uds_path>_<port>`) per period: a guest may
+/// open as many connections at once as the device holds.
+pub const CONNECTS_PER_PERIOD: u32 = super::muxer::MAX_CONNS as u32;
+/// Of those, connects that failed per period.
+pub const FAILED_CONNECTS_PER_PERIOD: u32 = 20;
 
 /// The budgets of one device.
 #[derive(Debug)]
@@ -26,6 +35,7 @@ pub struct FloodGuard {
     start: Option<Instant>,
     wasted: u32,
     connects: u32,
+    failed_connects: u32,
     /// The tx ring waits until then.
     paused_until: Option<Instant>,
     /// Periods cut short by the wasted-packet budget.
@@ -46,6 +56,7 @@ impl FloodGuard {
             start: None,
             wasted: 0,
             connects: 0,
+            failed_connects: 0,
             paused_until: None,
             pauses: 0,
         }
@@ -78,11 +89,18 @@ impl FloodGuard {
     /// Whether a guest REQUEST may become a `connect` (and counts it if so).
     pub fn may_connect(&mut self) -> bool {
         self.begin();
-        if self.connects >= CONNECTS_PER_PERIOD && !self.roll(Instant::now()) {
+        let spent = self.connects >= CONNECTS_PER_PERIOD
+            || self.failed_connects >= FAILED_CONNECTS_PER_PERIOD;
+        if spent && !self.roll(Instant::now()) {
             return false;
         }
         self.connects += 1;
         true
+    }
+
+    /// The `connect` [`FloodGuard::may_connect`] allowed failed.
+    pub fn connect_failed(&mut self) {
+        self.failed_connects = self.failed_connects.saturating_add(1);
     }
 
     /// Whether the tx ring waits (see [`FloodGuard::paused_until`]).
@@ -102,6 +120,7 @@ impl FloodGuard {
             self.start = None;
             self.wasted = 0;
             self.connects = 0;
+            self.failed_connects = 0;
         }
     }
 
@@ -127,6 +146,7 @@ impl FloodGuard {
         self.start = Some(now);
         self.wasted = 0;
         self.connects = 0;
+        self.failed_connects = 0;
         true
     }
 }
@@ -167,6 +187,17 @@ mod tests {
         assert!(!g.may_connect(), "the budget is spent");
         std::thread::sleep(PERIOD);
         assert!(g.may_connect(), "a new period");
+    }
+
+    #[test]
+    fn failed_connects_have_a_budget_of_their_own() {
+        let mut g = FloodGuard::with_period(Duration::from_secs(600));
+        for _ in 0..FAILED_CONNECTS_PER_PERIOD {
+            assert!(g.may_connect());
+            g.connect_failed();
+        }
+        assert!(!g.may_connect(), "no more tries this period");
+        assert!(!g.paused(), "the ring itself goes on");
     }
 
     #[test]

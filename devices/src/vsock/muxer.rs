@@ -599,6 +599,7 @@ impl Muxer {
         let stream = match connect_nonblocking(&path) {
             Ok(s) => s,
             Err(_) => {
+                self.flood.connect_failed();
                 self.orphan_rst(hdr);
                 return;
             }
