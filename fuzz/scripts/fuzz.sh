@@ -18,6 +18,7 @@ shift $(( $# >= 2 ? 2 : 1 ))
 case $target in
     blk_request) max_len=16384 ;;
     blk_queue) max_len=24576 ;;
+    vsock_queue) max_len=40960 ;;
     virtio_pci) max_len=8192 ;;
     vm_config | api_router) max_len=4096 ;;
     bzimage_header) max_len=65536 ;;

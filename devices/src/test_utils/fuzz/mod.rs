@@ -7,3 +7,4 @@ pub mod blk_queue;
 pub mod blk_request;
 pub mod common;
 pub mod virtio_pci;
+pub mod vsock_queue;
