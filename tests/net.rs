@@ -478,4 +478,11 @@ fn four_queues_answer_on_both_pairs() {
     second.signal(libc::SIGTERM);
     second.wait_exit(Duration::from_secs(10));
     std::fs::remove_dir_all(&dir).ok();
+    // A multi-queue tap is deleted too (one was left behind after every run once).
+    let name = tap.name.clone();
+    drop(tap);
+    assert!(
+        !ip(&["link", "show", "dev", &name]),
+        "the test's multi-queue tap {name} outlived it"
+    );
 }

@@ -89,8 +89,10 @@ pub fn ping(args: &[&str], guest: &str, limit: Duration) -> (u64, u64, String) {
 
 impl Drop for TestTap {
     fn drop(&mut self) {
+        // `ip link del`, not `ip tuntap del ... mode tap`: the latter refuses a multi-queue tap
+        // (TUNSETIFF without IFF_MULTI_QUEUE: EINVAL) and left it behind after every run.
         let _ = Command::new("ip")
-            .args(["tuntap", "del", "dev", &self.name, "mode", "tap"])
+            .args(["link", "del", "dev", &self.name])
             .output();
     }
 }
