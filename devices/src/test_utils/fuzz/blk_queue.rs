@@ -121,21 +121,10 @@ pub fn run(data: &[u8]) {
         }
         // Null completes inside commit: each turn makes progress, so the loop must end.
         let bound = 2 * usize::from(size) + 8;
-        let mut turns = 0;
-        while h.run(32, &ThreadTurn::default()).more {
-            turns += 1;
-            assert!(
-                turns < bound,
-                "run(32) still wants another turn after {turns} turns"
-            );
-        }
+        run_until_idle(&mut h, bound, "");
         if poll {
             let _ = h.watch(Watch::Polling, false);
-            let mut turns = 0;
-            while h.run(32, &ThreadTurn::default()).more {
-                turns += 1;
-                assert!(turns < bound, "run(32) after poll_end never finishes");
-            }
+            run_until_idle(&mut h, bound, " after poll_end");
         }
         if hostile {
             continue;

@@ -2,6 +2,7 @@
 //! queue on that layout and a cursor over the input. Guest memory, the drive's limits and the
 //! interrupt come from the queue rig ([`crate::test_utils::queue`]).
 
+use dataplane::{Handler, ThreadTurn};
 use virtio_queue::{Queue, QueueT};
 
 use crate::block::request::DiskLimits;
@@ -32,14 +33,39 @@ pub fn memory() -> GuestMemory {
 /// A ready queue of `size` entries on the fixed ring addresses, or None when it is not valid
 /// (the transport refuses DRIVER_OK for such a queue).
 pub fn ready_queue(mem: &GuestMemory, size: u16, event_idx: bool) -> Option<Queue> {
+    ready_queue_at(mem, size, event_idx, [DESC_TABLE, AVAIL_RING, USED_RING])
+}
+
+/// As [`ready_queue`], with the descriptor table, avail ring and used ring at `rings` (guest
+/// addresses below 4 GiB).
+pub fn ready_queue_at(
+    mem: &GuestMemory,
+    size: u16,
+    event_idx: bool,
+    rings: [u64; 3],
+) -> Option<Queue> {
+    let [desc, avail, used] = rings.map(|a| u32::try_from(a).expect("ring below 4 GiB"));
     let mut queue = Queue::new(256).expect("queue");
     queue.set_size(size);
-    queue.set_desc_table_address(Some(DESC_TABLE as u32), Some(0));
-    queue.set_avail_ring_address(Some(AVAIL_RING as u32), Some(0));
-    queue.set_used_ring_address(Some(USED_RING as u32), Some(0));
+    queue.set_desc_table_address(Some(desc), Some(0));
+    queue.set_avail_ring_address(Some(avail), Some(0));
+    queue.set_used_ring_address(Some(used), Some(0));
     queue.set_event_idx(event_idx);
     queue.set_ready(true);
     queue.is_valid(mem).then_some(queue)
+}
+
+/// Runs `run(32)` turns until one asks for no other; panics (a finding) when that takes
+/// `bound` turns or more. `when` says which loop, for the message.
+pub fn run_until_idle<H: Handler + ?Sized>(h: &mut H, bound: usize, when: &str) {
+    let mut turns = 0;
+    while h.run(32, &ThreadTurn::default()).more {
+        turns += 1;
+        assert!(
+            turns < bound,
+            "run(32){when} still wants another turn after {turns} turns"
+        );
+    }
 }
 
 /// A tiny cursor over the fuzz input: reads past its end give zeros (`take`: fewer bytes).

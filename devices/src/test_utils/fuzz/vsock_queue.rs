@@ -15,33 +15,25 @@ use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 
-use dataplane::{Handler, Poll, ThreadTurn, Watch};
-use virtio_queue::{Queue, QueueT};
+use dataplane::{Handler, Poll, Watch};
 use vm_memory::{Bytes, GuestAddress};
 use vmm_sys_util::eventfd::EventFd;
 
-use super::common::{memory, Input, MEM_SIZE};
+use super::common::{memory, ready_queue_at, run_until_idle, Input, MEM_SIZE};
 use crate::test_utils::queue::FakeInterrupt;
 use crate::virtio::{ActivatedQueue, GuestMemory};
 use crate::vsock::handler::{VsockHandler, VsockQueues, EVENT, RX, TX};
 use crate::vsock::muxer::Muxer;
 
 /// Where queue `index`'s descriptor table, avail ring and used ring live.
-fn rings(index: u16) -> (u64, u64, u64) {
+fn rings(index: u16) -> [u64; 3] {
     let base = u64::from(index) * 0x3000;
-    (base, base + 0x1000, base + 0x2000)
+    [base, base + 0x1000, base + 0x2000]
 }
 
 fn ready(mem: &GuestMemory, index: u16, size: u16, event_idx: bool) -> Option<ActivatedQueue> {
-    let (desc, avail, used) = rings(index);
-    let mut queue = Queue::new(256).expect("queue");
-    queue.set_size(size);
-    queue.set_desc_table_address(Some(desc as u32), Some(0));
-    queue.set_avail_ring_address(Some(avail as u32), Some(0));
-    queue.set_used_ring_address(Some(used as u32), Some(0));
-    queue.set_event_idx(event_idx);
-    queue.set_ready(true);
-    queue.is_valid(mem).then(|| ActivatedQueue {
+    let queue = ready_queue_at(mem, size, event_idx, rings(index))?;
+    Some(ActivatedQueue {
         index,
         queue,
         kick: EventFd::new(libc::EFD_NONBLOCK).expect("eventfd"),
@@ -126,15 +118,7 @@ pub fn run(data: &[u8]) {
         }
         // Each turn moves at most 32 packets each way; the guest's rings hold at most `size`
         // and the host's bytes are bounded by the guest's credit: the loop must end.
-        let bound = 4 * usize::from(size) + 64;
-        let mut turns = 0;
-        while h.run(32, &ThreadTurn::default()).more {
-            turns += 1;
-            assert!(
-                turns < bound,
-                "run(32) still wants another turn after {turns} turns"
-            );
-        }
+        run_until_idle(&mut h, 4 * usize::from(size) + 64, "");
         if poll {
             let _ = h.watch(Watch::Polling, false);
         }
