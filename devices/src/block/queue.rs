@@ -352,6 +352,9 @@ impl BlockQueueHandler {
                 #[cfg(feature = "stage-stamps")]
                 self.stamps.popped();
                 let parsed = parse(ring.chain(head, &self.mem), &self.mem, &self.limits);
+                if let Ok(request) = &parsed {
+                    ring.expect_next(request.header);
+                }
                 if let Ok(BlockRequest {
                     op: RequestOp::Io(op),
                     ..

@@ -10,7 +10,7 @@ use vm_memory::{Address, Bytes, GuestAddress};
 
 use super::config::{MAX_DISCARD_SECTORS, MAX_DISCARD_SEG, SEG_MAX};
 use super::{request_type, status, ID_BYTES, SECTOR_SIZE};
-use crate::virtio::host_ring::HostMemory;
+use crate::virtio::host_ring::{read_volatile_bytes, HostMemory};
 
 /// The header every request starts with.
 const HEADER_LEN: u32 = 16;
@@ -43,6 +43,8 @@ pub struct BlockRequest {
     pub op: RequestOp,
     /// Where the status byte goes (checked to lie in guest memory).
     pub status_addr: GuestAddress,
+    /// The header's host address: a line the driver's next request will likely reuse.
+    pub header: *const u8,
 }
 
 /// The operation of a parsed request. `Io` is large (its iovecs are inline, so a request needs
@@ -142,9 +144,10 @@ pub fn parse(
         ));
     }
     // One read of the whole 16-byte header (type, reserved, sector): one guest-memory lookup.
-    let Some(raw) = mem.read_bytes::<{ HEADER_LEN as usize }>(header.addr().raw_value()) else {
+    let Some(header_host) = host_range(mem, header.addr(), HEADER_LEN) else {
         return Err(ioerr(status_addr, "header outside guest memory"));
     };
+    let raw: [u8; HEADER_LEN as usize] = read_volatile_bytes(header_host);
     let kind = u32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]]);
     let mut sector_bytes = [0u8; 8];
     sector_bytes.copy_from_slice(&raw[8..16]);
@@ -274,7 +277,11 @@ pub fn parse(
             })
         }
     };
-    Ok(BlockRequest { op, status_addr })
+    Ok(BlockRequest {
+        op,
+        status_addr,
+        header: header_host,
+    })
 }
 
 #[cfg(test)]
@@ -344,6 +351,12 @@ mod tests {
             &limits(),
         )
         .expect("read");
+        let host = HostMemory::new(&m);
+        assert_eq!(
+            Some(r.header.cast_mut()),
+            host.range(HDR, 16),
+            "the header's line"
+        );
         match r.op {
             RequestOp::Io(IoOp::Read { offset, iovecs }) => {
                 assert_eq!((offset, iovecs.len(), iovecs[0].len), (4096, 1, 4096));
