@@ -13,7 +13,9 @@
 //! against; the queue's state goes back into the `Queue` with [`HostRing::sync_to`].
 //!
 //! Guest memory is shared with the guest's vCPUs, so it is only touched through volatile or
-//! atomic accesses, never through Rust references.
+//! atomic accesses, never through Rust references. When a new avail index shows up, the lines
+//! the chain will likely need (its avail entry, the last head's descriptors, a line the handler
+//! names) are prefetched together rather than missed one after the other.
 
 use std::sync::atomic::{fence, AtomicU16, Ordering};
 
