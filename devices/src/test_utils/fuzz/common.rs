@@ -1,5 +1,5 @@
-//! What the two virtio-blk fuzz targets share: the fixed guest layout, the drive, a ready
-//! queue on that layout and a cursor over the input. Guest memory, the drive's limits and the
+//! What the queue fuzz targets share: the fixed guest layout, the drive (virtio-blk), ready
+//! queues on that layout or elsewhere, the bounded run loop and a cursor over the input. Guest memory, the drive's limits and the
 //! interrupt come from the queue rig ([`crate::test_utils::queue`]).
 
 use dataplane::{Handler, ThreadTurn};
