@@ -283,10 +283,12 @@ impl HostRing {
         u16::from_le(self.u16_at(self.avail, 2).load(order))
     }
 
-    /// Whether the driver made chains available that the device has not taken.
+    /// Whether the driver made chains available that the device has not taken: chains up to
+    /// the index `pop` last read (a driver that moved its index back since cannot take them
+    /// back: `pop` hands them out, then finds the index behind it and fails), or chains past it.
     #[inline]
     pub fn has_avail(&self) -> bool {
-        self.avail_idx(Ordering::Acquire) != self.next_avail
+        self.avail_known != self.next_avail || self.avail_idx(Ordering::Acquire) != self.next_avail
     }
 
     /// Takes the next available chain's head index; `Ok(None)` when the ring is empty. With
@@ -728,6 +730,42 @@ mod tests {
         assert_eq!(ring.pop(), Ok(Some(1)));
         assert_eq!(ring.pop(), Ok(None));
         assert_eq!(ring.last_head, 1, "the head popped last is remembered");
+    }
+
+    /// A driver that moves its avail index back after the device read it: `has_avail` still
+    /// sees the chains `pop` would hand out (a check that looked at the index alone said
+    /// "nothing" while `enable_notification_past` said "more", and a virtio-net pair asked for
+    /// turn after turn for ever), and `pop` ends on the index behind it.
+    #[test]
+    fn an_avail_index_moved_back_is_served_then_refused() {
+        let m = mem();
+        let host = HostMemory::new(&m);
+        let vq = MockSplitQueue::new(&m, 4);
+        let chains = [
+            d(0x1000, 1, F_WRITE, 0),
+            d(0x1010, 1, F_WRITE, 0),
+            d(0x1020, 1, F_WRITE, 0),
+        ];
+        vq.add_desc_chains(&chains, 0).expect("chains");
+        let mut q = vq.create_queue::<Queue>().expect("queue");
+        // The mock's used ring overlaps the avail ring's `used_event`: move it clear.
+        q.set_used_ring_address(Some(0x100), Some(0));
+        let mut ring = HostRing::new(&q, &host).expect("ring");
+        assert_eq!(ring.pop(), Ok(Some(0)));
+        // The driver moves its index from 3 back to 1.
+        m.write_obj(1u16, GuestAddress(q.avail_ring() + 2))
+            .expect("w");
+        assert!(ring.has_avail(), "chains 1 and 2 were seen");
+        assert!(ring.enable_notification_past(ring.avail_seen()));
+        assert_eq!(ring.pop(), Ok(Some(1)));
+        assert_eq!(ring.pop(), Ok(Some(2)));
+        assert_eq!(
+            ring.pop(),
+            Err(RingError::AvailIndex {
+                ahead: 1u16.wrapping_sub(3),
+                size: 4
+            })
+        );
     }
 
     /// With inflight tracking: avail heads are marked as they are taken; after a restart the
