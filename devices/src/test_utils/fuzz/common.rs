@@ -7,7 +7,7 @@ use virtio_queue::{Queue, QueueT};
 
 use crate::block::request::DiskLimits;
 use crate::test_utils::queue;
-use crate::virtio::GuestMemory;
+use crate::virtio::{ActivatedQueue, GuestMemory};
 
 /// Guest memory size: 1 MiB, mapped at guest address 0.
 pub const MEM_SIZE: u64 = 0x10_0000;
@@ -53,6 +53,25 @@ pub fn ready_queue_at(
     queue.set_event_idx(event_idx);
     queue.set_ready(true);
     queue.is_valid(mem).then_some(queue)
+}
+
+/// Queue `index` of a device whose queues sit one after the other from guest address 0, each
+/// in a 0x3000-byte block (descriptor table, avail ring and used ring 0x1000 apart), ready and
+/// activated with a kick of its own; None when the queue is not valid.
+pub fn activated_queue(
+    mem: &GuestMemory,
+    index: u16,
+    size: u16,
+    event_idx: bool,
+) -> Option<ActivatedQueue> {
+    let base = u64::from(index) * 0x3000;
+    let queue = ready_queue_at(mem, size, event_idx, [base, base + 0x1000, base + 0x2000])?;
+    Some(ActivatedQueue {
+        index,
+        queue,
+        kick: vmm_sys_util::eventfd::EventFd::new(libc::EFD_NONBLOCK).expect("eventfd"),
+        inflight: None,
+    })
 }
 
 /// Runs `run(32)` turns until one asks for no other; panics (a finding) when that takes

@@ -20,32 +20,14 @@ use std::sync::Arc;
 use dataplane::rate_limit::{BucketConfig, LimitConfig, RateLimiter};
 use dataplane::{Handler, Poll, Watch};
 use vm_memory::{Bytes, GuestAddress};
-use vmm_sys_util::eventfd::EventFd;
 
-use super::common::{memory, ready_queue_at, run_until_idle, Input, MEM_SIZE};
+use super::common::{activated_queue, memory, run_until_idle, Input, MEM_SIZE};
 use crate::net::handler::NetQueuePair;
 use crate::net::stats::NetStats;
 use crate::net::tap::{frame_pair, Tap};
 use crate::net::throttle::NetRateLimits;
 use crate::net::MAX_FRAME_LEN;
 use crate::test_utils::queue::FakeInterrupt;
-use crate::virtio::{ActivatedQueue, GuestMemory};
-
-/// Where queue `index`'s descriptor table, avail ring and used ring live.
-fn rings(index: u16) -> [u64; 3] {
-    let base = u64::from(index) * 0x3000;
-    [base, base + 0x1000, base + 0x2000]
-}
-
-fn ready(mem: &GuestMemory, index: u16, size: u16, event_idx: bool) -> Option<ActivatedQueue> {
-    let queue = ready_queue_at(mem, size, event_idx, rings(index))?;
-    Some(ActivatedQueue {
-        index,
-        queue,
-        kick: EventFd::new(libc::EFD_NONBLOCK).expect("eventfd"),
-        inflight: None,
-    })
-}
 
 /// Two frames per 100 ms.
 fn slow() -> Arc<RateLimiter> {
@@ -109,8 +91,8 @@ pub fn run(data: &[u8]) {
 
     // The transport refuses DRIVER_OK for a queue that is not valid.
     let (Some(rx), Some(tx)) = (
-        ready(&mem, 0, size, event_idx),
-        ready(&mem, 1, size, event_idx),
+        activated_queue(&mem, 0, size, event_idx),
+        activated_queue(&mem, 1, size, event_idx),
     ) else {
         return;
     };

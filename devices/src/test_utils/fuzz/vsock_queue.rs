@@ -17,29 +17,11 @@ use std::sync::mpsc;
 
 use dataplane::{Handler, Poll, Watch};
 use vm_memory::{Bytes, GuestAddress};
-use vmm_sys_util::eventfd::EventFd;
 
-use super::common::{memory, ready_queue_at, run_until_idle, Input, MEM_SIZE};
+use super::common::{activated_queue, memory, run_until_idle, Input, MEM_SIZE};
 use crate::test_utils::queue::FakeInterrupt;
-use crate::virtio::{ActivatedQueue, GuestMemory};
 use crate::vsock::handler::{VsockHandler, VsockQueues, EVENT, RX, TX};
 use crate::vsock::muxer::Muxer;
-
-/// Where queue `index`'s descriptor table, avail ring and used ring live.
-fn rings(index: u16) -> [u64; 3] {
-    let base = u64::from(index) * 0x3000;
-    [base, base + 0x1000, base + 0x2000]
-}
-
-fn ready(mem: &GuestMemory, index: u16, size: u16, event_idx: bool) -> Option<ActivatedQueue> {
-    let queue = ready_queue_at(mem, size, event_idx, rings(index))?;
-    Some(ActivatedQueue {
-        index,
-        queue,
-        kick: EventFd::new(libc::EFD_NONBLOCK).expect("eventfd"),
-        inflight: None,
-    })
-}
 
 /// A socket path of this process's own.
 fn socket_path() -> std::path::PathBuf {
@@ -71,13 +53,13 @@ pub fn run(data: &[u8]) {
 
     // The transport refuses DRIVER_OK for a queue that is not valid.
     let (Some(rx), Some(tx)) = (
-        ready(&mem, RX, size, event_idx),
-        ready(&mem, TX, size, event_idx),
+        activated_queue(&mem, RX, size, event_idx),
+        activated_queue(&mem, TX, size, event_idx),
     ) else {
         return;
     };
     let event = if flags & 0x10 != 0 {
-        ready(&mem, EVENT, size, event_idx)
+        activated_queue(&mem, EVENT, size, event_idx)
     } else {
         None
     };
