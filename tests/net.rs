@@ -76,7 +76,9 @@ fn ping_udp_echo_and_a_live_tx_limit_through_a_tap() {
     let cfg = json!({
         "boot-source": {
             "kernel_image_path": test_guest(),
-            "boot_args": format!("mode=net-echo ip={}", tap.guest_ip),
+            // One second of malformed tx chains before the ready line (issue 52's hostile
+            // guest): the device returns its budget's worth per 100 ms, then pings work.
+            "boot_args": format!("mode=net-echo ip={} hostile=1", tap.guest_ip),
         },
         "machine-config": {"vcpu_count": 1, "mem_size_mib": 128},
         "network-interfaces": [{
@@ -90,6 +92,22 @@ fn ping_udp_echo_and_a_live_tx_limit_through_a_tap() {
         "metrics": {"metrics_path": dir.join("metrics.json")},
     });
     let mut vmm = boot_echo(&dir, &cfg);
+    let console = vmm.console_text();
+    let hostile = console
+        .lines()
+        .find_map(|l| l.strip_prefix("osprey-test-guest: net hostile sent="))
+        .unwrap_or_else(|| panic!("no hostile line:\n{console}"));
+    let (sent, returned) = hostile
+        .split_once(" returned=")
+        .and_then(|(a, b)| Some((a.parse::<u64>().ok()?, b.trim().parse::<u64>().ok()?)))
+        .unwrap_or_else(|| panic!("hostile line: {hostile}"));
+    // 100 malformed chains per 100 ms, for one second and the guest's 300 ms of draining, and
+    // the 256 the ring holds (without the budget: ~11 million).
+    assert!(
+        sent <= 256 + 100 * 14,
+        "the device took {sent} malformed chains"
+    );
+    assert_eq!(returned, sent, "every chain came back: {hostile}");
 
     if have_ping() {
         let nic = |m: &serde_json::Value, f: &str| {

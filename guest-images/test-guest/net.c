@@ -10,6 +10,11 @@
  * UDP datagrams to its port 7 with the same payload. Polled, no interrupts.
  * net_start()/net_step() give mode=agent the same device and one round at a time.
  *
+ * hostile=1: for one second before the ready line, pair 0's tx ring carries nothing but
+ * chains that are not frames (a device-writable buffer, one outside guest memory, one longer
+ * than any frame), posted as fast as the device hands them back, between the lines
+ * `osprey-test-guest: net hostile start` and `... net hostile sent=N returned=M`.
+ *
  * Multi-queue: with pairs=N (1..3) on the command line and VIRTIO_NET_F_MQ and
  * CTRL_VQ offered, it negotiates both, sets up every pair the device has
  * (max_virtqueue_pairs, at most 3: rx 2k and tx 2k+1 in rings[2k], [2k+1],
@@ -218,6 +223,60 @@ static long net_echo_job(void *arg)
     return 0;
 }
 
+#define NET_HOSTILE_MS 1000
+#define NET_TSC_KHZ_FALLBACK 2000000
+
+static struct {
+    u64 khz, sent, returned;
+} hostile;
+
+/* Ring 3: the hostile=1 flood on pair `arg`'s tx ring, then up to 300 ms for the device to
+ * hand back what it holds (a device that rations such chains returns them period by period). */
+static long net_hostile_job(void *arg)
+{
+    struct net_pair *q = arg;
+    u64 t0 = rdtsc(), limit = NET_HOSTILE_MS * hostile.khz;
+    u32 kind = 0, id, len;
+    while (rdtsc() - t0 < limit) {
+        while (vq_pop_used(&q->tx, &id, &len)) {
+            q->tx_free++;
+            hostile.returned++;
+        }
+        if (!q->tx_free) {
+            cpu_relax();
+            continue;
+        }
+        u16 slot = q->tx_next;
+        q->tx_next = (u16)((slot + 1) & (NET_QSIZE - 1));
+        q->tx_free--;
+        u64 addr = (u64)(q->txbuf + (u64)slot * NET_BUF);
+        u32 dlen = NET_BUF;
+        u16 flags = 0;
+        switch (kind++ % 3) {
+        case 0: flags = VRING_DESC_F_WRITE; break;  /* not device-readable */
+        case 1: addr = 1ull << 46; break;           /* outside guest memory */
+        default: dlen = 70000; break;               /* longer than any frame */
+        }
+        q->tx.desc[slot].addr = addr;
+        q->tx.desc[slot].len = dlen;
+        q->tx.desc[slot].flags = flags;
+        q->tx.desc[slot].next = 0;
+        vq_push(&q->tx, slot);
+        vq_kick(&q->tx);
+        hostile.sent++;
+    }
+    t0 = rdtsc();
+    while (q->tx_free < NET_QSIZE && rdtsc() - t0 < 300 * hostile.khz) {
+        while (vq_pop_used(&q->tx, &id, &len)) {
+            q->tx_free++;
+            hostile.returned++;
+        }
+        vq_kick(&q->tx);
+        cpu_relax();
+    }
+    return 0;
+}
+
 static u32 zero_rings;
 
 static long net_zero_job(void *arg)
@@ -293,7 +352,10 @@ int net_start(const char *cmdline, size_t len)
     size_t n;
     int have_ip = 0;
     u32 want_pairs = 1;
+    int flood = 0;
     while ((n = cmdline_token(cmdline, len, &at, &t))) {
+        if (n == 9 && prefix_len(t, n, "hostile=1"))
+            flood = 1;
         size_t k = prefix_len(t, n, "ip=");
         if (k) {
             if (parse_ip(t + k, n - k, net.ip))
@@ -386,6 +448,17 @@ int net_start(const char *cmdline, size_t len)
     }
     for (u32 k = 0; k < max_pairs; k++)
         vq_kick(&net.pair[k].rx);
+    if (flood) {
+        u64 khz = kvmclock_tsc_khz();
+        hostile.khz = (khz >= TSC_KHZ_MIN && khz <= TSC_KHZ_MAX) ? khz : NET_TSC_KHZ_FALLBACK;
+        puts_serial("osprey-test-guest: net hostile start\n");
+        run_in_user(net_hostile_job, &net.pair[0]);
+        puts_serial("osprey-test-guest: net hostile sent=");
+        put_u64(hostile.sent);
+        puts_serial(" returned=");
+        put_u64(hostile.returned);
+        puts_serial("\n");
+    }
     if (net.pairs > 1) {
         puts_serial("osprey-test-guest: net-echo pairs=");
         putc_serial((char)('0' + net.pairs));

@@ -250,6 +250,7 @@ impl NetQueuePair {
     fn poll_tx(&self) -> bool {
         !self.tap_full
             && self.tx_throttle.until().is_none()
+            && self.tx_path.paused_until().is_none()
             && self.tx.ring.as_ref().is_some_and(HostRing::has_avail)
     }
 
@@ -272,7 +273,8 @@ impl NetQueuePair {
         let Some(tx) = self.tx.ring.as_mut() else {
             return false;
         };
-        if !on {
+        // A ring waiting out its malformed-chain budget takes no kicks: the timer resumes it.
+        if !on || self.tx_path.paused_until().is_some() {
             tx.disable_notification();
             return false;
         }
@@ -280,10 +282,14 @@ impl NetQueuePair {
     }
 
     fn wake_at(&self) -> Option<Instant> {
-        match (self.rx_throttle.until(), self.tx_throttle.until()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [
+            self.rx_throttle.until(),
+            self.tx_throttle.until(),
+            self.tx_path.paused_until(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 }
 
@@ -320,6 +326,13 @@ impl Handler for NetQueuePair {
         }
         let budget = max_batch.max(1);
         self.tap_full = false;
+        // The clock is read only while the tx ring waits out its malformed-chain budget.
+        if self.tx_path.paused_until().is_some()
+            && !self.tx_path.resume_if_due(Instant::now())
+            && !self.polling
+        {
+            self.set_tx_notifications(true);
+        }
         let mut tx_stop = TxStop::Empty;
         if let Some(ring) = self.tx.ring.as_mut() {
             let io = PathIo {
@@ -360,6 +373,9 @@ impl Handler for NetQueuePair {
             TxStop::Broken(e) => self.fail(&format!("tx ring: {e}")),
             TxStop::Budget => more = true,
             TxStop::TapFull => self.tap_full = true,
+            TxStop::Paused => {
+                self.set_tx_notifications(false);
+            }
             TxStop::Empty | TxStop::Throttled => {}
         }
         match rx_stop {

@@ -212,6 +212,50 @@ fn tx_drops_hostile_chains_and_sends_the_good_one() {
     assert_eq!((s.tx_malformed, s.tx_frames), (6, 1));
 }
 
+/// A guest that posts nothing but malformed chains gets its budget's worth back per period:
+/// then its ring waits (no kicks asked for, no polling, a timer to resume), and a good frame
+/// behind them goes out once the period is over.
+#[test]
+fn a_flood_of_malformed_chains_waits_out_the_period() {
+    use super::tx::{MALFORMED_PERIOD, MALFORMED_PER_PERIOD};
+    let mem = guest_memory(0x100_0000);
+    let (mut p, _rx, mut tx, mut r) = pair(&mem, true, &NetRateLimits::default());
+    let flood = MALFORMED_PER_PERIOD as u16 + 20;
+    for _ in 0..flood {
+        tx.post(&[desc(BUFS, 100, F_WRITE, 0)]);
+    }
+    tx.post(&tx_chain(&mem, BUFS + 0x1_0000, 100, 3));
+    let t0 = std::time::Instant::now();
+    let mut end = run(&mut p);
+    while end.more {
+        end = run(&mut p);
+    }
+    assert_eq!(
+        tx.used_idx(&mem),
+        MALFORMED_PER_PERIOD as u16,
+        "the budget's worth came back"
+    );
+    let resume = end.wake_at.expect("a timer to resume the ring");
+    assert!(
+        resume > t0 && resume <= std::time::Instant::now() + MALFORMED_PERIOD,
+        "{end:?}"
+    );
+    assert!(!p.poll(), "no polling while the ring waits");
+    let used_flags: u16 = mem.read_obj(tx.vq.used_addr()).expect("flags");
+    assert_eq!(
+        used_flags & 1,
+        1,
+        "VRING_USED_F_NO_NOTIFY: no kicks while it waits"
+    );
+    assert_eq!(host_read(&mut r.host), None);
+    std::thread::sleep(resume.saturating_duration_since(std::time::Instant::now()));
+    let end = run(&mut p);
+    assert!(!end.stopped && !r.irq.needs_reset(), "{end:?}");
+    assert_eq!(tx.used_idx(&mem), flood + 1, "the rest, and the good frame");
+    assert_eq!(host_read(&mut r.host), Some(frame(100, 3)));
+    assert_eq!(stats(&r).tx_malformed, u64::from(flood));
+}
+
 /// A full tap leaves the guest's frames on its ring (nothing buffered in the host) and asks the
 /// thread for a retry; once the tap drains, the rest goes out in order.
 #[test]

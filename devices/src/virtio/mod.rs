@@ -14,6 +14,7 @@ pub mod hold;
 pub mod host_ring;
 pub mod inflight;
 pub mod pci;
+pub mod waste;
 
 /// The guest memory type every device uses.
 pub type GuestMemory = vm_memory::GuestMemoryMmap<()>;

@@ -8,13 +8,16 @@
 //! succeed are the guest's own work, like its disk I/O; past [`CONNECTS_PER_PERIOD`] of them
 //! (more than [`MAX_CONNS`] in 100 ms: churn, not a burst of opens) a REQUEST is refused too.
 //! Well-behaved traffic wastes a packet or two per connection it closes, and a guest retrying
-//! a connect until its host service listens a few per period, far below every budget.
+//! a connect until its host service listens a few per period, far below every budget. The
+//! wasted-packet budget is the one every device's rings use ([`WasteBudget`]).
 //!
 //! [`MAX_CONNS`]: super::muxer::MAX_CONNS
 //!
 //! The clock is read when a period starts and when a budget runs out, never per packet.
 
 use std::time::{Duration, Instant};
+
+use crate::virtio::waste::WasteBudget;
 
 /// The budgets' period.
 pub const PERIOD: Duration = Duration::from_millis(100);
@@ -29,17 +32,14 @@ pub const FAILED_CONNECTS_PER_PERIOD: u32 = 20;
 /// The budgets of one device.
 #[derive(Debug)]
 pub struct FloodGuard {
+    /// Packets that lead nowhere: past the budget the tx ring waits out the period.
+    waste: WasteBudget,
     /// [`PERIOD`], unless a test needs a longer one.
     period: Duration,
-    /// When the current period started (`None`: no packet counted since the last one ended).
+    /// When the connects' current period started (`None`: none counted since the last one).
     start: Option<Instant>,
-    wasted: u32,
     connects: u32,
     failed_connects: u32,
-    /// The tx ring waits until then.
-    paused_until: Option<Instant>,
-    /// Periods cut short by the wasted-packet budget.
-    pauses: u64,
 }
 
 impl Default for FloodGuard {
@@ -52,43 +52,25 @@ impl FloodGuard {
     /// Budgets per `period` instead of [`PERIOD`].
     pub fn with_period(period: Duration) -> Self {
         Self {
+            waste: WasteBudget::new(WASTED_PER_PERIOD, period, "virtio-vsock tx"),
             period,
             start: None,
-            wasted: 0,
             connects: 0,
             failed_connects: 0,
-            paused_until: None,
-            pauses: 0,
         }
     }
 
     /// Counts a packet that led nowhere; the one that spends the budget pauses the tx ring until
     /// the period ends.
     pub fn wasted(&mut self) {
-        self.begin();
-        self.wasted = self.wasted.saturating_add(1);
-        if self.wasted < WASTED_PER_PERIOD || self.paused_until.is_some() {
-            return;
-        }
-        let now = Instant::now();
-        if self.roll(now) {
-            self.wasted = 1;
-            return;
-        }
-        self.paused_until = self.start.map(|s| s + self.period);
-        self.pauses += 1;
-        if self.pauses == 1 {
-            log::warn!(
-                "virtio-vsock: the guest sent {WASTED_PER_PERIOD} packets that lead nowhere \
-                 within {:?}: its tx ring waits out each such period (logged once)",
-                self.period
-            );
-        }
+        self.waste.wasted();
     }
 
     /// Whether a guest REQUEST may become a `connect` (and counts it if so).
     pub fn may_connect(&mut self) -> bool {
-        self.begin();
+        if self.start.is_none() {
+            self.start = Some(Instant::now());
+        }
         let spent = self.connects >= CONNECTS_PER_PERIOD
             || self.failed_connects >= FAILED_CONNECTS_PER_PERIOD;
         if spent && !self.roll(Instant::now()) {
@@ -105,37 +87,25 @@ impl FloodGuard {
 
     /// Whether the tx ring waits (see [`FloodGuard::paused_until`]).
     pub fn paused(&self) -> bool {
-        self.paused_until.is_some()
+        self.waste.paused()
     }
 
     /// Until when the tx ring waits, if it does.
     pub fn paused_until(&self) -> Option<Instant> {
-        self.paused_until
+        self.waste.paused_until()
     }
 
     /// Ends a pause whose period is over by `now`.
     pub fn resume_if_due(&mut self, now: Instant) {
-        if self.paused_until.is_some_and(|at| at <= now) {
-            self.paused_until = None;
-            self.start = None;
-            self.wasted = 0;
-            self.connects = 0;
-            self.failed_connects = 0;
-        }
+        self.waste.resume_if_due(now);
     }
 
     /// Periods cut short so far.
     pub fn pauses(&self) -> u64 {
-        self.pauses
+        self.waste.pauses()
     }
 
-    fn begin(&mut self) {
-        if self.start.is_none() {
-            self.start = Some(Instant::now());
-        }
-    }
-
-    /// Starts a new period if the current one is over by `now`; true if it did.
+    /// Starts a new connects period if the current one is over by `now`; true if it did.
     fn roll(&mut self, now: Instant) -> bool {
         if self
             .start
@@ -144,7 +114,6 @@ impl FloodGuard {
             return false;
         }
         self.start = Some(now);
-        self.wasted = 0;
         self.connects = 0;
         self.failed_connects = 0;
         true
