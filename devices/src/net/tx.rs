@@ -6,10 +6,9 @@
 //! on the ring (back-pressure; the guest's ring fills and its driver stops) and the handler asks
 //! for a retry. Past [`MALFORMED_PER_PERIOD`] malformed chains in [`MALFORMED_PERIOD`] the ring
 //! waits out the period ([`WasteBudget`]): a guest posting nothing else as fast as they come
-//! back kept 73 % of a core busy here.
+//! back kept three quarters of a core busy here.
 
 use std::io::ErrorKind;
-
 use std::time::{Duration, Instant};
 
 use super::stats::NetStats;
@@ -66,20 +65,15 @@ unsafe impl Send for TxPath {}
 
 impl Default for TxPath {
     fn default() -> Self {
-        Self::with_period(MALFORMED_PERIOD)
+        Self {
+            iov: Vec::with_capacity(MAX_TX_SEGMENTS),
+            log: LogLimit::default(),
+            malformed: WasteBudget::new(MALFORMED_PER_PERIOD, MALFORMED_PERIOD, "virtio-net tx"),
+        }
     }
 }
 
 impl TxPath {
-    /// A transmit side whose malformed-chain budget runs per `period` (tests shorten it).
-    pub fn with_period(period: Duration) -> Self {
-        Self {
-            iov: Vec::with_capacity(MAX_TX_SEGMENTS),
-            log: LogLimit::default(),
-            malformed: WasteBudget::new(MALFORMED_PER_PERIOD, period, "virtio-net tx"),
-        }
-    }
-
     /// Until when the ring waits for malformed chains, if it does.
     pub fn paused_until(&self) -> Option<Instant> {
         self.malformed.paused_until()

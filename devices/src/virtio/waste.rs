@@ -1,7 +1,7 @@
 //! What a guest's chains that carry nothing may cost the host. A tx chain that is no frame, a
 //! vsock packet that leads nowhere: each costs the iothread a little, and a guest that posts
 //! nothing else as fast as the device hands them back keeps a core busy (a NIC's flood of
-//! malformed tx chains: 73 % of one here). [`WasteBudget`] counts them per period: past its
+//! malformed tx chains: 75 % of one here). [`WasteBudget`] counts them per period: past its
 //! limit the device stops reading that ring until the period ends, and the guest's ring fills.
 //! Well-behaved guests waste a chain now and then, far below any budget.
 //!
