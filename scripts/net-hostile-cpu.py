@@ -12,21 +12,23 @@ non-vCPU threads' CPU in % of one core from the guest's `net hostile start` line
 Prints each of --rounds runs (default 3, the load average with each) and the medians.
 Usage: scripts/net-hostile-cpu.py [--osprey PATH] [--rounds N]
 """
-import argparse
 import json
 import os
 import re
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+import rounds  # noqa: E402
 import vmm_cpu  # noqa: E402
 
 TAP, HOST_IP, GUEST_IP = "ospreyhost0", "172.31.250.1", "172.31.250.2"
 
+
+# The figures whose medians are printed.
+KEYS = ("flood_dev_pct", "flood_s", "sent", "returned", "pings_answered")
 
 def sh(*cmd):
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -89,27 +91,5 @@ def measure(osprey, guest, timeout, d):
             "pings_answered": int(got.group(1)) if got else 0}
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--osprey", default="target/release/osprey")
-    ap.add_argument("--guest", default="guest-images/build/test-guest.elf")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--timeout", type=float, default=60.0)
-    a = ap.parse_args()
-    rows = []
-    for r in range(a.rounds):
-        la = open("/proc/loadavg").read().split()[0]
-        res = one_run(os.path.abspath(a.osprey), os.path.abspath(a.guest), a.timeout)
-        print("round %d (load avg %s): %s" % (r + 1, la, json.dumps(res)), flush=True)
-        rows.append(res)
-    ok = [x for x in rows if "error" not in x]
-    if ok:
-        print("median: " + json.dumps({k: statistics.median(x[k] for x in ok)
-                                       for k in ("flood_dev_pct", "flood_s", "sent", "returned",
-                                                 "pings_answered")
-                                       if all(x.get(k) is not None for x in ok)}))
-    return 0 if len(ok) == len(rows) else 1
-
-
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(rounds.main(one_run, KEYS, 60.0))

@@ -17,12 +17,10 @@ CPU in % of one core:
 Prints each of --rounds runs (default 3, the load average with each) and the medians.
 Usage: scripts/vsock-hostile-cpu.py [--osprey PATH] [--rounds N]
 """
-import argparse
 import json
 import os
 import re
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -30,10 +28,15 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+import rounds  # noqa: E402
 import vmm_cpu  # noqa: E402
 
 PORT = 10789
 
+
+# The figures whose medians are printed.
+KEYS = ("hostile_dev_pct", "hostile_s", "flood_dev_pct", "flood_s", "flood_sent",
+        "life_dev_pct", "life_s")
 
 def echo_listener(path):
     srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -136,27 +139,5 @@ def one_run(osprey, guest, timeout):
     return out
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--osprey", default="target/release/osprey")
-    ap.add_argument("--guest", default="guest-images/build/test-guest.elf")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--timeout", type=float, default=120.0)
-    a = ap.parse_args()
-    rows = []
-    for r in range(a.rounds):
-        la = open("/proc/loadavg").read().split()[0]
-        res = one_run(os.path.abspath(a.osprey), os.path.abspath(a.guest), a.timeout)
-        print("round %d (load avg %s): %s" % (r + 1, la, json.dumps(res)))
-        rows.append(res)
-    ok = [x for x in rows if "error" not in x]
-    if ok:
-        print("median: " + json.dumps({k: statistics.median(x[k] for x in ok)
-                                       for k in ("hostile_dev_pct", "hostile_s", "flood_dev_pct",
-                                                 "flood_s", "flood_sent", "life_dev_pct", "life_s")
-                                       if all(x.get(k) is not None for x in ok)}))
-    return 0 if len(ok) == len(rows) else 1
-
-
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(rounds.main(one_run, KEYS, 120.0))

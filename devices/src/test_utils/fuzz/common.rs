@@ -2,7 +2,7 @@
 //! queues on that layout or elsewhere, the bounded run loop and a cursor over the input. Guest memory, the drive's limits and the
 //! interrupt come from the queue rig ([`crate::test_utils::queue`]).
 
-use dataplane::{Handler, ThreadTurn};
+use dataplane::{Handler, Poll, ThreadTurn, Watch};
 use virtio_queue::{Queue, QueueT};
 
 use crate::block::request::DiskLimits;
@@ -84,6 +84,19 @@ pub fn run_until_idle<H: Handler + ?Sized>(h: &mut H, bound: usize, when: &str) 
             turns < bound,
             "run(32){when} still wants another turn after {turns} turns"
         );
+    }
+}
+
+/// One round of a queue target: with `poll`, inside a polling watch (notifications off, one
+/// cheap check first), then [`run_until_idle`] with `bound`.
+pub fn run_round<H: Handler + Poll>(h: &mut H, poll: bool, bound: usize) {
+    if poll {
+        h.watch(Watch::Polling, true);
+        let _ = h.poll();
+    }
+    run_until_idle(h, bound, "");
+    if poll {
+        let _ = h.watch(Watch::Polling, false);
     }
 }
 

@@ -18,10 +18,10 @@ use std::io::{Read, Write};
 use std::sync::Arc;
 
 use dataplane::rate_limit::{BucketConfig, LimitConfig, RateLimiter};
-use dataplane::{Handler, Poll, Watch};
+use dataplane::Handler;
 use vm_memory::{Bytes, GuestAddress};
 
-use super::common::{activated_queue, memory, run_until_idle, Input, MEM_SIZE};
+use super::common::{activated_queue, memory, run_round, Input, MEM_SIZE};
 use crate::net::handler::NetQueuePair;
 use crate::net::stats::NetStats;
 use crate::net::tap::{frame_pair, Tap};
@@ -119,17 +119,9 @@ pub fn run(data: &[u8]) {
                 break;
             }
         }
-        let poll = b & 0x80 != 0;
-        if poll {
-            p.watch(Watch::Polling, true);
-            let _ = p.poll();
-        }
         // Each turn moves at most 32 frames each way; the guest's rings hold at most `size`
         // chains and the host sent at most 31 frames: the loop must end.
-        run_until_idle(&mut p, 4 * usize::from(size) + 64, "");
-        if poll {
-            let _ = p.watch(Watch::Polling, false);
-        }
+        run_round(&mut p, b & 0x80 != 0, 4 * usize::from(size) + 64);
         if host_reads {
             drain(&mut host, &mut buf);
         }

@@ -15,10 +15,10 @@ use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 
-use dataplane::{Handler, Poll, Watch};
+use dataplane::Handler;
 use vm_memory::{Bytes, GuestAddress};
 
-use super::common::{activated_queue, memory, run_until_idle, Input, MEM_SIZE};
+use super::common::{activated_queue, memory, run_round, Input, MEM_SIZE};
 use crate::test_utils::queue::FakeInterrupt;
 use crate::vsock::handler::{VsockHandler, VsockQueues, EVENT, RX, TX};
 use crate::vsock::muxer::Muxer;
@@ -93,17 +93,9 @@ pub fn run(data: &[u8]) {
                 }
             }
         }
-        let poll = b & 0x80 != 0;
-        if poll {
-            h.watch(Watch::Polling, true);
-            let _ = h.poll();
-        }
         // Each turn moves at most 32 packets each way; the guest's rings hold at most `size`
         // and the host's bytes are bounded by the guest's credit: the loop must end.
-        run_until_idle(&mut h, 4 * usize::from(size) + 64, "");
-        if poll {
-            let _ = h.watch(Watch::Polling, false);
-        }
+        run_round(&mut h, b & 0x80 != 0, 4 * usize::from(size) + 64);
     }
     Box::new(h).detach();
     let _ = std::fs::remove_file(&path);
