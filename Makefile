@@ -79,7 +79,7 @@ clean:
 	$(MAKE) -C guest-images clean
 
 # Fuzzing (fuzz/ is its own cargo project, outside the workspace; see fuzz/README.md).
-FUZZ_TARGETS := blk_request blk_queue virtio_pci vm_config api_router bzimage_header snapshot_file vsock_queue net_queue
+FUZZ_TARGETS := blk_request blk_queue virtio_pci vm_config api_router bzimage_header snapshot_file vsock_queue net_queue net_ctrl
 FUZZ_SECONDS ?= 30
 
 .PHONY: fuzz-smoke

@@ -20,6 +20,7 @@ case $target in
     blk_queue) max_len=24576 ;;
     vsock_queue) max_len=40960 ;;
     net_queue) max_len=40960 ;;
+    net_ctrl) max_len=24576 ;;
     virtio_pci) max_len=8192 ;;
     vm_config | api_router) max_len=4096 ;;
     bzimage_header) max_len=65536 ;;

@@ -6,6 +6,7 @@
 pub mod blk_queue;
 pub mod blk_request;
 pub mod common;
+pub mod net_ctrl;
 pub mod net_queue;
 pub mod virtio_pci;
 pub mod vsock_queue;

@@ -4,7 +4,9 @@
 //! replays every input kept in `fuzz/regressions/` and `fuzz/corpus/` (`tests/fuzz_regressions.rs`,
 //! through [`ALL`]). Each module's doc comment describes its input format.
 
-use devices::test_utils::fuzz::{blk_queue, blk_request, net_queue, virtio_pci, vsock_queue};
+use devices::test_utils::fuzz::{
+    blk_queue, blk_request, net_ctrl, net_queue, virtio_pci, vsock_queue,
+};
 
 pub mod api_router;
 pub mod bzimage_header;
@@ -15,10 +17,11 @@ pub mod vm_config;
 pub type Body = fn(&[u8]);
 
 /// Every target: its name (the folder of its inputs) and its body.
-pub const ALL: [(&str, Body); 9] = [
+pub const ALL: [(&str, Body); 10] = [
     ("api_router", api_router::run),
     ("blk_queue", blk_queue::run),
     ("blk_request", blk_request::run),
+    ("net_ctrl", net_ctrl::run),
     ("net_queue", net_queue::run),
     ("bzimage_header", bzimage_header::run),
     ("snapshot_file", snapshot_file::run),
