@@ -12,7 +12,6 @@ non-vCPU threads' CPU in % of one core from the guest's `net hostile start` line
 Prints each of --rounds runs (default 3, the load average with each) and the medians.
 Usage: scripts/net-hostile-cpu.py [--osprey PATH] [--rounds N]
 """
-import json
 import os
 import re
 import subprocess
@@ -51,14 +50,7 @@ def measure(osprey, guest, timeout, d):
            "machine-config": {"vcpu_count": 1, "mem_size_mib": 128},
            "network-interfaces": [{"iface_id": "eth0", "host_dev_name": TAP,
                                    "guest_mac": "06:00:ac:1f:fa:02"}]}
-    with open(os.path.join(d, "vm.json"), "w") as f:
-        json.dump(cfg, f)
-    # The VMM writes through a handle of its own (a shared one would share the file offset).
-    serial_path = os.path.join(d, "serial.txt")
-    serial_out = open(serial_path, "w")
-    serial = open(serial_path)
-    p = subprocess.Popen([osprey, "--config", os.path.join(d, "vm.json")], stdout=serial_out,
-                         stderr=open(os.path.join(d, "vmm.log"), "w"), stdin=subprocess.DEVNULL)
+    p, serial = rounds.boot(osprey, cfg, d)
     marks, samples, text = {}, [], ""
     t_end = time.monotonic() + timeout
     try:

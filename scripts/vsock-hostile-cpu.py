@@ -21,7 +21,6 @@ import json
 import os
 import re
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -71,15 +70,7 @@ def one_run(osprey, guest, timeout):
     cfg = {"boot-source": {"kernel_image_path": guest, "boot_args": args},
            "machine-config": {"vcpu_count": 1, "mem_size_mib": 128},
            "vsock": {"guest_cid": 3, "uds_path": uds}}
-    with open(os.path.join(d, "vm.json"), "w") as f:
-        json.dump(cfg, f)
-    # The VMM writes through a handle of its own: a shared one would share the file offset,
-    # and the reader's seek(0) would make the VMM's next byte overwrite the file's first.
-    serial_path = os.path.join(d, "serial.txt")
-    serial_out = open(serial_path, "w")
-    serial = open(serial_path)
-    p = subprocess.Popen([osprey, "--config", os.path.join(d, "vm.json")], stdout=serial_out,
-                         stderr=open(os.path.join(d, "vmm.log"), "w"), stdin=subprocess.DEVNULL)
+    p, serial = rounds.boot(osprey, cfg, d)
     marks, samples = {}, []
     t_end = time.monotonic() + timeout
     while p.poll() is None and time.monotonic() < t_end:

@@ -1,11 +1,13 @@
 """rounds.py: the rounds of a hostile-guest measurement (scripts/vsock-hostile-cpu.py,
 scripts/net-hostile-cpu.py): their shared command line (--osprey, --guest, --rounds, --timeout),
 each round's result printed with the load average at its start, then the medians of `keys` over
-the rounds that did not fail. Returns the exit status: 1 when a round failed."""
+the rounds that did not fail (`main`, whose return is the exit status: 1 when a round failed),
+and the start of one round's VM (`boot`)."""
 import argparse
 import json
 import os
 import statistics
+import subprocess
 
 
 def main(one_run, keys, timeout):
@@ -28,3 +30,17 @@ def main(one_run, keys, timeout):
         print("median: " + json.dumps({k: statistics.median(x[k] for x in ok) for k in keys
                                        if all(x.get(k) is not None for x in ok)}))
     return 0 if len(ok) == len(rows) else 1
+
+
+def boot(osprey, cfg, d):
+    """Writes `cfg` to `d`/vm.json and starts `osprey --config` on it, its serial output to
+    `d`/serial.txt and its log to `d`/vmm.log. Returns the process and a reader of the serial
+    file. The VMM writes through a handle of its own: a shared one would share the file offset,
+    and the reader's seek(0) would make the VMM's next byte overwrite the file's first."""
+    with open(os.path.join(d, "vm.json"), "w") as f:
+        json.dump(cfg, f)
+    serial_path = os.path.join(d, "serial.txt")
+    serial_out = open(serial_path, "w")
+    p = subprocess.Popen([osprey, "--config", os.path.join(d, "vm.json")], stdout=serial_out,
+                         stderr=open(os.path.join(d, "vmm.log"), "w"), stdin=subprocess.DEVNULL)
+    return p, open(serial_path)

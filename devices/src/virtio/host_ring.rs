@@ -660,11 +660,10 @@ mod tests {
         assert_eq!(ring.chain(16, &host).count(), 0);
     }
 
-    #[test]
-    fn pop_add_used_and_notifications_match_the_spec() {
-        let m = mem();
-        let host = HostMemory::new(&m);
-        let vq = MockSplitQueue::new(&m, 4);
+    /// A 4-entry queue with three one-descriptor chains (heads 0, 1, 2) posted, its used ring
+    /// moved clear of the avail ring (the mock's overlaps the avail ring's `used_event`).
+    fn three_chains(m: &GuestMemory) -> Queue {
+        let vq = MockSplitQueue::new(m, 4);
         let chains = [
             d(0x1000, 1, F_WRITE, 0),
             d(0x1010, 1, F_WRITE, 0),
@@ -672,8 +671,15 @@ mod tests {
         ];
         vq.add_desc_chains(&chains, 0).expect("chains");
         let mut q = vq.create_queue::<Queue>().expect("queue");
-        // The mock's used ring overlaps the avail ring's `used_event`: move it clear.
         q.set_used_ring_address(Some(0x100), Some(0));
+        q
+    }
+
+    #[test]
+    fn pop_add_used_and_notifications_match_the_spec() {
+        let m = mem();
+        let host = HostMemory::new(&m);
+        let mut q = three_chains(&m);
         q.set_event_idx(true);
         let mut ring = HostRing::new(&q, &host).expect("ring");
         assert_eq!(ring.pop(), Ok(Some(0)));
@@ -740,16 +746,7 @@ mod tests {
     fn an_avail_index_moved_back_is_served_then_refused() {
         let m = mem();
         let host = HostMemory::new(&m);
-        let vq = MockSplitQueue::new(&m, 4);
-        let chains = [
-            d(0x1000, 1, F_WRITE, 0),
-            d(0x1010, 1, F_WRITE, 0),
-            d(0x1020, 1, F_WRITE, 0),
-        ];
-        vq.add_desc_chains(&chains, 0).expect("chains");
-        let mut q = vq.create_queue::<Queue>().expect("queue");
-        // The mock's used ring overlaps the avail ring's `used_event`: move it clear.
-        q.set_used_ring_address(Some(0x100), Some(0));
+        let q = three_chains(&m);
         let mut ring = HostRing::new(&q, &host).expect("ring");
         assert_eq!(ring.pop(), Ok(Some(0)));
         // The driver moves its index from 3 back to 1.
