@@ -6,7 +6,10 @@
 # one queue, default config: Auto engine, Adaptive polling) through tools/osprey-bench on a
 # 256 MiB file in /dev/shm of the same kind (pseudo-random data), and between them
 # scripts/qd1-handoff.c: two bare threads polling each other with the same reads, the floor of any
-# polling VMM here (the read plus two cross-core hand-offs, no VMM). osprey-bench opens its drive
+# polling VMM here (the read plus two cross-core hand-offs, no VMM), and scripts/qd1-ring-floor.c:
+# the same two threads passing each request through a virtqueue's lines as the test guest lays
+# them out (split ring without and with Osprey's prefetches, and packed), the floor of a
+# virtio-blk device driven by that guest. osprey-bench opens its drive
 # with O_DIRECT where the file system allows it (tmpfs does on Linux 6.6+), so fio does too
 # unless DIRECT=0. It prints every round, the medians of the three means and their ratios to the
 # host's pread.
@@ -49,6 +52,8 @@ BENCH=target/release/osprey-bench
 mkdir -p "$OUT"
 HANDOFF=$OUT/qd1-handoff
 cc -O2 -pthread -o "$HANDOFF" scripts/qd1-handoff.c
+RING=$OUT/qd1-ring-floor
+cc -O2 -pthread -o "$RING" scripts/qd1-ring-floor.c
 FILE=/dev/shm/qd1-floor-$$.img
 HOG_PID=
 cleanup() {
@@ -78,6 +83,15 @@ handoff_run() { # -> mean latency in µs of the two-thread hand-off
     awk '{print $4}' <<<"$r"
 }
 
+ring_run() { # -> the split ring's (bare, prefetching) and the packed ring's means in µs, tab-separated
+    if ((HOG)); then setsid sh -c 'while :; do :; done' & HOG_PID=$!; fi
+    local r
+    r=$("$RING" "$FILE" "$SECONDS_PER_RUN" "$DIRECT" split split-prefetch packed)
+    if [[ -n "$HOG_PID" ]]; then kill "$HOG_PID"; wait "$HOG_PID" 2>/dev/null || true; HOG_PID=; fi
+    echo "$r" | tr '\n' ' ' >>"$OUT/ring.log"; echo >>"$OUT/ring.log"
+    awk '{printf "%s%s", (NR > 1 ? "\t" : ""), $2}' <<<"$r"
+}
+
 osprey_run() { # round [binary [label]] -> mean latency in µs (the guest's own measurement)
     local dir="$OUT/${3:-osprey}-$1"
     nice -n 0 "$BENCH" --osprey "${2:-$OSPREY}" --store file --store-dir /dev/shm --store-size $SIZE \
@@ -93,11 +107,12 @@ b_run() { # round -> B's mean, or nothing without OSPREY_B
     if [[ -n "$OSPREY_B" ]]; then osprey_run "$1" "$OSPREY_B" osprey-b; fi
 }
 for ((i = 1; i <= ROUNDS; i++)); do
-    if ((i % 2)); then h=$(host_run "$i"); f=$(handoff_run); o=$(osprey_run "$i"); b=$(b_run "$i")
-    else b=$(b_run "$i"); o=$(osprey_run "$i"); f=$(handoff_run); h=$(host_run "$i"); fi
-    printf '%s\t%s\t%s\t%s\t%s\n' "$i" "$h" "$o" "$f" "$b" >>"$OUT/rounds.tsv"
-    printf 'round %d: host pread %.3f µs, hand-off floor %.3f µs, Osprey %.3f µs%s (load %s)\n' \
-        "$i" "$h" "$f" "$o" "${b:+, Osprey B $b µs}" "$(cut -d' ' -f1 /proc/loadavg)"
+    if ((i % 2)); then h=$(host_run "$i"); f=$(handoff_run); r=$(ring_run); o=$(osprey_run "$i"); b=$(b_run "$i")
+    else b=$(b_run "$i"); o=$(osprey_run "$i"); r=$(ring_run); f=$(handoff_run); h=$(host_run "$i"); fi
+    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$i" "$h" "$o" "$f" "$b" "$r" >>"$OUT/rounds.tsv"
+    IFS=$'\t' read -r rs rsp rp <<<"$r"
+    printf 'round %d: host pread %.3f µs, floors: hand-off %.3f, split ring %.3f (prefetching %.3f), packed ring %.3f µs; Osprey %.3f µs%s (load %s)\n' \
+        "$i" "$h" "$f" "$rs" "$rsp" "$rp" "$o" "${b:+, Osprey B $b µs}" "$(cut -d' ' -f1 /proc/loadavg)"
 done
 python3 - "$OUT/rounds.tsv" <<'PY'
 import statistics, sys
@@ -105,8 +120,13 @@ rows = [l.split("\t") for l in open(sys.argv[1]).read().split("\n") if l]
 h = statistics.median(float(r[1]) for r in rows)
 o = statistics.median(float(r[2]) for r in rows)
 f = statistics.median(float(r[3]) for r in rows)
+s0 = statistics.median(float(r[5]) for r in rows)
+s = statistics.median(float(r[6]) for r in rows)
+p = statistics.median(float(r[7]) for r in rows)
 print(f"median of {len(rows)} rounds: host pread {h:.3f} µs, hand-off floor {f:.3f} µs "
-      f"({f / h:.2f}×), Osprey {o:.3f} µs ({o / h:.2f}×; {o / f:.2f}× the floor)")
+      f"({f / h:.2f}×), split ring floor {s0:.3f} µs ({s0 / h:.2f}×), prefetching {s:.3f} µs "
+      f"({s / h:.2f}×), packed ring floor {p:.3f} µs ({p / h:.2f}×), Osprey {o:.3f} µs "
+      f"({o / h:.2f}×; {o / s:.2f}× the prefetching split ring's floor)")
 if all(r[4].strip() for r in rows):
     b = statistics.median(float(r[4]) for r in rows)
     print(f"Osprey B {b:.3f} µs ({b / h:.2f}× the host pread; B/A {b / o:.2f}×)")
