@@ -1,9 +1,10 @@
 //! One vsock stream connection between a guest socket and a host Unix socket: its state
 //! machine (virtio 1.2, 5.10.6.4) and its credit-based flow control both ways.
 //!
-//! Host memory per connection is bounded: data from the guest waits in `to_host` until the
-//! muxer flushes it at the end of the turn that took it (one write for all of a turn's packets),
-//! and after that only while the host socket will not take it; the guest may send at most the
+//! Host memory per connection is bounded: data from the guest waits where the guest put it (its
+//! [`Span`]s) until the muxer flushes it at the end of the turn that took it (one write for all
+//! of a turn's packets, straight from guest memory), and after that, copied into `to_host`, only
+//! while the host socket will not take it; the guest may send at most the
 //! `buf_alloc` this side advertises ([`HOST_BUF_ALLOC`]) beyond what was forwarded; a guest
 //! that sends more is reset.
 //! Data to the guest is read from the socket only as far as the guest's credit allows, so a
@@ -15,7 +16,10 @@ use std::num::Wrapping;
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
+use std::os::unix::io::AsRawFd;
+
 use super::packet::{Header, Op, HOST_CID, SHUTDOWN_RCV, SHUTDOWN_SEND, TYPE_STREAM};
+use super::span::{self, Span, IOVECS_PER_WRITE};
 
 /// The receive buffer this side advertises to the guest (`buf_alloc`).
 pub const HOST_BUF_ALLOC: u32 = 256 * 1024;
@@ -87,8 +91,15 @@ pub struct Connection {
     recv_cnt: Wrapping<u32>,
     /// `fwd_cnt` as last told to the guest.
     fwd_cnt_told: Wrapping<u32>,
-    /// Guest data the host socket did not take yet.
+    /// Guest data the host socket did not take by the end of the turn that brought it.
     to_host: VecDeque<u8>,
+    /// This turn's guest data, after `to_host`'s bytes, where it lies in guest memory (from
+    /// `pending_head` on); empty outside a turn (see [`span`]).
+    pending: Vec<Span>,
+    /// The first span of `pending` not written yet.
+    pending_head: usize,
+    /// Bytes in `pending[pending_head..]`.
+    pending_len: usize,
     /// A control packet owed to the guest (besides the state's own).
     owed: Option<Op>,
     /// The socket may have bytes to read (edge-triggered: set on EPOLLIN, cleared on EAGAIN
@@ -136,6 +147,9 @@ impl Connection {
             recv_cnt: Wrapping(0),
             fwd_cnt_told: Wrapping(0),
             to_host: VecDeque::new(),
+            pending: Vec::new(),
+            pending_head: 0,
+            pending_len: 0,
             owed: None,
             readable: true,
             hang_up_seen: false,
@@ -167,9 +181,15 @@ impl Connection {
         self.peer_buf_alloc.saturating_sub(in_flight)
     }
 
-    /// Bytes buffered for the host.
+    /// Bytes waiting for the host socket.
     pub fn buffered(&self) -> usize {
-        self.to_host.len()
+        self.to_host.len() + self.pending_len
+    }
+
+    /// Whether it holds guest data where the guest put it (this turn's spans): the muxer must
+    /// flush it before the turn ends.
+    pub fn holds_spans(&self) -> bool {
+        self.pending_len > 0
     }
 
     fn to_guest_open(&self) -> bool {
@@ -310,36 +330,116 @@ impl Connection {
         }
     }
 
-    /// Flushes what waits for the host socket, both slices of `to_host` in one `writev`;
-    /// returns false if the socket is gone. Once the guest's SHUTDOWN said it sends no more and
-    /// all is written, the socket's write side is shut down.
+    /// Flushes what waits for the host socket: `to_host`'s two slices, then this turn's spans
+    /// straight from guest memory, in one `writev` (more for a turn of many spans); what the
+    /// socket does not take is copied into `to_host`, so no span outlives the call. Returns
+    /// false if the socket is gone. Once the guest's SHUTDOWN said it sends no more and all is
+    /// written, the socket's write side is shut down.
     pub fn flush_to_host(&mut self) -> bool {
-        // At most HOST_BUF_ALLOC bytes wait: a bounded loop (a short write leaves room for a
-        // second try only when the socket took part of it).
-        for _ in 0..2 {
-            if self.to_host.is_empty() {
-                break;
-            }
-            let (a, b) = self.to_host.as_slices();
-            let iov = [std::io::IoSlice::new(a), std::io::IoSlice::new(b)];
-            let parts = if b.is_empty() { 1 } else { 2 };
-            self.socket_calls.writes += 1;
-            match self.stream.write_vectored(&iov[..parts]) {
-                Ok(0) => return false,
-                Ok(n) => {
-                    self.to_host.drain(..n);
-                    self.fwd_cnt += Wrapping(n as u32);
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(_) => return false,
-            }
+        let gone = !self.write_out();
+        self.spill_pending();
+        if gone {
+            return false;
         }
         self.maybe_credit_update();
         if self.to_host.is_empty() {
             self.guest_shutdown_reached_host();
         }
         true
+    }
+
+    /// Writes what waits, as far as the socket takes it; false if the socket is gone.
+    fn write_out(&mut self) -> bool {
+        // Bounded: a pass writes all it offered (at least one iovec of what waits) or is one of
+        // the two short writes allowed (a short write leaves room for a second try only when
+        // the socket took part of it).
+        let passes = 3 + (self.pending.len() - self.pending_head) / (IOVECS_PER_WRITE - 2);
+        let mut short = 0;
+        for _ in 0..passes {
+            if self.buffered() == 0 {
+                break;
+            }
+            let mut iov = [libc::iovec {
+                iov_base: std::ptr::null_mut(),
+                iov_len: 0,
+            }; IOVECS_PER_WRITE];
+            let mut n_iov = 0;
+            let mut offered = 0;
+            let (a, b) = self.to_host.as_slices();
+            for s in [a, b].into_iter().filter(|s| !s.is_empty()) {
+                iov[n_iov] = libc::iovec {
+                    iov_base: s.as_ptr() as *mut libc::c_void,
+                    iov_len: s.len(),
+                };
+                n_iov += 1;
+                offered += s.len();
+            }
+            for sp in self.pending[self.pending_head..]
+                .iter()
+                .take(IOVECS_PER_WRITE - n_iov)
+            {
+                iov[n_iov] = sp.iovec();
+                n_iov += 1;
+                offered += sp.len();
+            }
+            self.socket_calls.writes += 1;
+            // SAFETY: the first `n_iov` iovecs describe `to_host`'s slices (borrowed for the
+            // call) and spans whose memory `Span::new`'s contract keeps readable until they are
+            // written or copied; the kernel only reads them.
+            let r = unsafe {
+                libc::writev(self.stream.as_raw_fd(), iov.as_ptr(), n_iov as libc::c_int)
+            };
+            if r < 0 {
+                match std::io::Error::last_os_error().kind() {
+                    ErrorKind::WouldBlock => break,
+                    ErrorKind::Interrupted => continue,
+                    _ => return false,
+                }
+            }
+            if r == 0 {
+                return false;
+            }
+            let n = r as usize;
+            self.consume(n);
+            self.fwd_cnt += Wrapping(n as u32);
+            if n < offered {
+                short += 1;
+                if short == 2 {
+                    break;
+                }
+            }
+        }
+        true
+    }
+
+    /// Drops the first `n` bytes of what waits (`to_host`'s, then the spans').
+    fn consume(&mut self, n: usize) {
+        let from_buffer = n.min(self.to_host.len());
+        self.to_host.drain(..from_buffer);
+        let mut left = n - from_buffer;
+        self.pending_len -= left.min(self.pending_len);
+        // Bounded by the spans.
+        while left > 0 && self.pending_head < self.pending.len() {
+            let sp = &mut self.pending[self.pending_head];
+            if sp.len() <= left {
+                left -= sp.len();
+                self.pending_head += 1;
+            } else {
+                sp.advance(left);
+                left = 0;
+            }
+        }
+    }
+
+    /// Copies the spans not written into `to_host` (the turn ends: their chains go back to the
+    /// guest).
+    fn spill_pending(&mut self) {
+        for sp in &self.pending[self.pending_head..] {
+            sp.copy_into(&mut self.to_host);
+        }
+        self.pending.clear();
+        self.pending_head = 0;
+        self.pending_len = 0;
     }
 
     /// Once nothing waits for the host socket, passes on the guest's SHUTDOWN: the host client
@@ -368,8 +468,10 @@ impl Connection {
         }
     }
 
-    /// Takes packet `hdr` (with `payload`) from the guest.
-    pub fn from_guest(&mut self, hdr: &Header, payload: &[u8]) {
+    /// Takes packet `hdr` (with `payload`, where it lies) from the guest. Its data waits in
+    /// the spans until [`Connection::flush_to_host`], which the muxer calls before the turn
+    /// ends.
+    pub fn from_guest(&mut self, hdr: &Header, payload: &[Span]) {
         self.peer_buf_alloc = hdr.buf_alloc;
         self.peer_fwd_cnt = Wrapping(hdr.fwd_cnt);
         let Some(op) = hdr.op() else {
@@ -402,16 +504,19 @@ impl Connection {
                         ..
                     }
                 );
-                let in_window = (self.recv_cnt - self.fwd_cnt).0 as usize + payload.len();
+                let len = span::total(payload);
+                let in_window = (self.recv_cnt - self.fwd_cnt).0 as usize + len;
                 if closed || in_window > HOST_BUF_ALLOC as usize {
                     // Data past SHUTDOWN, or past the credit it was given.
                     self.kill(true);
                     return;
                 }
-                self.recv_cnt += Wrapping(payload.len() as u32);
+                self.recv_cnt += Wrapping(len as u32);
                 // Written by [`Connection::flush_to_host`] once the turn's packets are in:
                 // one syscall for all of them.
-                self.to_host.extend(payload);
+                self.pending
+                    .extend(payload.iter().copied().filter(|s| !s.is_empty()));
+                self.pending_len += len;
             }
             (_, Op::CreditRequest) => self.owed = Some(Op::CreditUpdate),
             (_, Op::CreditUpdate) => {}
@@ -476,6 +581,11 @@ mod tests {
         (Connection::new(a, 3, 1 << 30, 1234, state), b)
     }
 
+    /// `bytes` as a packet's payload that lives as long as the test needs it (leaked).
+    fn payload(bytes: &[u8]) -> [Span; 1] {
+        [Span::of(Box::leak(bytes.to_vec().into_boxed_slice()))]
+    }
+
     fn from_guest(op: Op, buf_alloc: u32, fwd_cnt: u32) -> Header {
         Header {
             src_cid: 3,
@@ -502,7 +612,7 @@ mod tests {
         let mut ok = [0u8; 14];
         peer.read_exact(&mut ok).unwrap();
         assert_eq!(&ok, b"OK 1073741824\n");
-        c.from_guest(&from_guest(Op::Rw, 4096, 0), b"ping");
+        c.from_guest(&from_guest(Op::Rw, 4096, 0), &payload(b"ping"));
         // Written at the turn's flush, not before.
         assert_eq!(c.buffered(), 4);
         assert!(c.flush_to_host());
@@ -567,7 +677,7 @@ mod tests {
         let chunk = vec![1u8; 64 * 1024];
         let mut sent = 0usize;
         for _ in 0..64 {
-            c.from_guest(&from_guest(Op::Rw, 4096, 0), &chunk);
+            c.from_guest(&from_guest(Op::Rw, 4096, 0), &payload(&chunk));
             sent += chunk.len();
             assert!(c.buffered() <= HOST_BUF_ALLOC as usize);
             if matches!(c.state, ConnState::Closing { .. }) {
@@ -617,7 +727,7 @@ mod tests {
         let mut sent = Vec::new();
         for i in 0..64u8 {
             let chunk = vec![i; 16 * 1024];
-            c.from_guest(&from_guest(Op::Rw, 4096, 0), &chunk);
+            c.from_guest(&from_guest(Op::Rw, 4096, 0), &payload(&chunk));
             sent.extend_from_slice(&chunk);
             if c.buffered() > 0 {
                 return sent;
@@ -695,7 +805,7 @@ mod tests {
     #[test]
     fn guest_shutdown_after_data_of_the_same_turn_reaches_the_host_after_the_data() {
         let (mut c, mut peer) = pair(ConnState::Established);
-        c.from_guest(&from_guest(Op::Rw, 4096, 0), b"last words");
+        c.from_guest(&from_guest(Op::Rw, 4096, 0), &payload(b"last words"));
         let mut h = from_guest(Op::Shutdown, 4096, 0);
         h.flags = SHUTDOWN_SEND;
         c.from_guest(&h, &[]);

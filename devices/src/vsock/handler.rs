@@ -17,7 +17,8 @@ use virtio_queue::{Queue, QueueOwnedT, QueueT};
 
 use super::control::VsockControl;
 use super::muxer::Muxer;
-use super::packet::{self, MAX_PAYLOAD};
+use super::packet;
+use super::span::Span;
 use crate::virtio::{ActivatedQueue, GuestMemory, VirtioInterrupt};
 
 /// The queues' indices.
@@ -59,7 +60,11 @@ pub struct VsockHandler {
     event: Option<ActivatedQueue>,
     muxer: Option<Muxer>,
     back: Option<Sender<Returned>>,
-    payload: Vec<u8>,
+    /// The tx packet being read: where its payload lies in guest memory.
+    payload: Vec<Span>,
+    /// Heads of the tx chains this turn took: they go back to the guest once the muxer has
+    /// written (or copied) their payloads.
+    tx_taken: Vec<u16>,
     polling: bool,
     /// The guest's rx kicks are on: packets wait for rx buffers.
     rx_kicks_on: bool,
@@ -101,7 +106,8 @@ impl VsockHandler {
             event: queues.event,
             muxer: Some(muxer),
             back: Some(back),
-            payload: Vec::with_capacity(MAX_PAYLOAD),
+            payload: Vec::new(),
+            tx_taken: Vec::new(),
             polling: false,
             rx_kicks_on: false,
             broken: false,
@@ -143,7 +149,9 @@ impl VsockHandler {
         }
     }
 
-    /// Moves at most `budget` tx packets to the muxer; returns how many.
+    /// Moves at most `budget` tx packets to the muxer; returns how many. Their chains wait in
+    /// `tx_taken` for [`VsockHandler::return_tx`], after the muxer's flush: their payloads are
+    /// written to the host sockets from where they lie.
     fn process_tx(&mut self, budget: usize) -> usize {
         let Some(muxer) = self.muxer.as_mut() else {
             return 0;
@@ -170,10 +178,8 @@ impl VsockHandler {
                         muxer.wasted_packet();
                     }
                 }
-                if q.add_used(mem, head, 0).is_err() {
-                    bad = Some("tx used ring outside guest memory");
-                    break;
-                }
+                self.payload.clear();
+                self.tx_taken.push(head);
                 done += 1;
             }
             if done >= budget || self.polling || bad.is_some() || muxer.tx_paused() {
@@ -190,6 +196,28 @@ impl VsockHandler {
             self.fail(why);
         }
         done
+    }
+
+    /// Gives the tx chains this turn took back to the guest (their payloads are written or
+    /// copied: the muxer flushed).
+    fn return_tx(&mut self) {
+        debug_assert!(
+            !self.muxer.as_ref().is_some_and(Muxer::holds_spans),
+            "a tx payload would outlive its chain"
+        );
+        let mem = &self.mem;
+        let q = &mut self.tx.queue;
+        let mut bad = false;
+        for &head in &self.tx_taken {
+            if q.add_used(mem, head, 0).is_err() {
+                bad = true;
+                break;
+            }
+        }
+        self.tx_taken.clear();
+        if bad {
+            self.fail("tx used ring outside guest memory");
+        }
     }
 
     /// Fills rx buffers with what the muxer has for the guest, at most `budget`; returns how
@@ -339,9 +367,11 @@ impl Handler for VsockHandler {
         }
         let tx = self.process_tx(budget);
         if let Some(m) = self.muxer.as_mut() {
-            // One write per connection for all the packets this turn took.
+            // One write per connection for all the packets this turn took, from guest memory;
+            // only then do their chains go back to the guest.
             m.flush_to_host();
         }
+        self.return_tx();
         let more_events = self.muxer.as_mut().is_some_and(Muxer::process_events);
         if let Some(m) = self.muxer.as_mut() {
             // Kill timers: read the clock only while one runs.
@@ -752,6 +782,80 @@ mod tests {
             after.writes - before.writes,
             1,
             "socket writes for 16 packets"
+        );
+    }
+
+    /// Packets go to the host socket straight from guest memory, and their chains go back to
+    /// the guest only once written or copied: a guest that reuses its tx buffers at once (here:
+    /// overwrites them all after each turn) cannot change what the host reads, including the
+    /// part a full socket left waiting and the packets that came after it.
+    #[test]
+    fn what_a_full_socket_leaves_is_copied_before_the_chains_go_back() {
+        let (mem, _rxq, txq, mut h, mut client, port) = bulk_rig("txspill", 2, 4096);
+        // 64 packets fill the socket; 16 more come while its bytes still wait.
+        let data: Vec<u8> = (0..80 * 4096u32)
+            .map(|i| (i * 31 + i / 509) as u8)
+            .collect();
+        let chains = |range: std::ops::Range<usize>| {
+            let mut descs = Vec::new();
+            for i in range {
+                let at = 0x80_0000 + i as u64 * 0x2000;
+                let mut hd = response_to(&Header {
+                    src_port: port,
+                    ..Header::default()
+                });
+                hd.op = Op::Rw.code();
+                hd.len = 4096;
+                mem.write_slice(&hd.to_bytes(), GuestAddress(at)).unwrap();
+                mem.write_slice(&data[i * 4096..(i + 1) * 4096], GuestAddress(at + 44))
+                    .unwrap();
+                descs.push(desc(at, 44 + 4096, 0, 0));
+            }
+            descs
+        };
+        let overwrite = |range: std::ops::Range<u64>| {
+            for i in range {
+                mem.write_slice(&[0xEE; 4096], GuestAddress(0x80_0000 + i * 0x2000 + 44))
+                    .unwrap();
+            }
+        };
+        txq.add_desc_chains(&chains(0..64), 0).unwrap();
+        h.run(64, &turn());
+        assert_eq!(
+            used_idx(mem, &txq),
+            64 + 1,
+            "every tx chain went back in the turn"
+        );
+        overwrite(0..64);
+        txq.add_desc_chains(&chains(64..80), 64 + 1).unwrap();
+        h.run(64, &turn());
+        assert_eq!(used_idx(mem, &txq), 80 + 1);
+        overwrite(64..80);
+        client.set_nonblocking(true).unwrap();
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; 65536];
+        let mut first_read = None;
+        for _ in 0..10_000 {
+            match client.read(&mut buf) {
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    first_read.get_or_insert(got.len());
+                    if got.len() >= data.len() {
+                        break;
+                    }
+                    h.run(64, &turn());
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert!(
+            first_read.unwrap_or(0) < 64 * 4096,
+            "the socket took everything at once: nothing was left to copy"
+        );
+        assert!(
+            got == data,
+            "the host read what the guest sent ({} bytes)",
+            got.len()
         );
     }
 

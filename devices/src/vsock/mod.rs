@@ -3,8 +3,9 @@
 //! ([`conn`]), the Unix-socket side (`CONNECT <port>` on `uds_path`, `<uds_path>_<port>` for
 //! the guest's connections: [`muxer`]), the iothread handler over the three queues
 //! ([`handler`]), the device model ([`device`]), what snapshots ask of it ([`control`]) and
-//! the socket `PUT /vsock` binds before the device exists ([`prebound`]), and what a guest's
-//! packets that lead nowhere may cost the host ([`flood`]).
+//! the socket `PUT /vsock` binds before the device exists ([`prebound`]), what a guest's
+//! packets that lead nowhere may cost the host ([`flood`]), and a tx payload written to its
+//! host socket from guest memory ([`span`]).
 //! docs/vsock.md describes the protocol.
 
 pub mod conn;
@@ -15,6 +16,7 @@ pub mod handler;
 pub mod muxer;
 pub mod packet;
 pub mod prebound;
+pub mod span;
 
 pub use control::VsockControl;
 pub use device::VirtioVsock;

@@ -21,6 +21,7 @@ use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 use super::conn::{ConnState, Connection, Outgoing};
 use super::flood::FloodGuard;
 use super::packet::{Header, Op, HOST_CID, TYPE_STREAM};
+use super::span::Span;
 
 /// Connections at once.
 pub const MAX_CONNS: usize = 1024;
@@ -527,8 +528,10 @@ impl Muxer {
         self.mark(key);
     }
 
-    /// Takes packet `hdr` with `payload` from the guest's tx queue.
-    pub fn from_guest(&mut self, hdr: &Header, payload: &[u8]) {
+    /// Takes packet `hdr` with `payload` (where it lies: see [`Span`]) from the guest's tx
+    /// queue. Its data reaches the host socket at [`Muxer::flush_to_host`], which must come
+    /// before the packet's chain goes back to the guest.
+    pub fn from_guest(&mut self, hdr: &Header, payload: &[Span]) {
         // A source that is not the guest's CID is spoofed: dropped unanswered, since an RST
         // would be a packet for another CID.
         if hdr.src_cid != self.guest_cid {
@@ -548,13 +551,15 @@ impl Muxer {
             peer: hdr.src_port,
         };
         if let Some(c) = self.conns.get_mut(&key) {
-            let was_buffered = c.buffered() > 0;
+            let had_spans = c.holds_spans();
             c.from_guest(hdr, payload);
             if c.is_done() {
                 self.remove(key);
             } else {
-                if !was_buffered && c.buffered() > 0 {
-                    // At most once per connection between flushes: bounded by MAX_CONNS.
+                if !had_spans && c.holds_spans() {
+                    // Its spans must be written or copied before the turn's chains go back,
+                    // whatever waited before them. At most once per connection between
+                    // flushes (each empties the spans): bounded by MAX_CONNS.
                     self.unflushed.push(key);
                 }
                 self.mark(key);
@@ -569,7 +574,8 @@ impl Muxer {
     }
 
     /// Writes what the guest sent since the last call to the host sockets: one write per
-    /// connection, however many packets it came in. A socket that is gone resets its
+    /// connection, however many packets it came in; what a socket does not take is copied out
+    /// of guest memory, so every span taken since the last call is done with. A socket that is gone resets its
     /// connection; one that is full takes the rest when it signals room (EPOLLOUT).
     pub fn flush_to_host(&mut self) {
         let keys = std::mem::take(&mut self.unflushed);
@@ -585,6 +591,12 @@ impl Muxer {
         // Keep the allocation for the next turn.
         self.unflushed = keys;
         self.unflushed.clear();
+    }
+
+    /// Whether a connection still holds guest data where the guest put it (never after
+    /// [`Muxer::flush_to_host`]; checked before a turn's tx chains go back, in debug builds).
+    pub fn holds_spans(&self) -> bool {
+        self.conns.values().any(Connection::holds_spans)
     }
 
     /// The guest connects to host port `key.local`: `<uds_path>_<port>`.
@@ -908,7 +920,7 @@ mod tests {
         let (mut s, _) = l.accept().unwrap();
         let mut rw = guest(Op::Rw, 1000, 7);
         rw.len = 3;
-        m.from_guest(&rw, b"abc");
+        m.from_guest(&rw, &[Span::of(b"abc")]);
         m.flush_to_host();
         let mut b = [0u8; 3];
         s.read_exact(&mut b).unwrap();

@@ -7,6 +7,7 @@
 use virtio_queue::DescriptorChain;
 use vm_memory::{Bytes, GuestAddress};
 
+use super::span::Span;
 use crate::virtio::GuestMemory;
 
 /// Bytes of a packet header.
@@ -170,17 +171,21 @@ pub enum PacketError {
     SmallRx(usize),
 }
 
-/// Reads the packet of tx chain `chain`: the header, and its payload into `payload` (cleared
-/// first; at most [`MAX_PAYLOAD`] bytes, exactly the header's `len`).
+/// Reads the packet of tx chain `chain`: its header, and where its payload lies in guest memory
+/// as [`Span`]s in `payload` (cleared first; exactly the header's `len` bytes, at most
+/// [`MAX_PAYLOAD`], each span inside one mapped region). The spans stay valid while `mem` is
+/// alive, and are the guest's until the chain goes back to it (see [`super::span`]).
 pub fn read_tx(
     chain: DescriptorChain<&GuestMemory>,
     mem: &GuestMemory,
-    payload: &mut Vec<u8>,
+    payload: &mut Vec<Span>,
 ) -> Result<Header, PacketError> {
+    use vm_memory::GuestMemory as _;
     payload.clear();
     let mut hdr = [0u8; HDR_LEN];
     let mut got_hdr = 0usize;
     let mut want: Option<usize> = None;
+    let mut held = 0usize;
     for d in chain {
         if d.is_write_only() {
             return Err(PacketError::Direction);
@@ -209,14 +214,19 @@ pub fn read_tx(
                 h.len as usize
             }
         };
-        let n = left.min(len - payload.len());
-        if n > 0 {
-            let start = payload.len();
-            payload.resize(start + n, 0);
-            mem.read_slice(&mut payload[start..], GuestAddress(addr))
-                .map_err(|_| PacketError::Memory)?;
+        let n = left.min(len - held);
+        // Bounded: the slices cover `n` bytes, one per region they cross.
+        let slices = mem
+            .get_slices(GuestAddress(addr), n, vm_memory::Permissions::Read)
+            .map_err(|_| PacketError::Memory)?;
+        for slice in slices {
+            let slice = slice.map_err(|_| PacketError::Memory)?;
+            // SAFETY: the slice lies in a region of `mem`, mapped while `mem` lives (the
+            // handler keeps it for as long as its queues); its `len` bytes are readable.
+            payload.push(unsafe { Span::new(slice.ptr_guard().as_ptr(), slice.len()) });
         }
-        if payload.len() == len {
+        held += n;
+        if held == len {
             break;
         }
     }
@@ -227,11 +237,8 @@ pub fn read_tx(
     if h.len as usize > MAX_PAYLOAD {
         return Err(PacketError::TooLong(h.len));
     }
-    if payload.len() != h.len as usize {
-        return Err(PacketError::ShortPayload {
-            said: h.len,
-            held: payload.len(),
-        });
+    if held != h.len as usize {
+        return Err(PacketError::ShortPayload { said: h.len, held });
     }
     Ok(h)
 }
@@ -344,9 +351,13 @@ mod tests {
     ) -> (Queue, Result<Header, PacketError>, Vec<u8>) {
         let mut q: Queue = vq.create_queue().expect("queue");
         let chain = q.pop_descriptor_chain(mem).expect("a chain");
-        let mut p = Vec::new();
-        let r = read_tx(chain, mem, &mut p);
-        (q, r, p)
+        let mut spans = Vec::new();
+        let r = read_tx(chain, mem, &mut spans);
+        let mut p = std::collections::VecDeque::new();
+        for s in &spans {
+            s.copy_into(&mut p);
+        }
+        (q, r, p.into())
     }
 
     #[test]
