@@ -159,7 +159,16 @@ fn ping_udp_echo_and_a_live_tx_limit_through_a_tap() {
         // A flood sends the next request when the reply is lost only after a 10 ms wait; the
         // guest drops nothing of its own, so what is lost is the host's (counted by the tap).
         assert!(got * 1000 >= sent * 999, "more than 0.1 % lost: {text}");
-        let (_, flood) = api_call(&sock_path, "GET", "/metrics", None);
+        // The device counts a frame once its write to the tap returned; the reply it carried
+        // may wake `ping` first, and `ping` may end before the iothread gets its CPU back.
+        let mut flood = serde_json::Value::Null;
+        for _ in 0..100 {
+            flood = api_call(&sock_path, "GET", "/metrics", None).1;
+            if nic(&flood, "tx_frames") - nic(&after, "tx_frames") >= got {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
         assert!(
             nic(&flood, "tx_frames") - nic(&after, "tx_frames") >= got,
             "the guest answered {got}: {flood}"
