@@ -13,10 +13,9 @@
 use std::collections::VecDeque;
 use std::io::{ErrorKind, Read, Write};
 use std::num::Wrapping;
+use std::os::unix::io::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
-
-use std::os::unix::io::AsRawFd;
 
 use super::packet::{Header, Op, HOST_CID, SHUTDOWN_RCV, SHUTDOWN_SEND, TYPE_STREAM};
 use super::span::{self, Span, IOVECS_PER_WRITE};

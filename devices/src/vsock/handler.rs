@@ -178,7 +178,6 @@ impl VsockHandler {
                         muxer.wasted_packet();
                     }
                 }
-                self.payload.clear();
                 self.tx_taken.push(head);
                 done += 1;
             }
@@ -718,6 +717,36 @@ mod tests {
         (mem, rxq, txq, h, client, req.src_port)
     }
 
+    /// Where the tx rigs' `i`th packet lies: a 44-byte header, then 4 KiB of payload.
+    fn tx_packet_at(i: usize) -> u64 {
+        0x80_0000 + i as u64 * 0x2000
+    }
+
+    /// Tx chains carrying 4 KiB chunks `range` of `data` as RW packets from the guest's side of
+    /// connection `port`, one single-descriptor chain each, written at [`tx_packet_at`].
+    fn rw_chains(
+        mem: &GuestMemory,
+        port: u32,
+        data: &[u8],
+        range: std::ops::Range<usize>,
+    ) -> Vec<virtio_queue::desc::RawDescriptor> {
+        let mut descs = Vec::new();
+        for i in range {
+            let at = tx_packet_at(i);
+            let mut hd = response_to(&Header {
+                src_port: port,
+                ..Header::default()
+            });
+            hd.op = Op::Rw.code();
+            hd.len = 4096;
+            mem.write_slice(&hd.to_bytes(), GuestAddress(at)).unwrap();
+            mem.write_slice(&data[i * 4096..(i + 1) * 4096], GuestAddress(at + 44))
+                .unwrap();
+            descs.push(desc(at, 44 + 4096, 0, 0));
+        }
+        descs
+    }
+
     /// 64 KiB from the host client reach the guest's sixteen 4 KiB rx buffers with one read
     /// of the host socket, not one per packet, and arrive whole and in order.
     #[test]
@@ -755,20 +784,8 @@ mod tests {
     fn guest_packets_of_one_turn_reach_the_host_with_one_socket_write() {
         let (mem, _rxq, txq, mut h, mut client, port) = bulk_rig("txbatch", 2, 4096);
         let data: Vec<u8> = (0..65536u32).map(|i| (i * 13 + i / 241) as u8).collect();
-        let mut descs = Vec::new();
-        for (i, chunk) in data.chunks(4096).enumerate() {
-            let at = 0x80_0000 + i as u64 * 0x2000;
-            let mut hd = response_to(&Header {
-                src_port: port,
-                ..Header::default()
-            });
-            hd.op = Op::Rw.code();
-            hd.len = 4096;
-            mem.write_slice(&hd.to_bytes(), GuestAddress(at)).unwrap();
-            mem.write_slice(chunk, GuestAddress(at + 44)).unwrap();
-            descs.push(desc(at, 44 + 4096, 0, 0));
-        }
-        txq.add_desc_chains(&descs, 0).unwrap();
+        txq.add_desc_chains(&rw_chains(mem, port, &data, 0..16), 0)
+            .unwrap();
         let before = h.muxer.as_ref().unwrap().socket_calls();
         h.run(64, &turn());
         let after = h.muxer.as_ref().unwrap().socket_calls();
@@ -796,30 +813,14 @@ mod tests {
         let data: Vec<u8> = (0..80 * 4096u32)
             .map(|i| (i * 31 + i / 509) as u8)
             .collect();
-        let chains = |range: std::ops::Range<usize>| {
-            let mut descs = Vec::new();
+        let overwrite = |range: std::ops::Range<usize>| {
             for i in range {
-                let at = 0x80_0000 + i as u64 * 0x2000;
-                let mut hd = response_to(&Header {
-                    src_port: port,
-                    ..Header::default()
-                });
-                hd.op = Op::Rw.code();
-                hd.len = 4096;
-                mem.write_slice(&hd.to_bytes(), GuestAddress(at)).unwrap();
-                mem.write_slice(&data[i * 4096..(i + 1) * 4096], GuestAddress(at + 44))
-                    .unwrap();
-                descs.push(desc(at, 44 + 4096, 0, 0));
-            }
-            descs
-        };
-        let overwrite = |range: std::ops::Range<u64>| {
-            for i in range {
-                mem.write_slice(&[0xEE; 4096], GuestAddress(0x80_0000 + i * 0x2000 + 44))
+                mem.write_slice(&[0xEE; 4096], GuestAddress(tx_packet_at(i) + 44))
                     .unwrap();
             }
         };
-        txq.add_desc_chains(&chains(0..64), 0).unwrap();
+        txq.add_desc_chains(&rw_chains(mem, port, &data, 0..64), 0)
+            .unwrap();
         h.run(64, &turn());
         assert_eq!(
             used_idx(mem, &txq),
@@ -827,7 +828,8 @@ mod tests {
             "every tx chain went back in the turn"
         );
         overwrite(0..64);
-        txq.add_desc_chains(&chains(64..80), 64 + 1).unwrap();
+        txq.add_desc_chains(&rw_chains(mem, port, &data, 64..80), 64 + 1)
+            .unwrap();
         h.run(64, &turn());
         assert_eq!(used_idx(mem, &txq), 80 + 1);
         overwrite(64..80);

@@ -575,8 +575,9 @@ impl Muxer {
 
     /// Writes what the guest sent since the last call to the host sockets: one write per
     /// connection, however many packets it came in; what a socket does not take is copied out
-    /// of guest memory, so every span taken since the last call is done with. A socket that is gone resets its
-    /// connection; one that is full takes the rest when it signals room (EPOLLOUT).
+    /// of guest memory, so every span taken since the last call is done with. A socket that is
+    /// gone resets its connection; one that is full takes the rest when it signals room
+    /// (EPOLLOUT).
     pub fn flush_to_host(&mut self) {
         let keys = std::mem::take(&mut self.unflushed);
         for &key in &keys {
