@@ -140,6 +140,16 @@ static void *split_device(void *arg) {
     return NULL;
 }
 
+// A packed ring's next chain: NDESC slots on, wrapping (and flipping the wrap counter) where a
+// whole chain no longer fits, at 255.
+static void next_chain(uint16_t *pos, int *wrap) {
+    *pos += NDESC;
+    if (*pos >= QSIZE - QSIZE % NDESC) {
+        *pos = 0;
+        *wrap ^= 1;
+    }
+}
+
 static void *packed_device(void *arg) {
     (void)arg;
     volatile struct desc *ring = AT(DESC_OFF);
@@ -160,11 +170,7 @@ static void *packed_device(void *arg) {
         ring[pos].len = len;
         uint16_t f = wrap ? (PACKED_F_AVAIL | PACKED_F_USED) : 0;
         __atomic_store_n((uint16_t *)&ring[pos].flags, f | DESC_F_WRITE, __ATOMIC_RELEASE);
-        pos += NDESC;
-        if (pos >= QSIZE - QSIZE % NDESC) { // keep chains whole: wrap at 255
-            pos = 0;
-            wrap ^= 1;
-        }
+        next_chain(&pos, &wrap);
     }
     return NULL;
 }
@@ -193,66 +199,56 @@ static double driver(double seconds, uint64_t *n_out, double *tsc_per_us_out) {
             r->reserved = 0;
             r->sector = sector;
             r->status = 0xff;
+            r->kind = 1;
+            r->lba = sector;
+            uint64_t now;
             if (layout == PACKED) {
                 uint16_t f = wrap ? PACKED_F_AVAIL : PACKED_F_USED;
-                volatile struct desc *ring = table;
-                set_desc(&ring[(pos + 1) % QSIZE], DATA_OFF, BS, f | DESC_F_NEXT | DESC_F_WRITE, 0);
-                set_desc(&ring[(pos + 2) % QSIZE], REQ_OFF + 16, 1, f | DESC_F_WRITE, 0);
-                r->kind = 1;
-                r->lba = sector;
+                set_desc(&table[(pos + 1) % QSIZE], DATA_OFF, BS, f | DESC_F_NEXT | DESC_F_WRITE, 0);
+                set_desc(&table[(pos + 2) % QSIZE], REQ_OFF + 16, 1, f | DESC_F_WRITE, 0);
                 r->t_submit = __rdtsc();
                 // The head's flags last: they make the chain available.
-                ring[pos].addr = REQ_OFF;
-                ring[pos].len = 16;
-                ring[pos].next = 0;
-                __atomic_store_n((uint16_t *)&ring[pos].flags, f | DESC_F_NEXT,
-                                 __ATOMIC_RELEASE);
+                table[pos].addr = REQ_OFF;
+                table[pos].len = 16;
+                table[pos].next = 0;
+                __atomic_store_n((uint16_t *)&table[pos].flags, f | DESC_F_NEXT, __ATOMIC_RELEASE);
                 _mm_mfence();
                 (void)U16(AVAIL_OFF); // the device's event suppression (as Linux reads it)
                 uint16_t want = wrap ? (PACKED_F_AVAIL | PACKED_F_USED) : 0;
-                while ((U16((uintptr_t)&ring[pos].flags - (uintptr_t)mem) &
-                        (PACKED_F_AVAIL | PACKED_F_USED)) != want)
+                while ((table[pos].flags & (PACKED_F_AVAIL | PACKED_F_USED)) != want)
                     _mm_pause();
-                uint64_t now = __rdtsc();
-                uint16_t id = ring[pos].next;
-                if (id != 0 || r->status != 0) {
+                now = __rdtsc();
+                if (table[pos].next != 0 || r->status != 0) {
                     fprintf(stderr, "qd1-ring-floor: bad completion\n");
                     exit(1);
                 }
-                lat += now - r->t_submit;
-                samples[n % MAX_SAMPLES] = (uint32_t)(now - r->t_submit);
-                pos += NDESC;
-                if (pos >= QSIZE - QSIZE % NDESC) {
-                    pos = 0;
-                    wrap ^= 1;
+                next_chain(&pos, &wrap);
+            } else {
+                set_desc(&table[0], REQ_OFF, 16, DESC_F_NEXT, 1);
+                set_desc(&table[1], DATA_OFF, BS, DESC_F_NEXT | DESC_F_WRITE, 2);
+                set_desc(&table[2], REQ_OFF + 16, 1, DESC_F_WRITE, 0);
+                r->t_submit = __rdtsc();
+                U16(AVAIL_OFF + 4 + 2 * (shadow % QSIZE)) = 0;
+                shadow++;
+                __asm__ volatile("" ::: "memory");
+                U16(AVAIL_OFF + 2) = shadow;
+                _mm_mfence();
+                (void)U16(USED_OFF + 4 + 8 * QSIZE); // avail_event (vring_need_event)
+                while (U16(USED_OFF + 2) == last_used)
+                    _mm_pause();
+                now = __rdtsc();
+                __asm__ volatile("" ::: "memory");
+                uint32_t id = *(volatile uint32_t *)AT(USED_OFF + 4 + 8 * (last_used % QSIZE));
+                last_used++;
+                // The status byte of the slot the used element names (one slot here: `r`).
+                volatile struct req *rq = AT(REQ_OFF + sizeof(struct req) * (id / NDESC));
+                if (rq != r || rq->status != 0) {
+                    fprintf(stderr, "qd1-ring-floor: bad completion\n");
+                    exit(1);
                 }
-                continue;
             }
-            set_desc(&table[0], REQ_OFF, 16, DESC_F_NEXT, 1);
-            set_desc(&table[1], DATA_OFF, BS, DESC_F_NEXT | DESC_F_WRITE, 2);
-            set_desc(&table[2], REQ_OFF + 16, 1, DESC_F_WRITE, 0);
-            r->kind = 1;
-            r->lba = sector;
-            r->t_submit = __rdtsc();
-            U16(AVAIL_OFF + 4 + 2 * (shadow % QSIZE)) = 0;
-            shadow++;
-            __asm__ volatile("" ::: "memory");
-            U16(AVAIL_OFF + 2) = shadow;
-            _mm_mfence();
-            (void)U16(USED_OFF + 4 + 8 * QSIZE); // avail_event (vring_need_event)
-            while (U16(USED_OFF + 2) == last_used)
-                _mm_pause();
-            uint64_t now = __rdtsc();
-            __asm__ volatile("" ::: "memory");
-            uint32_t id = *(volatile uint32_t *)AT(USED_OFF + 4 + 8 * (last_used % QSIZE));
-            last_used++;
-            volatile struct req *rq = AT(REQ_OFF + sizeof(struct req) * (id / NDESC));
-            if (rq->status != 0) {
-                fprintf(stderr, "qd1-ring-floor: bad status\n");
-                exit(1);
-            }
-            lat += now - rq->t_submit;
-            samples[n % MAX_SAMPLES] = (uint32_t)(now - rq->t_submit);
+            lat += now - r->t_submit;
+            samples[n % MAX_SAMPLES] = (uint32_t)(now - r->t_submit);
         }
         t1 = now_s();
     }
