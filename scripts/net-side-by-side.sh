@@ -21,7 +21,11 @@
 # OUT=dir (default target/net-side-by-side/<UTC timestamp>), PLACE=apart (after boot, every
 # VMM's vCPU threads pinned to CPU 1 and its other threads, and ping, to CPU 0, by
 # scripts/lib/place_threads.py: the same placement for every VMM; default: the scheduler's).
-# A VMM whose binary is absent prints NOT RUN; the others still run.
+# A VMM whose binary is absent prints NOT RUN; the others still run. Each round also runs the
+# same measurements against scripts/net-tap-echo.c (row `tap-echo`, compiled here with `cc -O2`:
+# a host thread that answers ARP and ICMP echo on its own tap, sleeping in read(2) between frames,
+# and a thread named vcpu0 spinning beside it as the test guest's vCPU does; no VM): the floor,
+# what the host's own ping, tap and wake-ups cost at each load (TAP_ECHO=0 leaves it out).
 #
 # QEMU: `-netdev tap,...,vhost=off -device virtio-net-pci,...,romfile=` (no iPXE option ROM: it
 # runs in the emulated ring 0 of kvm_pvm and takes a minute), SeaBIOS still takes ~15-30 s.
@@ -65,6 +69,15 @@ if [[ -n "${OSPREY_B:-}" ]]; then # a second Osprey build, for a before/after in
     [[ -x "$OSPREY_B" ]] && VMMS+=(osprey-b) || echo "NOT RUN: osprey-b (no binary at $OSPREY_B)"
 fi
 ((${#VMMS[@]})) || exit 0
+if [[ ${TAP_ECHO:-1} != 0 ]]; then # the floor: a host process on a tap, no VM
+    if command -v cc >/dev/null; then
+        TAP_ECHO_BIN=$OUT/net-tap-echo
+        cc -O2 -pthread -o "$TAP_ECHO_BIN" scripts/net-tap-echo.c
+        VMMS+=(tap-echo)
+    else
+        echo "NOT RUN: tap-echo (no C compiler, cc)"
+    fi
+fi
 
 PID= HOG= BENCH= TAPS=()
 cleanup() {
@@ -97,6 +110,8 @@ start() { # vmm dir tap ip mac -> sets PID, the guest's serial output in dir/ser
  "network-interfaces": [{"iface_id": "eth0", "host_dev_name": "$tap", "guest_mac": "$mac"}]}
 EOF
     case $vmm in
+    tap-echo) "$TAP_ECHO_BIN" --tap "$tap" --ip "$ip" --mac "$mac" --spinner >"$dir/serial.txt" \
+        2>"$dir/vmm.log" </dev/null & ;;
     osprey) "$OSPREY" --config "$dir/vm.json" >"$dir/serial.txt" 2>"$dir/vmm.log" </dev/null & ;;
     osprey-b) "$OSPREY_B" --config "$dir/vm.json" >"$dir/serial.txt" 2>"$dir/vmm.log" </dev/null & ;;
     firecracker)

@@ -267,3 +267,53 @@ fn iothread_and_vcpu_are_pinned_to_their_configured_cpus() {
     );
     assert!(status.success(), "{log}");
 }
+
+/// `machine-config.thread_placement` `Apart` (the default): an iothread without `cpu_affinity`
+/// keeps off the CPU its working vCPU runs on (pinned here, so the test knows which), and says
+/// so in its stats; `vcpu_affinity` alone pins nothing else.
+#[test]
+fn an_unpinned_iothread_keeps_off_the_cpu_its_vcpu_runs_on() {
+    let _one = serial();
+    let allowed = vmm::affinity::allowed_cpus();
+    if allowed.len() < 2 {
+        eprintln!("skipped: Osprey may use one CPU here, none to keep apart on");
+        return;
+    }
+    let vcpu_cpu = allowed[0];
+    let others: Vec<usize> = allowed[1..].to_vec();
+    let disk = Disk::new("apart", 16 << 20);
+    let cfg = json!({
+        "machine-config": {"vcpu_count": 1, "mem_size_mib": 64, "vcpu_affinity": [[vcpu_cpu]]},
+        "boot-source": {"kernel_image_path": common::test_guest(),
+                        "boot_args": "mode=blk rw=randread bs=4096 qd=1 count=400 think_us=5000"},
+        "drives": [{"drive_id": "disk0", "path_on_host": disk.path, "io_engine": "Sync"}],
+    });
+    let cfg_path = disk.dir.join("vm.json");
+    std::fs::write(&cfg_path, cfg.to_string()).expect("config");
+    let mut vm = common::Vmm::spawn(["--config".as_ref(), cfg_path.as_os_str()]);
+    let ready = vm.wait_console(std::time::Duration::from_secs(30), |l| l.contains("ready"));
+    assert!(ready.is_some(), "guest never ready\n{}", vm.log_text());
+    // The thread looks every 10 ms while it works: give it a second.
+    let want = vmm::affinity::describe(&others);
+    let mut iothread = None;
+    for _ in 0..100 {
+        iothread = allowed_cpus_of(vm.pid(), "iothread-io0");
+        if iothread.as_deref() == Some(want.as_str()) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let status = vm.wait_exit(std::time::Duration::from_secs(60));
+    let log = vm.log_text();
+    assert_eq!(iothread, Some(want), "the iothread's CPUs\n{log}");
+    assert!(
+        log.contains("iothread io0: keeps off the CPUs its vCPUs run on"),
+        "{log}"
+    );
+    let t = iothread_stats(&log);
+    assert!(
+        t["stats"]["placement_moves"].as_u64().unwrap_or(0) >= 1,
+        "the move is counted: {t}"
+    );
+    assert!(status.success(), "{log}");
+}

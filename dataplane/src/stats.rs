@@ -120,6 +120,10 @@ osprey_metrics::metric_set! {
         /// Switches between the light and the base weight (dynamic weights).
         #[metric(counter)]
         pub weight_switches: AtomicU64,
+        /// Times the thread changed the CPUs it runs on to keep off those of the vCPUs
+        /// (`thread_placement` `Apart`).
+        #[metric(counter)]
+        pub placement_moves: AtomicU64,
         /// Times the thread went to sleep in epoll_wait.
         #[metric(counter)]
         pub sleeps: AtomicU64,

@@ -27,5 +27,6 @@ pub mod socket;
 pub mod swap_folder;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod test_utils;
+pub mod thread_placement;
 pub mod thread_weights;
 pub mod vsock;

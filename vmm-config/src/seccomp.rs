@@ -149,6 +149,7 @@ impl ThreadKind {
         }
         if self == ThreadKind::IoThread {
             rules.insert(libc::SYS_setpriority, vec![iothread_setpriority()?]);
+            rules.insert(libc::SYS_sched_setaffinity, vec![on_this_thread_only()?]);
             rules.insert(libc::SYS_socket, vec![unix_socket_only()?]);
             rules.insert(libc::SYS_poll, vec![poll_peek_only()?]);
         }
@@ -299,6 +300,17 @@ fn iothread_setpriority() -> Result<SeccompRule, seccompiler::BackendError> {
         SeccompCondition::new(1, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, 0)?,
         SeccompCondition::new(2, SeccompCmpArgLen::Dword, SeccompCmpOp::Le, 19)?,
     ])
+}
+
+/// A call on the calling thread alone (pid argument 0): the iothread's `sched_setaffinity`,
+/// which keeps it off the vCPUs' CPUs (`machine.thread_placement`).
+fn on_this_thread_only() -> Result<SeccompRule, seccompiler::BackendError> {
+    SeccompRule::new(vec![SeccompCondition::new(
+        0,
+        SeccompCmpArgLen::Dword,
+        SeccompCmpOp::Eq,
+        0,
+    )?])
 }
 
 /// `socket(AF_UNIX, …)` only: the vsock device's connections to `<uds_path>_<port>`.

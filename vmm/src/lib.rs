@@ -26,6 +26,6 @@ pub use api;
 pub use vmm_config::{
     affinity, allowed_folders, boot_timing, config, drive, fault_injection, host, identity,
     instance, logger, metrics, net, rate_limit, sandbox, seccomp, snapshot_folder, swap_folder,
-    thread_weights,
+    thread_placement, thread_weights,
 };
 pub(crate) use vmm_config::{field_update, line_sink, preflight};

@@ -21,6 +21,7 @@ mod swap;
 pub(super) use swap::PendingSwap;
 
 use super::cpu_queue::CpuQueue;
+use super::placement::KeepApart;
 use super::{Command, Detach, ThreadTurn};
 use crate::handler::{AttachError, CompletionState, Handler, TurnEnd, Watch};
 use crate::poll::contention::SAMPLE_PERIOD_NS;
@@ -186,6 +187,8 @@ pub(super) struct Loop {
     dynamic_weight: bool,
     /// The round as the handlers' engines see it, passed to every `run` and `drain`.
     turn: ThreadTurn,
+    /// The threads (vCPUs) whose CPUs the thread keeps off, when its owner asked.
+    apart: Option<KeepApart>,
 }
 
 impl Loop {
@@ -218,6 +221,7 @@ impl Loop {
             stats,
             dynamic_weight,
             turn: ThreadTurn::default(),
+            apart: None,
         }
     }
 
@@ -278,6 +282,11 @@ impl Loop {
             );
             let now = it.t0.duration_since(self.epoch).as_nanos() as u64;
             self.sample_host(now, &mut it);
+            if let Some(apart) = self.apart.as_mut() {
+                if apart.check(now).is_some() {
+                    IoThreadStats::set(&self.stats.placement_moves, apart.moves());
+                }
+            }
             self.policy.update(block_ns, &it.hits, now);
             if !self.detaches.is_empty() {
                 self.finish_detaches();
@@ -818,6 +827,7 @@ impl Loop {
                 Command::Run(hook, reply) => {
                     let _ = reply.send(hook());
                 }
+                Command::KeepApart(apart) => self.apart = Some(apart),
                 Command::WakeThrottled => {
                     // Limits changed: throttled handlers look at their buckets again now.
                     let now = Instant::now();

@@ -7,6 +7,7 @@
 
 mod cpu_queue;
 mod event_loop;
+pub mod placement;
 mod turn;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -84,6 +85,7 @@ enum Command {
     Swap(event_loop::PendingSwap),
     SetPoll(PollParams, Sender<PollParams>),
     Run(OnThreadHook, Sender<Result<(), HookError>>),
+    KeepApart(placement::KeepApart),
     WakeThrottled,
     Shutdown,
 }
@@ -283,6 +285,12 @@ impl IoThread {
             }),
             Err(_) => Err(IoThreadError::NotResponding(self.name.clone())),
         }
+    }
+
+    /// From now on the thread keeps off the CPUs where the threads `apart` watches run
+    /// ([`placement`]); replaces what an earlier call set.
+    pub fn keep_apart(&self, apart: placement::KeepApart) -> Result<(), IoThreadError> {
+        self.send(Command::KeepApart(apart))
     }
 
     /// Limits changed ([`crate::rate_limit::RateLimiter::set`]): throttled handlers check

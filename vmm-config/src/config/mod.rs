@@ -290,6 +290,9 @@ pub struct MachineConfig {
     /// How the scheduler weighs the VM's threads against each other.
     #[serde(default)]
     pub thread_weights: crate::thread_weights::ThreadWeights,
+    /// Where the iothreads run relative to the vCPUs.
+    #[serde(default)]
+    pub thread_placement: crate::thread_placement::ThreadPlacement,
     /// Host CPUs per vCPU: entry `i` pins vCPU `i`'s thread to those CPUs (an empty list, or
     /// no entry, leaves it to the scheduler). At most one entry per vCPU.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -322,6 +325,7 @@ impl Default for MachineConfig {
             vcpu_count: default_vcpus(),
             mem_size_mib: default_mem(),
             thread_weights: Default::default(),
+            thread_placement: Default::default(),
             vcpu_affinity: Vec::new(),
             smt: false,
             track_dirty_pages: false,

@@ -21,6 +21,7 @@ fn defaults_fill_in() {
             vcpu_count: 1,
             mem_size_mib: 128,
             thread_weights: crate::thread_weights::ThreadWeights::Dynamic,
+            thread_placement: crate::thread_placement::ThreadPlacement::Apart,
             vcpu_affinity: Vec::new(),
             smt: false,
             track_dirty_pages: false,
@@ -40,7 +41,7 @@ fn unknown_field_names_its_path() {
     assert!(
         msg.starts_with(
             "vm.json: machine-config.vcpus: unknown field `vcpus`, expected one of \
-             `vcpu_count`, `mem_size_mib`, `thread_weights`, `vcpu_affinity`"
+             `vcpu_count`, `mem_size_mib`, `thread_weights`, `thread_placement`, `vcpu_affinity`"
         ),
         "{msg}"
     );

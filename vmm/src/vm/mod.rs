@@ -195,7 +195,16 @@ fn start_from(
         }
         Origin::Boot => false,
     };
-    let (vcpus, snapshot_msrs) = spawn_vcpus(
+    let allowed_cpus = crate::affinity::allowed_cpus();
+    let apart = config
+        .machine
+        .thread_placement
+        .keeps_apart(config.machine.vcpu_count.into(), allowed_cpus.len());
+    let SpawnedVcpus {
+        handles: vcpus,
+        snapshot_msrs,
+        tids: vcpu_tids,
+    } = spawn_vcpus(
         &kvm,
         &vm,
         &mem,
@@ -207,11 +216,16 @@ fn start_from(
             events: &tx,
             stop: &stop,
             pause: &pause,
-            light: light_vcpus,
+            // Light vCPUs let an iothread on their CPU take it at once; apart, their weight
+            // would only draw the host's other threads onto the vCPUs' CPUs.
+            light: light_vcpus && !apart,
             sandbox: &sandbox,
             affinity: &config.machine.vcpu_affinity,
         },
     )?;
+    if apart {
+        keep_iothreads_apart(config, &devices, &vcpu_tids, &allowed_cpus);
+    }
     steps.mark("vcpus");
     if let Origin::Snapshot { state, .. } = origin {
         release_restored_vsock(&devices, state);
@@ -449,8 +463,51 @@ struct VcpuShared<'a> {
     affinity: &'a [Vec<usize>],
 }
 
-/// Creates and configures `count` vCPUs and starts a thread for each. Also returns the MSRs a
-/// snapshot saves (`snapshot::kvm_state::saveable_msrs`, probed on vCPU 0 before it runs).
+/// Each iothread without a `cpu_affinity` of its own keeps off the CPUs where the vCPUs (their
+/// thread ids `vcpu_tids`) run, within `allowed` (`machine-config.thread_placement`).
+fn keep_iothreads_apart(
+    config: &VmConfig,
+    devices: &Devices,
+    vcpu_tids: &[i32],
+    allowed: &[usize],
+) {
+    for (id, thread) in &devices.iothreads {
+        let pinned = config
+            .iothreads
+            .iter()
+            .any(|t| &t.id == id && !t.cpu_affinity.is_empty());
+        if pinned {
+            continue;
+        }
+        let stats: Result<Vec<std::fs::File>, _> = vcpu_tids
+            .iter()
+            .map(|tid| std::fs::File::open(format!("/proc/self/task/{tid}/stat")))
+            .collect();
+        let placed = stats.map_err(|e| e.to_string()).and_then(|files| {
+            thread
+                .keep_apart(dataplane::iothread::placement::KeepApart::new(
+                    files,
+                    allowed.to_vec(),
+                ))
+                .map_err(|e| e.to_string())
+        });
+        match placed {
+            Ok(()) => log::info!("iothread {id}: keeps off the CPUs its vCPUs run on"),
+            Err(e) => log::warn!("iothread {id}: placed by the scheduler ({e})"),
+        }
+    }
+}
+
+/// The vCPU threads [`spawn_vcpus`] started.
+struct SpawnedVcpus {
+    handles: Vec<JoinHandle<()>>,
+    /// The MSRs a snapshot saves (`snapshot::kvm_state::saveable_msrs`, probed on vCPU 0).
+    snapshot_msrs: Vec<u32>,
+    /// The threads' ids, in vCPU order.
+    tids: Vec<i32>,
+}
+
+/// Creates and configures `count` vCPUs and starts a thread for each.
 fn spawn_vcpus(
     kvm: &kvm_ioctls::Kvm,
     vm: &VmFd,
@@ -459,8 +516,9 @@ fn spawn_vcpus(
     boot: VcpuBoot<'_>,
     count: u8,
     shared: &VcpuShared<'_>,
-) -> Result<(Vec<JoinHandle<()>>, Vec<u32>), VmError> {
+) -> Result<SpawnedVcpus, VmError> {
     let mut vcpus = Vec::with_capacity(count.into());
+    let mut tids = Vec::with_capacity(count.into());
     let mut snapshot_msrs = Vec::new();
     for id in 0..count {
         let fd = vm
@@ -509,11 +567,12 @@ fn spawn_vcpus(
         // so every vCPU thread bears its name by the time the VM is reported running (Kata
         // looks the `fc_vcpu` threads up then, to put them in its cgroups; Firecracker waits
         // for its vCPU threads too).
-        let (started_tx, started_rx) = std::sync::mpsc::sync_channel::<()>(1);
+        let (started_tx, started_rx) = std::sync::mpsc::sync_channel::<i32>(1);
         let handle = std::thread::Builder::new()
             .name(crate::identity::get().vcpu_thread_name(id))
             .spawn(move || {
-                let _ = started_tx.send(());
+                // SAFETY: gettid has no preconditions.
+                let _ = started_tx.send(unsafe { libc::gettid() });
                 runner.run()
             })
             .map_err(|source| VmError::Os {
@@ -521,10 +580,16 @@ fn spawn_vcpus(
                 source,
             })?;
         // An error means the thread ended before it could say so: nothing to wait for.
-        let _ = started_rx.recv();
+        if let Ok(tid) = started_rx.recv() {
+            tids.push(tid);
+        }
         vcpus.push(handle);
     }
-    Ok((vcpus, snapshot_msrs))
+    Ok(SpawnedVcpus {
+        handles: vcpus,
+        snapshot_msrs,
+        tids,
+    })
 }
 
 /// A vCPU's start hook: pinned to `cpus` (unless empty) and one nice step light (with dynamic
