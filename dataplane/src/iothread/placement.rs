@@ -216,6 +216,29 @@ mod tests {
         assert!(moves >= 1);
     }
 
+    /// A watched thread that ended holds no CPU: the checker may use every CPU again.
+    #[test]
+    fn a_watched_thread_that_ended_frees_every_cpu() {
+        let allowed = allowed_cpus();
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let watched = std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            let _ = tid_tx.send(unsafe { libc::gettid() });
+            let _ = go_rx.recv();
+        });
+        let tid = tid_rx.recv().expect("tid");
+        let file = File::open(format!("/proc/self/task/{tid}/stat")).expect("stat");
+        let _ = go_tx.send(());
+        watched.join().expect("watched thread");
+        let checker = std::thread::spawn(move || {
+            let mut apart = KeepApart::new(vec![file], allowed.clone());
+            (apart.check(0), allowed)
+        });
+        let (cpus, allowed) = checker.join().expect("checker");
+        assert_eq!(cpus, Some(allowed), "every CPU it may use");
+    }
+
     /// The CPUs this process may use.
     fn allowed_cpus() -> Vec<usize> {
         // SAFETY: an all-zero cpu_set_t is the empty set; the kernel fills it.
