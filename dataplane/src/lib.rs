@@ -6,6 +6,7 @@
 //! completion-source trait ([`engine`]), whose engines complete every request through the same
 //! submit → commit → reap path.
 
+pub mod cpu_set;
 pub mod engine;
 pub mod handler;
 pub mod iothread;

@@ -1,23 +1,8 @@
 //! Pinning threads to host CPUs (`iothreads[].cpu_affinity`): which CPUs this process may use,
 //! checking a requested set against them, and pinning the calling thread.
 
-/// Most CPUs a `cpu_set_t` describes.
-const MAX_CPUS: usize = libc::CPU_SETSIZE as usize;
-
-/// The CPUs this process may run on (its affinity mask), in order.
-pub fn allowed_cpus() -> Vec<usize> {
-    // SAFETY: an all-zero `cpu_set_t` is a valid empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `set` is a valid, writable `cpu_set_t` of the size passed; pid 0 is this thread.
-    let r = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
-    if r != 0 {
-        return Vec::new();
-    }
-    // SAFETY: `set` was filled by the kernel; CPU_ISSET only reads it, for indices below its size.
-    (0..MAX_CPUS)
-        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
-        .collect()
-}
+pub use dataplane::cpu_set::allowed_cpus;
+use dataplane::cpu_set::MAX_CPUS;
 
 /// Errors checking or applying a CPU set.
 #[derive(Debug, thiserror::Error)]
@@ -86,24 +71,13 @@ pub fn describe(cpus: &[usize]) -> String {
 
 /// Pins the calling thread to `cpus`.
 pub fn pin_current_thread(cpus: &[usize]) -> Result<(), AffinityError> {
-    // SAFETY: an all-zero `cpu_set_t` is a valid empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    for &c in cpus {
-        if c >= MAX_CPUS {
-            return Err(AffinityError::TooHigh(c));
-        }
-        // SAFETY: `c` is below CPU_SETSIZE (checked above) and `set` is a valid `cpu_set_t`.
-        unsafe { libc::CPU_SET(c, &mut set) };
+    if let Some(&c) = cpus.iter().find(|&&c| c >= MAX_CPUS) {
+        return Err(AffinityError::TooHigh(c));
     }
-    // SAFETY: `set` is a valid `cpu_set_t` of the size passed; pid 0 is the calling thread.
-    let r = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
-    if r != 0 {
-        return Err(AffinityError::Pin {
-            cpus: describe(cpus),
-            source: std::io::Error::last_os_error(),
-        });
-    }
-    Ok(())
+    dataplane::cpu_set::set_this_thread_cpus(cpus).map_err(|source| AffinityError::Pin {
+        cpus: describe(cpus),
+        source,
+    })
 }
 
 #[cfg(test)]

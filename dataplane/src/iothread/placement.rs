@@ -10,6 +10,8 @@
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 
+use crate::cpu_set::set_this_thread_cpus;
+
 /// How often the thread looks where the watched threads run (ns).
 pub const CHECK_PERIOD_NS: u64 = 10_000_000;
 
@@ -112,27 +114,10 @@ pub fn parse_stat(line: &str) -> Option<(char, usize)> {
     Some((state, cpu))
 }
 
-/// Restricts the calling thread to `cpus`.
-fn set_this_thread_cpus(cpus: &[usize]) -> std::io::Result<()> {
-    // SAFETY: an all-zero cpu_set_t is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    let bits = 8 * std::mem::size_of::<libc::cpu_set_t>();
-    for &c in cpus.iter().filter(|&&c| c < bits) {
-        // SAFETY: `c` is below the set's size in bits, checked above.
-        unsafe { libc::CPU_SET(c, &mut set) };
-    }
-    // SAFETY: `set` is a valid cpu_set_t of the size passed; pid 0 is the calling thread.
-    let r = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cpu_set::allowed_cpus;
 
     /// A stat line as the kernel writes it, for a thread named `comm` in `state` on `cpu`.
     fn stat(comm: &str, state: char, cpu: usize) -> String {
@@ -172,6 +157,7 @@ mod tests {
     #[test]
     fn a_checking_thread_moves_off_a_spinning_threads_cpu_once() {
         let allowed = allowed_cpus();
+        assert!(!allowed.is_empty(), "sched_getaffinity");
         if allowed.len() < 2 {
             eprintln!("skipped: one CPU");
             return;
@@ -220,6 +206,7 @@ mod tests {
     #[test]
     fn a_watched_thread_that_ended_frees_every_cpu() {
         let allowed = allowed_cpus();
+        assert!(!allowed.is_empty(), "sched_getaffinity");
         let (tid_tx, tid_rx) = std::sync::mpsc::channel();
         let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
         let watched = std::thread::spawn(move || {
@@ -237,19 +224,5 @@ mod tests {
         });
         let (cpus, allowed) = checker.join().expect("checker");
         assert_eq!(cpus, Some(allowed), "every CPU it may use");
-    }
-
-    /// The CPUs this process may use.
-    fn allowed_cpus() -> Vec<usize> {
-        // SAFETY: an all-zero cpu_set_t is the empty set; the kernel fills it.
-        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-        // SAFETY: `set` is a valid cpu_set_t of the size passed.
-        let r =
-            unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
-        assert_eq!(r, 0, "sched_getaffinity");
-        (0..8 * std::mem::size_of::<libc::cpu_set_t>())
-            // SAFETY: `c` is below the set's size in bits.
-            .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
-            .collect()
     }
 }
