@@ -268,74 +268,77 @@ fn iothread_and_vcpu_are_pinned_to_their_configured_cpus() {
     assert!(status.success(), "{log}");
 }
 
-/// `machine-config.thread_placement` `Apart` (the default): an iothread without `cpu_affinity`
-/// that serves no drive (here the vsock device's, `io0`) keeps off the CPU its working vCPU runs
-/// on (pinned here, so the test knows which); a drive's iothread (`zdisk`)
-/// stays the scheduler's.
+/// `machine-config.thread_placement` `Apart` (the default): a NIC's iothread without
+/// `cpu_affinity` (`net`) keeps off the CPU its working vCPU runs on (pinned here, so the test
+/// knows which); the vsock device's (`io0`, the first) and a drive's (`zdisk`) stay the
+/// scheduler's.
 #[test]
-fn a_devices_iothread_keeps_off_the_cpu_its_vcpu_runs_on() {
-    use std::io::{Read, Write};
+fn a_nics_iothread_keeps_off_the_cpu_its_vcpu_runs_on() {
     let _one = serial();
     let allowed = vmm::affinity::allowed_cpus();
     if allowed.len() < 2 {
         eprintln!("skipped: Osprey may use one CPU here, none to keep apart on");
         return;
     }
+    let Some(tap) = common::tap::TestTap::create(0) else {
+        eprintln!("NOT RUN: cannot create a tap (needs root and /dev/net/tun)");
+        return;
+    };
+    if !common::tap::have_ping() {
+        eprintln!("NOT RUN: no iputils ping");
+        return;
+    }
     let vcpu_cpu = allowed[0];
     let disk = Disk::new("apart", 16 << 20);
-    let uds = disk.dir.join("v.sock");
     let cfg = json!({
         "machine-config": {"vcpu_count": 1, "mem_size_mib": 64, "vcpu_affinity": [[vcpu_cpu]]},
         "boot-source": {"kernel_image_path": common::test_guest(),
-                        "boot_args": "mode=vsock-echo port=52"},
-        "iothreads": [{"id": "io0"}, {"id": "zdisk"}],
+                        "boot_args": format!("mode=net-echo ip={}", tap.guest_ip)},
+        "iothreads": [{"id": "io0"}, {"id": "net"}, {"id": "zdisk"}],
         "drives": [{"drive_id": "disk0", "path_on_host": disk.path, "iothread": "zdisk"}],
-        "vsock": {"guest_cid": 3, "uds_path": uds},
+        "network-interfaces": [{"iface_id": "eth0", "host_dev_name": tap.name,
+                                "guest_mac": tap.guest_mac, "iothread": "net"}],
+        "vsock": {"guest_cid": 3, "uds_path": disk.dir.join("v.sock")},
     });
     let cfg_path = disk.dir.join("vm.json");
     std::fs::write(&cfg_path, cfg.to_string()).expect("config");
     let mut vm = common::Vmm::spawn(["--config".as_ref(), cfg_path.as_os_str()]);
     let ready = vm.wait_console(std::time::Duration::from_secs(30), |l| {
-        l.starts_with("VSOCK ready")
+        l.contains("net-echo ready")
     });
     assert!(ready.is_some(), "guest never ready\n{}", vm.log_text());
-    // Echoes keep the vsock iothread turning (it looks every 10 ms while it works).
-    let mut c = std::os::unix::net::UnixStream::connect(&uds).expect("connect to uds_path");
-    c.set_read_timeout(Some(std::time::Duration::from_secs(10)))
-        .expect("timeout");
-    c.write_all(b"CONNECT 52\n").expect("CONNECT");
-    let mut ok = [0u8; 3];
-    c.read_exact(&mut ok).expect("OK line");
-    assert_eq!(&ok, b"OK ", "{}", vm.log_text());
-    let mut line = [0u8; 1];
-    while c.read(&mut line).expect("OK line") == 1 && line[0] != b'\n' {}
-    let want: Vec<usize> = allowed[1..].to_vec();
-    let want = vmm::affinity::describe(&want);
-    let mut io0 = None;
-    for i in 0..200u32 {
-        let msg = i.to_le_bytes();
-        c.write_all(&msg).expect("write");
-        let mut back = [0u8; 4];
-        c.read_exact(&mut back).expect("echo");
-        assert_eq!(back, msg);
-        io0 = allowed_cpus_of(vm.pid(), "iothread-io0");
-        if io0.as_deref() == Some(want.as_str()) {
+    let want = vmm::affinity::describe(&allowed[1..]);
+    let mut net = None;
+    // Echoes keep the NIC's iothread turning (it looks every 10 ms while it works).
+    for _ in 0..50 {
+        let (sent, got, out) = common::tap::ping(
+            &["-c", "20", "-i", "0.002", "-W", "1", "-q"],
+            &tap.guest_ip,
+            std::time::Duration::from_secs(10),
+        );
+        assert!(sent > 0 && got > 0, "no echo:\n{out}\n{}", vm.log_text());
+        net = allowed_cpus_of(vm.pid(), "iothread-net");
+        if net.as_deref() == Some(want.as_str()) {
             break;
         }
-        std::thread::sleep(std::time::Duration::from_millis(5));
     }
+    let vsock_thread = allowed_cpus_of(vm.pid(), "iothread-io0");
     let disk_thread = allowed_cpus_of(vm.pid(), "iothread-zdisk");
-    drop(c);
     let log = vm.log_text();
-    assert_eq!(io0, Some(want), "the vsock iothread's CPUs\n{log}");
+    let all = Some(vmm::affinity::describe(&allowed));
+    assert_eq!(net, Some(want), "the NIC's iothread's CPUs\n{log}");
     assert_eq!(
-        disk_thread,
-        Some(vmm::affinity::describe(&allowed)),
+        vsock_thread, all,
+        "the vsock's iothread is the scheduler's\n{log}"
+    );
+    assert_eq!(
+        disk_thread, all,
         "a drive's iothread is the scheduler's\n{log}"
     );
     assert!(
-        log.contains("iothread io0: keeps off the CPUs its vCPUs run on"),
+        log.contains("iothread net: keeps off the CPUs its vCPUs run on"),
         "{log}"
     );
+    assert!(!log.contains("iothread io0: keeps off"), "{log}");
     assert!(!log.contains("iothread zdisk: keeps off"), "{log}");
 }

@@ -462,9 +462,12 @@ struct VcpuShared<'a> {
 
 /// The iothreads that keep off the CPUs where the vCPUs run (`machine-config.thread_placement`
 /// `Apart`, when Osprey may use `cpus` CPUs, more than the VM has vCPUs): those with no
-/// `cpu_affinity` of their own that serve no drive. A NIC's or the vsock device's hand-offs are
-/// what a shared CPU slows; a drive's iothread, apart, shares the other core's CPU with the
-/// block layer's own work it starts (a busy host's QD32 reads measured 0.69× apart).
+/// `cpu_affinity` of their own that serve neither a drive nor the vsock device, a NIC's. A
+/// NIC's hand-offs are what a shared CPU slows. A drive's iothread, apart, shares the other
+/// core's CPU with the block layer's own work it starts (a busy host's QD32 reads measured 0.69×
+/// apart); the vsock device's needs much CPU for a bulk transfer and gets only its share of a
+/// CPU another process keeps busy (a busy host's one-connection bulk measured 0.56× apart, and
+/// with two CPU-bound processes there its round trip 5.8× longer).
 fn iothreads_apart<'a>(
     config: &VmConfig,
     devices: &'a Devices,
@@ -486,7 +489,11 @@ fn iothreads_apart<'a>(
                 .drives
                 .iter()
                 .any(|d| Arc::ptr_eq(&d.iothread, thread));
-            !pinned && !serves_a_drive
+            let serves_the_vsock = devices
+                .vsock
+                .as_ref()
+                .is_some_and(|v| Arc::ptr_eq(&v.iothread, thread));
+            !pinned && !serves_a_drive && !serves_the_vsock
         })
         .collect()
 }
