@@ -1,5 +1,5 @@
 //! `machine.thread_placement`: where the VM's iothreads run relative to its vCPUs. `Apart`, the
-//! default, keeps each iothread that has no `cpu_affinity` of its own and serves no drive off
+//! default, keeps each iothread that has no `cpu_affinity` of its own and serves only NICs off
 //! the CPUs the vCPUs are running on, when Osprey may use more CPUs than the VM has vCPUs (see
 //! [`dataplane::iothread::placement`]); `Scheduler` leaves every thread to the kernel.
 
@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 /// `machine.thread_placement`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, utoipa::ToSchema)]
 pub enum ThreadPlacement {
-    /// Iothreads without `cpu_affinity` that serve no drive keep off the CPUs where vCPUs run
+    /// Iothreads without `cpu_affinity` that serve only NICs keep off the CPUs where vCPUs run
     /// (re-checked every 10 ms) where a CPU is left for them; with every iothread apart, the
     /// vCPUs keep the process's weight.
     #[default]

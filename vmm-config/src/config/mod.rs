@@ -290,7 +290,7 @@ pub struct MachineConfig {
     /// How the scheduler weighs the VM's threads against each other.
     #[serde(default)]
     pub thread_weights: crate::thread_weights::ThreadWeights,
-    /// Where the iothreads that serve no drive run relative to the vCPUs.
+    /// Where the iothreads that serve only NICs run relative to the vCPUs.
     #[serde(default)]
     pub thread_placement: crate::thread_placement::ThreadPlacement,
     /// Host CPUs per vCPU: entry `i` pins vCPU `i`'s thread to those CPUs (an empty list, or
